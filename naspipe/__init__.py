@@ -1,0 +1,21 @@
+"""naspipe: reproducible pipeline-parallel supernet training with causal synchronous parallelism (CSP).
+
+The small public API. The scheduling core (``naspipe.sched``), the simulator (``naspipe.sim``), spaces,
+sequences, partitions and traces never import torch; the runtime and models do, and are imported lazily.
+"""
+
+from naspipe.bound import Bound, lower_bound
+from naspipe.partition import Partition, partition
+from naspipe.sched import SharedLayers, make_scheduler, parse_shared, policy_names
+from naspipe.sequence import ReplayStream, UniformStream, Window
+from naspipe.sim import simulate
+from naspipe.space import Block, Candidate, SearchSpace, SpaceError, load_space, preset, preset_names, resolve_space
+from naspipe.trace import Trace, TraceEvent
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Block", "Bound", "Candidate", "Partition", "ReplayStream", "SearchSpace", "SharedLayers", "SpaceError", "Trace",
+    "TraceEvent", "UniformStream", "Window", "load_space", "lower_bound", "make_scheduler", "parse_shared",
+    "partition", "policy_names", "preset", "preset_names", "resolve_space", "simulate",
+]

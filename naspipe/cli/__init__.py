@@ -1,0 +1,62 @@
+"""The ``naspipe`` command. Each subcommand lives in its own module of this package.
+
+A subcommand module defines ``COMMAND`` (its name), ``HELP``, ``add_arguments(parser)`` and
+``run(args) -> int``. Bad input raises ``UsageError``: one line on stderr, exit code 2, no traceback,
+and no process is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+from naspipe.cli.common import UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _commands() -> list:
+    mods = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_") or info.name == "common":
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(mod, "COMMAND"):
+            mods.append(mod)
+    return sorted(mods, key=lambda m: getattr(m, "ORDER", 50))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="naspipe", description="Reproducible pipeline-parallel supernet training (CSP).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for mod in _commands():
+        p = sub.add_parser(mod.COMMAND, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "_run", None):
+            parser.print_help()
+            return 2
+        return int(args._run(args) or 0)
+    except UsageError as e:
+        print(f"naspipe: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("naspipe: interrupted", file=sys.stderr)
+        return 130
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,371 @@
+"""Scheduling policies behind one interface: each stage owns a ``StageScheduler``.
+
+A scheduler is told what arrived (the activation or the gradient of subnet ``j``) and what finished, and
+answers "what do I run next?" (``next_task``; None means wait for the next event). It reads the subnet
+sequence only through its ``Window`` and never touches tensors. The simulator and the runtime drive the
+very same objects.
+
+Policies:
+
+* ``sequential``: one subnet in the pipeline at a time (CSP with a window of one);
+* ``csp``: NASPipe's causal synchronous parallelism: any ready backward first (oldest), then the oldest
+  forward whose causal dependencies are met, window-limited;
+* ``csp-bw``: CSP with a split backward: ``B`` (input gradient) goes first, the causal rule waits on
+  ``W`` (weight gradient + update); ``W`` tasks are bounded by ``max_pending_w``;
+* ``bsp``: GPipe: groups of ``M`` subnets, all forwards, all backwards, flush;
+* ``asp``: PipeDream 1F1B: at most ``P - s`` subnets in flight on stage ``s``, no causal rule.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from naspipe.sched.causal import CausalTracker
+from naspipe.sched.shared import SharedLayers
+from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
+from naspipe.sequence import SubnetStream, Window
+
+
+class PolicyError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What one stage knows statically: its index, the pipeline depth and which blocks it owns."""
+
+    stage: int
+    stages: int
+    choice_blocks: tuple[int, ...]
+    has_fixed: bool = False
+    shared: SharedLayers = field(default_factory=SharedLayers)
+
+    @property
+    def first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def last(self) -> bool:
+        return self.stage == self.stages - 1
+
+
+class StageScheduler:
+    """Data readiness, window admission and the write frontier; subclasses choose the order."""
+
+    name = "base"
+    write_kind = BACKWARD  # the task whose completion releases this stage's candidates
+
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200):
+        if window < 1:
+            raise PolicyError("window must be >= 1")
+        self.spec = spec
+        self.window = Window(stream, window)
+        self.n = len(stream)
+        self.lo = 0  # oldest subnet whose write on this stage is not done
+        self._admitted = 0  # subnets [0, _admitted) are registered
+        self._written: set[int] = set()
+        self._arrived_early: set[int] = set()
+        self._f_ready: list[int] = []
+        self._b_ready: list[int] = []
+        self._running: Task | None = None
+        self.decisions = 0
+        self._admit()
+
+    # ---- events from the driver ------------------------------------------------------------------
+    def on_activation(self, j: int) -> None:
+        """The activation of ``j`` arrived from the previous stage (never called on stage 0)."""
+        if j >= self._admitted:
+            self._arrived_early.add(j)  # cannot happen with equal windows; kept for safety
+        else:
+            self._on_arrived(j)
+
+    def on_gradient(self, j: int) -> None:
+        """The output gradient of ``j`` arrived from the next stage (never called on the last stage)."""
+        heapq.heappush(self._b_ready, j)
+
+    def next_task(self) -> Task | None:
+        """Pick and start the next task, or None when nothing is runnable now."""
+        if self._running is not None:
+            raise PolicyError(f"stage {self.spec.stage} asked for a task while {self._running} runs")
+        self.decisions += 1
+        t = self._choose()
+        self._running = t
+        return t
+
+    def on_finish(self, task: Task) -> None:
+        if task != self._running:
+            raise PolicyError(f"stage {self.spec.stage}: finished {task}, but {self._running} was running")
+        self._running = None
+        if task.kind == FORWARD and self.spec.last:
+            self._loss_computed(task.subnet)
+        self._finished(task)
+        if task.kind == self.write_kind:
+            self._written.add(task.subnet)
+            advanced = False
+            while self.lo in self._written:
+                self._written.discard(self.lo)
+                self.lo += 1
+                advanced = True
+            if advanced:
+                self.window.advance(self.lo)
+                self._admit()
+
+    @property
+    def finished(self) -> bool:
+        return self.lo >= self.n
+
+    @property
+    def running(self) -> Task | None:
+        return self._running
+
+    # ---- hooks -------------------------------------------------------------------------------------
+    def _choose(self) -> Task | None:
+        raise NotImplementedError
+
+    def _finished(self, task: Task) -> None:
+        pass
+
+    def _loss_computed(self, j: int) -> None:
+        """The last stage finished ``F(j)``: its backward may start."""
+        heapq.heappush(self._b_ready, j)
+
+    def _register(self, j: int) -> None:
+        """Subnet ``j`` entered the window."""
+
+    def _on_arrived(self, j: int) -> None:
+        heapq.heappush(self._f_ready, j)
+
+    # ---- shared machinery --------------------------------------------------------------------------
+    def _admit(self) -> None:
+        horizon = self.window.horizon
+        while self._admitted < horizon:
+            j = self._admitted
+            self._admitted += 1
+            self._register(j)
+            if self.spec.first or j in self._arrived_early:
+                self._arrived_early.discard(j)
+                self._on_arrived(j)
+
+    def _task(self, kind: str, j: int) -> Task:
+        return Task(kind, j, self.spec.stage)
+
+
+class CSPScheduler(StageScheduler):
+    """NASPipe's CSP: backward first, then the oldest causally-free forward, window-limited."""
+
+    name = "csp"
+
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200):
+        self.tracker = CausalTracker()
+        self._arrived: set[int] = set()
+        self._gate = spec.shared.gate if spec.has_fixed else None
+        super().__init__(spec, stream, window)
+
+    def _keys(self, j: int) -> list[tuple[int, int]]:
+        sub = self.window[j]
+        return [(b, sub[b]) for b in self.spec.choice_blocks]
+
+    def _register(self, j: int) -> None:
+        if self.tracker.admit(j, self._keys(j)) and j in self._arrived:
+            heapq.heappush(self._f_ready, j)
+
+    def _on_arrived(self, j: int) -> None:
+        self._arrived.add(j)
+        if self.tracker.is_free(j):
+            heapq.heappush(self._f_ready, j)
+
+    def _forward_allowed(self, j: int) -> bool:
+        return self._gate is None or j <= self.lo + self._gate
+
+    def _pop_forward(self) -> Task | None:
+        if self._f_ready and self._forward_allowed(self._f_ready[0]):
+            j = heapq.heappop(self._f_ready)
+            self._arrived.discard(j)
+            return self._task(FORWARD, j)
+        return None
+
+    def _choose(self) -> Task | None:
+        if self._b_ready:
+            return self._task(BACKWARD, heapq.heappop(self._b_ready))
+        return self._pop_forward()
+
+    def _finished(self, task: Task) -> None:
+        if task.kind == self.write_kind:
+            for f in self.tracker.release(task.subnet):
+                if f in self._arrived:
+                    heapq.heappush(self._f_ready, f)
+
+
+class SequentialScheduler(CSPScheduler):
+    """One subnet at a time: CSP with a window of one."""
+
+    name = "sequential"
+
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 1):
+        super().__init__(spec, stream, 1)
+
+
+class SplitBackwardCSPScheduler(CSPScheduler):
+    """CSP with the backward split into ``B`` (input gradient) and ``W`` (weight gradient + update).
+
+    Order: ``W`` when the pending limit is reached; any ready ``B``; a ``W`` that an arrived forward waits
+    for; the oldest free forward; otherwise the oldest ``W`` (fills idle time).
+    """
+
+    name = "csp-bw"
+    write_kind = WEIGHT
+
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, max_pending_w: int | None = None):
+        self._w_ready: list[int] = []
+        self.max_pending_w = max_pending_w if max_pending_w is not None else 2 * spec.stages
+        if self.max_pending_w < 1:
+            raise PolicyError("max_pending_w must be >= 1")
+        super().__init__(spec, stream, window)
+
+    @property
+    def pending_w(self) -> int:
+        return len(self._w_ready)
+
+    def _finished(self, task: Task) -> None:
+        if task.kind == BACKWARD:
+            heapq.heappush(self._w_ready, task.subnet)
+        super()._finished(task)
+
+    def _urgent_w(self, scan: int = 8) -> int | None:
+        """A pending W that an arrived, causally blocked forward waits for (oldest such forward first)."""
+        if not self._w_ready:
+            return None
+        pending = set(self._w_ready)
+        for j in sorted(self._arrived)[:scan]:
+            for i in self.tracker.blockers(j):
+                if i in pending:
+                    return i
+        return None
+
+    def _take_w(self, i: int) -> Task:
+        self._w_ready.remove(i)
+        heapq.heapify(self._w_ready)
+        return self._task(WEIGHT, i)
+
+    def _choose(self) -> Task | None:
+        if self._w_ready and len(self._w_ready) >= self.max_pending_w:
+            return self._task(WEIGHT, heapq.heappop(self._w_ready))
+        if self._b_ready:
+            return self._task(BACKWARD, heapq.heappop(self._b_ready))
+        urgent = self._urgent_w()
+        if urgent is not None:
+            return self._take_w(urgent)
+        t = self._pop_forward()
+        if t is not None:
+            return t
+        if self._w_ready:
+            return self._task(WEIGHT, heapq.heappop(self._w_ready))
+        return None
+
+
+class ASPScheduler(StageScheduler):
+    """PipeDream's 1F1B: backward first, at most ``P - s`` subnets in flight, causal rule ignored."""
+
+    name = "asp"
+
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200):
+        self.in_flight = 0
+        self.limit = spec.stages - spec.stage
+        super().__init__(spec, stream, window)
+
+    def _choose(self) -> Task | None:
+        if self._b_ready:
+            return self._task(BACKWARD, heapq.heappop(self._b_ready))
+        if self._f_ready and self.in_flight < self.limit:
+            return self._task(FORWARD, heapq.heappop(self._f_ready))
+        return None
+
+    def _finished(self, task: Task) -> None:
+        if task.kind == FORWARD:
+            self.in_flight += 1
+        elif task.kind == BACKWARD:
+            self.in_flight -= 1
+
+
+class BSPScheduler(StageScheduler):
+    """GPipe: groups of ``M`` subnets; all forwards, then all backwards, then a flush (one update)."""
+
+    name = "bsp"
+
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, micro_batches: int = 4):
+        if micro_batches < 1:
+            raise PolicyError("bsp needs micro_batches >= 1")
+        self.m = micro_batches
+        self._f_done_in_group: dict[int, int] = {}
+        self._held_b: list[int] = []
+        super().__init__(spec, stream, max(window, micro_batches))
+
+    def _group_size(self, g: int) -> int:
+        return min(self.m, self.n - g * self.m)
+
+    def _choose(self) -> Task | None:
+        if self._b_ready:
+            return self._task(BACKWARD, heapq.heappop(self._b_ready))
+        if self._f_ready:
+            j = self._f_ready[0]
+            if self.lo >= (j // self.m) * self.m:  # the previous group is flushed on this stage
+                heapq.heappop(self._f_ready)
+                return self._task(FORWARD, j)
+        return None
+
+    def _loss_computed(self, j: int) -> None:
+        # on the last stage a group's backwards start only after all its forwards
+        g = j // self.m
+        self._f_done_in_group[g] = self._f_done_in_group.get(g, 0) + 1
+        self._held_b.append(j)
+        if self._f_done_in_group[g] == self._group_size(g):
+            for i in self._held_b:
+                heapq.heappush(self._b_ready, i)
+            self._held_b.clear()
+
+
+POLICIES: dict[str, type[StageScheduler]] = {
+    "sequential": SequentialScheduler,
+    "csp": CSPScheduler,
+    "csp-bw": SplitBackwardCSPScheduler,
+    "bsp": BSPScheduler,
+    "asp": ASPScheduler,
+}
+
+
+def policy_names() -> list[str]:
+    return list(POLICIES)
+
+
+def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: int = 200,
+                   **options: int) -> StageScheduler:
+    """A fresh scheduler of ``policy`` for one stage. Options: ``micro_batches`` (bsp), ``max_pending_w``."""
+    name, _, arg = policy.partition(":")
+    cls = POLICIES.get(name)
+    if cls is None:
+        raise PolicyError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if arg:
+        if not arg.isdigit() or int(arg) < 1:
+            raise PolicyError(f"bad policy argument in {policy!r}: expected a whole number >= 1")
+        options = {**options, {"bsp": "micro_batches", "csp-bw": "max_pending_w"}.get(name, "_"): int(arg)}
+    allowed = {"bsp": {"micro_batches"}, "csp-bw": {"max_pending_w"}}.get(name, set())
+    opts = {k: v for k, v in options.items() if v is not None}
+    bad = set(opts) - allowed
+    if bad:
+        raise PolicyError(f"policy {name!r} takes no option {sorted(bad)}")
+    return cls(spec, stream, window, **opts)
+
+
+def stage_specs(space, partition, shared: SharedLayers | None = None) -> list[StageSpec]:  # noqa: ANN001
+    """One StageSpec per stage of a partitioned space."""
+    shared = shared or SharedLayers()
+    out = []
+    for s in range(partition.stages):
+        blocks = partition.blocks(s)
+        out.append(StageSpec(
+            stage=s, stages=partition.stages,
+            choice_blocks=tuple(b for b in blocks if not space.blocks[b].fixed),
+            has_fixed=any(space.blocks[b].fixed for b in blocks), shared=shared,
+        ))
+    return out

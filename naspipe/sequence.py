@@ -1,0 +1,202 @@
+"""Subnet streams: the order in which subnets are trained, seen by consumers through a bounded window.
+
+The sequence is produced by the exploration algorithm at run time; a scheduler may only look a bounded
+window ahead. Streams here are deterministic by construction:
+
+* ``UniformStream`` draws subnet ``j`` from SHAKE-256 of ``(seed, j)``, so it is identical for the same
+  seed on every machine and Python version, and random access (for resume, for any stage) is free;
+* ``ReplayStream`` replays a file written by ``save_sequence``;
+* ``OnlineStream`` wraps an ``OnlineSampler``: a generator whose subnet ``j`` may depend on results of
+  subnets up to ``j - lag`` only, which keeps runs reproducible.
+
+``Window`` is the only door through which schedulers read a stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from naspipe.space import SearchSpace, SpaceError, Subnet
+
+
+class WindowError(LookupError):
+    """A consumer read a subnet beyond its window (a scheduling bug, never user input)."""
+
+
+@runtime_checkable
+class SubnetStream(Protocol):
+    """A finite sequence of subnets with random access."""
+
+    space: SearchSpace
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, j: int) -> Subnet: ...
+
+
+class _ListLike:
+    space: SearchSpace
+
+    def __iter__(self) -> Iterator[Subnet]:
+        for j in range(len(self)):  # type: ignore[arg-type]
+            yield self[j]  # type: ignore[index]
+
+    def digest(self) -> str:
+        """sha256 over the sequence (space name, then one line per subnet)."""
+        return sequence_digest(self.space.name, list(self))
+
+
+class UniformStream(_ListLike):
+    """Uniform single-path sampling: every choice block picks a candidate uniformly."""
+
+    def __init__(self, space: SearchSpace, seed: int, n: int):
+        if n < 0:
+            raise ValueError("number of subnets must be >= 0")
+        self.space, self.seed, self.n = space, int(seed), int(n)
+        self._ks = [b.k for b in space.blocks]
+        self._cache: dict[int, Subnet] = {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, j: int) -> Subnet:
+        if not 0 <= j < self.n:
+            raise IndexError(j)
+        s = self._cache.get(j)
+        if s is None:
+            raw = hashlib.shake_256(f"naspipe-uniform:{self.seed}:{j}".encode()).digest(8 * len(self._ks))
+            s = tuple(
+                int.from_bytes(raw[8 * b: 8 * b + 8], "little") % k if k > 1 else 0
+                for b, k in enumerate(self._ks)
+            )
+            self._cache[j] = s
+        return s
+
+
+class ReplayStream(_ListLike):
+    """A recorded sequence (from ``save_sequence`` or any list of subnets)."""
+
+    def __init__(self, space: SearchSpace, subnets: Sequence[Sequence[int]]):
+        self.space = space
+        self._subnets = [space.validate_subnet(list(s)) for s in subnets]
+
+    def __len__(self) -> int:
+        return len(self._subnets)
+
+    def __getitem__(self, j: int) -> Subnet:
+        return self._subnets[j]
+
+    @classmethod
+    def materialize(cls, stream: SubnetStream) -> ReplayStream:
+        """A list-backed copy of an already valid stream (no re-validation)."""
+        out = cls.__new__(cls)
+        out.space = stream.space
+        out._subnets = [stream[j] for j in range(len(stream))]
+        return out
+
+    @classmethod
+    def from_file(cls, space: SearchSpace, path: str | Path) -> ReplayStream:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise SpaceError(f"cannot read sequence file {str(path)!r}: {e}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("subnets"), list):
+            raise SpaceError(f"{path}: a sequence file is an object with a 'subnets' list")
+        if data.get("space") not in (None, space.name):
+            raise SpaceError(f"{path}: sequence was recorded for space {data.get('space')!r}, not {space.name!r}")
+        return cls(space, data["subnets"])
+
+
+def save_sequence(stream: SubnetStream, path: str | Path) -> str:
+    """Write a stream as JSON; returns its digest."""
+    subnets = [list(stream[j]) for j in range(len(stream))]
+    digest = sequence_digest(stream.space.name, subnets)
+    Path(path).write_text(json.dumps({"space": stream.space.name, "sha256": digest, "subnets": subnets}))
+    return digest
+
+
+def sequence_digest(space_name: str, subnets: Sequence[Sequence[int]]) -> str:
+    h = hashlib.sha256(space_name.encode())
+    for s in subnets:
+        h.update(("\n" + ",".join(map(str, s))).encode())
+    return h.hexdigest()
+
+
+class OnlineSampler(Protocol):
+    """A run-time generator: subnet ``j`` from the results of subnets ``< j - lag + 1`` only."""
+
+    lag: int
+
+    def propose(self, j: int, results: Mapping[int, float]) -> Subnet: ...
+
+
+class OnlineStream(_ListLike):
+    """Subnets generated at run time from earlier results, with a fixed lag for reproducibility.
+
+    ``results`` must hold the loss of every subnet ``i <= j - lag`` before subnet ``j`` is read;
+    the stream raises otherwise, so a run can never silently depend on timing.
+    """
+
+    def __init__(self, space: SearchSpace, sampler: OnlineSampler, n: int):
+        self.space, self.sampler, self.n = space, sampler, n
+        self.results: dict[int, float] = {}
+        self._made: list[Subnet] = []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def report(self, j: int, loss: float) -> None:
+        self.results[j] = loss
+
+    def __getitem__(self, j: int) -> Subnet:
+        if not 0 <= j < self.n:
+            raise IndexError(j)
+        while len(self._made) <= j:
+            i = len(self._made)
+            need = i - self.sampler.lag
+            if need >= 0 and any(k not in self.results for k in range(need + 1)):
+                raise WindowError(f"subnet {i} needs results of subnets <= {need}, which are not reported yet")
+            visible = {k: v for k, v in self.results.items() if k <= need}
+            self._made.append(self.space.validate_subnet(list(self.sampler.propose(i, visible))))
+        return self._made[j]
+
+
+class Window:
+    """A bounded view of a stream: subnets ``[0, lo + size)`` where ``lo`` is the oldest unfinished one.
+
+    Schedulers read subnets only through a Window; ``max_read`` records the furthest index read so tests
+    can prove a policy never looked beyond what it could know.
+    """
+
+    def __init__(self, stream: SubnetStream, size: int):
+        if size < 1:
+            raise ValueError("window must be >= 1")
+        self.stream, self.size = stream, size
+        self.lo = 0
+        self.max_read = -1
+        self.violations = 0
+
+    @property
+    def horizon(self) -> int:
+        """One past the last readable index."""
+        return min(self.lo + self.size, len(self.stream))
+
+    def advance(self, lo: int) -> None:
+        if lo < self.lo:
+            raise ValueError("a window never moves back")
+        self.lo = lo
+
+    def __len__(self) -> int:
+        return len(self.stream)
+
+    def __getitem__(self, j: int) -> Subnet:
+        if j >= self.lo + self.size:
+            self.violations += 1
+            raise WindowError(f"read subnet {j} beyond the window [{self.lo}, {self.lo + self.size})")
+        if j > self.max_read:
+            self.max_read = j
+        return self.stream[j]
