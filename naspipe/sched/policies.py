@@ -18,6 +18,7 @@ Policies:
 
 from __future__ import annotations
 
+import copy
 import heapq
 from dataclasses import dataclass, field
 
@@ -114,6 +115,10 @@ class StageScheduler:
     @property
     def finished(self) -> bool:
         return self.lo >= self.n
+
+    def clone(self) -> StageScheduler:
+        """An independent copy for speculation (what would I run next if...?); shares the stream."""
+        return copy.deepcopy(self, {id(self.window.stream): self.window.stream})
 
     @property
     def running(self) -> Task | None:
