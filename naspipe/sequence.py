@@ -180,6 +180,11 @@ class Window:
         self.max_read = -1
         self.violations = 0
 
+    def clone(self) -> Window:
+        other = Window.__new__(Window)
+        other.__dict__.update(self.__dict__)
+        return other
+
     @property
     def horizon(self) -> int:
         """One past the last readable index."""

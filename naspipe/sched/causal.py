@@ -40,6 +40,13 @@ class CausalTracker:
         self._blocked[j] = blocked
         return blocked == 0
 
+    def clone(self) -> CausalTracker:
+        other = CausalTracker.__new__(CausalTracker)
+        other._queues = {k: q.copy() for k, q in self._queues.items()}
+        other._blocked = self._blocked.copy()
+        other._keys = self._keys.copy()
+        return other
+
     def is_free(self, j: int) -> bool:
         return self._blocked.get(j, 1) == 0
 

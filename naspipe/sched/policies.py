@@ -118,7 +118,13 @@ class StageScheduler:
 
     def clone(self) -> StageScheduler:
         """An independent copy for speculation (what would I run next if...?); shares the stream."""
-        return copy.deepcopy(self, {id(self.window.stream): self.window.stream})
+        other = copy.copy(self)
+        for name, value in self.__dict__.items():
+            if isinstance(value, (list, set, dict)):
+                setattr(other, name, value.copy())
+            elif hasattr(value, "clone"):
+                setattr(other, name, value.clone())
+        return other
 
     @property
     def running(self) -> Task | None:
