@@ -55,6 +55,7 @@ class StageScheduler:
     """Data readiness, window admission and the write frontier; subclasses choose the order."""
 
     name = "base"
+    options: tuple[str, ...] = ()  # keyword options the policy takes (e.g. "policy:N" sets the first)
     write_kind = BACKWARD  # the task whose completion releases this stage's candidates
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200):
@@ -225,6 +226,7 @@ class SplitBackwardCSPScheduler(CSPScheduler):
     """
 
     name = "csp-bw"
+    options = ("max_pending_w",)
     write_kind = WEIGHT
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, max_pending_w: int | None = None):
@@ -303,6 +305,7 @@ class BSPScheduler(StageScheduler):
     """GPipe: groups of ``M`` subnets; all forwards, then all backwards, then a flush (one update)."""
 
     name = "bsp"
+    options = ("micro_batches",)
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, micro_batches: int = 4):
         if micro_batches < 1:
@@ -359,10 +362,11 @@ def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: i
     if arg:
         if not arg.isdigit() or int(arg) < 1:
             raise PolicyError(f"bad policy argument in {policy!r}: expected a whole number >= 1")
-        options = {**options, {"bsp": "micro_batches", "csp-bw": "max_pending_w"}.get(name, "_"): int(arg)}
-    allowed = {"bsp": {"micro_batches"}, "csp-bw": {"max_pending_w"}}.get(name, set())
+        if not cls.options:
+            raise PolicyError(f"policy {name!r} takes no argument")
+        options = {**options, cls.options[0]: int(arg)}
     opts = {k: v for k, v in options.items() if v is not None}
-    bad = set(opts) - allowed
+    bad = set(opts) - set(cls.options)
     if bad:
         raise PolicyError(f"policy {name!r} takes no option {sorted(bad)}")
     return cls(spec, stream, window, **opts)
