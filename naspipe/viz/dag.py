@@ -1,0 +1,189 @@
+"""The causal dependency DAG of a subnet sequence (networkx), its critical path, and a fast plotly drawing.
+
+Nodes are tasks ``F(j,s)``, ``B(j,s)`` and, with a split backward, ``W(j,s)`` (``naspipe.sched.Task``), with
+attributes ``kind``, ``subnet``, ``stage``, ``duration``. Edges carry ``kind``:
+
+* ``data``: ``F(j,s-1) -> F(j,s)``, ``F(j,P-1) -> B(j,P-1)``, ``B(j,s+1) -> B(j,s)``, ``B(j,s) -> W(j,s)``;
+* ``causal`` (write -> read): the previous writer of a candidate ``j`` selects on stage ``s`` -> ``F(j,s)``,
+  and for trained shared layers (``serial`` / ``delayed:D``) the writes ``F(j,s)`` must wait for.
+
+Cross-stage data edges carry ``delay`` = the message time ``hop``. The same edges define
+``naspipe.bound.lower_bound``'s critical path, so both agree (a test checks it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+import plotly.graph_objects as go
+
+from naspipe.partition import Partition
+from naspipe.sched.shared import SharedLayers
+from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
+from naspipe.space import SearchSpace, Subnet
+from naspipe.trace import Trace
+from naspipe.viz.style import NAMES, color
+
+
+def causal_dag(space: SearchSpace, part: Partition, subnets: Sequence[Subnet],
+               duration: Callable[[Task], float] | None = None, *, shared: SharedLayers | None = None,
+               split_backward: bool = False, hop: float = 0.0) -> nx.DiGraph:
+    """The task graph of ``subnets`` on ``part``: data and causal edges, node durations (default 1)."""
+    shared = shared or SharedLayers()
+    dur = duration or (lambda t: 1.0)
+    P = part.stages
+    write = WEIGHT if split_backward else BACKWARD
+    choice = [[b for b in part.blocks(s) if not space.blocks[b].fixed] for s in range(P)]
+    gated = [shared.gate is not None and any(space.blocks[b].fixed for b in part.blocks(s)) for s in range(P)]
+    d = shared.gate or 0
+    g = nx.DiGraph(stages=P, split_backward=split_backward, subnets=len(subnets), hop=hop, shared=str(shared))
+    kinds = (FORWARD, BACKWARD, WEIGHT) if split_backward else (FORWARD, BACKWARD)
+    for j in range(len(subnets)):
+        for s in range(P):
+            for k in kinds:
+                t = Task(k, j, s)
+                g.add_node(t, kind=k, subnet=j, stage=s, duration=float(dur(t)))
+    last_writer: list[dict[tuple[int, int], int]] = [{} for _ in range(P)]
+    for j, sub in enumerate(subnets):
+        for s in range(P):
+            if s > 0:
+                g.add_edge(Task(FORWARD, j, s - 1), Task(FORWARD, j, s), kind="data", delay=hop)
+                g.add_edge(Task(BACKWARD, j, s), Task(BACKWARD, j, s - 1), kind="data", delay=hop)
+            if split_backward:
+                g.add_edge(Task(BACKWARD, j, s), Task(WEIGHT, j, s), kind="data", delay=0.0)
+            writers = {last_writer[s][(b, sub[b])] for b in choice[s] if (b, sub[b]) in last_writer[s]}
+            if gated[s]:
+                writers.update(range(max(0, j - 2 * d - 1), j - d))
+            for i in sorted(writers):
+                g.add_edge(Task(write, i, s), Task(FORWARD, j, s), kind="causal", delay=0.0)
+        g.add_edge(Task(FORWARD, j, P - 1), Task(BACKWARD, j, P - 1), kind="data", delay=0.0)
+        for s in range(P):
+            for b in choice[s]:
+                last_writer[s][(b, sub[b])] = j
+    return g
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    length: float
+    tasks: tuple[Task, ...]
+    earliest_start: Mapping[Task, float]
+
+
+def critical_path(g: nx.DiGraph) -> CriticalPath:
+    """Longest path by node durations (plus edge ``delay``): the earliest finish of a schedule with ∞ stages."""
+    start: dict[Task, float] = {}
+    best_pred: dict[Task, Task | None] = {}
+    finish: dict[Task, float] = {}
+    for v in nx.topological_sort(g):
+        t0, arg = 0.0, None
+        for u, _, delay in g.in_edges(v, data="delay", default=0.0):
+            f = finish[u] + delay
+            if arg is None or f > t0:
+                t0, arg = f, u
+        start[v], best_pred[v] = t0, arg
+        finish[v] = t0 + g.nodes[v]["duration"]
+    if not finish:
+        return CriticalPath(0.0, (), {})
+    end = max(finish, key=finish.__getitem__)
+    path = [end]
+    while best_pred[path[-1]] is not None:
+        path.append(best_pred[path[-1]])
+    return CriticalPath(finish[end], tuple(reversed(path)), start)
+
+
+def trace_durations(trace: Trace) -> dict[Task, float]:
+    """Measured (or simulated) durations of the compute tasks of a trace."""
+    return {Task(e.kind, e.subnet, e.stage): e.end - e.start for e in trace.compute_events()}
+
+
+def dag_from_trace(trace: Trace, space: SearchSpace, part: Partition, subnets: Sequence[Subnet], *,
+                   shared: SharedLayers | None = None, max_subnets: int | None = None) -> nx.DiGraph:
+    """The DAG of the subnets of a run, with the durations the trace recorded (W present = split backward)."""
+    durs = trace_durations(trace)
+    split = any(t.kind == WEIGHT for t in durs)
+    subs = list(subnets[:max_subnets] if max_subnets is not None else subnets)
+    return causal_dag(space, part, subs, lambda t: durs.get(t, 0.0), shared=shared, split_backward=split)
+
+
+# ---- drawing --------------------------------------------------------------------------------------------
+def lanes(stages: int, split_backward: bool) -> list[tuple[str, int]]:
+    """Rows of the drawing, top to bottom: per stage its F, B (and W) rows, so causal edges stay in a band."""
+    kinds = (FORWARD, BACKWARD, WEIGHT) if split_backward else (FORWARD, BACKWARD)
+    return [(k, s) for s in range(stages) for k in kinds]
+
+
+def layout(g: nx.DiGraph) -> dict[Task, tuple[float, float]]:
+    """x = topological generation, y = lane (kind, stage); tasks sharing a cell are spread within it."""
+    lane_of = {ln: i for i, ln in enumerate(lanes(g.graph.get("stages", 1), g.graph.get("split_backward", False)))}
+    pos: dict[Task, tuple[float, float]] = {}
+    for x, gen in enumerate(nx.topological_generations(g)):
+        cells: dict[int, list[Task]] = {}
+        for t in gen:
+            cells.setdefault(lane_of.get((t.kind, t.stage), len(lane_of)), []).append(t)
+        for y, ts in cells.items():
+            ts.sort(key=lambda t: t.subnet)
+            n = len(ts)
+            for i, t in enumerate(ts):
+                pos[t] = (float(x), y + (0.0 if n == 1 else 0.7 * (i / (n - 1) - 0.5)))
+    return pos
+
+
+def _segments(pos: Mapping[Task, tuple[float, float]], edges: Sequence[tuple[Task, Task]]) -> tuple:
+    n = len(edges)
+    xs = np.full(3 * n, np.nan)
+    ys = np.full(3 * n, np.nan)
+    if n:
+        a = np.array([pos[u] for u, _ in edges])
+        b = np.array([pos[v] for _, v in edges])
+        xs[0::3], ys[0::3], xs[1::3], ys[1::3] = a[:, 0], a[:, 1], b[:, 0], b[:, 1]
+    return xs, ys
+
+
+EDGE_STYLE = {"data": {"color": "#8a8a8a", "width": 1}, "causal": {"color": "#d62728", "width": 1, "dash": "dot"}}
+
+
+def dag_figure(g: nx.DiGraph, title: str | None = None, highlight: bool = True) -> go.Figure:
+    """Draw the DAG: one scatter per edge kind (None-separated segments), one per task kind, critical path."""
+    pos = layout(g)
+    cp = critical_path(g) if highlight else None
+    fig = go.Figure()
+    for kind, style in EDGE_STYLE.items():
+        edges = [(u, v) for u, v, k in g.edges(data="kind") if k == kind]
+        xs, ys = _segments(pos, edges)
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=style, hoverinfo="skip",
+                                 name=f"{kind} edge ({len(edges)})", legendgroup="edges"))
+    if cp is not None and len(cp.tasks) > 1:
+        xs, ys = _segments(pos, list(zip(cp.tasks[:-1], cp.tasks[1:], strict=True)))
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": "#FFB000", "width": 5},
+                                 hoverinfo="skip", name=f"critical path ({cp.length:.4g})", opacity=0.8))
+    on_path = set(cp.tasks) if cp is not None else set()
+    for kind in (FORWARD, BACKWARD, WEIGHT):
+        nodes = [t for t in g.nodes if t.kind == kind]
+        if not nodes:
+            continue
+        xy = np.array([pos[t] for t in nodes])
+        hover = [f"{t}<br>subnet {t.subnet}, stage {t.stage}<br>duration {g.nodes[t]['duration']:.4g}"
+                 + (f"<br>earliest start {cp.earliest_start[t]:.4g}" if cp is not None else "")
+                 + ("<br><b>on the critical path</b>" if t in on_path else "") for t in nodes]
+        fig.add_trace(go.Scatter(
+            x=xy[:, 0], y=xy[:, 1], mode="markers+text" if len(g) <= 300 else "markers",
+            text=[str(t.subnet) for t in nodes], textposition="top center", textfont={"size": 9},
+            marker={"color": color(kind), "size": 9 if len(g) <= 300 else 5,
+                    "line": {"color": ["#FFB000" if t in on_path else "white" for t in nodes], "width": 2}},
+            name=NAMES.get(kind, kind), hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
+    ln = lanes(g.graph.get("stages", 1), g.graph.get("split_backward", False))
+    if title is None:
+        title = (f"causal DAG: {g.graph.get('subnets', '?')} subnets, {g.number_of_nodes()} tasks, "
+                 f"{g.number_of_edges()} edges" + (f"; critical path {cp.length:.4g}" if cp is not None else ""))
+    fig.update_layout(
+        title={"text": title}, template="plotly_white", hovermode="closest", height=160 + 45 * len(ln),
+        xaxis={"title": {"text": "topological generation"}, "zeroline": False},
+        yaxis={"title": {"text": "task (kind, stage)"}, "tickmode": "array", "tickvals": list(range(len(ln))),
+               "ticktext": [f"{k} stage {s}" for k, s in ln], "autorange": "reversed", "zeroline": False},
+        margin={"l": 100, "r": 20, "t": 60, "b": 50},
+    )
+    return fig
