@@ -1,0 +1,308 @@
+"""A live monitor for a running job: Gantt, utilisation / hit-rate lines and a progress bar.
+
+``LiveMonitor(stages, total_subnets)`` is shown in a notebook as an ipywidgets ``VBox`` holding two plotly
+``FigureWidget`` s and an ``IntProgress``. ``update(events)`` appends trace events; ``follow(source)`` reads
+them from a JSON-lines file (one ``TraceEvent.to_dict()`` per line, as the runtime writes
+``RUN_DIR/events.jsonl``) or from a queue, blocking or in a background thread. Where widgets cannot be
+built (no ipywidgets / anywidget, or ``widgets=False``) it falls back to a plain ``go.Figure`` shown through
+an updatable display handle, or to nothing at all outside IPython: it never needs a display to run.
+
+A subnet counts as done when its last write finished: ``B`` on stage 0, or ``W`` on every stage once the
+trace holds ``W`` tasks. A line ``{"done": true}`` in the file (or ``None`` on a queue) ends ``follow``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+
+from naspipe.trace import Trace, TraceEvent
+from naspipe.viz.gantt import gantt, gantt_bars
+from naspipe.viz.hitrate import hit_series
+from naspipe.viz.style import KINDS
+from naspipe.viz.timeline import utilization_series
+
+Until = Any  # None, a callable returning True when done, a threading.Event, or a process / thread
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
+
+
+def to_event(item: TraceEvent | dict[str, Any]) -> TraceEvent:
+    """A TraceEvent from a TraceEvent or its ``to_dict()`` form (unknown keys rejected)."""
+    if isinstance(item, TraceEvent):
+        return item
+    return TraceEvent(**item)
+
+
+class LiveMonitor:
+    """Live view of a pipeline job; see the module docstring. ``widgets=None`` = widgets inside a kernel."""
+
+    def __init__(self, stages: int, total_subnets: int, *, title: str = "naspipe live monitor",
+                 max_events: int = 3000, buckets: int = 40, refresh: float = 0.5, widgets: bool | None = None):
+        if stages < 1 or total_subnets < 0:
+            raise ValueError("LiveMonitor needs stages >= 1 and total_subnets >= 0")
+        self.stages, self.total, self.title = stages, total_subnets, title
+        self.max_events, self.buckets, self.refresh_every = max_events, buckets, refresh
+        self.events: list[TraceEvent] = []
+        self._lock = threading.RLock()
+        self._b0: set[int] = set()
+        self._w: dict[int, int] = {}
+        self._seen_w = False
+        self._memory = False
+        self._last_refresh = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ended = False
+        self._handle: Any = None
+        self.error: BaseException | None = None
+        self.widget: Any = None
+        if widgets or (widgets is None and _in_kernel()):
+            try:
+                self.widget = self._build_widgets()
+            except Exception:  # noqa: BLE001 - any failure means: no widgets here, use the fallback
+                self.widget = None
+
+    # ---- state -------------------------------------------------------------------------------------------
+    @property
+    def done_subnets(self) -> int:
+        with self._lock:
+            if self._seen_w:
+                return sum(1 for c in self._w.values() if c >= self.stages)
+            return len(self._b0)
+
+    @property
+    def done(self) -> bool:
+        return self._ended or (self.total > 0 and self.done_subnets >= self.total)
+
+    def trace(self) -> Trace:
+        with self._lock:
+            return Trace(self.stages, list(self.events), {"driver": "live"})
+
+    def update(self, events: Iterable[TraceEvent | dict[str, Any]], force: bool = False) -> int:
+        """Append events (TraceEvents or their dicts); redraw at most every ``refresh`` seconds. Returns count."""
+        n = 0
+        with self._lock:
+            for item in events:
+                e = to_event(item)
+                self.events.append(e)
+                n += 1
+                if e.kind == "B" and e.stage == 0:
+                    self._b0.add(e.subnet)
+                elif e.kind == "W":
+                    self._seen_w = True
+                    self._w[e.subnet] = self._w.get(e.subnet, 0) + 1
+                elif e.kind in ("stall", "prefetch"):
+                    self._memory = True
+        if force or time.monotonic() - self._last_refresh >= self.refresh_every:
+            self.refresh()
+        return n
+
+    # ---- drawing -----------------------------------------------------------------------------------------
+    def _status(self) -> str:
+        t = self.trace()
+        txt = f"{self.done_subnets}/{self.total} subnets, {len(t.events)} events"
+        if t.events:
+            txt += f", t = {max(e.end for e in t.events):.3f} s, utilisation {t.utilization():.3f}"
+        return txt
+
+    def _build_widgets(self) -> Any:
+        import ipywidgets as widgets
+
+        self._gantt = go.FigureWidget(gantt_bars([], kinds=list(KINDS)))
+        self._gantt.update_layout(
+            title={"text": self.title}, barmode="overlay", template="plotly_white", height=120 + 45 * self.stages,
+            xaxis={"title": {"text": "time (s)"}},
+            yaxis={"title": {"text": "stage"}, "tickmode": "array", "tickvals": list(range(self.stages)),
+                   "ticktext": [f"stage {s}" for s in range(self.stages)], "range": [self.stages - 0.5, -0.5]},
+            margin={"l": 80, "r": 20, "t": 50, "b": 40})
+        self._lines = go.FigureWidget([
+            go.Scatter(x=[], y=[], mode="lines", name="utilisation (all stages)"),
+            go.Scatter(x=[], y=[], mode="lines", name="prediction hit rate", line={"dash": "dot"}),
+        ])
+        self._lines.update_layout(template="plotly_white", height=260, yaxis={"range": [0, 1.05], "title": {
+            "text": "share"}}, xaxis={"title": {"text": "time (s)"}}, margin={"l": 80, "r": 20, "t": 20, "b": 40})
+        self._progress = widgets.IntProgress(value=0, min=0, max=max(self.total, 1), description="subnets",
+                                             bar_style="info")
+        self._label = widgets.HTML(value=self._status())
+        return widgets.VBox([widgets.HBox([self._progress, self._label]), self._gantt, self._lines])
+
+    def figure(self) -> go.Figure:
+        """A static Gantt of everything received so far (the fallback view; also handy after the run)."""
+        return gantt(self.trace(), title=f"{self.title}: {self._status()}", max_events=self.max_events)
+
+    def refresh(self) -> None:
+        """Redraw now (widgets, or the fallback display handle)."""
+        self._last_refresh = time.monotonic()
+        if self.widget is None:
+            if self._handle is not None:
+                self._handle.update(self.figure())
+                self._last_refresh += max(0.0, 2.0 - self.refresh_every)  # a whole figure per redraw: less often
+            return
+        with self._lock:
+            evs = self.events[-self.max_events:]
+            trace = self.trace()
+        bars = {b.legendgroup: b for b in gantt_bars(evs, kinds=list(KINDS))}
+        end = max((e.end for e in trace.events), default=0.0)
+        edges, util = utilization_series(trace.events, self.stages, self.buckets, end=end)
+        x = (edges[:-1] + edges[1:]) / 2
+        with self._gantt.batch_update():
+            for tr in self._gantt.data:
+                b = bars[tr.legendgroup]
+                tr.base, tr.x, tr.y, tr.hovertext = b.base, b.x, b.y, b.hovertext
+        with self._lines.batch_update():
+            self._lines.data[0].x, self._lines.data[0].y = x, util.mean(axis=0)
+            if self._memory:
+                self._lines.data[1].x, self._lines.data[1].y = x, hit_series(trace, self.buckets).overall()
+        self._progress.value = min(self.done_subnets, self._progress.max)
+        self._progress.bar_style = "success" if self.done else "info"
+        self._label.value = self._status()
+
+    def display(self) -> None:
+        """Show the monitor in the current notebook cell (widgets, or an updatable static figure)."""
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:
+            return
+        if get_ipython() is None:
+            return
+        if self.widget is not None:
+            display(self.widget)
+        else:
+            self._handle = display(self.figure(), display_id=True)
+
+    def _ipython_display_(self) -> None:
+        self.display()
+
+    # ---- following a running job -------------------------------------------------------------------------
+    def follow(self, source: str | Path | Any, until: Until = None, *, block: bool = True, poll: float = 0.2,
+               timeout: float | None = None) -> LiveMonitor:
+        """Read events from ``source`` until the job is done.
+
+        ``source``: a JSON-lines file (it may not exist yet), or a queue (``get(timeout=...)``) of events,
+        dicts, lists of them, or ``None`` meaning done. ``until``: a callable returning True, a
+        ``threading.Event``, or a process / thread (stops when it is no longer alive); by default all
+        ``total_subnets`` done. ``block=False`` returns at once and follows in a background thread
+        (``wait()`` joins it, ``stop()`` ends it).
+        """
+        self._stop.clear()
+        if block:
+            try:
+                self._follow(source, until, poll, timeout)
+            except KeyboardInterrupt:
+                pass
+            return self
+        self._thread = threading.Thread(target=self._follow_safe, args=(source, until, poll, timeout),
+                                        name="naspipe-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Join the background thread; True when it has ended. Re-raises an error it hit."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False
+        if self.error is not None:
+            raise self.error
+        return True
+
+    def _follow_safe(self, *args: Any) -> None:
+        try:
+            self._follow(*args)
+        except BaseException as e:  # noqa: BLE001 - reported through wait()
+            self.error = e
+
+    def _follow(self, source: Any, until: Until, poll: float, timeout: float | None) -> None:
+        reader = _FileReader(Path(source)) if isinstance(source, (str, Path)) else _QueueReader(source, poll)
+        stop_when = _stopper(until)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._stop.is_set():
+            finished = stop_when()  # checked before draining, so the last events are never lost
+            items, ended = reader.read()
+            if items:
+                self.update(items)
+            if ended:
+                self._ended = True
+            if ended or finished or self.done or (deadline is not None and time.monotonic() > deadline):
+                break
+            if not items and isinstance(reader, _FileReader):
+                self._stop.wait(poll)
+        self.refresh()
+
+
+def _stopper(until: Until) -> Callable[[], bool]:
+    if until is None:
+        return lambda: False
+    if isinstance(until, threading.Event):
+        return until.is_set
+    if hasattr(until, "is_alive"):
+        return lambda: not until.is_alive()
+    if hasattr(until, "poll") and not callable(getattr(until, "get", None)):
+        return lambda: until.poll() is not None  # subprocess.Popen
+    if callable(until):
+        return lambda: bool(until())
+    raise TypeError("until must be None, a callable, a threading.Event or a process/thread")
+
+
+class _FileReader:
+    """Incremental reader of a JSON-lines file being appended to; a partial last line waits for its end."""
+
+    def __init__(self, path: Path):
+        self.path, self.pos, self.buf = path, 0, ""
+
+    def read(self) -> tuple[list[dict[str, Any]], bool]:
+        try:
+            with self.path.open() as f:
+                f.seek(self.pos)
+                chunk = f.read()
+                self.pos = f.tell()
+        except FileNotFoundError:
+            return [], False
+        self.buf += chunk
+        *lines, self.buf = self.buf.split("\n")
+        out, ended = [], False
+        for ln in lines:
+            if not ln.strip():
+                continue
+            d = json.loads(ln)
+            if d.get("done") or d.get("event") == "done":
+                ended = True
+            elif "kind" in d:
+                out.append(d)
+        return out, ended
+
+
+class _QueueReader:
+    def __init__(self, q: Any, poll: float):
+        self.q, self.poll = q, poll
+
+    def read(self) -> tuple[list[Any], bool]:
+        import queue
+
+        out: list[Any] = []
+        try:
+            item = self.q.get(timeout=self.poll)
+            while True:
+                if item is None:
+                    return out, True
+                out.extend(item if isinstance(item, (list, tuple)) else [item])
+                item = self.q.get_nowait()
+        except queue.Empty:
+            return out, False
