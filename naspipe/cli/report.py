@@ -1,0 +1,41 @@
+"""``naspipe report RUN_DIR``: a self-contained HTML report (Gantt, DAG excerpt, hit rate, metrics)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from naspipe.cli.common import UsageError, positive_int
+
+COMMAND = "report"
+HELP = "write a self-contained HTML report of a run directory (needs RUN_DIR/trace.json)"
+ORDER = 60
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory holding trace.json (or a trace file)")
+    p.add_argument("--out", default=None, help="output HTML file (default RUN_DIR/report.html)")
+    p.add_argument("--compare", action="append", default=[], metavar="NAME=TRACE",
+                   help="another trace (file or run directory) drawn in the Gantt, e.g. simulated=sim/trace.json")
+    p.add_argument("--max-events", type=positive_int("--max-events"), default=20_000,
+                   help="most events drawn per trace in the Gantt (default %(default)s)")
+    p.add_argument("--dag-subnets", type=positive_int("--dag-subnets", 0), default=40,
+                   help="subnets in the DAG excerpt, 0 for none (default %(default)s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    extra = {}
+    for item in args.compare:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(f"--compare expects NAME=TRACE, got {item!r}")
+        extra[name] = Path(path)
+    from naspipe.viz.report import ReportError, write_report
+
+    try:
+        out = write_report(args.run_dir, args.out, extra=extra, max_events=args.max_events,
+                           dag_subnets=args.dag_subnets)
+    except ReportError as e:
+        raise UsageError(str(e)) from None
+    print(out)
+    return 0

@@ -1,0 +1,28 @@
+"""Figures of traces and schedules (plotly, networkx, ipywidgets); they read traces and plain data only.
+
+* ``gantt``: Gantt chart of one or several traces (simulated and measured side by side);
+* ``causal_dag`` / ``dag_figure`` / ``critical_path``: the causal dependency DAG and its critical path;
+* ``hitrate_figure`` / ``hit_stats``: prediction hit rate and stall time per stage over time;
+* ``LiveMonitor``: a live widget following a running job's ``events.jsonl``;
+* ``write_report``: a self-contained HTML report of a run directory;
+* ``sharing_figure``, ``schedule_player``, ``compare_policies``, ``scaling_sweep``: the notebooks' pieces.
+"""
+
+from naspipe.viz.compare import compare_policies, summary_rows, table_figure
+from naspipe.viz.dag import CriticalPath, causal_dag, critical_path, dag_figure, dag_from_trace, trace_durations
+from naspipe.viz.gantt import gantt, gantt_bars
+from naspipe.viz.hitrate import HitSeries, HitStats, hit_series, hit_stats, hitrate_figure
+from naspipe.viz.monitor import LiveMonitor
+from naspipe.viz.player import schedule_frames, schedule_player
+from naspipe.viz.report import ReportError, load_run, write_report
+from naspipe.viz.scaling import PAPER_UNIT_UTILIZATION, scaling_figure, scaling_sweep
+from naspipe.viz.sharing import sharing_figure, sharing_rows
+from naspipe.viz.timeline import utilization_series
+
+__all__ = [
+    "CriticalPath", "HitSeries", "HitStats", "LiveMonitor", "PAPER_UNIT_UTILIZATION", "ReportError", "causal_dag",
+    "compare_policies", "critical_path", "dag_figure", "dag_from_trace", "gantt", "gantt_bars", "hit_series",
+    "hit_stats", "hitrate_figure", "load_run", "schedule_frames", "schedule_player", "scaling_figure",
+    "scaling_sweep", "sharing_figure", "sharing_rows", "summary_rows", "table_figure", "trace_durations",
+    "utilization_series", "write_report",
+]
