@@ -15,10 +15,11 @@ import plotly.graph_objects as go
 from naspipe.bound import lower_bound
 from naspipe.partition import Partition
 from naspipe.sched.shared import SharedLayers
-from naspipe.sched.tasks import WEIGHT
+from naspipe.sched.tasks import BACKWARD, WEIGHT
 from naspipe.sequence import SubnetStream
 from naspipe.sim import SimResult, simulate
 from naspipe.space import SearchSpace
+from naspipe.trace import check_causal
 
 DEFAULT_POLICIES = ("csp", "csp-bw", "bsp", "asp")
 CAUSAL_POLICIES = ("sequential", "csp", "csp-bw")  # the CSP lower bound binds only these
@@ -39,8 +40,10 @@ def summary_rows(results: Mapping[str, SimResult], space: SearchSpace, part: Par
                  *, shared: SharedLayers | None = None, reference: str | None = "bsp") -> list[dict[str, Any]]:
     """One row per policy. ``efficiency`` = CSP lower bound (split for ``csp-bw``) / makespan, NaN for
     policies that ignore the causal rule (bsp, asp: the bound does not bind them); ``speedup`` = reference
-    makespan / makespan (reference: ``bsp`` if present, else the first policy)."""
+    makespan / makespan (reference: ``bsp`` if present, else the first policy); ``causal_violations``: forwards
+    that read a candidate before an earlier subnet's write of it (0 for CSP: the sequential semantics hold)."""
     subnets = [stream[j] for j in range(len(stream))]
+    blocks = [[b for b in part.blocks(s) if not space.blocks[b].fixed] for s in range(part.stages)]
     ref = reference if reference in results else next(iter(results), None)
     rows = []
     for name, r in results.items():
@@ -56,6 +59,7 @@ def summary_rows(results: Mapping[str, SimResult], space: SearchSpace, part: Par
             "efficiency": (b.lower_bound / ms if ms else 0.0) if causal else float("nan"),
             "bound_utilization": sum(b.stage_work) / (part.stages * b.lower_bound) if b.lower_bound else 0.0,
             "speedup": (results[ref].makespan / ms) if ms and ref else 1.0, "speedup_vs": ref,
+            "causal_violations": len(check_causal(r.trace, subnets, blocks, WEIGHT if split else BACKWARD)),
         })
     return rows
 

@@ -88,7 +88,7 @@ def gantt_bars(events: Sequence[TraceEvent], *, unit: str = "s", factor: float =
         )
         if labels and kind in COMPUTE_KINDS:
             bar.update(text=[str(e.subnet) for e in evs], textposition="inside", insidetextanchor="middle",
-                       textfont={"color": "white", "size": 10}, constraintext="none")
+                       textfont={"color": "white", "size": 10})
         out.append(bar)
     return out
 
@@ -154,7 +154,7 @@ def gantt(traces: Traces, title: str | None = None, max_events: int | None = DEF
         title={"text": title}, barmode="overlay", bargap=0, hovermode="closest",
         legend={"title": {"text": "task / event"}, "traceorder": "normal"},
         height=height or int(140 + sum(60 + 38 * p for p in stages)), template="plotly_white",
-        margin={"l": 80, "r": 20, "t": 70, "b": 50},
+        margin={"l": 80, "r": 20, "t": 70, "b": 50}, uniformtext={"minsize": 8, "mode": "hide"},
     )
     return fig
 
