@@ -1,0 +1,80 @@
+"""``naspipe reference``: train a subnet sequence with the independent sequential trainer.
+
+Takes the same options as ``naspipe train`` (``--stages/--policy/--window`` are accepted and ignored:
+the reference has one stage and no schedule) and writes ``losses.csv``, ``params.json`` and
+``metrics.json`` to ``--out``, the files ``naspipe verify`` compares.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from naspipe.cli.common import UsageError, add_run_arguments, resolve_run
+
+COMMAND = "reference"
+HELP = "train subnets one at a time (the sequential oracle) and write losses and parameter hashes"
+ORDER = 40
+
+
+def _lr(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--lr must be a number, got {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"--lr must be a finite number > 0, got {text}")
+    return v
+
+
+def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
+    """``--optimizer`` and ``--lr``, shared with ``naspipe train``."""
+    from naspipe.models.optim import DEFAULT_LR, OPTIMIZERS
+
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
+                   help="per-parameter optimizer (default %(default)s)")
+    defaults = ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items())
+    p.add_argument("--lr", type=_lr, default=None, help=f"learning rate (default per optimizer: {defaults})")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_run_arguments(p, default_space="tiny-transformer", default_subnets=200, default_policy="sequential")
+    add_optimizer_arguments(p)
+    p.add_argument("--out", required=True, help="directory for losses.csv, params.json, metrics.json")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = resolve_run(args)
+    from naspipe.models import model_kind
+
+    try:
+        model_kind(cfg.space)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {str(out)!r} exists and is not a directory")
+
+    from naspipe.reference import train_reference
+    from naspipe.results import LOSSES, METRICS, PARAMS, param_hashes, write_losses, write_metrics, write_params
+
+    result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
+                             lr=args.lr, progress=not args.no_progress)
+    out.mkdir(parents=True, exist_ok=True)
+    write_losses(out / LOSSES, result.losses)
+    hashes = param_hashes(result.model.global_named_parameters())
+    write_params(out / PARAMS, hashes)
+    n = len(result.losses)
+    digest = getattr(cfg.stream, "digest", None)
+    write_metrics(out / METRICS, {
+        "command": COMMAND,
+        "wall_s": result.wall_s,
+        "subnets_per_s": n / result.wall_s if result.wall_s > 0 else None,
+        "final_loss": result.losses[n - 1] if n else None,
+        "config": {**result.config, "sequence_sha256": digest() if digest else None,
+                   "sequence": args.sequence},
+    })
+    print(f"reference: {n} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
+          f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")
+    return 0

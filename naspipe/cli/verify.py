@@ -1,0 +1,30 @@
+"""``naspipe verify DIR_A DIR_B``: are two runs bit-identical (per-subnet losses and every tensor)?
+
+Exit 0 when identical, 1 naming the first subnet or tensor that differs, 2 when a file is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from naspipe.cli.common import UsageError
+
+COMMAND = "verify"
+HELP = "compare two run directories bit for bit (losses.csv and parameter hashes)"
+ORDER = 45
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir_a", metavar="DIR_A", help="a run directory (losses.csv, params.json)")
+    p.add_argument("dir_b", metavar="DIR_B", help="another run directory")
+
+
+def run(args: argparse.Namespace) -> int:
+    from naspipe.results import ResultsError, verify
+
+    try:
+        ok, message = verify(args.dir_a, args.dir_b)
+    except ResultsError as e:
+        raise UsageError(str(e)) from None
+    print(message if ok else f"differ: {message}")
+    return 0 if ok else 1
