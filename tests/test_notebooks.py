@@ -69,3 +69,30 @@ def test_05_scaling():
     assert mimes[PLOTLY_MIME] >= 4  # a figure and a table per space family
     figs = outputs_of(nb, PLOTLY_MIME)
     assert any(any(d.get("name", "").startswith("paper") for d in f["data"]) for f in figs)
+
+
+def test_live_monitor_in_a_headless_kernel(tmp_path):
+    """The monitor inside a kernel: widgets shown, a writer thread feeds events.jsonl, follow() blocks."""
+    src = '''import json, threading, time
+from pathlib import Path
+from naspipe import UniformStream, partition, preset, simulate
+from naspipe.viz import LiveMonitor
+sp = preset("naspipe-k48"); part = partition(sp, 4)
+trace = simulate(sp, part, UniformStream(sp, 0, 16), "csp").trace
+path = Path("events.jsonl")
+def write():
+    with path.open("w") as f:
+        for e in sorted(trace.events, key=lambda e: e.end):
+            f.write(json.dumps(e.to_dict()) + "\\n"); f.flush(); time.sleep(0.002)
+mon = LiveMonitor(4, 16, refresh=0.05)
+mon.display()
+threading.Thread(target=write).start()
+mon.follow(path, timeout=30)
+print(mon.widget is not None, mon.done_subnets, len(mon.events))'''
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src)])
+    path = tmp_path / "monitor.ipynb"
+    nbformat.write(nb, path)
+    out = run_notebook(path, timeout=60)
+    mimes = output_mime_types(out)
+    assert mimes[WIDGET_MIME] == 1 and mimes["error"] == 0
+    assert out.cells[0].outputs[-1].text.split() == ["True", "16", "128"]

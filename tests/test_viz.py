@@ -341,6 +341,21 @@ def test_monitor_background_thread_queue_and_until(tmp_path):
     assert mon3.done and len(mon3.events) == 5
 
 
+def test_monitor_stops_when_the_runtime_writes_status(tmp_path):
+    _, _, _, r = sim(n=10)
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e.to_dict()) + "\n" for e in r.trace.events[:12]))
+    mon = LiveMonitor(4, 10, widgets=True)
+    mon.follow(path, block=False, poll=0.02)
+    time.sleep(0.1)
+    assert not mon.wait(0.01)  # 10 subnets never finish: still following
+    (tmp_path / "status.json").write_text(json.dumps({"complete": False, "error": "stage 2 died", "rank": 2}))
+    assert mon.wait(5)
+    assert mon.status == {"complete": False, "error": "stage 2 died", "rank": 2}
+    assert len(mon.events) == 12 and "run failed: stage 2 died" in mon._label.value
+    assert mon._progress.bar_style == "danger"
+
+
 def test_monitor_is_headless_safe():
     mon = LiveMonitor(2, 3)  # no kernel here: the fallback, no widgets
     assert mon.widget is None

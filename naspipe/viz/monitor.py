@@ -8,7 +8,10 @@ built (no ipywidgets / anywidget, or ``widgets=False``) it falls back to a plain
 an updatable display handle, or to nothing at all outside IPython: it never needs a display to run.
 
 A subnet counts as done when its last write finished: ``B`` on stage 0, or ``W`` on every stage once the
-trace holds ``W`` tasks. A line ``{"done": true}`` in the file (or ``None`` on a queue) ends ``follow``.
+trace holds ``W`` tasks. ``follow`` also ends on a line ``{"done": true}`` in the file, on ``None`` from a
+queue, and when the runtime's ``status.json`` appears next to the events file (written when a run completes
+or fails, no older than the events file); ``status`` then holds its content (``{"complete": true}`` or the
+error and the rank).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class LiveMonitor:
         self._thread: threading.Thread | None = None
         self._ended = False
         self._handle: Any = None
+        self.status: dict[str, Any] | None = None
         self.error: BaseException | None = None
         self.widget: Any = None
         if widgets or (widgets is None and _in_kernel()):
@@ -116,6 +120,8 @@ class LiveMonitor:
         txt = f"{self.done_subnets}/{self.total} subnets, {len(t.events)} events"
         if t.events:
             txt += f", t = {max(e.end for e in t.events):.3f} s, utilisation {t.utilization():.3f}"
+        if self.status is not None and not self.status.get("complete"):
+            txt += f"; run failed: {self.status.get('error', 'unknown error')}"
         return txt
 
     def _build_widgets(self) -> Any:
@@ -167,7 +173,8 @@ class LiveMonitor:
             if self._memory:
                 self._lines.data[1].x, self._lines.data[1].y = x, hit_series(trace, self.buckets).overall()
         self._progress.value = min(self.done_subnets, self._progress.max)
-        self._progress.bar_style = "success" if self.done else "info"
+        failed = self.status is not None and not self.status.get("complete")
+        self._progress.bar_style = "danger" if failed else "success" if self.done else "info"
         self._label.value = self._status()
 
     def display(self) -> None:
@@ -240,6 +247,8 @@ class LiveMonitor:
                 self.update(items)
             if ended:
                 self._ended = True
+                if isinstance(reader, _FileReader) and reader.status is not None:
+                    self.status = reader.status
             if ended or finished or self.done or (deadline is not None and time.monotonic() > deadline):
                 break
             if not items and isinstance(reader, _FileReader):
@@ -266,8 +275,22 @@ class _FileReader:
 
     def __init__(self, path: Path):
         self.path, self.pos, self.buf = path, 0, ""
+        self.status: dict[str, Any] | None = None
+
+    def _run_ended(self) -> bool:
+        """The runtime wrote ``status.json`` beside the events file, after the events file's last write."""
+        st = self.path.parent / "status.json"
+        try:
+            if st.stat().st_mtime < self.path.stat().st_mtime:
+                return False
+            data = json.loads(st.read_text())
+        except (OSError, ValueError):
+            return False
+        self.status = data if isinstance(data, dict) else {"complete": bool(data)}
+        return True
 
     def read(self) -> tuple[list[dict[str, Any]], bool]:
+        ended = self._run_ended()  # checked first: every event written before status.json is read below
         try:
             with self.path.open() as f:
                 f.seek(self.pos)
@@ -277,7 +300,7 @@ class _FileReader:
             return [], False
         self.buf += chunk
         *lines, self.buf = self.buf.split("\n")
-        out, ended = [], False
+        out = []
         for ln in lines:
             if not ln.strip():
                 continue
