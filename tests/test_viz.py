@@ -333,12 +333,13 @@ def test_monitor_background_thread_queue_and_until(tmp_path):
     assert not mon2.wait(0.01)
     stop.set()
     assert mon2.wait(5) and len(mon2.events) == 5
-    # a {"done": true} line ends following
+    # a {"done": true} line ends following; garbage lines and unknown keys do not stop a live view
     with path.open("a") as f:
-        f.write('{"done": true}\n')
+        f.write('not json\n[1, 2]\n{"kind": "F"}\n')
+        f.write('{"stage": 0, "kind": "F", "subnet": 9, "start": 0, "end": 1, "rank": 0}\n{"done": true}\n')
     mon3 = LiveMonitor(4, 10, widgets=False)
     mon3.follow(path, timeout=5)
-    assert mon3.done and len(mon3.events) == 5
+    assert mon3.done and len(mon3.events) == 6
 
 
 def test_monitor_stops_when_the_runtime_writes_status(tmp_path):

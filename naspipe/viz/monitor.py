@@ -16,6 +16,7 @@ error and the rank).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -43,11 +44,15 @@ def _in_kernel() -> bool:
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
+_FIELDS = tuple(f.name for f in dataclasses.fields(TraceEvent))
+_REQUIRED = {"stage", "kind", "subnet", "start", "end"}
+
+
 def to_event(item: TraceEvent | dict[str, Any]) -> TraceEvent:
-    """A TraceEvent from a TraceEvent or its ``to_dict()`` form (unknown keys rejected)."""
+    """A TraceEvent from a TraceEvent or its ``to_dict()`` form (keys TraceEvent does not know are ignored)."""
     if isinstance(item, TraceEvent):
         return item
-    return TraceEvent(**item)
+    return TraceEvent(**{k: item[k] for k in _FIELDS if k in item})
 
 
 class LiveMonitor:
@@ -274,8 +279,9 @@ class _FileReader:
     """Incremental reader of a JSON-lines file being appended to; a partial last line waits for its end."""
 
     def __init__(self, path: Path):
-        self.path, self.pos, self.buf = path, 0, ""
+        self.path, self.pos, self.buf = path, 0, b""
         self.status: dict[str, Any] | None = None
+        self.bad_lines = 0  # lines that are not JSON objects: skipped (a live view must not die on one)
 
     def _run_ended(self) -> bool:
         """The runtime wrote ``status.json`` beside the events file, after the events file's last write."""
@@ -292,23 +298,31 @@ class _FileReader:
     def read(self) -> tuple[list[dict[str, Any]], bool]:
         ended = self._run_ended()  # checked first: every event written before status.json is read below
         try:
-            with self.path.open() as f:
+            with self.path.open("rb") as f:
                 f.seek(self.pos)
                 chunk = f.read()
-                self.pos = f.tell()
+                self.pos += len(chunk)
         except FileNotFoundError:
             return [], False
         self.buf += chunk
-        *lines, self.buf = self.buf.split("\n")
+        *lines, self.buf = self.buf.split(b"\n")
         out = []
         for ln in lines:
             if not ln.strip():
                 continue
-            d = json.loads(ln)
+            try:
+                d = json.loads(ln)
+            except ValueError:
+                d = None
+            if not isinstance(d, dict):
+                self.bad_lines += 1
+                continue
             if d.get("done") or d.get("event") == "done":
                 ended = True
-            elif "kind" in d:
+            elif _REQUIRED <= d.keys():
                 out.append(d)
+            else:
+                self.bad_lines += 1
         return out, ended
 
 
