@@ -1,0 +1,54 @@
+"""The runtime: real supernet training, one OS process per pipeline stage, on torch.distributed.
+
+The same ``StageScheduler`` objects the simulator drives decide what each stage runs; stages exchange
+activations and gradients with point-to-point ops (``comm``), execute tasks on their ``StageModel``
+(``stage_exec``, ``updates``, ``versions``), record the simulator's trace format (``recorder``) and are
+started and supervised by ``launcher`` (one machine) or ``naspipe.launch`` (torchrun).
+
+Library API::
+
+    from naspipe.runtime import TrainConfig, train
+    result = train(TrainConfig.create("tiny-transformer", "runs/csp2", stages=2, subnets=50))
+    result.metrics["subnets_per_s"], result.verify("runs/reference")
+
+Importing this package does not import torch; ``train`` does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from naspipe.runtime.config import ConfigError, TrainConfig
+
+if TYPE_CHECKING:
+    from naspipe.runtime.outputs import RunResult
+
+
+def train(config: TrainConfig | None = None, /, **kwargs: Any) -> RunResult:
+    """Train ``config`` (or ``TrainConfig.create(**kwargs)``) and return the merged ``RunResult``.
+
+    Raises ``ConfigError`` for a bad configuration (before any process starts) and
+    ``naspipe.runtime.launcher.TrainError`` when a stage fails (naming the rank).
+    """
+    from naspipe.runtime.launcher import train as _train
+
+    if config is None:
+        config = TrainConfig.create(**kwargs)
+    elif kwargs:
+        raise TypeError("pass either a TrainConfig or keyword arguments, not both")
+    return _train(config)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RunResult":
+        from naspipe.runtime.outputs import RunResult
+
+        return RunResult
+    if name == "TrainError":
+        from naspipe.runtime.launcher import TrainError
+
+        return TrainError
+    raise AttributeError(name)
+
+
+__all__ = ["ConfigError", "RunResult", "TrainConfig", "TrainError", "train"]

@@ -1,0 +1,184 @@
+"""Point-to-point transport between neighbouring stages: a fixed-length int64 header, then the payload.
+
+Why it exists: stages run subnets out of order, so every message says which subnet it belongs to and
+what its payload looks like. Activations travel ``s -> s+1``, gradients ``s+1 -> s``; nothing but
+torch.distributed point-to-point ops is used (no sockets or pickles of our own).
+
+Channels: one process group per direction of each neighbouring pair, created in the same order on every
+rank. A channel carries messages one way, in FIFO order. On gloo that gives independent connections; on
+NCCL separate communicators and streams, so a blocking receive on one channel can never hold up a send on
+the other (NCCL orders all operations of one communicator).
+
+One receiver thread per incoming channel blocks in ``dist.recv`` and pushes ``Message`` objects into the
+stage's inbox (a ``queue.Queue``); it knows how many messages to expect (one per subnet) and ends by
+itself. A receive error is pushed into the inbox as a ``ChannelFailure``. Sends are ``dist.isend`` from the
+stage loop; their handles (and tensors) are kept until complete and awaited with a timeout in ``flush``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import queue
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+HEADER_LEN = 12  # kind, subnet, flags, dtype, ndim, up to 7 dims
+MAX_DIMS = HEADER_LEN - 5
+ACTIVATION = 1
+GRADIENT = 2
+KIND_NAMES = {ACTIVATION: "activation", GRADIENT: "gradient"}
+FLAG_REQUIRES_GRAD = 1  # the sender's tensor requires grad: the receiver mirrors it
+FLAG_EMPTY = 2  # no payload follows (a gradient that does not exist)
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+class TransportError(RuntimeError):
+    pass
+
+
+@dataclass
+class Message:
+    kind: int  # ACTIVATION or GRADIENT
+    subnet: int
+    tensor: Tensor | None
+    requires_grad: bool = False
+
+
+@dataclass
+class ChannelFailure:
+    text: str
+
+
+def encode_header(kind: int, subnet: int, tensor: Tensor | None, requires_grad: bool = False) -> list[int]:
+    """The header of a message as a list of ``HEADER_LEN`` ints."""
+    if tensor is None:
+        return [kind, subnet, FLAG_EMPTY, 0, 0] + [0] * MAX_DIMS
+    if tensor.dtype not in DTYPES:
+        raise TransportError(f"cannot send dtype {tensor.dtype}; supported: {', '.join(map(str, DTYPES))}")
+    if tensor.dim() > MAX_DIMS:
+        raise TransportError(f"cannot send a {tensor.dim()}-d tensor; at most {MAX_DIMS} dims")
+    dims = list(tensor.shape) + [0] * (MAX_DIMS - tensor.dim())
+    flags = FLAG_REQUIRES_GRAD if requires_grad else 0
+    return [kind, subnet, flags, DTYPES.index(tensor.dtype), tensor.dim()] + dims
+
+
+def decode_header(values: list[int]) -> tuple[int, int, int, torch.dtype | None, tuple[int, ...]]:
+    """``(kind, subnet, flags, dtype, shape)``; dtype None for an empty message."""
+    if len(values) != HEADER_LEN:
+        raise TransportError(f"header has {len(values)} fields, expected {HEADER_LEN}")
+    kind, subnet, flags, code, ndim = values[:5]
+    if kind not in KIND_NAMES or subnet < 0 or not 0 <= ndim <= MAX_DIMS:
+        raise TransportError(f"malformed header {values}")
+    if flags & FLAG_EMPTY:
+        return kind, subnet, flags, None, ()
+    if not 0 <= code < len(DTYPES):
+        raise TransportError(f"malformed header {values}: unknown dtype code {code}")
+    return kind, subnet, flags, DTYPES[code], tuple(values[5:5 + ndim])
+
+
+def make_channels(world: int) -> tuple[list[dist.ProcessGroup | None], list[dist.ProcessGroup | None]]:
+    """Per pair ``(s, s+1)``: the activation group and the gradient group (collective: every rank calls)."""
+    acts: list[dist.ProcessGroup | None] = []
+    grads: list[dist.ProcessGroup | None] = []
+    for s in range(world - 1):
+        acts.append(dist.new_group([s, s + 1]))
+        grads.append(dist.new_group([s, s + 1]))
+    return acts, grads
+
+
+class Links:
+    """The two neighbours of stage ``rank``: receive threads into ``inbox``, asynchronous sends."""
+
+    def __init__(self, rank: int, world: int, device: torch.device, expected: int, inbox: queue.Queue,
+                 timeout: float):
+        self.rank, self.world, self.device = rank, world, device
+        self.expected = expected
+        self.inbox = inbox
+        self.timeout = timeout
+        self.act_groups, self.grad_groups = make_channels(world)
+        self._pending: deque[tuple[dist.Work, Tensor]] = deque()  # the tensor stays alive until sent
+        self._threads: list[threading.Thread] = []
+        self.received = {ACTIVATION: 0, GRADIENT: 0}
+        self.sent = {ACTIVATION: 0, GRADIENT: 0}
+        self.bytes_sent = 0
+
+    # ---- receiving -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.rank > 0:
+            self._spawn(ACTIVATION, self.rank - 1, self.act_groups[self.rank - 1])
+        if self.rank < self.world - 1:
+            self._spawn(GRADIENT, self.rank + 1, self.grad_groups[self.rank])
+
+    def _spawn(self, kind: int, src: int, group: dist.ProcessGroup | None) -> None:
+        t = threading.Thread(target=self._receive, args=(kind, src, group), daemon=True,
+                             name=f"naspipe-recv-{KIND_NAMES[kind]}-from-{src}")
+        t.start()
+        self._threads.append(t)
+
+    def _receive(self, kind: int, src: int, group: dist.ProcessGroup | None) -> None:
+        what = f"{KIND_NAMES[kind]}s from stage {src}"
+        try:
+            header = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.device)
+            for _ in range(self.expected):
+                dist.recv(header, src=src, group=group)
+                k, j, flags, dtype, shape = decode_header(header.tolist())
+                if k != kind:
+                    raise TransportError(f"expected a {KIND_NAMES[kind]}, got a {KIND_NAMES[k]} header")
+                payload = None
+                if dtype is not None:
+                    payload = torch.empty(shape, dtype=dtype, device=self.device)
+                    dist.recv(payload, src=src, group=group)
+                self.received[kind] += 1
+                self.inbox.put(Message(kind, j, payload, bool(flags & FLAG_REQUIRES_GRAD)))
+        except Exception as e:  # noqa: BLE001 - reported to the stage loop, which fails the run
+            self.inbox.put(ChannelFailure(f"stage {self.rank}: receiving {what} failed after "
+                                          f"{self.received[kind]} of {self.expected}: {type(e).__name__}: {e}"))
+
+    # ---- sending ---------------------------------------------------------------------------------------
+    def send_activation(self, subnet: int, tensor: Tensor, requires_grad: bool) -> None:
+        self._send(ACTIVATION, self.rank + 1, self.act_groups[self.rank], subnet, tensor, requires_grad)
+
+    def send_gradient(self, subnet: int, tensor: Tensor | None) -> None:
+        self._send(GRADIENT, self.rank - 1, self.grad_groups[self.rank - 1], subnet, tensor, False)
+
+    def _send(self, kind: int, dst: int, group: dist.ProcessGroup | None, subnet: int, tensor: Tensor | None,
+              requires_grad: bool) -> None:
+        self._reap()
+        header = torch.tensor(encode_header(kind, subnet, tensor, requires_grad), dtype=torch.int64,
+                              device=self.device)
+        self._pending.append((dist.isend(header, dst=dst, group=group), header))
+        if tensor is not None:
+            payload = tensor.detach().contiguous()
+            self._pending.append((dist.isend(payload, dst=dst, group=group), payload))
+            self.bytes_sent += payload.numel() * payload.element_size()
+        self.sent[kind] += 1
+
+    def _reap(self) -> None:
+        """Drop completed sends (re-raising a failed one)."""
+        while self._pending and self._pending[0][0].is_completed():
+            work = self._pending.popleft()[0]
+            work.wait()
+
+    def flush(self) -> None:
+        """Wait (with the timeout) until every send completed."""
+        limit = datetime.timedelta(seconds=self.timeout)
+        while self._pending:
+            work = self._pending.popleft()[0]
+            try:
+                work.wait(limit)
+            except Exception as e:
+                raise TransportError(f"stage {self.rank}: a send did not complete within {self.timeout:g} s: "
+                                     f"{e}") from e
+
+    def join(self, timeout: float) -> None:
+        """Wait for the receiver threads (they end after the expected messages)."""
+        for t in self._threads:
+            t.join(timeout)
+            if t.is_alive():
+                raise TransportError(f"stage {self.rank}: receiver thread {t.name} still running after "
+                                     f"{timeout:g} s")

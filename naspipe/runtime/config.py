@@ -1,0 +1,268 @@
+"""The run configuration of a training job, validated completely before any process starts.
+
+Why it exists: the CLI, the torchrun entry point and notebooks all describe a run the same way, and a bad
+run must be refused with one clear line before a single worker is spawned (``ConfigError``, which the
+CLI turns into exit code 2). A validated ``TrainConfig`` holds only plain, picklable data: it is what
+every stage process receives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from naspipe.partition import Partition, partition
+from naspipe.sched.policies import POLICIES, PolicyError, StageSpec, make_scheduler
+from naspipe.sched.shared import SharedLayers, SharedPolicyError, parse_shared
+from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.space import SearchSpace, SpaceError, Subnet, resolve_space
+
+DEVICES = ("cpu", "cuda")
+START_METHODS = ("forkserver", "spawn")
+FAULT_ACTIONS = ("raise", "kill", "exit", "hang")
+# files that mark a directory as holding a run (refused unless overwrite=True)
+RUN_FILES = ("losses.csv", "params.json", "trace.json", "metrics.json", "events.jsonl", "status.json", "parts")
+
+
+class ConfigError(ValueError):
+    """A run configuration is invalid; the message is one line saying what is wrong and what is allowed."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs. Build with ``TrainConfig.create(...)``, which validates.
+
+    ``fault`` injects a failure for tests of the supervision: ``ACTION:STAGE:SUBNET`` with ACTION one of
+    raise, kill (SIGKILL itself), exit (``os._exit(3)``) or hang; it fires when that stage starts a task
+    of that subnet.
+    """
+
+    space: SearchSpace
+    out: Path
+    partition: Partition
+    sequence: tuple[Subnet, ...]  # the subnets to train, in order
+    seed: int = 0
+    policy: str = "csp"
+    shared: SharedLayers = field(default_factory=SharedLayers)
+    window: int = 200
+    optimizer: str = "sgd"
+    lr: float | None = None  # None: the optimizer's default (naspipe.models.DEFAULT_LR)
+    jitter_ms: float = 0.0
+    threads: int = 1
+    device: str = "cpu"
+    timeout: float = 120.0
+    micro_batches: int | None = None
+    max_pending_w: int | None = None
+    port: int | None = None
+    overwrite: bool = False
+    progress: bool = True
+    fault: str | None = None
+    start_method: str = "forkserver"
+
+    # ---- construction --------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, space: SearchSpace | str, out: str | Path, *, stages: int = 1, subnets: int = 100,
+               sequence: Any = None, shared_layers: SharedLayers | str = "frozen",
+               partition_: Partition | None = None, **options: Any) -> TrainConfig:
+        """Validate user-level arguments (names, strings, counts) into a config; raises ConfigError.
+
+        ``sequence``: a subnet stream or list of subnets to replay (its first ``subnets`` are trained);
+        default: uniform sampling keyed by ``seed``.
+        """
+        try:
+            sp = resolve_space(space)
+        except SpaceError as e:
+            raise ConfigError(str(e)) from None
+        fixed = {"space", "out", "partition", "sequence", "shared"}  # set through the named arguments
+        unknown = set(options) - ({f.name for f in dataclasses.fields(cls)} - fixed)
+        if unknown:
+            raise ConfigError(f"unknown option(s) {sorted(unknown)}")
+        if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
+            raise ConfigError(f"stages must be a whole number >= 1, got {stages!r}")
+        if not isinstance(subnets, int) or isinstance(subnets, bool) or subnets < 1:
+            raise ConfigError(f"subnets must be a whole number >= 1, got {subnets!r}")
+        try:
+            part = partition_ if partition_ is not None else partition(sp, stages)
+            shared = parse_shared(shared_layers)
+        except (SpaceError, SharedPolicyError) as e:
+            raise ConfigError(str(e)) from None
+        seed = int(options.get("seed", 0))
+        try:
+            if sequence is None:
+                stream = UniformStream(sp, seed, subnets)
+                subs = tuple(stream[j] for j in range(subnets))
+            else:
+                if len(sequence) < subnets:
+                    raise ConfigError(f"the sequence holds {len(sequence)} subnets, fewer than subnets={subnets}")
+                subs = tuple(ReplayStream(sp, [list(sequence[j]) for j in range(subnets)]))
+        except SpaceError as e:
+            raise ConfigError(str(e)) from None
+        cfg = cls(space=sp, out=Path(out), partition=part, sequence=subs, shared=shared, **options)
+        cfg.validate()
+        return cfg
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        cfg = dataclasses.replace(self, **changes)
+        cfg.validate()
+        return cfg
+
+    # ---- derived -----------------------------------------------------------------------------------------
+    @property
+    def stages(self) -> int:
+        return self.partition.stages
+
+    @property
+    def n(self) -> int:
+        return len(self.sequence)
+
+    @property
+    def policy_name(self) -> str:
+        return self.policy.partition(":")[0]
+
+    @property
+    def policy_options(self) -> dict[str, int]:
+        return {k: v for k, v in (("micro_batches", self.micro_batches), ("max_pending_w", self.max_pending_w))
+                if v is not None}
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.device == "cuda" else "gloo"
+
+    def stream(self) -> ReplayStream:
+        return ReplayStream.materialize(_TupleStream(self.space, self.sequence))
+
+    def learning_rate(self) -> float:
+        from naspipe.models.optim import DEFAULT_LR
+
+        return DEFAULT_LR[self.optimizer] if self.lr is None else float(self.lr)
+
+    def fault_spec(self) -> tuple[str, int, int] | None:
+        """``(action, stage, subnet)`` of the injected fault, if any."""
+        if not self.fault:
+            return None
+        parts = self.fault.split(":")
+        if len(parts) != 3 or parts[0] not in FAULT_ACTIONS or not all(p.isdigit() for p in parts[1:]):
+            raise ConfigError(f"bad fault {self.fault!r}: use ACTION:STAGE:SUBNET with ACTION in "
+                              f"{', '.join(FAULT_ACTIONS)}")
+        return parts[0], int(parts[1]), int(parts[2])
+
+    def describe(self) -> dict[str, Any]:
+        """The configuration as JSON-ready data (recorded in metrics.json)."""
+        return {
+            "space": self.space.name, "model": dict(self.space.model), "stages": self.stages,
+            "partition": self.partition.to_list(), "policy": self.policy, "subnets": self.n, "seed": self.seed,
+            "shared_layers": str(self.shared), "window": self.window, "optimizer": self.optimizer,
+            "lr": self.learning_rate(), "jitter_ms": self.jitter_ms, "threads": self.threads, "device": self.device,
+            "backend": self.backend, "timeout": self.timeout, "micro_batches": self.micro_batches,
+            "max_pending_w": self.max_pending_w, "batch_size": self.space.batch_size,
+            "start_method": self.start_method,
+        }
+
+    # ---- validation ----------------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Every check that can be made without starting a process; raises ConfigError (one line)."""
+        from naspipe.models import OPTIMIZERS, model_kind  # torch, but no process
+
+        try:
+            model_kind(self.space)
+        except ValueError as e:
+            raise ConfigError(f"{e}; cost-only spaces (naspipe-kK, unit-kK) can only be simulated") from None
+        nb = self.space.num_blocks
+        bounds = self.partition.bounds
+        if not bounds or bounds[0][0] != 0 or bounds[-1][1] != nb or any(
+                a >= b for a, b in bounds) or any(bounds[i][1] != bounds[i + 1][0] for i in range(len(bounds) - 1)):
+            raise ConfigError(f"partition {self.partition.to_list()} does not split the {nb} blocks of "
+                              f"{self.space.name!r} into contiguous non-empty stages")
+        if not self.sequence:
+            raise ConfigError("subnets must be >= 1")
+        if self.policy_name not in POLICIES:
+            raise ConfigError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
+        if not isinstance(self.window, int) or self.window < 1:
+            raise ConfigError(f"window must be >= 1, got {self.window!r}")
+        try:
+            spec = StageSpec(0, self.stages, (), False, self.shared)
+            make_scheduler(self.policy, spec, self.stream(), self.window, **self.policy_options)
+        except PolicyError as e:
+            raise ConfigError(str(e)) from None
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+        if self.lr is not None and not (isinstance(self.lr, (int, float)) and 0 < self.lr < math.inf):
+            raise ConfigError(f"lr must be a finite number > 0, got {self.lr!r}")
+        if not (isinstance(self.jitter_ms, (int, float)) and 0 <= self.jitter_ms < math.inf):
+            raise ConfigError(f"jitter_ms must be a finite number >= 0, got {self.jitter_ms!r}")
+        if not isinstance(self.threads, int) or self.threads < 1:
+            raise ConfigError(f"threads must be a whole number >= 1, got {self.threads!r}")
+        if not (isinstance(self.timeout, (int, float)) and 0 < self.timeout < math.inf):
+            raise ConfigError(f"timeout must be a finite number of seconds > 0, got {self.timeout!r}")
+        if self.device not in DEVICES:
+            raise ConfigError(f"unknown device {self.device!r}; choose one of {', '.join(DEVICES)}")
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError("device cuda was asked for, but torch sees no CUDA device; use --device cpu")
+        if self.start_method not in START_METHODS:
+            raise ConfigError(f"unknown start method {self.start_method!r}; choose one of {', '.join(START_METHODS)}")
+        if self.port is not None and not (isinstance(self.port, int) and 0 < self.port < 65536):
+            raise ConfigError(f"port must lie in 1..65535, got {self.port!r}")
+        self.fault_spec()
+
+
+class _TupleStream:
+    def __init__(self, space: SearchSpace, subnets: tuple[Subnet, ...]):
+        self.space, self._s = space, subnets
+
+    def __len__(self) -> int:
+        return len(self._s)
+
+    def __getitem__(self, j: int) -> Subnet:
+        return self._s[j]
+
+
+def check_out_dir(out: Path, overwrite: bool) -> None:
+    """Refuse a directory that holds another run (unless ``overwrite``) or cannot be a directory."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output path {str(out)!r} exists and is not a directory")
+    held = [f for f in RUN_FILES if (out / f).exists()]
+    if held and not overwrite:
+        raise ConfigError(f"output directory {str(out)!r} already holds a run ({held[0]}); "
+                          "choose another directory or pass --overwrite")
+
+
+def prepare_out_dir(out: Path, overwrite: bool) -> None:
+    """Create ``out`` and clear the files of an earlier run (only with ``overwrite``)."""
+    import shutil
+
+    check_out_dir(out, overwrite)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in RUN_FILES:
+        p = out / f
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+    for p in out.glob("error-stage*.txt"):
+        p.unlink()
+    (out / "parts").mkdir()
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,235 @@
+"""The single-machine launcher: one process per stage, supervised, with a progress bar.
+
+Why it exists: a pipeline run is P cooperating processes, and a research run that hangs or leaves
+orphans is worse than none. The launcher
+
+* validates everything first (``TrainConfig.validate``, the output directory, an explicit port), so a
+  bad run starts no process;
+* starts the stages with ``torch.multiprocessing``. The default start method is ``forkserver``: a clean
+  server process (never touched by CUDA or the caller's threads) imports torch and the worker once, and
+  every stage is forked from it, which makes the second and later runs of a session start in ~0.1 s
+  instead of P parallel torch imports. ``start_method="spawn"`` is the plain alternative;
+* rendezvouses them on 127.0.0.1 and a free port (``env://``, gloo on CPU, NCCL on CUDA);
+* supervises: every stage reports ready / progress / done / error through its own pipe, and
+  ``multiprocessing.connection.wait`` wakes on those messages *and* on any process exit. If a stage dies
+  (exception, signal, nonzero exit) the launcher stops the others (SIGTERM, then SIGKILL) within seconds
+  and raises ``TrainError`` naming the rank and the reason; outputs so far are kept and ``status.json``
+  says the run is incomplete. Each stage also holds a lifeline pipe and exits if the launcher disappears;
+* merges the stages' part files into the run's outputs (``naspipe.runtime.outputs``).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from multiprocessing.connection import wait as mp_wait
+from typing import Any
+
+from naspipe.runtime.config import ConfigError, TrainConfig, free_port, port_free, prepare_out_dir
+from naspipe.runtime.outputs import RunResult, merge_outputs, write_status
+
+HOST = "127.0.0.1"
+KILL_GRACE_S = 3.0  # SIGTERM, then SIGKILL after this long
+FAILURE_GRACE_S = 0.5  # after a first failure, collect the other stages' reports this long
+
+
+class TrainError(RuntimeError):
+    """A training run failed; ``rank`` is the stage held responsible (None when unknown)."""
+
+    def __init__(self, message: str, rank: int | None = None):
+        super().__init__(message)
+        self.rank = rank
+
+
+def _context(method: str) -> Any:
+    import torch.multiprocessing as tmp
+
+    ctx = tmp.get_context(method)
+    if method == "forkserver":
+        # torch._dynamo is imported by the first torch.optim optimizer and sklearn.datasets by the digits
+        # data (seconds each): load them once, in the server
+        ctx.set_forkserver_preload(["torch._dynamo", "sklearn.datasets", "naspipe.runtime.worker"])
+    return ctx
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class _Stage:
+    def __init__(self, rank: int, proc: Any, conn: Any, lifeline: Any):
+        self.rank, self.proc, self.conn, self.lifeline = rank, proc, conn, lifeline
+        self.error: tuple[str, float, bool] | None = None  # (text, time, primary)
+        self.done = False
+        self.ready = False
+        self.exited_at: float | None = None
+
+
+def train(config: TrainConfig) -> RunResult:
+    """Run ``config`` on one process per stage and return the merged result; raises TrainError on failure."""
+    config.validate()
+    port = config.port
+    if port is not None and not port_free(port, HOST):
+        raise ConfigError(f"port {port} on {HOST} is already in use; choose another --port or leave it out")
+    prepare_out_dir(config.out, config.overwrite)
+    t_start = time.perf_counter()
+    ctx = _context(config.start_method)
+    port = port or free_port(HOST)
+    stages: list[_Stage] = []
+    bar = _bar(config)
+    try:
+        from naspipe.runtime.worker import spawn_entry
+
+        for rank in range(config.stages):
+            recv_end, send_end = ctx.Pipe(duplex=False)
+            life_read, life_write = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=spawn_entry, name=f"naspipe-stage{rank}", daemon=True,
+                               args=(rank, config.stages, config, HOST, port, send_end, life_read))
+            proc.start()
+            send_end.close()
+            life_read.close()
+            stages.append(_Stage(rank, proc, recv_end, life_write))
+        startup = _supervise(config, stages, bar, t_start)
+    except BaseException as e:
+        _stop(stages)
+        msg = str(e) if isinstance(e, TrainError) else f"{type(e).__name__}: {e}"
+        write_status(config.out, False, msg, getattr(e, "rank", None))
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    _stop(stages)
+    return merge_outputs(config, wall_s=time.perf_counter() - t_start, startup_s=startup)
+
+
+def _bar(cfg: TrainConfig) -> Any:
+    if not cfg.progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=cfg.n, desc=f"{cfg.policy} {cfg.space.name} P={cfg.stages}", unit="subnet",
+                file=sys.stderr, leave=True)
+
+
+def _supervise(cfg: TrainConfig, stages: list[_Stage], bar: Any, t_start: float) -> float | None:
+    """Until every stage is done: route messages, watch exits; raise TrainError on the first failure."""
+    conns = {s.conn: s for s in stages}
+    sentinels = {s.proc.sentinel: s for s in stages}
+    startup: float | None = None
+    last_news = time.monotonic()
+    stall_limit = 2 * cfg.timeout + 30  # stages time out themselves well before this backstop
+    while not all(s.done and s.exited_at is not None for s in stages):
+        ready = mp_wait(list(conns) + list(sentinels), timeout=1.0)
+        now = time.monotonic()
+        for obj in ready:
+            if obj in conns:
+                s = conns[obj]
+                try:
+                    msg = obj.recv()
+                except (EOFError, OSError):
+                    del conns[obj]
+                    continue
+                last_news = now
+                startup = _handle(msg, s, stages, bar, t_start, startup)
+            else:
+                s = sentinels.pop(obj)
+                s.proc.join(0)
+                s.exited_at = now
+                _drain(s, conns, stages, bar, t_start)
+                if s.proc.exitcode != 0 or not s.done:
+                    _fail(stages, conns, bar, t_start)
+        if any(s.error for s in stages):
+            _fail(stages, conns, bar, t_start)
+        if now - last_news > stall_limit:
+            raise TrainError(f"no stage reported anything for {stall_limit:g} s; stopped the run")
+    return startup
+
+
+def _handle(msg: tuple, s: _Stage, stages: list[_Stage], bar: Any, t_start: float,
+            startup: float | None) -> float | None:
+    kind = msg[0]
+    if kind == "ready":
+        s.ready = True
+        if startup is None and all(x.ready for x in stages):
+            startup = time.perf_counter() - t_start
+    elif kind == "progress":
+        if s.rank == 0 and bar is not None:
+            bar.update(msg[2] - bar.n)
+    elif kind == "done":
+        s.done = True
+    elif kind == "error":
+        s.error = (msg[2], msg[3], bool(msg[4]))
+    return startup
+
+
+def _drain(s: _Stage, conns: dict, stages: list[_Stage], bar: Any, t_start: float) -> None:
+    """Read what an exited stage sent before it went."""
+    while s.conn in conns and s.conn.poll():
+        try:
+            _handle(s.conn.recv(), s, stages, bar, t_start, 0.0)
+        except (EOFError, OSError):
+            del conns[s.conn]
+
+
+def _fail(stages: list[_Stage], conns: dict, bar: Any, t_start: float) -> None:
+    """Collect reports briefly, name the stage responsible, and raise TrainError (the caller stops all)."""
+    deadline = time.monotonic() + FAILURE_GRACE_S
+    while time.monotonic() < deadline:
+        ready = mp_wait(list(conns), timeout=max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        for c in ready:
+            try:
+                _handle(c.recv(), conns[c], stages, bar, t_start, 0.0)
+            except (EOFError, OSError):
+                del conns[c]
+    for s in stages:
+        if s.exited_at is None and s.proc.exitcode is not None:
+            s.exited_at = time.monotonic()
+    # 1. a stage that died without a word (signal, os._exit) is the cause; 2. the earliest primary error;
+    # 3. the earliest error of any kind (a lost peer, a transport failure).
+    silent = [s for s in stages if s.error is None and s.proc.exitcode not in (None, 0) and not s.done]
+    if silent:
+        s = min(silent, key=lambda x: x.exited_at or 0.0)
+        reason = _describe_exit(s.proc.exitcode)
+    else:
+        errs = [s for s in stages if s.error is not None]
+        prim = [s for s in errs if s.error[2]] or errs
+        if not prim:
+            s = next((x for x in stages if x.proc.exitcode not in (None, 0)), stages[0])
+            reason = _describe_exit(s.proc.exitcode)
+        else:
+            s = min(prim, key=lambda x: x.error[1])
+            reason = f"failed: {s.error[0]}"
+    others = [x.rank for x in stages if x is not s and x.error is not None]
+    tail = f" (stages {others} reported errors after it)" if others else ""
+    raise TrainError(f"stage {s.rank} (rank {s.rank}, pid {s.proc.pid}) {reason}; stopped the other stages{tail}",
+                     s.rank)
+
+
+def _stop(stages: list[_Stage]) -> None:
+    """Terminate every live stage (SIGTERM, then SIGKILL) and reap them all; close the pipes."""
+    for s in stages:
+        if s.proc.is_alive():
+            s.proc.terminate()
+    deadline = time.monotonic() + KILL_GRACE_S
+    for s in stages:
+        s.proc.join(max(0.0, deadline - time.monotonic()))
+    for s in stages:
+        if s.proc.is_alive():
+            s.proc.kill()
+            s.proc.join(5.0)
+    for s in stages:
+        for c in (s.conn, s.lifeline):
+            try:
+                c.close()
+            except OSError:
+                pass

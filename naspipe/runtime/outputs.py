@@ -1,0 +1,131 @@
+"""Merging the stages' part files into the run's outputs, and the metrics of a measured run.
+
+Why it exists: every stage writes only what it knows (``OUT/parts/stage<s>.json``: its losses, parameter
+hashes, trace events and timings). After the run, the launcher (or rank 0 under torchrun) merges them into
+the files every naspipe run has:
+
+* ``losses.csv`` (``subnet,loss``, the loss as ``float.hex``) and ``params.json`` (global parameter name ->
+  SHA-256), written with ``naspipe.results`` so ``naspipe verify`` compares them with the reference;
+* ``trace.json``: a naspipe ``Trace`` (the simulator's format);
+* ``metrics.json``: throughput, utilisation, overheads, wall time and the full configuration;
+* ``status.json``: ``{"complete": true}``, or the error when the run failed (outputs so far are kept).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from naspipe.runtime.config import TrainConfig
+from naspipe.trace import Trace, TraceEvent
+
+
+@dataclass
+class RunResult:
+    """A finished training run: its directory and what was written there."""
+
+    out: Path
+    losses: dict[int, float]
+    params: dict[str, str]
+    trace: Trace
+    metrics: dict[str, Any]
+    config: TrainConfig
+
+    def verify(self, other: str | Path) -> tuple[bool, str]:
+        """Bit-for-bit comparison with another run directory (e.g. the reference's)."""
+        from naspipe.results import verify
+
+        return verify(self.out, other)
+
+
+def write_status(out: Path, complete: bool, error: str | None = None, rank: int | None = None) -> None:
+    data: dict[str, Any] = {"complete": complete}
+    if error is not None:
+        data.update(error=error, rank=rank)
+    (out / "status.json").write_text(json.dumps(data, indent=1) + "\n")
+
+
+def read_parts(out: Path, stages: int) -> list[dict[str, Any]]:
+    parts = []
+    for s in range(stages):
+        p = out / "parts" / f"stage{s}.json"
+        try:
+            parts.append(json.loads(p.read_text()))
+        except (OSError, json.JSONDecodeError) as e:
+            raise RuntimeError(f"stage {s} left no readable results ({p}): {e}") from None
+    return parts
+
+
+def run_metrics(cfg: TrainConfig, parts: list[dict[str, Any]], trace: Trace, losses: dict[int, float],
+                wall_s: float | None = None, startup_s: float | None = None) -> dict[str, Any]:
+    """Throughput, utilisation and overheads of a measured run.
+
+    ``overhead_share``: time a stage spent neither computing nor blocked waiting for a message nor in
+    jitter sleeps (scheduling decisions, message handling, logging), over its compute time, summed over
+    stages. ``wall_overhead_share``: (wall per stage - compute) / compute, which also counts pipeline
+    bubbles (waiting for neighbours or the causal rule).
+    """
+    n = cfg.n
+    makespan = trace.makespan
+    timing = [p["timing"] for p in parts]
+    compute = sum(t["compute"] for t in timing)
+    overhead = sum(t["overhead"] for t in timing)
+    tasks = sum(t["tasks"] for t in timing)
+    stage_wall = [t["loop"] for t in timing]
+    last = [losses[j] for j in sorted(losses)][-max(1, n // 10):] if losses else []
+    return {
+        "command": "train",
+        "driver": "runtime",
+        "subnets": n,
+        "wall_s": wall_s,
+        "startup_s": startup_s,
+        "makespan_s": makespan,
+        "subnets_per_s": n / makespan if makespan > 0 else None,
+        "samples_per_s": n * cfg.space.batch_size / makespan if makespan > 0 else None,
+        "utilization": trace.utilization(),
+        "stage_utilization": trace.stage_utilization(),
+        "compute_s": compute,
+        "overhead_share": overhead / compute if compute > 0 else None,
+        "stage_overhead_share": [t["overhead"] / t["compute"] if t["compute"] > 0 else None for t in timing],
+        "per_task_overhead_us": 1e6 * overhead / tasks if tasks else None,
+        "wall_overhead_share": (sum(stage_wall) - compute) / compute if compute > 0 else None,
+        "stage_wait_s": [t["wait"] for t in timing],
+        "jitter_s": sum(t["jitter"] for t in timing),
+        "decisions": sum(p["decisions"] for p in parts),
+        "decision_us_mean": 1e6 * sum(t["decide"] for t in timing) / max(1, sum(p["decisions"] for p in parts)),
+        "tasks": tasks,
+        "bytes_sent": sum(p["bytes_sent"] for p in parts),
+        "peak_in_flight": [p["peak_in_flight"] for p in parts],
+        "peak_fixed_versions": [p["peak_fixed_versions"] for p in parts],
+        "final_loss": losses[n - 1] if n - 1 in losses else None,
+        "mean_loss_last_10pct": sum(last) / len(last) if last else None,
+        "config": cfg.describe(),
+    }
+
+
+def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: float | None = None) -> RunResult:
+    """Merge ``OUT/parts`` into losses.csv, params.json, trace.json, metrics.json and status.json."""
+    import torch
+
+    from naspipe.results import LOSSES, METRICS, PARAMS, write_losses, write_metrics, write_params
+
+    out = cfg.out
+    parts = read_parts(out, cfg.stages)
+    losses = {int(j): float.fromhex(h) for p in parts for j, h in p["losses"].items()}
+    if len(losses) != cfg.n:
+        raise RuntimeError(f"the last stage reported {len(losses)} losses for {cfg.n} subnets")
+    params: dict[str, str] = {}
+    for p in parts:
+        params.update(p["params"])
+    meta = {"driver": "runtime", **cfg.describe()}
+    trace = Trace(cfg.stages, [TraceEvent(**e) for p in parts for e in p["events"]], meta)
+    metrics = run_metrics(cfg, parts, trace, losses, wall_s, startup_s)
+    metrics["torch"] = torch.__version__
+    write_losses(out / LOSSES, losses)
+    write_params(out / PARAMS, params)
+    trace.save(out / "trace.json")
+    write_metrics(out / METRICS, metrics)
+    write_status(out, True)
+    return RunResult(out, losses, params, trace, metrics, cfg)

@@ -1,0 +1,122 @@
+"""Executing the tasks of one stage on real tensors: ``F(j)``, ``B(j)`` and ``W(j)`` on a ``StageModel``.
+
+Why it exists: it is the only place where a scheduled task touches torch. It never decides *what* runs
+(the scheduler does) and never talks to other processes (the worker loop does); it turns a received
+tensor into the tensor to send.
+
+* ``F(j)``: stage 0 builds its input from ``make_batch(space, seed, j)``; other stages use the received
+  activation, made to require grad exactly when the sender's output did, so the split autograd graph
+  mirrors the whole model's. The last stage regenerates batch ``j`` (a pure function of ``(seed, j)``)
+  for the target and computes the loss; targets never travel. The (input, output) pair is stashed.
+* ``B(j)``: backward from the received output gradient (the loss on the last stage); returns the input
+  gradient to send upstream (None when the input needs none); hands the parameter gradients to the
+  policy's update rule (``naspipe.runtime.updates``) and drops the stash. With a ``B``-write policy the
+  update is applied right away.
+* ``W(j)`` (split backward, ``csp-bw``): applies ``j``'s update. The gradients themselves are computed in
+  ``B``, so the result is bit-identical; a later version may move the weight-gradient computation into
+  ``W`` as the zero-bubble schedules do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from naspipe.models import StageModel, input_of, make_batch, target_of
+from naspipe.runtime.updates import ForwardContext, OptimizerBank, make_updates
+from naspipe.sched.tasks import BACKWARD, WEIGHT
+from naspipe.space import Subnet
+
+
+@dataclass
+class _Stash:
+    x: Tensor | None  # the stage input (None on stage 0, whose input needs no gradient)
+    out: Tensor  # the output (the loss on the last stage)
+    ctx: ForwardContext
+
+
+class StageExecutor:
+    def __init__(self, model: StageModel, subnets: Sequence[Subnet], *, seed: int, policy: str, optimizer: str,
+                 lr: float, shared_delay: int | None, write_kind: str = BACKWARD, micro_batches: int | None = None,
+                 device: torch.device | str = "cpu"):
+        self.model = model
+        self.space = model.space
+        self.subnets = subnets
+        self.seed = seed
+        self.device = torch.device(device)
+        self.first, self.last = model.holds_input, model.holds_head
+        self.write_kind = write_kind
+        self.bank = OptimizerBank(model, optimizer, lr)
+        self.rule = make_updates(policy, model, self.bank, shared_delay=shared_delay, n=len(subnets),
+                                 micro_batches=micro_batches)
+        self._stash: dict[int, _Stash] = {}
+        self.losses: dict[int, float] = {}
+        self.peak_stash = 0
+
+    def warm_up(self) -> None:
+        """Load lazily-built data (e.g. the digits set) before the run's clock starts."""
+        if self.first or self.last:
+            make_batch(self.space, self.seed, 0)
+
+    def forward(self, j: int, x: Tensor | None = None, requires_grad: bool = False) -> tuple[Tensor | None, bool]:
+        """Run ``F(j)``. Returns the activation to send (None on the last stage) and its requires-grad flag."""
+        if j in self._stash:
+            raise RuntimeError(f"F({j}) ran twice on this stage")
+        batch = None
+        if self.first:
+            batch = make_batch(self.space, self.seed, j)
+            x = input_of(self.space, batch).to(self.device)
+            stage_in = None
+        else:
+            if x is None:
+                raise RuntimeError(f"F({j}) has no input activation")
+            if requires_grad:
+                x.requires_grad_(True)
+            stage_in = x
+        out, ctx = self.rule.forward(j, x, self.subnets[j])
+        if self.last:
+            if batch is None:
+                batch = make_batch(self.space, self.seed, j)
+            loss = self.model.loss(out, target_of(self.space, batch).to(self.device))
+            self.losses[j] = loss.item()
+            self._keep(j, _Stash(stage_in, loss, ctx))
+            return None, False
+        self._keep(j, _Stash(stage_in, out, ctx))
+        return out.detach(), out.requires_grad
+
+    def _keep(self, j: int, st: _Stash) -> None:
+        self._stash[j] = st
+        self.peak_stash = max(self.peak_stash, len(self._stash))
+
+    def backward(self, j: int, grad: Tensor | None = None) -> Tensor | None:
+        """Run ``B(j)``; returns the gradient of the stage input to send upstream (or None)."""
+        st = self._stash.pop(j, None)
+        if st is None:
+            raise RuntimeError(f"B({j}) without a stashed F({j}) on this stage")
+        if st.out.requires_grad:
+            if self.last:
+                st.out.backward()
+            elif grad is not None:
+                torch.autograd.backward(st.out, grad)
+        gin = st.x.grad if st.x is not None and st.x.requires_grad else None
+        self.rule.after_backward(j, st.ctx)
+        if self.write_kind == BACKWARD:
+            self.rule.write(j)
+        return gin
+
+    def weight(self, j: int) -> None:
+        """Run ``W(j)``: apply ``j``'s update (split-backward policies)."""
+        if self.write_kind != WEIGHT:
+            raise RuntimeError("W tasks exist only with a split-backward policy")
+        self.rule.write(j)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._stash)
+
+    @property
+    def updates(self) -> int:
+        return self.bank.steps

@@ -1,0 +1,221 @@
+"""When and how a subnet's gradients become weight updates on one stage: the policy-specific part.
+
+Why it exists: the executor runs forwards and backwards the same way for every policy; what differs is
+which weights a forward reads and when the gradients are applied:
+
+* ``ExactUpdates`` (``sequential``, ``csp``, ``csp-bw``): the forward reads the live candidate weights.
+  The causal rule guarantees nobody writes a candidate between ``F(j)`` and ``j``'s write, so no copies
+  are needed. ``j``'s gradients are applied at its write task (``B``, or ``W`` with a split backward):
+  one optimizer step on exactly the candidates ``j`` used. Shared fixed weights follow the shared-layer
+  policy through ``FixedVersions`` (frozen: never trained).
+* ``GroupUpdates`` (``bsp``, GPipe): gradients of a group of ``M`` subnets are accumulated, summed in
+  subnet order (so the sum does not depend on timing), divided by ``M`` and applied in one step per
+  touched candidate when the group's last backward ends on this stage. Trainable fixed weights are
+  accumulated the same way (every forward of a group reads the same weights).
+* ``StashedUpdates`` (``asp``, PipeDream 1F1B with weight stashing): causality is ignored, so a later
+  subnet may update weights an in-flight forward saved for its backward. The forward therefore runs on a
+  snapshot copy of the weights it uses (``torch.func.functional_call``); the backward computes gradients
+  w.r.t. that snapshot and applies them to the live weights. This is PipeDream's weight stashing: the
+  gradient is exact for the weights the forward saw, but it is applied to newer weights.
+
+Optimizers: one torch optimizer per candidate (and one for a stage's trainable fixed weights), built with
+``naspipe.models.make_optimizer`` (``foreach=False``), so an update touches only the candidates used and
+per-candidate state (momentum, Adam moments, step counts) advances only when that candidate trains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from naspipe.models import StageModel, make_optimizer
+from naspipe.runtime.versions import FixedVersions
+
+Key = tuple[int, int]  # (block, choice)
+
+
+class OptimizerBank:
+    """One optimizer per candidate of the stage, one for its trainable fixed parameters."""
+
+    def __init__(self, model: StageModel, name: str, lr: float):
+        space = model.space
+        self.choice_blocks = [b for b in model.blocks if not space.blocks[b].fixed]
+        self._params: dict[Key, list[nn.Parameter]] = {}
+        self._opts: dict[Key, torch.optim.Optimizer] = {}
+        for b in self.choice_blocks:
+            for c in range(space.blocks[b].k):
+                ps = [p for p in model.candidate_parameters(b, c) if p.requires_grad]
+                if ps:
+                    self._params[(b, c)] = ps
+                    self._opts[(b, c)] = make_optimizer(ps, name, lr)
+        self.fixed = {n: p for n, p in model.fixed_named_parameters().items() if p.requires_grad}
+        self._fixed_opt = make_optimizer(list(self.fixed.values()), name, lr) if self.fixed else None
+        self.steps = 0
+
+    def used(self, subnet: Sequence[int]) -> list[Key]:
+        """The candidates ``subnet`` uses on this stage that own trainable weights."""
+        return [(b, subnet[b]) for b in self.choice_blocks if (b, subnet[b]) in self._params]
+
+    def params(self, key: Key) -> list[nn.Parameter]:
+        return self._params[key]
+
+    def step(self, keys: Sequence[Key], grads: Mapping[nn.Parameter, Tensor | None]) -> None:
+        """One optimizer step on each of ``keys`` with ``grads`` (param -> gradient; absent = None)."""
+        for key in keys:
+            ps = self._params[key]
+            for p in ps:
+                p.grad = grads.get(p)
+            self._opts[key].step()
+            for p in ps:
+                p.grad = None
+        self.steps += 1
+
+    def step_fixed(self, grads: Mapping[str, Tensor | None]) -> None:
+        """One optimizer step on the fixed parameters with ``grads`` (global name -> gradient)."""
+        if self._fixed_opt is None:
+            return
+        for n, p in self.fixed.items():
+            p.grad = grads.get(n)
+        self._fixed_opt.step()
+        for p in self.fixed.values():
+            p.grad = None
+
+
+@dataclass
+class ForwardContext:
+    """What a forward leaves for the backward of the same subnet (besides its tensors)."""
+
+    keys: list[Key]
+    leaves: dict[str, Tensor] | None = None  # fixed-version leaves (exact) or snapshot by qualified name (asp)
+
+
+def take_grads(params: Sequence[nn.Parameter]) -> dict[nn.Parameter, Tensor | None]:
+    """Move ``.grad`` off ``params`` into a dict (the parameters are left with None)."""
+    out = {}
+    for p in params:
+        out[p] = p.grad
+        p.grad = None
+    return out
+
+
+class ExactUpdates:
+    """sequential / csp / csp-bw: live weights, one step per subnet at its write task, fixed versions."""
+
+    def __init__(self, model: StageModel, bank: OptimizerBank, delay: int | None, n: int):
+        self.model, self.bank = model, bank
+        self.versions = (FixedVersions(bank.fixed, delay, n, bank.step_fixed)
+                         if bank.fixed and delay is not None else None)
+        self._grads: dict[int, tuple[list[Key], dict[nn.Parameter, Tensor | None], dict[str, Tensor | None]]] = {}
+
+    def forward(self, j: int, x: Tensor, subnet: Sequence[int]) -> tuple[Tensor, ForwardContext]:
+        leaves = self.versions.leaves(j) if self.versions is not None else None
+        return self.model(x, subnet, leaves), ForwardContext(self.bank.used(subnet), leaves)
+
+    def after_backward(self, j: int, ctx: ForwardContext) -> None:
+        grads = take_grads([p for k in ctx.keys for p in self.bank.params(k)])
+        fixed = {n: t.grad for n, t in ctx.leaves.items()} if ctx.leaves is not None else {}
+        self._grads[j] = (ctx.keys, grads, fixed)
+
+    def write(self, j: int) -> None:
+        keys, grads, fixed = self._grads.pop(j)
+        self.bank.step(keys, grads)
+        if self.versions is not None:
+            self.versions.submit(j, fixed)
+
+    def held_versions(self) -> int:
+        return self.versions.peak_versions if self.versions is not None else 0
+
+
+class GroupUpdates:
+    """bsp: accumulate per subnet, sum in subnet order, average over the group, one step at its end."""
+
+    def __init__(self, model: StageModel, bank: OptimizerBank, group: int, n: int):
+        self.model, self.bank, self.m, self.n = model, bank, group, n
+        self._grads: dict[int, tuple[list[Key], dict[nn.Parameter, Tensor | None]]] = {}
+        self._fixed_grads: dict[int, dict[str, Tensor | None]] = {}
+
+    def forward(self, j: int, x: Tensor, subnet: Sequence[int]) -> tuple[Tensor, ForwardContext]:
+        return self.model(x, subnet), ForwardContext(self.bank.used(subnet))
+
+    def after_backward(self, j: int, ctx: ForwardContext) -> None:
+        self._grads[j] = (ctx.keys, take_grads([p for k in ctx.keys for p in self.bank.params(k)]))
+        self._fixed_grads[j] = {n: p.grad for n, p in self.bank.fixed.items()}
+        for p in self.bank.fixed.values():
+            p.grad = None
+
+    def write(self, j: int) -> None:
+        g = j // self.m
+        first, last = g * self.m, min((g + 1) * self.m, self.n)
+        if any(i not in self._grads for i in range(first, last)):
+            return  # the group's last backward has not run on this stage yet
+        size = last - first
+        keys: list[Key] = []
+        total: dict[nn.Parameter, Tensor] = {}
+        for i in range(first, last):  # subnet order: the sum does not depend on timing
+            ks, grads = self._grads.pop(i)
+            for k in ks:
+                if k not in keys:
+                    keys.append(k)
+            for p, t in grads.items():
+                if t is not None:
+                    total[p] = t.clone() if p not in total else total[p].add_(t)
+        fixed_total: dict[str, Tensor] = {}
+        for i in range(first, last):
+            for name, t in self._fixed_grads.pop(i).items():
+                if t is not None:
+                    fixed_total[name] = t.clone() if name not in fixed_total else fixed_total[name].add_(t)
+        for t in (*total.values(), *fixed_total.values()):
+            t.div_(size)
+        self.bank.step(sorted(keys), total)
+        if fixed_total:
+            self.bank.step_fixed(fixed_total)
+
+    def held_versions(self) -> int:
+        return 0
+
+
+class StashedUpdates:
+    """asp: forward on a snapshot copy of the weights it uses; gradients applied to the live weights."""
+
+    def __init__(self, model: StageModel, bank: OptimizerBank):
+        self.model, self.bank = model, bank
+        self._qual = {id(p): n for n, p in model.named_parameters()}
+        self._grads: dict[int, tuple[list[Key], dict[nn.Parameter, Tensor | None], dict[str, Tensor | None]]] = {}
+
+    def forward(self, j: int, x: Tensor, subnet: Sequence[int]) -> tuple[Tensor, ForwardContext]:
+        keys = self.bank.used(subnet)
+        live = [p for k in keys for p in self.bank.params(k)] + list(self.bank.fixed.values())
+        with torch.no_grad():
+            snap = {self._qual[id(p)]: p.detach().clone().requires_grad_(True) for p in live}
+        out = functional_call(self.model, snap, (x, subnet))
+        return out, ForwardContext(keys, snap)
+
+    def after_backward(self, j: int, ctx: ForwardContext) -> None:
+        assert ctx.leaves is not None
+        snap = ctx.leaves
+        cand = {p: snap[self._qual[id(p)]].grad for k in ctx.keys for p in self.bank.params(k)}
+        fixed = {n: snap[self._qual[id(p)]].grad for n, p in self.bank.fixed.items()}
+        self._grads[j] = (ctx.keys, cand, fixed)
+
+    def write(self, j: int) -> None:
+        keys, grads, fixed = self._grads.pop(j)
+        self.bank.step(keys, grads)
+        if fixed:
+            self.bank.step_fixed(fixed)
+
+    def held_versions(self) -> int:
+        return 0
+
+
+def make_updates(policy: str, model: StageModel, bank: OptimizerBank, *, shared_delay: int | None, n: int,
+                 micro_batches: int | None = None) -> ExactUpdates | GroupUpdates | StashedUpdates:
+    """The update rule of ``policy`` (name without options). ``shared_delay``: None = frozen, else D."""
+    if policy == "bsp":
+        return GroupUpdates(model, bank, micro_batches or 1, n)
+    if policy == "asp":
+        return StashedUpdates(model, bank)
+    return ExactUpdates(model, bank, shared_delay, n)

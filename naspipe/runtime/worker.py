@@ -1,0 +1,275 @@
+"""The stage process: one pipeline stage driven by its ``StageScheduler``, exactly as the simulator does.
+
+Why it exists: this is the runtime's event loop. Each iteration delivers every message that arrived
+(``on_activation`` / ``on_gradient``), asks the scheduler for the next task, runs it on the
+``StageExecutor``, sends the result to the neighbour, tells the scheduler (``on_finish``) and records a
+trace event. When nothing is runnable it blocks on the inbox, with a timeout: a stage never waits
+forever, and a timeout names the stage and what it was waiting for.
+
+Entry points: ``spawn_entry`` is the target of the single-machine launcher (one process per stage,
+progress and errors go back through a pipe, and a lifeline pipe ends the worker if the launcher dies);
+``run_stage`` is the same worker under any launcher that set the ``env://`` variables (``torchrun``).
+At the end each stage writes ``OUT/parts/stage<s>.json`` (losses, parameter hashes, trace events,
+timings), which the launcher merges.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from naspipe.models import build_stage
+from naspipe.results import param_hashes
+from naspipe.runtime.comm import ACTIVATION, GRADIENT, ChannelFailure, Links, Message, TransportError
+from naspipe.runtime.config import TrainConfig
+from naspipe.runtime.jitter import jitter_seconds
+from naspipe.runtime.recorder import EventLog
+from naspipe.runtime.stage_exec import StageExecutor
+from naspipe.sched.policies import make_scheduler, stage_specs
+from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
+
+Report = Callable[..., None]  # report(kind, *payload): "ready", "progress", ...
+
+
+class StageTimeout(RuntimeError):
+    pass
+
+
+class InjectedFault(RuntimeError):
+    pass
+
+
+class PeerLost(RuntimeError):
+    """A neighbour's channel failed: usually the consequence of another stage's failure."""
+
+
+def device_for(cfg: TrainConfig, local_rank: int) -> torch.device:
+    if cfg.device == "cuda":
+        dev = torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
+        torch.cuda.set_device(dev)
+        return dev
+    return torch.device("cpu")
+
+
+def _fault(cfg: TrainConfig, rank: int, task: Task) -> None:
+    spec = cfg.fault_spec()
+    if spec is None:
+        return
+    action, stage, subnet = spec
+    if stage != rank or task.subnet != subnet:
+        return
+    if action == "raise":
+        raise InjectedFault(f"injected fault at {task}")
+    sys.stderr.flush()
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "exit":
+        os._exit(3)
+    if action == "hang":
+        time.sleep(10 * cfg.timeout + 3600)
+
+
+def run_stage(rank: int, world: int, cfg: TrainConfig, report: Report | None = None, local_rank: int = 0,
+              after_barrier: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Run stage ``rank`` of ``world`` to the end; the process group is rendezvoused via ``env://``.
+
+    Returns (and writes to ``OUT/parts/stage<rank>.json``) the stage's report. ``after_barrier`` runs on
+    every rank after the final barrier, before the process group is destroyed (rank 0 merges there).
+    """
+    report = report or (lambda *a: None)
+    if world != cfg.stages:
+        raise RuntimeError(f"the run has {cfg.stages} stages but the process group has {world} processes")
+    device = device_for(cfg, local_rank)
+    dist.init_process_group(cfg.backend, init_method="env://", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=cfg.timeout))
+    try:
+        result = _run(rank, world, cfg, device, report)
+        dist.barrier()
+        if after_barrier is not None:
+            after_barrier()
+        return result
+    finally:
+        dist.destroy_process_group()
+
+
+def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: Report) -> dict[str, Any]:
+    spec = stage_specs(cfg.space, cfg.partition, cfg.shared)[rank]
+    stream = cfg.stream()
+    sched = make_scheduler(cfg.policy, spec, stream, cfg.window, **cfg.policy_options)
+    model = build_stage(cfg.space, cfg.partition.blocks(rank), cfg.seed, cfg.shared).to(device)
+    delay = cfg.shared.delay if cfg.shared.trains_shared else None
+    ex = StageExecutor(model, cfg.sequence, seed=cfg.seed, policy=cfg.policy_name, optimizer=cfg.optimizer,
+                       lr=cfg.learning_rate(), shared_delay=delay, write_kind=sched.write_kind,
+                       micro_batches=getattr(sched, "m", None), device=device)
+    inbox: queue.Queue = queue.Queue()
+    links = Links(rank, world, device, cfg.n, inbox, cfg.timeout)
+    log = EventLog(rank, cfg.out / "events.jsonl")
+    ex.warm_up()
+    links.start()
+    dist.barrier()  # every stage is built and listening: the run starts now
+    log.start_clock()
+    report("ready", rank)
+    try:
+        timing = _loop(rank, cfg, sched, ex, links, inbox, log, report)
+        links.flush()
+        links.join(cfg.timeout)
+    finally:
+        log.close()
+    result = {
+        "stage": rank, "blocks": list(cfg.partition.bounds[rank]), "pid": os.getpid(),
+        "losses": {str(j): v.hex() for j, v in sorted(ex.losses.items())},
+        "params": param_hashes(model.global_named_parameters()),
+        "events": [e.to_dict() for e in log.events],
+        "timing": timing,
+        "decisions": sched.decisions, "bytes_sent": links.bytes_sent, "peak_in_flight": ex.peak_stash,
+        "updates": ex.updates, "peak_fixed_versions": ex.rule.held_versions(),
+    }
+    parts = cfg.out / "parts"
+    tmp = parts / f".stage{rank}.json.tmp"
+    tmp.write_text(json.dumps(result))
+    tmp.replace(parts / f"stage{rank}.json")
+    return result
+
+
+def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox: queue.Queue, log: EventLog,
+          report: Report) -> dict[str, float]:
+    acts: dict[int, tuple[torch.Tensor | None, bool]] = {}
+    grads: dict[int, torch.Tensor | None] = {}
+    compute = wait = jitter = decide = 0.0
+    tasks = written = 0
+    last_report = 0.0
+    clock = time.perf_counter
+
+    def deliver(item: Message | ChannelFailure) -> None:
+        if isinstance(item, ChannelFailure):
+            raise PeerLost(item.text)
+        if item.kind == ACTIVATION:
+            acts[item.subnet] = (item.tensor, item.requires_grad)
+            sched.on_activation(item.subnet)
+        else:
+            grads[item.subnet] = item.tensor
+            sched.on_gradient(item.subnet)
+
+    start = clock()
+    while not sched.finished:
+        while True:  # everything that arrived, so the decision sees it
+            try:
+                deliver(inbox.get_nowait())
+            except queue.Empty:
+                break
+        t = clock()
+        task = sched.next_task()
+        decide += clock() - t
+        if task is None:
+            t = clock()
+            try:
+                item = inbox.get(timeout=cfg.timeout)
+            except queue.Empty:
+                raise StageTimeout(_stuck(rank, cfg, sched, links)) from None
+            wait += clock() - t
+            deliver(item)
+            continue
+        _fault(cfg, rank, task)
+        if cfg.jitter_ms > 0:
+            d = jitter_seconds(cfg.seed, task.kind, task.subnet, rank, cfg.jitter_ms)
+            time.sleep(d)
+            jitter += d
+        version = ex.updates
+        t0 = log.now()
+        _execute(task, ex, links, acts, grads)
+        t1 = log.now()
+        compute += t1 - t0
+        t = clock()
+        sched.on_finish(task)
+        decide += clock() - t
+        log.record(task.kind, task.subnet, t0, t1, version=version)
+        tasks += 1
+        if task.kind == sched.write_kind:
+            written += 1
+            now = clock()
+            if now - last_report > 0.1 or sched.finished:
+                report("progress", rank, written)
+                last_report = now
+    loop = clock() - start
+    report("progress", rank, written)
+    return {"loop": loop, "compute": compute, "wait": wait, "jitter": jitter, "decide": decide, "tasks": tasks,
+            "overhead": max(0.0, loop - compute - wait - jitter), "end": log.now()}
+
+
+def _execute(task: Task, ex: Any, links: Links, acts: dict, grads: dict) -> None:
+    j = task.subnet
+    if task.kind == FORWARD:
+        x, rg = acts.pop(j) if not ex.first else (None, False)
+        out, out_rg = ex.forward(j, x, rg)
+        if not ex.last:
+            links.send_activation(j, out, out_rg)
+    elif task.kind == BACKWARD:
+        g = grads.pop(j) if not ex.last else None
+        gin = ex.backward(j, g)
+        if not ex.first:
+            links.send_gradient(j, gin)
+    elif task.kind == WEIGHT:
+        ex.weight(j)
+    else:
+        raise RuntimeError(f"unknown task kind {task.kind!r}")
+
+
+def _stuck(rank: int, cfg: TrainConfig, sched: Any, links: Links) -> str:
+    need = []
+    if rank > 0:
+        need.append(f"activations from stage {rank - 1} ({links.received[ACTIVATION]} of {cfg.n} received)")
+    if rank < cfg.stages - 1:
+        need.append(f"gradients from stage {rank + 1} ({links.received[GRADIENT]} of {cfg.n} received)")
+    return (f"stage {rank} waited {cfg.timeout:g} s without a message; it needs "
+            f"{' and '.join(need) or 'nothing'}; its oldest unfinished subnet is {sched.lo} of {cfg.n}")
+
+
+# ---- the single-machine launcher's process target ------------------------------------------------------
+def _watch_lifeline(conn: Any) -> None:
+    """End this process when the launcher goes away (its end of the lifeline pipe closes)."""
+    def watch() -> None:
+        try:
+            conn.recv()
+        except (EOFError, OSError):
+            pass
+        os._exit(70)
+
+    threading.Thread(target=watch, daemon=True, name="naspipe-lifeline").start()
+
+
+def spawn_entry(rank: int, world: int, cfg: TrainConfig, addr: str, port: int, conn: Any, lifeline: Any) -> None:
+    """Process target: set threads first, rendezvous on ``addr:port``, run, report back through ``conn``."""
+    torch.set_num_threads(cfg.threads)
+    _watch_lifeline(lifeline)
+    os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+
+    def report(*msg: Any) -> None:
+        conn.send(msg)
+
+    try:
+        run_stage(rank, world, cfg, report, local_rank=rank)
+        conn.send(("done", rank))
+    except BaseException as e:  # noqa: BLE001 - every failure goes back to the launcher
+        text = f"{type(e).__name__}: {e}"
+        try:
+            (cfg.out / f"error-stage{rank}.txt").write_text(traceback.format_exc())
+            primary = not isinstance(e, (PeerLost, TransportError, dist.DistError))
+            conn.send(("error", rank, text, time.time(), primary))
+        except Exception:  # noqa: BLE001
+            pass
+        sys.stderr.flush()
+        os._exit(1)
+    conn.close()
