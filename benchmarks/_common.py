@@ -1,0 +1,47 @@
+"""Shared helpers for the benchmark scripts: import the package from this checkout, write JSON results.
+
+Each benchmark prints its JSON to stdout and writes the same object to ``benchmarks/results/NAME.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+if str(ROOT) not in sys.path:  # run as `python benchmarks/X.py`: use this checkout's package
+    sys.path.insert(0, str(ROOT))
+
+
+def environment() -> dict[str, Any]:
+    """Where the numbers were measured; a high load average means wall-clock numbers are inflated."""
+    return {"python": platform.python_version(), "machine": platform.machine(), "system": platform.system(),
+            "cpus": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def write_result(name: str, data: dict[str, Any]) -> Path:
+    """Print ``data`` (plus the environment) as JSON and write it to ``benchmarks/results/NAME.json``."""
+    out = {"benchmark": name, **data, "environment": environment()}
+    text = json.dumps(out, indent=1, sort_keys=False)
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(text + "\n")
+    return path
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile, q in [0, 100]."""
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))
+    return s[k]
