@@ -1,8 +1,9 @@
 """The small CNN supernet for scikit-learn's 8x8 digits (preset ``digits-cnn``).
 
 Fixed stem conv (1 -> C channels), choice cells that map ``(B, C, 8, 8)`` to the same shape, and a
-fixed head (ReLU, global average pool, linear to the classes). A parametric cell is pre-activation
-residual, ``x + op(relu(x))``; the ``identity`` candidate (skip) returns ``x`` and owns no weights.
+fixed head (ReLU, global max pool, linear to the classes; under uniform sampling max pooling let the
+supernet learn about twice as fast as average pooling). A parametric cell is pre-activation residual,
+``x + op(relu(x))``; the ``identity`` candidate (skip) returns ``x`` and owns no weights.
 No batch norm: running statistics would be state outside the optimizer.
 """
 
@@ -13,7 +14,7 @@ from torch import Tensor, nn
 
 from naspipe.space import Candidate, SearchSpace
 
-INIT_GAIN = 6 ** 0.5  # He-uniform: weights ~ U(+-sqrt(6 / fan_in)) for ReLU nets
+INIT_GAIN = 1.0  # weights ~ U(+-1/sqrt(fan_in)), torch's default (He gain trained worse here)
 
 
 def _dims(space: SearchSpace) -> tuple[int, int]:
@@ -63,7 +64,7 @@ class Head(nn.Module):
         self.proj = nn.Linear(channels, classes)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.proj(F.relu(x).mean(dim=(2, 3)))
+        return self.proj(F.relu(x).amax(dim=(2, 3)))
 
 
 def fixed_block(space: SearchSpace, index: int) -> nn.Module:
