@@ -193,3 +193,12 @@ def test_online_stream_validates_proposals() -> None:
 
     with pytest.raises(SpaceError):
         OnlineStream(sp, Bad(), 3)[0]
+
+
+def test_replay_rejects_boolean_choices(tmp_path, k48) -> None:
+    """JSON ``true`` is not a candidate index: accepting it would store ``True`` in the subnet and change the
+    sequence digest ("True" instead of "1") for what is the same subnet."""
+    p = tmp_path / "seq.json"
+    p.write_text(json.dumps({"space": "naspipe-k48", "subnets": [[0] + [True] * 48 + [0]]}))
+    with pytest.raises(SpaceError, match="must be an integer"):
+        ReplayStream.from_file(k48, p)
