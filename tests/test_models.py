@@ -9,6 +9,7 @@ import torch
 from naspipe.models import (
     OPTIMIZERS,
     build_stage,
+    evaluate,
     heldout_batches,
     input_of,
     keep_grads_of,
@@ -256,3 +257,14 @@ def test_make_optimizer_errors():
     with pytest.raises(ValueError, match="foreach=False"):
         make_optimizer(p, "sgd", 0.1, foreach=True)
     assert make_optimizer(p, "momentum").param_groups[0]["momentum"] == 0.9
+
+
+def test_evaluate_whole_model_only():
+    space = preset("digits-cnn")
+    model = build_stage(space, range(space.num_blocks), 0, FROZEN)
+    before = param_hashes(model.global_named_parameters())
+    r = evaluate(model, (0,) * space.num_blocks, heldout_batches(space, 2))
+    assert set(r) == {"loss", "accuracy"} and r["loss"] > 0 and 0 <= r["accuracy"] <= 1
+    assert param_hashes(model.global_named_parameters()) == before
+    with pytest.raises(ValueError, match="whole model"):
+        evaluate(build_stage(space, range(0, 4), 0, FROZEN), (0,) * space.num_blocks, [])

@@ -6,10 +6,11 @@ the same tensors under the same names. Batch ``j`` is ``make_batch(space, seed, 
 """
 
 from naspipe.models.data import Batch, heldout_batches, input_of, make_batch, target_of
+from naspipe.models.evaluate import evaluate
 from naspipe.models.optim import DEFAULT_LR, OPTIMIZERS, keep_grads_of, make_optimizer
 from naspipe.models.stage import FAMILIES, StageModel, build_stage, model_kind
 
 __all__ = [
-    "Batch", "heldout_batches", "input_of", "make_batch", "target_of", "DEFAULT_LR", "OPTIMIZERS",
+    "Batch", "evaluate", "heldout_batches", "input_of", "make_batch", "target_of", "DEFAULT_LR", "OPTIMIZERS",
     "keep_grads_of", "make_optimizer", "FAMILIES", "StageModel", "build_stage", "model_kind",
 ]
