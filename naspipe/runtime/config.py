@@ -187,6 +187,10 @@ class TrainConfig:
             make_scheduler(self.policy, spec, self.stream(), self.window, **self.policy_options)
         except PolicyError as e:
             raise ConfigError(str(e)) from None
+        if self.policy_name in ("bsp", "asp") and self.shared.mode == "delayed" and self.shared.delay > 0:
+            raise ConfigError(f"policy {self.policy_name} trains shared layers with its own synchronisation "
+                              f"(bsp: at the group's flush, asp: stashed like candidates); use shared layers "
+                              f"frozen or serial, not {self.shared}")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
         if self.lr is not None and not (isinstance(self.lr, (int, float)) and 0 < self.lr < math.inf):

@@ -10,13 +10,15 @@ which weights a forward reads and when the gradients are applied:
   policy through ``FixedVersions`` (frozen: never trained).
 * ``GroupUpdates`` (``bsp``, GPipe): gradients of a group of ``M`` subnets are accumulated, summed in
   subnet order (so the sum does not depend on timing), divided by ``M`` and applied in one step per
-  touched candidate when the group's last backward ends on this stage. Trainable fixed weights are
-  accumulated the same way (every forward of a group reads the same weights).
+  touched candidate when the group's last backward ends on this stage. Trainable fixed weights
+  (shared layers ``serial``) are accumulated the same way: every forward of a group reads the same
+  weights, GPipe's own synchronisation (``delayed:D`` is refused for bsp and asp).
 * ``StashedUpdates`` (``asp``, PipeDream 1F1B with weight stashing): causality is ignored, so a later
   subnet may update weights an in-flight forward saved for its backward. The forward therefore runs on a
   snapshot copy of the weights it uses (``torch.func.functional_call``); the backward computes gradients
   w.r.t. that snapshot and applies them to the live weights. This is PipeDream's weight stashing: the
-  gradient is exact for the weights the forward saw, but it is applied to newer weights.
+  gradient is exact for the weights the forward saw, but it is applied to newer weights. Trainable fixed
+  weights (``serial``) are stashed and updated like candidates.
 
 Optimizers: one torch optimizer per candidate (and one for a stage's trainable fixed weights), built with
 ``naspipe.models.make_optimizer`` (``foreach=False``), so an update touches only the candidates used and

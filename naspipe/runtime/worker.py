@@ -115,6 +115,7 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
                        micro_batches=getattr(sched, "m", None), device=device)
     inbox: queue.Queue = queue.Queue()
     links = Links(rank, world, device, cfg.n, inbox, cfg.timeout)
+    cfg.out.mkdir(parents=True, exist_ok=True)  # (another machine's view of the run directory)
     log = EventLog(rank, cfg.out / "events.jsonl")
     ex.warm_up()
     links.start()
@@ -137,6 +138,7 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
         "updates": ex.updates, "peak_fixed_versions": ex.rule.held_versions(),
     }
     parts = cfg.out / "parts"
+    parts.mkdir(exist_ok=True)
     tmp = parts / f".stage{rank}.json.tmp"
     tmp.write_text(json.dumps(result))
     tmp.replace(parts / f"stage{rank}.json")

@@ -1,0 +1,122 @@
+"""``naspipe train``: train a supernet with one process per pipeline stage (``naspipe.runtime``).
+
+Every argument is validated before any process starts (one line, exit code 2). A failed stage ends the
+run with exit code 1 and a line naming the rank. Writes ``losses.csv``, ``params.json``, ``trace.json``,
+``metrics.json``, ``events.jsonl`` and ``status.json`` to ``--out``; ``naspipe verify OUT REF`` compares
+the run with ``naspipe reference``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from naspipe.cli.common import UsageError, add_run_arguments, non_negative_float, positive_int, resolve_run
+
+COMMAND = "train"
+HELP = "train a supernet on one process per pipeline stage (torch.distributed) and record the run"
+ORDER = 30
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--timeout must be a number of seconds, got {text!r}") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"--timeout must be a finite number of seconds > 0, got {text}")
+    return v
+
+
+def _lr(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--lr must be a number, got {text!r}") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"--lr must be a finite number > 0, got {text}")
+    return v
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    # no torch import here: building the parser must stay cheap for every subcommand
+    add_run_arguments(p, default_space="tiny-transformer", default_subnets=200, default_policy="csp")
+    p.add_argument("--optimizer", default="sgd",
+                   help="per-candidate optimizer: sgd, momentum, adam, adamw, rmsprop (default %(default)s)")
+    p.add_argument("--lr", type=_lr, default=None, help="learning rate (default: the optimizer's, as the reference)")
+    p.add_argument("--out", required=True, help="run directory (refused if it holds another run)")
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
+    p.add_argument("--jitter-ms", type=non_negative_float("--jitter-ms"), default=0.0,
+                   help="seeded random delay of 0..X ms before every task (results must not change)")
+    p.add_argument("--threads", type=positive_int("--threads"), default=1,
+                   help="intra-op threads per stage process (default %(default)s, as the reference)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu (gloo) or cuda (NCCL, one GPU per stage); default %(default)s")
+    p.add_argument("--timeout", type=_seconds, default=120.0,
+                   help="seconds any wait may last before the run fails (default %(default)s)")
+    p.add_argument("--micro-batches", type=positive_int("--micro-batches"), default=None, help="bsp group size M")
+    p.add_argument("--max-pending-w", type=positive_int("--max-pending-w"), default=None,
+                   help="csp-bw: most W tasks pending per stage")
+    p.add_argument("--port", type=positive_int("--port"), default=None,
+                   help="rendezvous port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--start-method", choices=("forkserver", "spawn"), default="forkserver",
+                   help="how stage processes start (default %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--json", action="store_true", help="print metrics.json to stdout")
+    p.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # ACTION:STAGE:SUBNET, for tests
+
+
+def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
+    """A validated ``TrainConfig`` from parsed arguments; raises UsageError (one line).
+
+    ``check_out``: also refuse an output directory that holds another run (unless ``--overwrite``).
+    """
+    from pathlib import Path
+
+    run = resolve_run(args)
+    from naspipe.runtime.config import ConfigError, TrainConfig, check_out_dir
+
+    try:
+        cfg = TrainConfig(
+            space=run.space, out=Path(args.out), partition=run.partition,
+            sequence=tuple(run.stream[j] for j in range(len(run.stream))), seed=run.seed, policy=run.policy,
+            shared=run.shared, window=run.window, optimizer=args.optimizer, lr=args.lr, jitter_ms=args.jitter_ms,
+            threads=args.threads, device=args.device, timeout=args.timeout, micro_batches=args.micro_batches,
+            max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,
+            progress=not args.no_progress, fault=args.fault, start_method=args.start_method)
+        cfg.validate()
+        if check_out:
+            check_out_dir(cfg.out, cfg.overwrite)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+    return cfg
+
+
+def summary_line(m: dict[str, Any]) -> str:
+    c = m["config"]
+    return (f"{c['policy']} on {c['space']}, {c['stages']} stages, {m['subnets']} subnets, shared layers "
+            f"{c['shared_layers']}: {m['subnets_per_s']:.2f} subnets/s ({m['samples_per_s']:.0f} samples/s), "
+            f"makespan {m['makespan_s']:.2f} s, utilisation {m['utilization']:.2f}, "
+            f"overhead {100 * m['overhead_share']:.1f}% of compute")
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    from naspipe.runtime.config import ConfigError
+    from naspipe.runtime.launcher import TrainError, train
+
+    try:
+        result = train(cfg)
+    except ConfigError as e:  # e.g. the port was taken in the meantime
+        raise UsageError(str(e)) from None
+    except TrainError as e:
+        print(f"naspipe: error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result.metrics))
+    else:
+        print(summary_line(result.metrics))
+        print(f"wrote {cfg.out}")
+    return 0

@@ -1,0 +1,317 @@
+"""The runtime: real multi-process training must match the sequential reference bit for bit.
+
+Two levels:
+
+* in one process, the stage executors replay schedules the simulator produced with the real scheduler
+  objects (random costs give many interleavings), passing tensors by hand: CSP equals the reference, asp
+  does not (fast, no processes);
+* with real processes on torch.distributed (gloo): CSP with 1-4 stages, with and without jitter, for
+  every shared-layer policy on both presets passes ``verify`` against the reference; asp on a
+  conflict-dense space differs; a crashed, killed or hung stage ends the run quickly, naming the rank;
+  no process is left behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from functools import cache
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from naspipe.models import DEFAULT_LR, build_stage
+from naspipe.partition import partition
+from naspipe.reference import train_reference
+from naspipe.results import param_hashes, verify, write_losses, write_params
+from naspipe.runtime import ConfigError, TrainConfig, train
+from naspipe.runtime.comm import ACTIVATION, GRADIENT, HEADER_LEN, decode_header, encode_header
+from naspipe.runtime.jitter import jitter_seconds
+from naspipe.runtime.launcher import TrainError
+from naspipe.runtime.stage_exec import StageExecutor
+from naspipe.runtime.versions import FixedVersions
+from naspipe.sched.policies import POLICIES
+from naspipe.sched.shared import parse_shared
+from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.sim import simulate
+from naspipe.space import Block, preset
+from naspipe.trace import Trace, check_causal
+
+N = 24  # subnets per multi-process run
+
+
+# ---- helpers --------------------------------------------------------------------------------------------
+def _leftovers() -> list[psutil.Process]:
+    """Live descendants of this process, except multiprocessing's long-lived helpers (forkserver,
+    resource tracker), which belong to the session and end with it."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            cmd = " ".join(p.cmdline())
+        except psutil.NoSuchProcess:
+            continue
+        if "multiprocessing.forkserver" in cmd and p.ppid() == psutil.Process().pid:
+            continue
+        if "resource_tracker" in cmd:
+            continue
+        out.append(p)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    yield
+    import multiprocessing
+
+    deadline = time.monotonic() + 5
+    while (_leftovers() or multiprocessing.active_children()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not multiprocessing.active_children()
+    assert not _leftovers(), [p.cmdline() for p in _leftovers()]
+
+
+@pytest.fixture(scope="module")
+def refs(tmp_path_factory):
+    """Reference run directories, computed once per (space, shared, n, optimizer, seed)."""
+    root = tmp_path_factory.mktemp("refs")
+
+    @cache
+    def get(space: str, shared: str, n: int = N, optimizer: str = "sgd", seed: int = 0) -> Path:
+        sp = preset(space)
+        d = root / f"{space}-{shared.replace(':', '')}-{n}-{optimizer}-{seed}"
+        res = train_reference(sp, UniformStream(sp, seed, n), seed, parse_shared(shared), optimizer=optimizer)
+        d.mkdir()
+        write_losses(d / "losses.csv", res.losses)
+        write_params(d / "params.json", param_hashes(res.model.global_named_parameters()))
+        return d
+
+    return get
+
+
+def conflict_dense(k: int = 1):
+    """tiny-transformer with only ``k`` candidates per choice block: every subnet shares with its neighbours."""
+    sp = preset("tiny-transformer")
+    blocks = tuple(b if b.fixed else Block(b.name, b.candidates[:k], b.fixed, b.role) for b in sp.blocks)
+    return dataclasses.replace(sp, name=f"tiny-transformer-k{k}", blocks=blocks)
+
+
+# ---- pure pieces ------------------------------------------------------------------------------------------
+def test_header_round_trip():
+    t = torch.zeros(2, 3, 4, 5)
+    h = encode_header(ACTIVATION, 17, t, True)
+    assert len(h) == HEADER_LEN
+    assert decode_header(h) == (ACTIVATION, 17, 1, torch.float32, (2, 3, 4, 5))
+    kind, j, flags, dtype, shape = decode_header(encode_header(GRADIENT, 3, None))
+    assert (kind, j, dtype, shape) == (GRADIENT, 3, None, ())
+    with pytest.raises(Exception, match="malformed"):
+        decode_header([9] + [0] * (HEADER_LEN - 1))
+
+
+def test_jitter_is_seeded_and_bounded():
+    a = [jitter_seconds(0, "F", j, 1, 5.0) for j in range(200)]
+    assert a == [jitter_seconds(0, "F", j, 1, 5.0) for j in range(200)]
+    assert all(0 <= x <= 0.005 for x in a) and len(set(a)) == 200
+    assert a != [jitter_seconds(1, "F", j, 1, 5.0) for j in range(200)]
+    assert jitter_seconds(0, "B", 3, 0, 0.0) == 0.0
+
+
+def test_fixed_versions_apply_in_order_and_drop_old_versions():
+    w = torch.nn.Parameter(torch.zeros(1))
+    applied = []
+
+    def apply(grads):
+        applied.append(float(grads["w"]))
+        with torch.no_grad():
+            w.add_(1.0)
+
+    v = FixedVersions({"w": w}, delay=2, n=6, apply=apply)
+    assert [float(v.leaves(j)["w"].detach()) for j in (0, 2, 1)] == [0.0, 0.0, 0.0]  # subnets 0..2 read v_0
+    v.submit(1, {"w": torch.tensor([1.0])})
+    assert applied == []  # waits for subnet 0
+    v.submit(0, {"w": torch.tensor([0.0])})
+    assert applied == [0.0, 1.0] and v.held == 2  # v_1 (for subnet 3) and v_2 (for subnet 4)
+    assert float(v.leaves(3)["w"].detach()) == 1.0 and v.held == 1
+    with pytest.raises(RuntimeError, match="not available"):
+        v.leaves(5)  # v_3 needs subnet 2's update first
+    with pytest.raises(RuntimeError, match="twice"):
+        v.submit(1, {"w": None})
+
+
+def _replay(space, stages: int, policy: str, shared: str, subnets, *, seed: int = 0, optimizer: str = "sgd",
+            jitter: float = 0.5):
+    """Run the real executors in the order of a simulated schedule (one process, tensors by hand)."""
+    sh = parse_shared(shared)
+    part = partition(space, stages)
+    stream = ReplayStream(space, subnets)
+    sim = simulate(space, part, stream, policy, shared=sh, jitter=jitter, seed=seed)
+    write_kind = sim.schedulers[0].write_kind
+    execs = [StageExecutor(build_stage(space, part.blocks(s), seed, sh), subnets, seed=seed,
+                           policy=policy.partition(":")[0], optimizer=optimizer, lr=DEFAULT_LR[optimizer],
+                           shared_delay=sh.delay if sh.trains_shared else None, write_kind=write_kind,
+                           micro_batches=getattr(sim.schedulers[0], "m", None)) for s in range(stages)]
+    acts: dict = {}
+    grads: dict = {}
+    for ev in sorted(sim.trace.compute_events(), key=lambda e: (e.start, e.stage)):
+        s, j, ex = ev.stage, ev.subnet, execs[ev.stage]
+        if ev.kind == "F":
+            x, rg = acts.pop((j, s), (None, False))
+            out, rg = ex.forward(j, x, rg)
+            if s + 1 < stages:
+                acts[(j, s + 1)] = (out.clone(), rg)
+        elif ev.kind == "B":
+            gin = ex.backward(j, grads.pop((j, s), None))
+            if s > 0:
+                grads[(j, s - 1)] = gin.clone() if gin is not None else None
+        else:
+            ex.weight(j)
+    hashes: dict = {}
+    for ex in execs:
+        hashes.update(param_hashes(ex.model.global_named_parameters()))
+    return execs[-1].losses, hashes
+
+
+@pytest.mark.parametrize("space,stages,policy,shared", [
+    ("tiny-transformer", 3, "csp", "frozen"),
+    ("tiny-transformer", 4, "csp", "delayed:2"),
+    ("digits-cnn", 3, "csp", "serial"),
+    ("digits-cnn", 2, "csp-bw", "delayed:1"),
+    ("tiny-transformer-k1", 3, "asp", "frozen"),  # 1F1B without the causal rule: must differ
+])
+def test_executors_replaying_simulated_schedules_match_the_reference(space, stages, policy, shared):
+    sp = conflict_dense(1) if space == "tiny-transformer-k1" else preset(space)
+    subnets = [UniformStream(sp, 3, 16)[j] for j in range(16)]
+    ref = train_reference(sp, ReplayStream(sp, subnets), 3, parse_shared(shared))
+    losses, hashes = _replay(sp, stages, policy, shared, subnets, seed=3)
+    same = losses == ref.losses and hashes == param_hashes(ref.model.global_named_parameters())
+    assert same == (policy != "asp")
+
+
+def test_bsp_with_one_micro_batch_and_asp_with_one_stage_are_sequential():
+    """TECHNIQUES section 7: GPipe with M = 1 and any policy with P = 1 equal plain training."""
+    sp = preset("digits-cnn")
+    subnets = [UniformStream(sp, 0, 10)[j] for j in range(10)]
+    ref = train_reference(sp, ReplayStream(sp, subnets), 0, parse_shared("serial"))
+    want = (ref.losses, param_hashes(ref.model.global_named_parameters()))
+    assert _replay(sp, 2, "bsp:1", "serial", subnets) == want
+    assert _replay(sp, 1, "asp", "serial", subnets) == want
+    assert _replay(sp, 2, "bsp:4", "serial", subnets) != want
+
+
+# ---- real processes ------------------------------------------------------------------------------------------
+CASES = [  # (space, stages, shared layers, jitter ms, policy, optimizer)
+    ("tiny-transformer", 1, "frozen", 0, "csp", "sgd"),
+    ("tiny-transformer", 2, "frozen", 0, "csp", "sgd"),
+    ("tiny-transformer", 3, "frozen", 1.0, "csp", "sgd"),
+    ("tiny-transformer", 4, "delayed:2", 0, "csp", "sgd"),
+    ("tiny-transformer", 2, "delayed:2", 1.0, "csp", "sgd"),
+    ("tiny-transformer", 3, "serial", 0, "csp", "sgd"),
+    ("tiny-transformer", 2, "delayed:2", 0, "csp", "adam"),
+    ("digits-cnn", 1, "delayed:2", 0, "csp", "sgd"),
+    ("digits-cnn", 2, "frozen", 1.0, "csp", "sgd"),
+    ("digits-cnn", 3, "delayed:2", 0, "csp", "sgd"),
+    ("digits-cnn", 4, "frozen", 0.5, "csp", "momentum"),
+    ("digits-cnn", 3, "serial", 0, "csp-bw", "sgd"),
+    ("digits-cnn", 2, "frozen", 0, "sequential", "sgd"),
+]
+
+
+@pytest.mark.parametrize("space,stages,shared,jitter,policy,optimizer", CASES)
+def test_parallel_run_matches_the_reference_bit_for_bit(tmp_path, refs, space, stages, shared, jitter, policy,
+                                                        optimizer):
+    cfg = TrainConfig.create(space, tmp_path / "run", stages=stages, subnets=N, shared_layers=shared,
+                             jitter_ms=jitter, policy=policy, optimizer=optimizer, progress=False, timeout=60)
+    result = train(cfg)
+    ok, msg = verify(cfg.out, refs(space, shared, N, optimizer))
+    assert ok, msg
+    assert result.verify(refs(space, shared, N, optimizer))[0]
+    # the outputs every run has, in the shared formats
+    m = json.loads((cfg.out / "metrics.json").read_text())
+    assert m["config"]["shared_layers"] == shared and m["config"]["policy"] == policy
+    assert m["config"]["stages"] == stages and m["config"]["optimizer"] == optimizer
+    assert m["subnets_per_s"] > 0 and 0 < m["utilization"] <= 1 and m["overhead_share"] >= 0
+    assert json.loads((cfg.out / "status.json").read_text()) == {"complete": True}
+    trace = Trace.load(cfg.out / "trace.json")
+    per_subnet = 3 if policy == "csp-bw" else 2
+    assert len(trace.compute_events()) == N * stages * per_subnet
+    lines = (cfg.out / "events.jsonl").read_text().splitlines()
+    assert len(lines) == len(trace.compute_events()) and all(json.loads(x)["kind"] in "FBW" for x in lines)
+    blocks = [[b for b in cfg.partition.blocks(s) if not cfg.space.blocks[b].fixed] for s in range(stages)]
+    assert check_causal(trace, list(cfg.sequence), blocks, "W" if policy == "csp-bw" else "B") == []
+    for part in (cfg.out / "parts").glob("stage*.json"):
+        pid = json.loads(part.read_text())["pid"]
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_asp_on_a_conflict_dense_space_differs_from_the_reference(tmp_path):
+    """The hazard CSP prevents is real: 1F1B without the causal rule reads stale candidate weights."""
+    sp = conflict_dense(1)
+    subnets = [UniformStream(sp, 0, 16)[j] for j in range(16)]
+    ref = train_reference(sp, ReplayStream(sp, subnets), 0, parse_shared("frozen"))
+    (tmp_path / "ref").mkdir()
+    write_losses(tmp_path / "ref" / "losses.csv", ref.losses)
+    write_params(tmp_path / "ref" / "params.json", param_hashes(ref.model.global_named_parameters()))
+    asp = train(TrainConfig.create(sp, tmp_path / "asp", stages=3, subnets=16, sequence=subnets, policy="asp",
+                                   progress=False))
+    ok, msg = asp.verify(tmp_path / "ref")
+    assert not ok and msg.startswith("subnet 1:"), msg  # subnet 1's forward ran before subnet 0's update
+    csp = train(TrainConfig.create(sp, tmp_path / "csp", stages=3, subnets=16, sequence=subnets, policy="csp",
+                                   progress=False))
+    assert csp.verify(tmp_path / "ref")[0]
+
+
+@pytest.mark.parametrize("action,stage,expect", [
+    ("raise", 1, "failed: InjectedFault: injected fault at"),
+    ("kill", 0, "killed by signal SIGKILL"),
+    ("exit", 2, "exited with code 3"),
+])
+def test_a_failed_stage_ends_the_run_quickly_naming_its_rank(tmp_path, action, stage, expect):
+    cfg = TrainConfig.create("tiny-transformer", tmp_path / "run", stages=3, subnets=40, progress=False,
+                             fault=f"{action}:{stage}:5", timeout=60)
+    t0 = time.monotonic()
+    with pytest.raises(TrainError) as err:
+        train(cfg)
+    assert time.monotonic() - t0 < 30
+    assert err.value.rank == stage
+    assert f"stage {stage} (rank {stage}" in str(err.value) and expect in str(err.value)
+    status = json.loads((cfg.out / "status.json").read_text())
+    assert status["complete"] is False and status["rank"] == stage
+    assert (cfg.out / "events.jsonl").exists()  # what was written so far is kept
+
+
+def test_a_hung_stage_is_caught_by_the_wait_timeout(tmp_path):
+    cfg = TrainConfig.create("digits-cnn", tmp_path / "run", stages=2, subnets=20, progress=False,
+                             fault="hang:1:3", timeout=2)
+    t0 = time.monotonic()
+    with pytest.raises(TrainError, match=r"stage 0 .*waited 2 s without a message; it needs gradients from "
+                                         r"stage 1") as err:
+        train(cfg)
+    assert time.monotonic() - t0 < 30 and err.value.rank == 0
+
+
+def test_bad_configurations_are_refused_before_any_process_starts(tmp_path):
+    def bad(match: str, space="tiny-transformer", **kw):
+        with pytest.raises(ConfigError, match=match):
+            train(TrainConfig.create(space, tmp_path / "x", progress=False, **kw))
+
+    bad("cost-only", space="naspipe-k12")
+    bad("unknown policy", policy="gpipe")
+    bad("unknown optimizer", optimizer="lbfgs")
+    bad("window must be >= 1", window=0)
+    bad("jitter_ms", jitter_ms=-1.0)
+    bad("threads", threads=0)
+    bad("timeout", timeout=0)
+    bad("unknown shared-layer policy", shared_layers="sometimes")
+    bad("cannot split", stages=11)
+    bad("bad fault", fault="explode:0:1")
+    bad("takes no argument", policy="csp:3")
+    bad("own synchronisation", policy="bsp", shared_layers="delayed:2")
+    bad("unknown option", colour="red")
+    assert not list(tmp_path.iterdir())  # nothing was created
+    assert set(POLICIES) >= {"csp", "sequential", "bsp", "asp"}
+    assert math.isfinite(DEFAULT_LR["sgd"])
