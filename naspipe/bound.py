@@ -1,14 +1,18 @@
-"""The lower bound on a CSP makespan for a given subnet sequence, and the efficiency against it.
+"""Lower bounds on a CSP makespan for a given subnet sequence, and the efficiency against them.
 
 No schedule that respects the data and causal dependencies can finish before
-``max(per-stage work, causal critical path)``. The critical path runs through data edges
-(``F(j,s-1) -> F(j,s)``, ``F(j,P-1) -> B(j,P-1)``, ``B(j,s+1) -> B(j,s)``, ``B(j,s) -> W(j,s)``) and causal
-edges (the write of the previous subnet that selected the same candidate -> ``F(j,s)``; for trained
+``max(per-stage work, causal critical path)`` (``Bound.lower_bound``, the bound of the issue tracker).
+The critical path runs through data edges (``F(j,s-1) -> F(j,s)``, ``F(j,P-1) -> B(j,P-1)``,
+``B(j,s+1) -> B(j,s)``, ``B(j,s) -> W(j,s)``, each inter-stage edge costing one message ``hop``) and
+causal edges (the write of the previous subnet that selected the same candidate -> ``F(j,s)``; for trained
 shared layers under ``delayed:D``, every write ``i <= j-D-1`` on a stage with fixed blocks). The order
-"subnet by subnet; forwards down, backwards up" is topological, so one pass computes it.
+"subnet by subnet; forwards down, backwards up, then weight tasks" is topological, so one pass computes
+every task's earliest start (its *head*) and a reverse pass its *tail* (the longest path after it ends).
 
-``stage_bound`` tightens the per-stage term: stage ``s`` cannot start before some subnet's forwards on
-stages ``< s`` finished, and (unsplit) its last backward still has to travel back to stage 0.
+``Bound.tight_bound`` is the one-machine relaxation with heads and tails: on each stage, the tasks whose
+head is at least ``t`` all run after ``t`` on that stage, one at a time, and the last of them still has its
+tail to go, so ``makespan >= t + sum(durations) + min(tails)`` for every ``t``. It captures how the
+critical path and the per-stage work interact, where the plain maximum of the two is loose.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from naspipe.space import SearchSpace, Subnet
 class Bound:
     stage_work: tuple[float, ...]
     critical_path: float
-    stage_bound: float  # per-stage work with unavoidable head and tail
+    stage_bound: float  # max over stages of the head-body-tail bound
 
     @property
     def lower_bound(self) -> float:
@@ -34,62 +38,91 @@ class Bound:
 
     @property
     def tight_bound(self) -> float:
-        return max(self.stage_bound, self.critical_path)
+        return max(self.stage_bound, self.lower_bound)
 
 
 def lower_bound(space: SearchSpace, part: Partition, subnets: Sequence[Subnet],
                 duration: Callable[[Task], float], *, shared: SharedLayers | None = None,
-                split_backward: bool = False, hop: float = 0.0) -> Bound:
+                split_backward: bool = False, hop: float = 0.0, causal: bool = True) -> Bound:
+    """Bounds for ``subnets`` on ``part``; ``causal=False`` drops causal edges (for bsp/asp)."""
     shared = shared or SharedLayers()
     P = part.stages
-    write = WEIGHT if split_backward else BACKWARD
     choice = [[b for b in part.blocks(s) if not space.blocks[b].fixed] for s in range(P)]
-    gated = [shared.gate is not None and any(space.blocks[b].fixed for b in part.blocks(s)) for s in range(P)]
+    gated = [causal and shared.gate is not None and any(space.blocks[b].fixed for b in part.blocks(s))
+             for s in range(P)]
     d = shared.gate or 0
-    last_writer: list[dict[tuple[int, int], int]] = [{} for _ in range(P)]
-    write_end: list[dict[int, float]] = [{} for _ in range(P)]
-    work = [0.0] * P
-    head = [float("inf")] * P  # earliest possible start on stage s
-    tail = [float("inf")] * P  # shortest backward chain from stage s-1 down to 0 (unsplit)
-    cp = 0.0
+
+    # tasks are indices; per task: stage, duration, earliest end, successors (task, edge weight)
+    stage_of: list[int] = []
+    dur: list[float] = []
+    end: list[float] = []
+    succ: list[list[tuple[int, float]]] = []
+
+    def new(s: int, p: float, ready: float) -> int:
+        stage_of.append(s)
+        dur.append(p)
+        end.append(ready + p)
+        succ.append([])
+        return len(dur) - 1
+
+    last_writer: list[dict[tuple[int, int], int]] = [{} for _ in range(P)]  # key -> write task index
+    writes: list[dict[int, int]] = [{} for _ in range(P)]  # subnet -> write task index (gated stages)
     for j, sub in enumerate(subnets):
-        f_end = [0.0] * P
-        ready = 0.0
-        fsum = 0.0
+        prev = -1
         for s in range(P):
-            head[s] = min(head[s], fsum + s * hop)
-            start = ready
-            for b in choice[s]:
-                i = last_writer[s].get((b, sub[b]))
-                if i is not None:
-                    start = max(start, write_end[s][i])
+            preds: list[tuple[int, float]] = []
+            if prev >= 0:
+                preds.append((prev, hop))
+            if causal:
+                for b in choice[s]:
+                    w = last_writer[s].get((b, sub[b]))
+                    if w is not None:
+                        preds.append((w, 0.0))
             if gated[s]:
                 for i in range(max(0, j - 2 * d - 1), j - d):
-                    start = max(start, write_end[s][i])
-            dur = duration(Task(FORWARD, j, s))
-            fsum += dur
-            work[s] += dur
-            f_end[s] = start + dur
-            ready = f_end[s] + hop
-        ready = f_end[P - 1]
-        bsum = 0.0
+                    preds.append((writes[s][i], 0.0))
+            ready = max((end[t] + w for t, w in preds), default=0.0)
+            prev = new(s, duration(Task(FORWARD, j, s)), ready)
+            for t, w in preds:
+                succ[t].append((prev, w))
         for s in range(P - 1, -1, -1):
-            tail[s] = min(tail[s], bsum + s * hop) if not split_backward else 0.0
-            db = duration(Task(BACKWARD, j, s))
-            bsum += db
-            work[s] += db
-            b_end = ready + db
-            w_end = b_end
+            w_hop = 0.0 if s == P - 1 else hop
+            b = new(s, duration(Task(BACKWARD, j, s)), end[prev] + w_hop)
+            succ[prev].append((b, w_hop))
+            write = b
             if split_backward:
-                dw = duration(Task(WEIGHT, j, s))
-                work[s] += dw
-                w_end = b_end + dw
-            cp = max(cp, w_end)
-            write_end[s][j] = w_end if write == WEIGHT else b_end
-            ready = b_end + hop
-        for s in range(P):
-            for b in choice[s]:
-                last_writer[s][(b, sub[b])] = j
-    sb = max(work[s] + (head[s] if head[s] != float("inf") else 0.0) + (tail[s] if tail[s] != float("inf") else 0.0)
-             for s in range(P)) if subnets else 0.0
-    return Bound(tuple(work), cp, sb)
+                write = new(s, duration(Task(WEIGHT, j, s)), end[b])
+                succ[b].append((write, 0.0))
+            if causal:
+                for blk in choice[s]:
+                    last_writer[s][(blk, sub[blk])] = write
+            if gated[s]:
+                writes[s][j] = write
+            prev = b
+    n = len(dur)
+    work = [0.0] * P
+    for t in range(n):
+        work[stage_of[t]] += dur[t]
+    cp = max(end, default=0.0)
+    # tails, in reverse topological order
+    tail = [0.0] * n
+    for t in range(n - 1, -1, -1):
+        best = 0.0
+        for u, w in succ[t]:
+            v = w + dur[u] + tail[u]
+            if v > best:
+                best = v
+        tail[t] = best
+    per_stage: list[list[int]] = [[] for _ in range(P)]
+    for t in range(n):
+        per_stage[stage_of[t]].append(t)
+    stage_bound = 0.0
+    for tasks in per_stage:
+        tasks.sort(key=lambda t: end[t] - dur[t], reverse=True)
+        body = 0.0
+        min_tail = float("inf")
+        for t in tasks:
+            body += dur[t]
+            min_tail = min(min_tail, tail[t])
+            stage_bound = max(stage_bound, end[t] - dur[t] + body + min_tail)
+    return Bound(tuple(work), cp, stage_bound)

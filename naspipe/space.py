@@ -88,7 +88,7 @@ class SearchSpace:
         if len(subnet) != self.num_blocks:
             raise SpaceError(f"subnet has {len(subnet)} choices, space {self.name!r} has {self.num_blocks} blocks")
         for i, (c, b) in enumerate(zip(subnet, self.blocks, strict=True)):
-            if not isinstance(c, int) or not 0 <= c < b.k:
+            if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < b.k:
                 raise SpaceError(f"subnet choice {c!r} for block {i} ({b.name}) must be an integer in [0, {b.k})")
         return tuple(subnet)
 
@@ -223,9 +223,11 @@ def space_from_dict(data: Any, source: str = "space") -> SearchSpace:
 def load_space(path: str | Path) -> SearchSpace:
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise SpaceError(f"cannot read space file {str(p)!r}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise SpaceError(f"{p.name}: not a UTF-8 text file (expected JSON)") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

@@ -29,7 +29,7 @@ def _lr(text: str) -> float:
 
 def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
     """``--optimizer`` and ``--lr``, shared with ``naspipe train``."""
-    from naspipe.models.optim import DEFAULT_LR, OPTIMIZERS
+    from naspipe.optim_names import DEFAULT_LR, OPTIMIZERS
 
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
                    help="per-parameter optimizer (default %(default)s)")

@@ -9,9 +9,14 @@ Policies:
 
 * ``sequential``: one subnet in the pipeline at a time (CSP with a window of one);
 * ``csp``: NASPipe's causal synchronous parallelism: any ready backward first (oldest), then the oldest
-  forward whose causal dependencies are met, window-limited;
+  forward whose causal dependencies are met, window-limited (the paper's order);
+* ``csp-chain``: CSP, backward first, then the free forward that heads the longest chain of conflicts
+  among the next subnets (``naspipe.sched.chains``), oldest on ties: a critical-path list scheduler that
+  sees no further than its window;
 * ``csp-bw``: CSP with a split backward: ``B`` (input gradient) goes first, the causal rule waits on
-  ``W`` (weight gradient + update); ``W`` tasks are bounded by ``max_pending_w``;
+  ``W`` (weight gradient + update); ``W`` and forwards are ordered by conflict chains, so a ``W`` that
+  later forwards wait for runs early and the rest fill idle time; ``W`` tasks are bounded by
+  ``max_pending_w``;
 * ``bsp``: GPipe: groups of ``M`` subnets, all forwards, all backwards, flush;
 * ``asp``: PipeDream 1F1B: at most ``P - s`` subnets in flight on stage ``s``, no causal rule.
 """
@@ -23,6 +28,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from naspipe.sched.causal import CausalTracker
+from naspipe.sched.chains import ConflictChains
 from naspipe.sched.shared import SharedLayers
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.sequence import SubnetStream, Window
@@ -41,6 +47,7 @@ class StageSpec:
     choice_blocks: tuple[int, ...]
     has_fixed: bool = False
     shared: SharedLayers = field(default_factory=SharedLayers)
+    all_choice_blocks: tuple[tuple[int, ...], ...] = ()  # every stage's choice blocks (the partition)
 
     @property
     def first(self) -> bool:
@@ -209,6 +216,67 @@ class CSPScheduler(StageScheduler):
                     heapq.heappush(self._f_ready, f)
 
 
+class ChainCSPScheduler(CSPScheduler):
+    """CSP with critical-path priorities: backward first, then the free forward heading the longest chain.
+
+    The chains are built over the next ``CHAIN_HORIZON`` subnets after the oldest unfinished one (longer
+    horizons measured no better and cost more); a link on stage ``t`` weighs the round trip from ``t``
+    (``2 (P - t)`` tasks, one more with a split backward).
+    """
+
+    name = "csp-chain"
+    CHAIN_HORIZON = 16
+
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200):
+        blocks = spec.all_choice_blocks or tuple(spec.choice_blocks if t == spec.stage else ()
+                                                 for t in range(spec.stages))
+        extra = 1.0 if self.write_kind == WEIGHT else 0.0
+        self.chains = ConflictChains(blocks, [2.0 * (spec.stages - t) + extra for t in range(spec.stages)])
+        self._chained = 0  # subnets [0, _chained) are in the chains
+        super().__init__(spec, stream, window)
+
+    def _sync_chains(self) -> None:
+        hi = min(self.lo + self.CHAIN_HORIZON, self._admitted)
+        while self._chained < hi:
+            self.chains.admit(self._chained, self.window[self._chained])
+            self._chained += 1
+
+    def on_finish(self, task: Task) -> None:
+        lo = self.lo
+        super().on_finish(task)
+        for j in range(lo, min(self.lo, self._chained)):
+            self.chains.forget(j)
+
+    def _forward_priority(self, j: int) -> float:
+        return 2 * self.spec.stages - 1 - self.spec.stage + self.chains.depth.get(j, 0.0)
+
+    def _best_forward(self) -> tuple[float, int] | None:
+        """(priority, subnet) of the best allowed free forward; only chained subnets can beat the oldest."""
+        if not self._f_ready or not self._forward_allowed(self._f_ready[0]):
+            return None
+        self._sync_chains()
+        best = (self._forward_priority(self._f_ready[0]), -self._f_ready[0])
+        for j in self._f_ready:
+            if j < self._chained and self._forward_allowed(j):
+                best = max(best, (self._forward_priority(j), -j))
+        return best[0], -best[1]
+
+    def _take_forward(self, j: int) -> Task:
+        if self._f_ready[0] == j:
+            heapq.heappop(self._f_ready)
+        else:
+            self._f_ready.remove(j)
+            heapq.heapify(self._f_ready)
+        self._arrived.discard(j)
+        return self._task(FORWARD, j)
+
+    def _choose(self) -> Task | None:
+        if self._b_ready:
+            return self._task(BACKWARD, heapq.heappop(self._b_ready))
+        best = self._best_forward()
+        return self._take_forward(best[1]) if best else None
+
+
 class SequentialScheduler(CSPScheduler):
     """One subnet at a time: CSP with a window of one."""
 
@@ -218,11 +286,13 @@ class SequentialScheduler(CSPScheduler):
         super().__init__(spec, stream, 1)
 
 
-class SplitBackwardCSPScheduler(CSPScheduler):
+class SplitBackwardCSPScheduler(ChainCSPScheduler):
     """CSP with the backward split into ``B`` (input gradient) and ``W`` (weight gradient + update).
 
-    Order: ``W`` when the pending limit is reached; any ready ``B``; a ``W`` that an arrived forward waits
-    for; the oldest free forward; otherwise the oldest ``W`` (fills idle time).
+    Order: the oldest ``W`` when ``max_pending_w`` are pending (each holds activations and output
+    gradients); any ready ``B`` (it unblocks the upstream stage); then a ``W`` or a forward by conflict-chain
+    priority: a ``W`` whose subnet heads a long chain of later conflicting subnets outranks a forward,
+    a ``W`` that nobody waits for only fills idle time.
     """
 
     name = "csp-bw"
@@ -245,36 +315,21 @@ class SplitBackwardCSPScheduler(CSPScheduler):
             heapq.heappush(self._w_ready, task.subnet)
         super()._finished(task)
 
-    def _urgent_w(self, scan: int = 8) -> int | None:
-        """A pending W that an arrived, causally blocked forward waits for (oldest such forward first)."""
-        if not self._w_ready:
-            return None
-        pending = set(self._w_ready)
-        for j in sorted(self._arrived)[:scan]:
-            for i in self.tracker.blockers(j):
-                if i in pending:
-                    return i
-        return None
-
-    def _take_w(self, i: int) -> Task:
-        self._w_ready.remove(i)
-        heapq.heapify(self._w_ready)
-        return self._task(WEIGHT, i)
-
     def _choose(self) -> Task | None:
         if self._w_ready and len(self._w_ready) >= self.max_pending_w:
             return self._task(WEIGHT, heapq.heappop(self._w_ready))
         if self._b_ready:
             return self._task(BACKWARD, heapq.heappop(self._b_ready))
-        urgent = self._urgent_w()
-        if urgent is not None:
-            return self._take_w(urgent)
-        t = self._pop_forward()
-        if t is not None:
-            return t
+        best_f = self._best_forward()
         if self._w_ready:
-            return self._task(WEIGHT, heapq.heappop(self._w_ready))
-        return None
+            self._sync_chains()
+            depth = self.chains.depth
+            w = max(self._w_ready, key=lambda i: (depth.get(i, 0.0), -i))
+            if best_f is None or depth.get(w, 0.0) > best_f[0]:
+                self._w_ready.remove(w)
+                heapq.heapify(self._w_ready)
+                return self._task(WEIGHT, w)
+        return self._take_forward(best_f[1]) if best_f else None
 
 
 class ASPScheduler(StageScheduler):
@@ -342,6 +397,7 @@ class BSPScheduler(StageScheduler):
 POLICIES: dict[str, type[StageScheduler]] = {
     "sequential": SequentialScheduler,
     "csp": CSPScheduler,
+    "csp-chain": ChainCSPScheduler,
     "csp-bw": SplitBackwardCSPScheduler,
     "bsp": BSPScheduler,
     "asp": ASPScheduler,
@@ -382,5 +438,7 @@ def stage_specs(space, partition, shared: SharedLayers | None = None) -> list[St
             stage=s, stages=partition.stages,
             choice_blocks=tuple(b for b in blocks if not space.blocks[b].fixed),
             has_fixed=any(space.blocks[b].fixed for b in blocks), shared=shared,
+            all_choice_blocks=tuple(tuple(b for b in partition.blocks(t) if not space.blocks[b].fixed)
+                                    for t in range(partition.stages)),
         ))
     return out
