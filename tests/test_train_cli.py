@@ -1,0 +1,137 @@
+"""``naspipe train`` and ``python -m naspipe.launch`` (torchrun): outputs, verify, bad input, failures."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from naspipe.cli import main
+from naspipe.trace import Trace
+
+BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _children() -> list[psutil.Process]:
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(p.cmdline())
+            if p.status() == psutil.STATUS_ZOMBIE or "resource_tracker" in cmd:
+                continue
+            if "multiprocessing.forkserver" in cmd and p.ppid() == psutil.Process().pid:
+                continue  # the session's fork server (ends with this process)
+        except psutil.NoSuchProcess:
+            continue
+        out.append(p)
+    return out
+
+
+def test_train_writes_a_run_that_verifies_against_the_reference(tmp_path):
+    """The acceptance path: naspipe train, naspipe reference, naspipe verify."""
+    run, ref = tmp_path / "run", tmp_path / "ref"
+    common = ["--space", "tiny-transformer", "--subnets", "16", "--seed", "3", "--shared-layers", "delayed:1"]
+    p = subprocess.run([str(BIN / "naspipe"), "train", *common, "--stages", "2", "--jitter-ms", "1",
+                        "--out", str(run)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "csp on tiny-transformer, 2 stages, 16 subnets, shared layers delayed:1" in p.stdout
+    assert "subnet" in p.stderr  # the progress bar
+    for f in ("losses.csv", "params.json", "trace.json", "metrics.json", "events.jsonl", "status.json"):
+        assert (run / f).exists(), f
+    assert (run / "losses.csv").read_text().splitlines()[0] == "subnet,loss"
+    m = json.loads((run / "metrics.json").read_text())
+    for k in ("subnets_per_s", "samples_per_s", "utilization", "wall_s", "overhead_share", "config"):
+        assert m[k] is not None, k
+    assert m["config"]["shared_layers"] == "delayed:1" and m["config"]["jitter_ms"] == 1.0
+    assert Trace.load(run / "trace.json").meta["driver"] == "runtime"
+    assert main(["reference", *common, "--out", str(ref), "--no-progress"]) == 0
+    assert main(["verify", str(run), str(ref)]) == 0
+    # the same directory again is refused, with --overwrite it is replaced
+    assert main(["train", *common, "--out", str(run), "--no-progress"]) == 2
+    assert main(["train", *common, "--stages", "3", "--out", str(run), "--no-progress", "--overwrite"]) == 0
+    assert main(["verify", str(run), str(ref)]) == 0
+    assert not _children()
+
+
+def _bad_space(tmp_path: Path) -> str:
+    p = tmp_path / "bad.json"
+    p.write_text('{"name": "x", "blocks": [')
+    return str(p)
+
+
+BAD = [  # (arguments, part of the one-line message)
+    (["--stages", "0"], "--stages must be >= 1"),
+    (["--stages", "11"], "cannot split 10 blocks"),
+    (["--window", "0"], "--window must be >= 1"),
+    (["--jitter-ms", "-1"], "--jitter-ms must be a finite number >= 0"),
+    (["--optimizer", "lbfgs"], "unknown optimizer 'lbfgs'"),
+    (["--lr", "0"], "--lr must be a finite number > 0"),
+    (["--shared-layers", "sometimes"], "unknown shared-layer policy"),
+    (["--shared-layers", "delayed:x"], "use delayed:D with a whole number D >= 0"),
+    (["--policy", "gpipe"], "unknown policy 'gpipe'"),
+    (["--policy", "bsp", "--shared-layers", "delayed:2"], "own synchronisation"),
+    (["--space", "naspipe-k48"], "model kind 'cost-only'"),
+    (["--space", "no-such-space"], "unknown space 'no-such-space'"),
+    (["--threads", "0"], "--threads must be >= 1"),
+    (["--timeout", "0"], "--timeout must be a finite number of seconds > 0"),
+    (["--subnets", "0"], "--subnets must be >= 1"),
+    (["--device", "tpu"], "invalid choice: 'tpu'"),
+    (["--micro-batches", "2"], "policy 'csp' takes no option"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD)
+def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path, capsys, args, message):
+    rc = main(["train", "--out", str(tmp_path / "out"), "--no-progress", *args])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert err.startswith("naspipe: error:") and "\n" not in err and message in err, err
+    assert not (tmp_path / "out").exists()
+    assert not _children()
+
+
+def test_malformed_space_file_and_busy_port_are_refused(tmp_path, capsys):
+    assert main(["train", "--space", _bad_space(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert main(["train", "--subnets", "4", "--port", str(port), "--out", str(tmp_path / "o"),
+                     "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"port {port} on 127.0.0.1 is already in use" in err and "\n" not in err
+    assert not (tmp_path / "o").exists()
+    assert not _children()
+
+
+def test_a_crashed_stage_exits_1_naming_the_rank(tmp_path, capsys):
+    rc = main(["train", "--space", "digits-cnn", "--stages", "3", "--subnets", "20", "--out", str(tmp_path / "o"),
+               "--no-progress", "--fault", "raise:2:4"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1
+    assert err.startswith("naspipe: error: stage 2 (rank 2") and "injected fault at" in err, err
+    assert json.loads((tmp_path / "o" / "status.json").read_text())["complete"] is False
+    assert not _children()
+
+
+def test_torchrun_entry_point_matches_the_reference(tmp_path):
+    run, ref = tmp_path / "run", tmp_path / "ref"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    common = ["--space", "digits-cnn", "--subnets", "12", "--shared-layers", "serial"]
+    p = subprocess.run([str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                        "--master-port", str(port), "-m", "naspipe.launch", *common, "--out", str(run),
+                        "--no-progress"], capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "csp on digits-cnn, 2 stages, 12 subnets" in p.stdout
+    assert main(["reference", *common, "--out", str(ref), "--no-progress"]) == 0
+    assert main(["verify", str(run), str(ref)]) == 0
+    assert not _children()
