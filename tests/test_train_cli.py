@@ -70,7 +70,7 @@ BAD = [  # (arguments, part of the one-line message)
     (["--stages", "11"], "cannot split 10 blocks"),
     (["--window", "0"], "--window must be >= 1"),
     (["--jitter-ms", "-1"], "--jitter-ms must be a finite number >= 0"),
-    (["--optimizer", "lbfgs"], "unknown optimizer 'lbfgs'"),
+    (["--optimizer", "lbfgs"], "invalid choice: 'lbfgs'"),
     (["--lr", "0"], "--lr must be a finite number > 0"),
     (["--shared-layers", "sometimes"], "unknown shared-layer policy"),
     (["--shared-layers", "delayed:x"], "use delayed:D with a whole number D >= 0"),

@@ -30,22 +30,12 @@ def _seconds(text: str) -> float:
     return v
 
 
-def _lr(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--lr must be a number, got {text!r}") from None
-    if not 0 < v < float("inf"):
-        raise argparse.ArgumentTypeError(f"--lr must be a finite number > 0, got {text}")
-    return v
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     # no torch import here: building the parser must stay cheap for every subcommand
+    from naspipe.cli.reference import add_optimizer_arguments  # the very options (and defaults) of the reference
+
     add_run_arguments(p, default_space="tiny-transformer", default_subnets=200, default_policy="csp")
-    p.add_argument("--optimizer", default="sgd",
-                   help="per-candidate optimizer: sgd, momentum, adam, adamw, rmsprop (default %(default)s)")
-    p.add_argument("--lr", type=_lr, default=None, help="learning rate (default: the optimizer's, as the reference)")
+    add_optimizer_arguments(p)
     p.add_argument("--out", required=True, help="run directory (refused if it holds another run)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--jitter-ms", type=non_negative_float("--jitter-ms"), default=0.0,
