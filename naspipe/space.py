@@ -337,9 +337,28 @@ def _digits_cnn() -> SearchSpace:
                        model={"kind": "cnn", "channels": ch, "classes": 10, "image": 8})
 
 
+def _sparse_mlp() -> SearchSpace:
+    """Residual MLP blocks with K = 32 candidates each: conflicts are sparse, tasks are compute-heavy."""
+    width, n_in, classes, batch = 256, 32, 10, 64
+    hiddens = (256, 384, 512, 640)
+    cands = tuple(
+        Candidate(f"h{h}_{v}", "mlp", fwd=4 * batch * width * h * 1e-10, bwd=8 * batch * width * h * 1e-10,
+                  param_bytes=(2 * width * h + width + h) * 4, act_bytes=(width + h) * 4, args={"hidden": h})
+        for v in range(8) for h in hiddens
+    )
+    blocks = [Block("input", (Candidate("input", "linear", 1e-5, 2e-5, (n_in + 1) * width * 4, width * 4),),
+                    fixed=True, role="input")]
+    blocks += [Block(f"mlp{i}", cands, role="mlp") for i in range(8)]
+    blocks.append(Block("head", (Candidate("head", "linear", 1e-5, 2e-5, (width + 1) * classes * 4, classes * 4),),
+                        fixed=True, role="head"))
+    return SearchSpace("sparse-mlp", tuple(blocks), batch_size=batch, message_bytes=width * 4,
+                       model={"kind": "mlp", "in": n_in, "width": width, "classes": classes})
+
+
 _FIXED_PRESETS = {
     "tiny-transformer": _tiny_transformer,
     "digits-cnn": _digits_cnn,
+    "sparse-mlp": _sparse_mlp,
 }
 _NASPIPE_RE = re.compile(r"naspipe-k(\d+)$")
 _UNIT_RE = re.compile(r"unit-k(\d+)$")

@@ -7,6 +7,8 @@
 * ``cnn`` spaces: scikit-learn's ``load_digits`` (ships with the package), standardised, split once
   into a fixed train and held-out part; batch ``j`` is a seeded sample of the train part.
   Input ``(B, 1, 8, 8)`` float32, target ``(B,)`` int64.
+* ``mlp`` spaces: Gaussian inputs labelled by a frozen random teacher (see ``naspipe.models.mlp``).
+  Input ``(B, in)`` float32, target ``(B,)`` int64.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def make_batch(space: SearchSpace, seed: int, j: int) -> Batch:
     """Training batch ``j`` of a run with ``seed`` (``space.batch_size`` samples)."""
     if model_kind(space) == "transformer":
         return _reverse_batch(space, hashed_generator("data-reverse", int(seed), int(j)))
+    if model_kind(space) == "mlp":
+        return _teacher_batch(space, hashed_generator("data-teacher", int(seed), int(j)))
     x, y = _digits_split(train=True)
     idx = torch.randperm(len(y), generator=hashed_generator("data-digits", int(seed), int(j)))[: space.batch_size]
     return Batch(x[idx], y[idx])
@@ -58,6 +62,8 @@ def heldout_batches(space: SearchSpace, n: int | None = None) -> list[Batch]:
     """
     if model_kind(space) == "transformer":
         return [_reverse_batch(space, hashed_generator("heldout-reverse", i)) for i in range(8 if n is None else n)]
+    if model_kind(space) == "mlp":
+        return [_teacher_batch(space, hashed_generator("heldout-teacher", i)) for i in range(8 if n is None else n)]
     x, y = _digits_split(train=False)
     bs = space.batch_size
     avail = (len(y) + bs - 1) // bs
@@ -97,3 +103,14 @@ def _digits_split(train: bool) -> tuple[Tensor, Tensor]:
     n_hold = int(len(y) * HELDOUT_FRACTION)
     idx = order[n_hold:] if train else order[:n_hold]
     return x[idx].contiguous(), y[idx].contiguous()
+
+
+def _teacher_batch(space: SearchSpace, g: torch.Generator) -> Batch:
+    n_in, classes = int(space.model["in"]), int(space.model.get("classes", 10))
+    x = torch.randn(space.batch_size, n_in, generator=g)
+    return Batch(x, (torch.tanh(x) @ _teacher(n_in, classes)).argmax(-1))
+
+
+@lru_cache(maxsize=4)
+def _teacher(n_in: int, classes: int) -> Tensor:
+    return torch.randn(n_in, classes, generator=hashed_generator("teacher", n_in, classes))

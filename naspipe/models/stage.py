@@ -18,12 +18,12 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from naspipe.models import cnn, transformer
+from naspipe.models import cnn, mlp, transformer
 from naspipe.models.seeding import candidate_generator, init_module
 from naspipe.sched.shared import SharedLayers
 from naspipe.space import SearchSpace
 
-FAMILIES: dict[str, ModuleType] = {"transformer": transformer, "cnn": cnn}
+FAMILIES: dict[str, ModuleType] = {"transformer": transformer, "cnn": cnn, "mlp": mlp}
 
 
 def model_kind(space: SearchSpace) -> str:
