@@ -248,6 +248,15 @@ def test_parallel_run_matches_the_reference_bit_for_bit(tmp_path, refs, space, s
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+def test_a_measured_partition_changes_speed_not_results(tmp_path, refs):
+    cfg = TrainConfig.create("tiny-transformer", tmp_path / "run", stages=2, subnets=N, balance="measured",
+                             progress=False)
+    bounds = cfg.partition.bounds
+    assert bounds[0][0] == 0 and bounds[0][1] == bounds[1][0] and bounds[1][1] == cfg.space.num_blocks
+    assert train(cfg).verify(refs("tiny-transformer", "frozen"))[0]
+    assert json.loads((cfg.out / "metrics.json").read_text())["config"]["balance"] == "measured"
+
+
 def test_asp_on_a_conflict_dense_space_differs_from_the_reference(tmp_path):
     """The hazard CSP prevents is real: 1F1B without the causal rule reads stale candidate weights."""
     sp = conflict_dense(1)
@@ -312,6 +321,7 @@ def test_bad_configurations_are_refused_before_any_process_starts(tmp_path):
     bad("takes no argument", policy="csp:3")
     bad("own synchronisation", policy="bsp", shared_layers="delayed:2")
     bad("unknown option", colour="red")
+    bad("unknown balance", balance="guess")
     assert not list(tmp_path.iterdir())  # nothing was created
     assert set(POLICIES) >= {"csp", "sequential", "bsp", "asp"}
     assert math.isfinite(DEFAULT_LR["sgd"])

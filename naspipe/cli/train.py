@@ -51,6 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="csp-bw: most W tasks pending per stage")
     p.add_argument("--port", type=positive_int("--port"), default=None,
                    help="rendezvous port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--balance", choices=("cost", "measured"), default="cost",
+                   help="partition blocks by the space's cost model or by costs measured here (default %(default)s)")
     p.add_argument("--start-method", choices=("forkserver", "spawn"), default="forkserver",
                    help="how stage processes start (default %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -66,11 +68,14 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
     from pathlib import Path
 
     run = resolve_run(args)
-    from naspipe.runtime.config import ConfigError, TrainConfig, check_out_dir
+    from naspipe.runtime.config import ConfigError, TrainConfig, check_out_dir, measured_partition
 
     try:
+        part = run.partition
+        if args.balance == "measured" and part.stages > 1:
+            part = measured_partition(run.space, part.stages, run.seed)
         cfg = TrainConfig(
-            space=run.space, out=Path(args.out), partition=run.partition,
+            space=run.space, out=Path(args.out), partition=part, balance=args.balance,
             sequence=tuple(run.stream[j] for j in range(len(run.stream))), seed=run.seed, policy=run.policy,
             shared=run.shared, window=run.window, optimizer=args.optimizer, lr=args.lr, jitter_ms=args.jitter_ms,
             threads=args.threads, device=args.device, timeout=args.timeout, micro_batches=args.micro_batches,

@@ -22,6 +22,7 @@ from naspipe.space import SearchSpace, SpaceError, Subnet, resolve_space
 
 DEVICES = ("cpu", "cuda")
 START_METHODS = ("forkserver", "spawn")
+BALANCES = ("cost", "measured")
 FAULT_ACTIONS = ("raise", "kill", "exit", "hang")
 # files that mark a directory as holding a run (refused unless overwrite=True)
 RUN_FILES = ("losses.csv", "params.json", "trace.json", "metrics.json", "events.jsonl", "status.json", "parts")
@@ -61,6 +62,7 @@ class TrainConfig:
     progress: bool = True
     fault: str | None = None
     start_method: str = "forkserver"
+    balance: str = "cost"  # how the partition was chosen (recorded only): "cost" model or "measured"
 
     # ---- construction --------------------------------------------------------------------------------
     @classmethod
@@ -70,7 +72,8 @@ class TrainConfig:
         """Validate user-level arguments (names, strings, counts) into a config; raises ConfigError.
 
         ``sequence``: a subnet stream or list of subnets to replay (its first ``subnets`` are trained);
-        default: uniform sampling keyed by ``seed``.
+        default: uniform sampling keyed by ``seed``. ``balance="measured"`` partitions the blocks by their
+        costs measured on this machine (``naspipe.runtime.profile``) instead of the space's cost model.
         """
         try:
             sp = resolve_space(space)
@@ -84,12 +87,20 @@ class TrainConfig:
             raise ConfigError(f"stages must be a whole number >= 1, got {stages!r}")
         if not isinstance(subnets, int) or isinstance(subnets, bool) or subnets < 1:
             raise ConfigError(f"subnets must be a whole number >= 1, got {subnets!r}")
+        seed = int(options.get("seed", 0))
+        balance = options.get("balance", "cost")
+        if balance not in BALANCES:
+            raise ConfigError(f"unknown balance {balance!r}; choose one of {', '.join(BALANCES)}")
         try:
-            part = partition_ if partition_ is not None else partition(sp, stages)
             shared = parse_shared(shared_layers)
+            if partition_ is not None:
+                part = partition_
+            elif balance == "measured" and stages > 1:
+                part = measured_partition(sp, stages, seed)
+            else:
+                part = partition(sp, stages)
         except (SpaceError, SharedPolicyError) as e:
             raise ConfigError(str(e)) from None
-        seed = int(options.get("seed", 0))
         try:
             if sequence is None:
                 stream = UniformStream(sp, seed, subnets)
@@ -158,7 +169,7 @@ class TrainConfig:
             "lr": self.learning_rate(), "jitter_ms": self.jitter_ms, "threads": self.threads, "device": self.device,
             "backend": self.backend, "timeout": self.timeout, "micro_batches": self.micro_batches,
             "max_pending_w": self.max_pending_w, "batch_size": self.space.batch_size,
-            "start_method": self.start_method,
+            "start_method": self.start_method, "balance": self.balance,
         }
 
     # ---- validation ----------------------------------------------------------------------------------------
@@ -208,6 +219,8 @@ class TrainConfig:
 
             if not torch.cuda.is_available():
                 raise ConfigError("device cuda was asked for, but torch sees no CUDA device; use --device cpu")
+        if self.balance not in BALANCES:
+            raise ConfigError(f"unknown balance {self.balance!r}; choose one of {', '.join(BALANCES)}")
         if self.start_method not in START_METHODS:
             raise ConfigError(f"unknown start method {self.start_method!r}; choose one of {', '.join(START_METHODS)}")
         if self.port is not None and not (isinstance(self.port, int) and 0 < self.port < 65536):
@@ -224,6 +237,19 @@ class _TupleStream:
 
     def __getitem__(self, j: int) -> Subnet:
         return self._s[j]
+
+
+def measured_partition(space: SearchSpace, stages: int, seed: int = 0) -> Partition:
+    """A partition balanced on block costs measured on this machine (builds the model: needs torch)."""
+    try:
+        from naspipe.models import model_kind
+
+        model_kind(space)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    from naspipe.runtime.profile import measure_block_costs
+
+    return partition(space, stages, profile=measure_block_costs(space, seed))
 
 
 def check_out_dir(out: Path, overwrite: bool) -> None:
