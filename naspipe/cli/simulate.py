@@ -1,4 +1,9 @@
-"""``naspipe simulate``: run a policy through the discrete-event simulator and report its efficiency."""
+"""``naspipe simulate``: run a policy through the discrete-event simulator and report its efficiency.
+
+With ``--device-memory`` (or ``--swap``) the run also models each stage's device memory: candidates swapped
+between host and device (``--swap predictive|on-demand|resident``), prefetch depth, copy bandwidth, and the
+batch the policy can afford; the summary then reports hit rate, stall share, bytes moved and peak bytes.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +30,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="bytes/s between stages (0 = unlimited)")
     p.add_argument("--micro-batches", type=int, default=None, help="bsp group size M")
     p.add_argument("--max-pending-w", type=int, default=None, help="csp-bw: most W tasks pending per stage")
+    g = p.add_argument_group("device memory (off unless --device-memory or --swap is given)")
+    g.add_argument("--device-memory", default=None,
+                   help="budget per stage: bytes such as 2GiB or 512MB, or a share of the stage's supernet "
+                        "parameters such as 25%%, or 'unlimited'")
+    g.add_argument("--swap", default=None, choices=("predictive", "on-demand", "resident"),
+                   help="predictive (NASPipe: forecast and prefetch), on-demand (vPipe-style: load before, evict "
+                        "after each task) or resident (no swapping; the stage share must fit); default predictive")
+    g.add_argument("--prefetch-depth", type=int, default=4, help="tasks the predictor forecasts (default 4)")
+    g.add_argument("--bandwidth-h2d", default="25GB",
+                   help="host-to-device copy bandwidth per stage, bytes/s (default 25GB: PCIe 4.0 x16)")
+    g.add_argument("--bandwidth-d2h", default=None, help="device-to-host bandwidth (default: as host-to-device)")
+    g.add_argument("--batch-size", type=int, default=None,
+                   help="batch per subnet (default: the largest the policy can afford, at most the space's)")
+    g.add_argument("--batch-alpha", type=float, default=None,
+                   help="fixed share of a task's time at the space's batch (default 0.1; see sim/costs.py)")
     p.add_argument("--trace", default=None, help="write the trace JSON here")
     p.add_argument("--chrome-trace", default=None, help="write a Chrome/Perfetto trace here")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -53,7 +73,50 @@ def summarize(cfg: Any, result: Any) -> dict[str, Any]:
         "samples_per_second": n * result.costs.batch_size / ms if ms else 0.0,
         "decision_us_mean": 1e6 * result.decision_seconds / max(result.decisions, 1),
         "sim_seconds": result.wall_seconds,
+        "batch_size": result.costs.batch_size,
+        **_memory_summary(result),
     }
+
+
+_MEMORY_KEYS = ("swap", "device_memory", "hit_rate", "forward_hit_rate", "stall_share", "memory_wait_share",
+                "bytes_moved", "peak_device_bytes", "predictor_accuracy")
+
+
+def _memory_summary(result: Any) -> dict[str, Any]:
+    """The memory metrics (all None when the run did not model memory)."""
+    mem = getattr(result, "memory", None)
+    if mem is None:
+        return {k: None for k in _MEMORY_KEYS}
+    full = mem.summary()
+    return {k: full[k] for k in _MEMORY_KEYS} | {"memory": full}
+
+
+def memory_config(args: argparse.Namespace) -> Any:
+    """The MemoryConfig the memory flags ask for, or None when memory is not modelled."""
+    if args.device_memory is None and args.swap is None:
+        return None
+    from naspipe.memsize import SizeError, parse_budget, parse_bytes
+    from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
+    from naspipe.sim.memory import MemoryConfig
+
+    try:
+        budget = parse_budget(args.device_memory)
+        h2d = parse_bytes(args.bandwidth_h2d)
+        d2h = parse_bytes(args.bandwidth_d2h) if args.bandwidth_d2h is not None else None
+    except SizeError as e:
+        raise UsageError(str(e)) from None
+    if h2d <= 0 or (d2h is not None and d2h <= 0):
+        raise UsageError("copy bandwidths must be > 0 bytes/s")
+    if args.prefetch_depth < 1:
+        raise UsageError(f"--prefetch-depth must be >= 1, got {args.prefetch_depth}")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    alpha = DEFAULT_BATCH_ALPHA if args.batch_alpha is None else args.batch_alpha
+    if not 0 <= alpha < 1:
+        raise UsageError(f"--batch-alpha must lie in [0, 1), got {alpha}")
+    return MemoryConfig(device_memory=budget, swap=args.swap or "predictive", prefetch_depth=args.prefetch_depth,
+                        bandwidth_h2d=float(h2d), bandwidth_d2h=float(d2h) if d2h else None,
+                        batch_size=args.batch_size, batch_alpha=alpha)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,19 +125,27 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--jitter must lie in [0, 1), got {args.jitter}")
     from naspipe.sched.policies import PolicyError
     from naspipe.sim import simulate
+    from naspipe.sim.memory import MemoryBudgetError
 
+    mem = memory_config(args)
+    for flag, path in (("--trace", args.trace), ("--chrome-trace", args.chrome_trace)):
+        if path and not Path(path).parent.is_dir():
+            raise UsageError(f"{flag}: cannot write {path}: directory {str(Path(path).parent)!r} does not exist")
     opts = {"micro_batches": args.micro_batches, "max_pending_w": args.max_pending_w}
     try:
         result = simulate(cfg.space, cfg.partition, cfg.stream, cfg.policy, window=cfg.window, shared=cfg.shared,
                           jitter=args.jitter, seed=cfg.seed, latency=args.latency,
-                          bandwidth=args.bandwidth or float("inf"), policy_options=opts)
-    except PolicyError as e:
+                          bandwidth=args.bandwidth or float("inf"), policy_options=opts, memory=mem)
+    except (PolicyError, MemoryBudgetError) as e:
         raise UsageError(str(e)) from None
     out = summarize(cfg, result)
-    if args.trace:
-        result.trace.save(Path(args.trace))
-    if args.chrome_trace:
-        result.trace.save_chrome(Path(args.chrome_trace))
+    try:
+        if args.trace:
+            result.trace.save(Path(args.trace))
+        if args.chrome_trace:
+            result.trace.save_chrome(Path(args.chrome_trace))
+    except OSError as e:
+        raise UsageError(f"cannot write {e.filename}: {e.strerror}") from None
     if args.json:
         print(json.dumps(out))
     else:
@@ -86,4 +157,12 @@ def run(args: argparse.Namespace) -> int:
           + " ".join(f"{u:.2f}" for u in out["stage_utilization"]) + "\n")
         w(f"  lower bound  {out['lower_bound']:.4f} s (critical path {out['critical_path']:.4f}, "
           f"stage work {out['max_stage_work']:.4f})   efficiency {out['efficiency']:.3f}\n")
+        if out["hit_rate"] is not None:
+            from naspipe.memsize import format_bytes
+
+            w(f"  memory       {out['swap']}, batch {out['batch_size']}, "
+              f"{out['samples_per_second']:.1f} samples/s, hit rate {out['hit_rate']:.4f} "
+              f"(forwards {out['memory']['forward_hit_rate']:.4f}), stall {100 * out['stall_share']:.2f}%, "
+              f"moved {format_bytes(out['bytes_moved'])}, peak "
+              + " ".join(format_bytes(b) for b in out["peak_device_bytes"]) + "\n")
     return 0

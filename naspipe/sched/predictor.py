@@ -1,0 +1,344 @@
+"""The context predictor: forecast a stage's next tasks so their layers can be prefetched in time.
+
+Why it exists: the supernet lives in host memory and a stage's device holds only what its running and
+soon-to-run tasks need. CSP reorders the subnet sequence at run time, so the order of future tasks is not
+known in advance; but operator times are nearly deterministic, so the stage can *compute* its future.
+The predictor runs the stage's own scheduler speculatively on a copy (``speculative_copy``): it assumes
+the running task finishes at its expected end (a finished backward releases writes and may free a
+forward), feeds in the activations and gradients that are expected to arrive (messages already in flight
+and the tasks its neighbours are running or are forecast to run, "timings passed along the pipeline"),
+and asks "what would I run next? and after that?" up to ``depth`` tasks.
+
+Pure: no torch, no clocks. Drivers (the simulator, the runtime) supply the durations and arrivals.
+``AccuracyMeter`` measures the share of predicted-next tasks that actually ran next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NamedTuple, Protocol
+
+from naspipe.sched.causal import CausalTracker
+from naspipe.sched.policies import PolicyError, StageScheduler
+from naspipe.sched.tasks import BACKWARD, FORWARD, Task
+from naspipe.sequence import WindowError
+
+ACTIVATION = "activation"
+GRADIENT = "gradient"
+_NOTHING = Task("-", -1, -1)  # what a gate is asked about when nothing is runnable (it admits it)
+
+
+class Arrival(NamedTuple):
+    """An activation (from the previous stage) or gradient (from the next) expected at ``time``."""
+
+    time: float
+    kind: str  # ACTIVATION | GRADIENT
+    subnet: int
+
+
+class Prediction(NamedTuple):
+    """A forecast task with its expected start and end."""
+
+    task: Task
+    start: float
+    end: float
+
+
+# ---- a cheap copy of a scheduler for speculation --------------------------------------------------
+class _CowQueues:
+    """Copy-on-write view of a ``CausalTracker``'s queue dict: a queue is copied when first touched.
+
+    A full ``clone()`` copies one deque per candidate key of the stage (hundreds for K = 96), about a
+    millisecond; a speculation touches a dozen. The view reads its base, which must not change while the
+    view is in use (a speculative copy is used at once and dropped).
+    """
+
+    __slots__ = ("_base", "_own", "_gone")
+
+    def __init__(self, base: Any) -> None:
+        self._base = base
+        self._own: dict = {}
+        self._gone: set = set()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        q = self._own.get(key)
+        if q is not None:
+            return q
+        if key in self._gone:
+            return default
+        b = self._base.get(key)
+        if b is None:
+            return default
+        q = self._own[key] = b.copy()
+        return q
+
+    def __getitem__(self, key: Any) -> Any:
+        q = self.get(key)
+        if q is None:
+            raise KeyError(key)
+        return q
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._own[key] = value
+        self._gone.discard(key)
+
+    def __delitem__(self, key: Any) -> None:
+        if self.get(key) is None:
+            raise KeyError(key)
+        del self._own[key]
+        self._gone.add(key)
+
+    def __contains__(self, key: Any) -> bool:
+        return self.get(key) is not None
+
+    def keys(self) -> Iterator[Any]:
+        seen = set(self._own)
+        yield from self._own
+        for k in self._base.keys():
+            if k not in seen and k not in self._gone:
+                yield k
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        for k in list(self.keys()):
+            yield k, self[k]
+
+
+_TRACKER_FIELDS = {"_queues", "_blocked", "_keys"}
+
+
+def _cheap_tracker(t: CausalTracker) -> CausalTracker:
+    if type(t) is not CausalTracker or set(vars(t)) != _TRACKER_FIELDS:
+        return t.clone()  # an unknown tracker layout: the safe, slower copy
+    other = CausalTracker.__new__(CausalTracker)
+    other._queues = _CowQueues(t._queues)
+    other._blocked = t._blocked.copy()
+    other._keys = t._keys.copy()
+    return other
+
+
+_PLANS: dict[tuple[type, tuple[str, ...]], tuple[tuple[str, int], ...]] = {}
+_KEEP, _COPY, _CLONE, _TRACKER = 0, 1, 2, 3
+
+
+def _plan(sched: StageScheduler) -> tuple[tuple[str, int], ...]:
+    key = (type(sched), tuple(sched.__dict__))
+    plan = _PLANS.get(key)
+    if plan is None:
+        out = []
+        for name, value in sched.__dict__.items():
+            if isinstance(value, CausalTracker):
+                out.append((name, _TRACKER))
+            elif isinstance(value, (list, set, dict)):
+                out.append((name, _COPY))
+            elif hasattr(value, "clone"):
+                out.append((name, _CLONE))
+        plan = _PLANS[key] = tuple(out)
+    return plan
+
+
+def speculative_copy(sched: StageScheduler) -> StageScheduler:
+    """An independent copy of ``sched`` for a speculative decision, valid until ``sched`` next changes.
+
+    Behaves exactly like ``sched.clone()`` (same decisions), but the causal tracker's queues are copied on
+    write, which makes it cheap enough to run before every task.
+    """
+    other = object.__new__(type(sched))
+    d = sched.__dict__.copy()
+    for name, how in _plan(sched):
+        v = d[name]
+        if how == _COPY:
+            d[name] = v.copy()
+        elif how == _TRACKER:
+            d[name] = _cheap_tracker(v)
+        elif v is not None:
+            d[name] = v.clone()
+    other.__dict__ = d
+    return other
+
+
+class _Mutation(Exception):
+    pass
+
+
+class _ReadOnlyTracker:
+    """Shares a tracker for a peek: reads pass through, any write aborts the peek (then a copy is made)."""
+
+    __slots__ = ("_t",)
+
+    def __init__(self, t: CausalTracker) -> None:
+        self._t = t
+
+    def is_free(self, j: int) -> bool:
+        return self._t.is_free(j)
+
+    def blockers(self, j: int) -> list[int]:
+        return self._t.blockers(j)
+
+    def pending(self) -> int:
+        return self._t.pending()
+
+    def __getattr__(self, name: str) -> Any:
+        raise _Mutation(name)
+
+
+def peek(sched: StageScheduler) -> Task | None:
+    """What ``sched.next_task()`` would return now, without changing ``sched`` (None: nothing runnable).
+
+    A decision only reads the causal tracker, so the peek shares it read-only (a policy that writes to it
+    while choosing falls back to a full speculative copy).
+    """
+    if sched.running is not None:
+        return None
+    other = object.__new__(type(sched))
+    d = sched.__dict__.copy()
+    for name, how in _plan(sched):
+        v = d[name]
+        if how == _COPY:
+            d[name] = v.copy()
+        elif how == _TRACKER:
+            d[name] = _ReadOnlyTracker(v)
+        elif v is not None:
+            d[name] = v.clone()
+    other.__dict__ = d
+    try:
+        return other.next_task()
+    except _Mutation:
+        return speculative_copy(sched).next_task()
+
+
+class SpeculativeGate(Protocol):
+    """Optional admission control the driver applies before starting a task (e.g. device memory).
+
+    ``copy`` gives an independent copy; ``may_bind`` False means nothing can be refused now (skip the
+    check); ``admits(task)`` whether ``task`` may start; ``start``/``finish`` update its state.
+    """
+
+    def copy(self) -> SpeculativeGate: ...
+
+    def may_bind(self) -> bool: ...
+
+    def admits(self, task: Task) -> bool: ...
+
+    def start(self, task: Task) -> None: ...
+
+    def finish(self, task: Task) -> None: ...
+
+
+# ---- the forecast ---------------------------------------------------------------------------------
+class Predictor:
+    """Forecast a stage's next ``depth`` tasks by running its scheduler speculatively.
+
+    ``duration(task)`` gives the expected seconds of a task (the cost model, or measured times).
+    """
+
+    def __init__(self, duration: Callable[[Task], float], depth: int = 4):
+        if depth < 1:
+            raise ValueError("prediction depth must be >= 1")
+        self.duration = duration
+        self.depth = depth
+        self.forecasts = 0
+
+    def forecast(self, sched: StageScheduler, now: float, *, running_end: float | None = None,
+                 arrivals: Iterable[Arrival] = (), gate: SpeculativeGate | None = None) -> list[Prediction]:
+        """The tasks ``sched`` is expected to run after its running task, in order, with expected times.
+
+        ``running_end``: when the running task is expected to finish (default: now + its duration).
+        ``arrivals``: messages that have not been delivered to ``sched`` yet, with expected arrival times;
+        each subnet's activation or gradient should appear at most once (later duplicates are ignored).
+        ``gate``: the driver's admission control (a refused forward waits, as the driver would make it);
+        it is copied, never changed. ``sched`` itself is never changed.
+        """
+        self.forecasts += 1
+        spec = speculative_copy(sched)
+        g = gate.copy() if gate is not None else None
+        t = now
+        running = spec.running
+        pending = sorted(set(arrivals))
+        seen: set[tuple[str, int]] = set()
+        out: list[Prediction] = []
+        i = 0
+        try:
+            if running is not None:
+                t = running_end if running_end is not None else now + self.duration(running)
+                t = max(t, now)
+                spec.on_finish(running)  # assume it finished: what runs next?
+                if g is not None:
+                    g.finish(running)
+            while len(out) < self.depth:
+                while i < len(pending) and pending[i].time <= t:
+                    self._deliver(spec, pending[i], seen)
+                    i += 1
+                task = None
+                if g is None or not g.may_bind() or g.admits(peek(spec) or _NOTHING):
+                    task = spec.next_task()
+                if task is None:
+                    if i >= len(pending):
+                        break
+                    t = max(t, pending[i].time)
+                    continue
+                end = t + self.duration(task)
+                out.append(Prediction(task, t, end))
+                if g is not None:
+                    g.start(task)
+                spec.on_finish(task)
+                if g is not None:
+                    g.finish(task)
+                t = end
+        except (PolicyError, WindowError, ValueError, KeyError):
+            # stale information (an arrival that was already delivered) can make the copy inconsistent;
+            # the forecast then stops where it is: it is advice, never a decision
+            pass
+        return out
+
+    @staticmethod
+    def _deliver(spec: StageScheduler, a: Arrival, seen: set[tuple[str, int]]) -> None:
+        key = (a.kind, a.subnet)
+        if key in seen:
+            return
+        seen.add(key)
+        if a.kind == ACTIVATION:
+            spec.on_activation(a.subnet)
+        elif a.kind == GRADIENT:
+            spec.on_gradient(a.subnet)
+        else:
+            raise ValueError(f"unknown arrival kind {a.kind!r}")
+
+
+def arrivals_from_neighbours(upstream: Sequence[Prediction], downstream: Sequence[Prediction],
+                             hop: float = 0.0) -> list[Arrival]:
+    """Expected arrivals on a stage from its neighbours' running/forecast tasks.
+
+    A forward on the previous stage sends its activation when it ends; a backward (input gradient) on the
+    next stage sends its gradient when it ends; ``hop`` is the transfer time of one message.
+    """
+    out = [Arrival(p.end + hop, ACTIVATION, p.task.subnet) for p in upstream if p.task.kind == FORWARD]
+    out += [Arrival(p.end + hop, GRADIENT, p.task.subnet) for p in downstream if p.task.kind == BACKWARD]
+    return out
+
+
+class AccuracyMeter:
+    """Share of predicted-next tasks that actually ran next (``rate``), and how often a prediction existed."""
+
+    def __init__(self) -> None:
+        self.hits = 0
+        self.predicted = 0
+        self.tasks = 0
+
+    def record(self, predicted: Task | None, actual: Task) -> None:
+        self.tasks += 1
+        if predicted is not None:
+            self.predicted += 1
+            self.hits += predicted == actual
+
+    @property
+    def rate(self) -> float:
+        return self.hits / self.predicted if self.predicted else 0.0
+
+    @property
+    def coverage(self) -> float:
+        return self.predicted / self.tasks if self.tasks else 0.0
+
+    def merge(self, other: AccuracyMeter) -> None:
+        self.hits += other.hits
+        self.predicted += other.predicted
+        self.tasks += other.tasks
