@@ -12,6 +12,9 @@ It also *defines* the shared-layer (fixed-block) semantics:
   ``v_max(0, j-D)``, where ``v_k`` holds the weights after the updates of subnets ``< k``. The gradient
   computed at that version is applied to the *current* weights, together with the candidate update
   (delayed SGD). The loop keeps the last ``D + 1`` versions as detached clones.
+
+A stream with a ``report(j, loss)`` method (``OnlineStream``, a run-time generated sequence) is told each
+subnet's loss right after that subnet's optimizer step, so later subnets can depend on it.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=n, desc=f"reference {space.name}", unit="subnet", file=sys.stderr)
+    report = getattr(stream, "report", None)
     start = time.perf_counter()
     for j in range(n):
         subnet = space.validate_subnet(stream[j])
@@ -76,6 +80,8 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
         # only the candidates this subnet used (and, when trained, the fixed blocks) carry a gradient
         opt.step()
         losses[j] = loss.item()
+        if report is not None:
+            report(j, losses[j])
         if trains_shared:
             versions[j + 1] = _snapshot(fixed)
             versions.pop(j + 1 - delay - 1, None)  # subnet j+1 and later read v_{>= j+1-D}

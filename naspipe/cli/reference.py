@@ -2,7 +2,10 @@
 
 Takes the same options as ``naspipe train`` (``--stages/--policy/--window`` are accepted and ignored:
 the reference has one stage and no schedule) and writes ``losses.csv``, ``params.json`` and
-``metrics.json`` to ``--out``, the files ``naspipe verify`` compares.
+``metrics.json`` to ``--out``, the files ``naspipe verify`` compares, and ``weights.pt`` (the trained supernet,
+``naspipe.checkpoint_weights``), which ``naspipe search`` reads. ``--sampler evolution[:LAG]`` generates the
+sequence at run time from the training losses (``naspipe.samplers``); the sequence it produced is also
+written to ``sequence.json`` (replayable with ``--sequence``).
 """
 
 from __future__ import annotations
@@ -37,14 +40,37 @@ def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=_lr, default=None, help=f"learning rate (default per optimizer: {defaults})")
 
 
+def add_sampler_argument(p: argparse.ArgumentParser) -> None:
+    """``--sampler uniform|evolution[:LAG]``, for ``naspipe reference`` and ``naspipe train``."""
+    p.add_argument("--sampler", default="uniform",
+                   help="subnet sequence: uniform (seeded) or evolution[:LAG], generated at run time from the "
+                        "losses of subnets <= j - LAG (default LAG 16)")
+
+
+def sampler_from_args(args: argparse.Namespace):  # noqa: ANN201 - naspipe.samplers.SamplerSpec
+    """The parsed ``--sampler``; UsageError for a bad value or together with ``--sequence``."""
+    from naspipe.samplers import SamplerError, parse_sampler
+
+    try:
+        spec = parse_sampler(args.sampler)
+    except SamplerError as e:
+        raise UsageError(str(e)) from None
+    if spec.online and getattr(args, "sequence", None):
+        raise UsageError(f"--sampler {args.sampler} generates the sequence; it cannot be combined with --sequence")
+    return spec
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p, default_space="tiny-transformer", default_subnets=200, default_policy="sequential")
     add_optimizer_arguments(p)
-    p.add_argument("--out", required=True, help="directory for losses.csv, params.json, metrics.json")
+    add_sampler_argument(p)
+    p.add_argument("--out", required=True,
+                   help="directory for losses.csv, params.json, metrics.json, weights.pt")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
+    spec = sampler_from_args(args)
     cfg = resolve_run(args)
     from naspipe.models import model_kind
 
@@ -56,8 +82,14 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {str(out)!r} exists and is not a directory")
 
+    from naspipe.checkpoint_weights import WEIGHTS, save_weights
     from naspipe.reference import train_reference
     from naspipe.results import LOSSES, METRICS, PARAMS, param_hashes, write_losses, write_metrics, write_params
+    from naspipe.samplers import make_stream
+    from naspipe.sequence import save_sequence
+
+    if spec.online:
+        cfg.stream = make_stream(cfg.space, cfg.seed, len(cfg.stream), spec)
 
     result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
                              lr=args.lr, progress=not args.no_progress)
@@ -65,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
     write_losses(out / LOSSES, result.losses)
     hashes = param_hashes(result.model.global_named_parameters())
     write_params(out / PARAMS, hashes)
+    save_weights(result.model, out / WEIGHTS)
+    if spec.online:
+        save_sequence(cfg.stream, out / "sequence.json")
     n = len(result.losses)
     digest = getattr(cfg.stream, "digest", None)
     write_metrics(out / METRICS, {
@@ -73,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         "subnets_per_s": n / result.wall_s if result.wall_s > 0 else None,
         "final_loss": result.losses[n - 1] if n else None,
         "config": {**result.config, "sequence_sha256": digest() if digest else None,
-                   "sequence": args.sequence},
+                   "sequence": args.sequence, "sampler": str(spec)},
     })
     print(f"reference: {n} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
           f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")

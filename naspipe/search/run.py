@@ -1,0 +1,144 @@
+"""Search a trained supernet: load a run directory, evaluate subnets with inherited weights, write search.json.
+
+The torch side of ``naspipe.search``. A subnet's score is ``naspipe.models.evaluate`` on held-out batches
+(``heldout_batches``) with the supernet's trained weights, unchanged (no fine-tuning): the one-shot NAS
+proxy. The run's ``metrics.json`` (written by ``naspipe reference`` and ``naspipe train``) gives the space
+and seed; its weights come from ``weights.pt`` or ``weights-stage*.pt`` (``naspipe.checkpoint_weights``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from naspipe.checkpoint_weights import load_weights
+from naspipe.models import Batch, StageModel, evaluate, heldout_batches, model_kind
+from naspipe.sched.shared import SharedLayers, parse_shared
+from naspipe.search.constraints import Constraint
+from naspipe.search.costs import CostModel
+from naspipe.search.result import SearchResult
+from naspipe.search.strategies import EvaluateFn, search_space
+from naspipe.space import SearchSpace, SpaceError, Subnet, resolve_space
+
+SEARCH_JSON = "search.json"
+
+
+class RunError(ValueError):
+    """A run directory cannot be searched (missing files, unknown space); the message says why."""
+
+
+@dataclass
+class LoadedRun:
+    space: SearchSpace
+    model: StageModel
+    seed: int
+    shared: SharedLayers
+    config: dict[str, Any]
+
+
+def model_param_counts(model: StageModel) -> dict[tuple[int, int], int]:
+    """``{(block, candidate): parameter count}`` of a whole-supernet model."""
+    return {(b, c): sum(p.numel() for p in model.candidate_parameters(b, c))
+            for b, blk in enumerate(model.space.blocks) for c in range(blk.k)}
+
+
+def cost_model(space: SearchSpace, model: StageModel | None = None, profile: str | Path | None = None) -> CostModel:
+    """The space's cost model with the model's real parameter counts and, if given, a latency profile."""
+    costs = CostModel.from_space(space)
+    if model is not None:
+        costs = costs.with_param_counts(model_param_counts(model), source="model parameter counts")
+    if profile is not None:
+        costs = costs.with_profile_file(profile)
+    return costs
+
+
+def make_evaluator(model: StageModel, batches: Sequence[Batch]) -> EvaluateFn:
+    """``subnet -> {"accuracy", "loss"}`` on ``batches`` with one intra-op thread (bit-stable), memoised."""
+    cache: dict[Subnet, dict[str, float]] = {}
+
+    def run(subnet: Subnet) -> dict[str, float]:
+        if subnet not in cache:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                cache[subnet] = evaluate(model, subnet, batches)
+            finally:
+                torch.set_num_threads(threads)
+        return cache[subnet]
+    return run
+
+
+def search_model(model: StageModel, *, strategy: str = "evolution", budget: int = 100,
+                 constraints: Sequence[Constraint] = (), seed: int = 0, costs: CostModel | None = None,
+                 batches: Sequence[Batch] | None = None, **strategy_args: Any) -> SearchResult:
+    """Search a whole-supernet ``model`` in memory (``batches``: default all held-out batches)."""
+    space = model.space
+    batches = heldout_batches(space) if batches is None else list(batches)
+    costs = costs or cost_model(space, model)
+    result = search_space(space, costs, make_evaluator(model, batches), strategy=strategy, budget=budget,
+                          constraints=constraints, seed=seed, **strategy_args)
+    result.settings["heldout_batches"] = len(batches)
+    return result
+
+
+def _read_config(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "metrics.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RunError(f"{run_dir}: no metrics.json (is this a naspipe run directory?)") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RunError(f"{path}: unreadable ({e})") from None
+    cfg = data.get("config") if isinstance(data, dict) else None
+    if not isinstance(cfg, dict) or "space" not in cfg or "seed" not in cfg:
+        raise RunError(f"{path}: has no config with 'space' and 'seed'")
+    return cfg
+
+
+def load_run(run_dir: str | Path, space: str | SearchSpace | None = None) -> LoadedRun:
+    """The trained supernet of a run directory. ``space`` overrides the recorded one (needed for a space
+    loaded from a JSON file, whose name alone cannot be resolved)."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise RunError(f"no such run directory: {str(d)!r}")
+    cfg = _read_config(d)
+    try:
+        sp = resolve_space(space if space is not None else str(cfg["space"]))
+    except SpaceError as e:
+        raise RunError(f"{e} (the run recorded space {cfg['space']!r}; pass its JSON file with --space)") from None
+    if sp.name != cfg["space"]:
+        raise RunError(f"the run trained space {cfg['space']!r}, not {sp.name!r}")
+    try:
+        model_kind(sp)
+    except ValueError as e:
+        raise RunError(str(e)) from None
+    try:
+        seed = int(cfg["seed"])
+        shared = parse_shared(str(cfg.get("shared_layers", "frozen")))
+    except (TypeError, ValueError) as e:
+        raise RunError(f"{d / 'metrics.json'}: bad config ({e})") from None
+    model = load_weights(sp, d, seed, shared)  # WeightsError (a ValueError) names the file
+    return LoadedRun(sp, model, seed, shared, cfg)
+
+
+def search_run(run_dir: str | Path, *, strategy: str = "evolution", budget: int = 100,
+               constraints: Sequence[Constraint] = (), seed: int = 0, profile: str | Path | None = None,
+               heldout: int | None = None, space: str | SearchSpace | None = None, write: bool = True,
+               top: int = 10, **strategy_args: Any) -> SearchResult:
+    """Search the supernet trained in ``run_dir``; with ``write`` also store ``RUN_DIR/search.json``."""
+    run = load_run(run_dir, space)
+    try:
+        batches = heldout_batches(run.space, heldout)
+    except ValueError as e:
+        raise RunError(str(e)) from None
+    result = search_model(run.model, strategy=strategy, budget=budget, constraints=constraints, seed=seed,
+                          costs=cost_model(run.space, run.model, profile), batches=batches, **strategy_args)
+    result.settings["run_dir"] = str(run_dir)
+    if write:
+        Path(run_dir, SEARCH_JSON).write_text(json.dumps(result.to_dict(top), indent=1) + "\n")
+    return result
