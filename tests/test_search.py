@@ -224,6 +224,22 @@ def test_search_model_with_random_weights():
     assert "rank" in res.table(3) and len(res.table(3).splitlines()) == 4
 
 
+def test_accuracy_vs_cost_figure():
+    from naspipe.search import accuracy_vs_cost
+
+    costs = CostModel.from_space(SPACE)
+    res = [search_space(SPACE, costs, _synthetic, strategy=s, budget=10, constraints=parse_constraints("params<=20k"))
+           for s in ("random", "evolution")]
+    fig = accuracy_vs_cost(res, "params")
+    assert [t.name.split(" (")[0] for t in fig.data] == ["random", "chosen by random", "evolution",
+                                                          "chosen by evolution"]
+    assert len(fig.data[0].x) == 10 and fig.data[1].marker.symbol == "star"
+    assert fig.layout.shapes[0].x0 == 20e3  # the constraint line
+    assert accuracy_vs_cost(res[0], "latency").data[0].x[0] == pytest.approx(res[0].evaluated[0].latency * 1e3)
+    with pytest.raises(ValueError, match="metric"):
+        accuracy_vs_cost(res, "flops")
+
+
 # ---- command line -----------------------------------------------------------------------------------
 def test_cli_search_prints_json_and_a_table(run_dir, capsys):
     args = ["search", str(run_dir), "--budget", "6", "--heldout", "2", "--seed", "1", "--strategy", "random"]

@@ -1,0 +1,36 @@
+"""notebooks/06_search.ipynb runs headless with tiny parameters, draws its accuracy-versus-cost figures, and
+is committed clean."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+
+sys.path.insert(0, str(Path(__file__).parent))
+from notebook_runner import PLOTLY_MIME, has_outputs, output_mime_types, outputs_of, run_notebook  # noqa: E402
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "06_search.ipynb"
+
+
+def test_06_search_is_committed_clean_and_parameterised():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(nb)
+    assert not has_outputs(nb)
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert "parameters" in first_code.metadata.get("tags", [])
+
+
+def test_06_search_runs_and_plots():
+    nb = run_notebook(NOTEBOOK, {"SUBNETS": 30, "BUDGET": 6, "HELDOUT": 2}, timeout=120)
+    print(f"\n06_search: {nb.metadata['naspipe_test']['seconds']:.1f} s")
+    assert output_mime_types(nb)["error"] == 0
+    figs = outputs_of(nb, PLOTLY_MIME)
+    assert len(figs) == 2
+    titles = [f["layout"]["title"]["text"] for f in figs]
+    assert titles[0] == "digits-cnn: held-out accuracy against parameters"
+    names = [t.get("name", "") for t in figs[0]["data"]]
+    assert "chosen by evolution" in names and "chosen by random" in names
+    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.output_type == "stream")
+    assert "evolution search on digits-cnn: 6 subnets evaluated" in text
