@@ -123,6 +123,8 @@ class Links:
     def _receive(self, kind: int, src: int, group: dist.ProcessGroup | None) -> None:
         what = f"{KIND_NAMES[kind]}s from stage {src}"
         try:
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)  # the current device is per thread
             header = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.device)
             for _ in range(self.expected):
                 dist.recv(header, src=src, group=group)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from naspipe.partition import Partition, partition
+from naspipe.partition import Partition
+from naspipe.partition import partition as make_partition
 from naspipe.sched.policies import POLICIES, PolicyError, StageSpec, make_scheduler
 from naspipe.sched.shared import SharedLayers, SharedPolicyError, parse_shared
 from naspipe.sequence import ReplayStream, UniformStream
@@ -68,12 +69,13 @@ class TrainConfig:
     @classmethod
     def create(cls, space: SearchSpace | str, out: str | Path, *, stages: int = 1, subnets: int = 100,
                sequence: Any = None, shared_layers: SharedLayers | str = "frozen",
-               partition_: Partition | None = None, **options: Any) -> TrainConfig:
+               partition: Partition | None = None, **options: Any) -> TrainConfig:
         """Validate user-level arguments (names, strings, counts) into a config; raises ConfigError.
 
         ``sequence``: a subnet stream or list of subnets to replay (its first ``subnets`` are trained);
-        default: uniform sampling keyed by ``seed``. ``balance="measured"`` partitions the blocks by their
-        costs measured on this machine (``naspipe.runtime.profile``) instead of the space's cost model.
+        default: uniform sampling keyed by ``seed``. ``partition``: the stages' block ranges (it overrides
+        ``stages``); by default ``stages`` ranges balanced on the space's cost model or, with
+        ``balance="measured"``, on block costs measured on this machine (``naspipe.runtime.profile``).
         """
         try:
             sp = resolve_space(space)
@@ -93,12 +95,12 @@ class TrainConfig:
             raise ConfigError(f"unknown balance {balance!r}; choose one of {', '.join(BALANCES)}")
         try:
             shared = parse_shared(shared_layers)
-            if partition_ is not None:
-                part = partition_
+            if partition is not None:
+                part = partition
             elif balance == "measured" and stages > 1:
                 part = measured_partition(sp, stages, seed)
             else:
-                part = partition(sp, stages)
+                part = make_partition(sp, stages)
         except (SpaceError, SharedPolicyError) as e:
             raise ConfigError(str(e)) from None
         try:
@@ -249,7 +251,7 @@ def measured_partition(space: SearchSpace, stages: int, seed: int = 0) -> Partit
         raise ConfigError(str(e)) from None
     from naspipe.runtime.profile import measure_block_costs
 
-    return partition(space, stages, profile=measure_block_costs(space, seed))
+    return make_partition(space, stages, profile=measure_block_costs(space, seed))
 
 
 def check_out_dir(out: Path, overwrite: bool) -> None:

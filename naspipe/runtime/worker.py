@@ -63,8 +63,8 @@ def device_for(cfg: TrainConfig, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def _fault(cfg: TrainConfig, rank: int, task: Task) -> None:
-    spec = cfg.fault_spec()
+def _fault(spec: tuple[str, int, int] | None, cfg: TrainConfig, rank: int, task: Task) -> None:
+    """Fire the injected fault ``spec`` if ``task`` is its trigger (tests of the supervision)."""
     if spec is None:
         return
     action, stage, subnet = spec
@@ -92,8 +92,10 @@ def run_stage(rank: int, world: int, cfg: TrainConfig, report: Report | None = N
     if world != cfg.stages:
         raise RuntimeError(f"the run has {cfg.stages} stages but the process group has {world} processes")
     device = device_for(cfg, local_rank)
+    # the process group's own timeout (rendezvous, barriers, a receive in flight) leaves the stage loop's
+    # shorter inbox timeout room to fire first with its clearer message
     dist.init_process_group(cfg.backend, init_method="env://", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=cfg.timeout))
+                            timeout=datetime.timedelta(seconds=max(2 * cfg.timeout, 60.0)))
     try:
         result = _run(rank, world, cfg, device, report)
         dist.barrier()
@@ -153,6 +155,7 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
     tasks = written = 0
     last_report = 0.0
     clock = time.perf_counter
+    fault = cfg.fault_spec()
 
     def deliver(item: Message | ChannelFailure) -> None:
         if isinstance(item, ChannelFailure):
@@ -183,7 +186,7 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
             wait += clock() - t
             deliver(item)
             continue
-        _fault(cfg, rank, task)
+        _fault(fault, cfg, rank, task)
         if cfg.jitter_ms > 0:
             d = jitter_seconds(cfg.seed, task.kind, task.subnet, rank, cfg.jitter_ms)
             time.sleep(d)
