@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from naspipe.cli.common import UsageError, add_run_arguments, resolve_run
+
+if TYPE_CHECKING:
+    from naspipe.samplers import SamplerSpec
 
 COMMAND = "reference"
 HELP = "train subnets one at a time (the sequential oracle) and write losses and parameter hashes"
@@ -47,7 +51,7 @@ def add_sampler_argument(p: argparse.ArgumentParser) -> None:
                         "losses of subnets <= j - LAG (default LAG 16)")
 
 
-def sampler_from_args(args: argparse.Namespace):  # noqa: ANN201 - naspipe.samplers.SamplerSpec
+def sampler_from_args(args: argparse.Namespace) -> SamplerSpec:
     """The parsed ``--sampler``; UsageError for a bad value or together with ``--sequence``."""
     from naspipe.samplers import SamplerError, parse_sampler
 

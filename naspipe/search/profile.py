@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -41,10 +42,11 @@ def measure_profile(model: StageModel, seed: int = 0, repeats: int = 5) -> dict[
     return {"unit": "s", "space": space.name, "batch_size": space.batch_size, "blocks": blocks}
 
 
-def _single_block(model: StageModel, b: int) -> Any:
-    """Run block ``b`` alone (the model's plan entry for it)."""
-    _, fixed, mod, _ = model._plan[b - model.blocks.start]
+def _single_block(model: StageModel, b: int) -> Callable[[torch.Tensor, list[int]], torch.Tensor]:
+    """Run block ``b`` alone: its module (fixed) or its chosen candidate's module in ``model.layers``."""
+    blk = model.space.blocks[b]
+    mod = model.layers[blk.name]
 
     def run(x: torch.Tensor, subnet: list[int]) -> torch.Tensor:
-        return mod(x) if fixed else mod[subnet[b]](x)  # type: ignore[index,operator]
+        return mod(x) if blk.fixed else mod[blk.candidates[subnet[b]].name](x)
     return run
