@@ -134,16 +134,36 @@ class OnlineSampler(Protocol):
     def propose(self, j: int, results: Mapping[int, float]) -> Subnet: ...
 
 
+class _Visible(Mapping[int, float]):
+    """A read-only view of ``results`` that hides every subnet newer than ``limit``."""
+
+    def __init__(self, results: Mapping[int, float], limit: int):
+        self._results, self._limit = results, limit
+
+    def __getitem__(self, k: int) -> float:
+        if k > self._limit:
+            raise KeyError(k)
+        return self._results[k]
+
+    def __iter__(self) -> Iterator[int]:
+        return (k for k in self._results if k <= self._limit)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class OnlineStream(_ListLike):
     """Subnets generated at run time from earlier results, with a fixed lag for reproducibility.
 
     ``results`` must hold the loss of every subnet ``i <= j - lag`` before subnet ``j`` is read;
-    the stream raises otherwise, so a run can never silently depend on timing.
+    the stream raises otherwise, so a run can never silently depend on timing. ``available()`` says how
+    far the stream can be read now; schedulers never admit beyond it.
     """
 
     def __init__(self, space: SearchSpace, sampler: OnlineSampler, n: int):
         self.space, self.sampler, self.n = space, sampler, n
         self.results: dict[int, float] = {}
+        self._contiguous = 0  # results of subnets [0, _contiguous) are all reported
         self._made: list[Subnet] = []
 
     def __len__(self) -> int:
@@ -151,6 +171,12 @@ class OnlineStream(_ListLike):
 
     def report(self, j: int, loss: float) -> None:
         self.results[j] = loss
+        while self._contiguous in self.results:
+            self._contiguous += 1
+
+    def available(self) -> int:
+        """One past the last subnet that can be generated with the results reported so far."""
+        return min(self.n, self._contiguous + self.sampler.lag)
 
     def __getitem__(self, j: int) -> Subnet:
         if not 0 <= j < self.n:
@@ -158,10 +184,10 @@ class OnlineStream(_ListLike):
         while len(self._made) <= j:
             i = len(self._made)
             need = i - self.sampler.lag
-            if need >= 0 and any(k not in self.results for k in range(need + 1)):
+            if need >= self._contiguous:
                 raise WindowError(f"subnet {i} needs results of subnets <= {need}, which are not reported yet")
-            visible = {k: v for k, v in self.results.items() if k <= need}
-            self._made.append(self.space.validate_subnet(list(self.sampler.propose(i, visible))))
+            proposal = self.sampler.propose(i, _Visible(self.results, need))
+            self._made.append(self.space.validate_subnet(list(proposal)))
         return self._made[j]
 
 
@@ -187,8 +213,10 @@ class Window:
 
     @property
     def horizon(self) -> int:
-        """One past the last readable index."""
-        return min(self.lo + self.size, len(self.stream))
+        """One past the last readable index (a run-time generated stream may not be readable that far yet)."""
+        h = min(self.lo + self.size, len(self.stream))
+        available = getattr(self.stream, "available", None)
+        return h if available is None else min(h, available())
 
     def advance(self, lo: int) -> None:
         if lo < self.lo:

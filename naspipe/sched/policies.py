@@ -93,6 +93,10 @@ class StageScheduler:
         """The output gradient of ``j`` arrived from the next stage (never called on the last stage)."""
         heapq.heappush(self._b_ready, j)
 
+    def on_results(self) -> None:
+        """A run-time generated stream received results: admit the subnets that became readable."""
+        self._admit()
+
     def next_task(self) -> Task | None:
         """Pick and start the next task, or None when nothing is runnable now."""
         if self._running is not None:
