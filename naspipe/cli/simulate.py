@@ -41,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--bandwidth-h2d", default="25GB",
                    help="host-to-device copy bandwidth per stage, bytes/s (default 25GB: PCIe 4.0 x16)")
     g.add_argument("--bandwidth-d2h", default=None, help="device-to-host bandwidth (default: as host-to-device)")
+    g.add_argument("--headroom", type=int, default=1,
+                   help="predictive: room kept for the layers of this many next subnets, so they can be prefetched "
+                        "(0 admits more subnets in flight but prefetches less; default 1)")
     g.add_argument("--batch-size", type=int, default=None,
                    help="batch per subnet (default: the largest the policy can afford, at most the space's)")
     g.add_argument("--batch-alpha", type=float, default=None,
@@ -109,6 +112,8 @@ def memory_config(args: argparse.Namespace) -> Any:
         raise UsageError("copy bandwidths must be > 0 bytes/s")
     if args.prefetch_depth < 1:
         raise UsageError(f"--prefetch-depth must be >= 1, got {args.prefetch_depth}")
+    if args.headroom < 0:
+        raise UsageError(f"--headroom must be >= 0, got {args.headroom}")
     if args.batch_size is not None and args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     alpha = DEFAULT_BATCH_ALPHA if args.batch_alpha is None else args.batch_alpha
@@ -116,7 +121,7 @@ def memory_config(args: argparse.Namespace) -> Any:
         raise UsageError(f"--batch-alpha must lie in [0, 1), got {alpha}")
     return MemoryConfig(device_memory=budget, swap=args.swap or "predictive", prefetch_depth=args.prefetch_depth,
                         bandwidth_h2d=float(h2d), bandwidth_d2h=float(d2h) if d2h else None,
-                        batch_size=args.batch_size, batch_alpha=alpha)
+                        batch_size=args.batch_size, batch_alpha=alpha, headroom=args.headroom)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ Pure: no torch, no clocks. Drivers (the simulator, the runtime) supply the durat
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -210,7 +211,8 @@ class SpeculativeGate(Protocol):
     """Optional admission control the driver applies before starting a task (e.g. device memory).
 
     ``copy`` gives an independent copy; ``may_bind`` False means nothing can be refused now (skip the
-    check); ``admits(task)`` whether ``task`` may start; ``start``/``finish`` update its state.
+    check); ``admits(task)`` whether ``task`` may start; ``start``/``finish`` update its state;
+    ``preferred_forward`` the subnet whose forward to run when the policy's choice is refused.
     """
 
     def copy(self) -> SpeculativeGate: ...
@@ -222,6 +224,56 @@ class SpeculativeGate(Protocol):
     def start(self, task: Task) -> None: ...
 
     def finish(self, task: Task) -> None: ...
+
+    def preferred_forward(self) -> int | None: ...
+
+
+def drain_weight_task(sched: StageScheduler) -> Task | None:
+    """Start the oldest pending weight task (``W``) of a split-backward scheduler, if it has one.
+
+    A driver that refuses a forward for lack of memory must not wait for memory that only a pending ``W``
+    would free (``W`` releases the subnet's activations and candidates): it runs that ``W`` now, exactly
+    as the policy does when its pending-``W`` limit is reached. None for other schedulers or none pending.
+    """
+    if sched.running is not None or not getattr(sched, "pending_w", 0) or not hasattr(sched, "max_pending_w"):
+        return None
+    limit = sched.max_pending_w
+    sched.max_pending_w = 1
+    try:
+        return sched.next_task()
+    finally:
+        sched.max_pending_w = limit
+
+
+def start_forward(sched: StageScheduler, j: int) -> Task | None:
+    """Ask ``sched`` for its next task with ``F(j)`` as the only ready forward (None if ``j`` is not ready).
+
+    Used when memory forbids the forward the policy prefers: the oldest forward not started on a stage
+    always fits (see ``naspipe.sim.memory.Gate``), so running it keeps the pipeline live whatever order
+    the policy prefers (e.g. ``csp-chain``). The policy may still answer with a backward or weight task.
+    """
+    ready = getattr(sched, "_f_ready", None)
+    if sched.running is not None or not isinstance(ready, list) or j not in ready:
+        return None
+    rest = [x for x in ready if x != j]
+    sched._f_ready = [j]
+    try:
+        return sched.next_task()
+    finally:
+        sched._f_ready = rest + sched._f_ready
+        heapq.heapify(sched._f_ready)
+
+
+def fallback_task(sched: StageScheduler, gate: SpeculativeGate) -> Task | None:
+    """What a driver starts when ``gate`` refuses the forward the policy offers: a pending ``W`` (it frees
+    memory), else the gate's preferred forward if it is ready and admitted; None: wait for an event."""
+    t = drain_weight_task(sched)
+    if t is not None:
+        return t
+    j = gate.preferred_forward()
+    if j is not None and gate.admits(Task(FORWARD, j, sched.spec.stage)):
+        return start_forward(sched, j)
+    return None
 
 
 # ---- the forecast ---------------------------------------------------------------------------------
@@ -271,6 +323,8 @@ class Predictor:
                 task = None
                 if g is None or not g.may_bind() or g.admits(peek(spec) or _NOTHING):
                     task = spec.next_task()
+                else:
+                    task = fallback_task(spec, g)  # the policy's forward is refused
                 if task is None:
                     if i >= len(pending):
                         break

@@ -267,18 +267,24 @@ class _MemoryRun:
             return False
         sched = self.scheds[s]
         gate = self.gates[s]
+        t0 = time.perf_counter()
+        task: Task | None = None
+        refused = False
         if gate.may_bind():
-            from naspipe.sched.predictor import peek
+            from naspipe.sched.predictor import fallback_task, peek
 
             t = peek(sched)
             if t is None:
                 return False
             if not gate.admits(t):
-                if self.gated_since[s] is None:
-                    self.gated_since[s] = now
-                return False
-        t0 = time.perf_counter()
-        task = sched.next_task()
+                refused = True
+                task = fallback_task(sched, gate)  # a pending W, or the oldest forward; else wait
+                if task is None:
+                    if self.gated_since[s] is None:
+                        self.gated_since[s] = now
+                    return False
+        if not refused:
+            task = sched.next_task()
         self.decision_time += time.perf_counter() - t0
         self.decisions += 1
         if task is None:
@@ -383,6 +389,7 @@ class _MemoryRun:
             acc, cov, extra={"prefetch_depth": self.cfg.prefetch_depth, "batch_note": self.plan.note,
                              "predict_seconds": self.predict_time})
         result.extra["memory"] = result.memory.summary()
+        result.extra["evictions"] = [m.evicted for m in self.mems]  # (decided, freed, candidate) per stage
         return result
 
 

@@ -305,6 +305,10 @@ class Gate:
         """False when no forward could be refused now (cheap test before a speculative peek)."""
         return self.budget is not None and self.committed + 2 * self.max_need > self.budget
 
+    def preferred_forward(self) -> int | None:
+        """The oldest subnet whose forward has not started here: it always fits (see the class doc)."""
+        return self.next_unstarted if self.next_unstarted < len(self.subnets) else None
+
     def _full_need(self, j: int) -> int:
         sub = self.subnets[j]
         return self.fp.act(self.stage, sub) if self.resident else self.fp.need(self.stage, sub)
@@ -437,6 +441,8 @@ class StageMemory:
         self.rank: dict[Key, int] = {}
         self.prefetch_order: list[tuple[Key, int]] = []
         self.stats = StageStats()
+        self.evicted: list[tuple[float, float, Key]] = []  # (decided, memory freed, candidate), for checks
+        self._evict_since: dict[Key, float] = {}
         if mode == RESIDENT_MODE:
             for k, n in key_bytes.items():
                 self.where[k] = RESIDENT
@@ -611,9 +617,10 @@ class StageMemory:
         else:  # write-back ended
             if k in self.rescued or self.pins.get(k):
                 self.rescued.discard(k)
+                self._evict_since.pop(k, None)
                 self.where[k] = RESIDENT
             else:
-                self._drop(k)
+                self._drop(k, now)
 
     # ---- internals ---------------------------------------------------------------------------------
     def _pin(self, k: Key) -> None:
@@ -652,6 +659,7 @@ class StageMemory:
         if k in self.unused_prefetch:
             self.unused_prefetch.discard(k)
             self.stats.wasted_prefetch_bytes += self.nbytes[k]
+        self._evict_since[k] = now
         if k in self.dirty:
             self.dirty.discard(k)
             n = self.nbytes[k]
@@ -664,11 +672,12 @@ class StageMemory:
             self._after(end, ("evict", k, start, self.last_user.get(k, -1)))
         else:
             self.trace.add(self.stage, "evict", self.last_user.get(k, -1), now, now)
-            self._drop(k)
+            self._drop(k, now)
 
-    def _drop(self, k: Key) -> None:
+    def _drop(self, k: Key, now: float) -> None:
         del self.where[k]
         self.used -= self.nbytes[k]
+        self.evicted.append((self._evict_since.pop(k, now), now, k))
 
     def _after(self, t: float, what: tuple[str, Key, float, int]) -> None:
         token = self._next_token

@@ -1,0 +1,317 @@
+"""The simulator's device-memory model: sizes, plans, swap modes, metrics, CLI, and its invariants.
+
+Property tests (hypothesis) over small random spaces, every policy and every swap mode: each schedule
+completes, the device never holds more than its budget, no candidate in use (by the running task or by a
+subnet between its forward and its write on that stage) is ever evicted, and predictive swapping moves
+no more bytes than on-demand swapping on the same run, once the bytes of prefetches that a changed
+forecast left unused are set aside (the only way a forecast can cost extra traffic).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from naspipe.cli import main
+from naspipe.memsize import Budget, SizeError, format_bytes, parse_budget, parse_bytes
+from naspipe.partition import partition
+from naspipe.sched.tasks import FORWARD, WEIGHT
+from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.sim import simulate
+from naspipe.sim.costs import batch_time_scale
+from naspipe.sim.memory import (
+    Footprint,
+    MemoryBudgetError,
+    MemoryConfig,
+    csp_target_in_flight,
+    plan_memory,
+    policy_in_flight,
+)
+from naspipe.space import Block, Candidate, SearchSpace, preset
+
+MB = 10**6
+
+
+# ---- sizes ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text,value", [
+    ("2GiB", 2 * 2**30), ("512MB", 512 * 10**6), ("1.5G", int(1.5 * 2**30)), ("100", 100), ("3 KiB", 3072),
+    ("1e3kB", 10**6), ("7b", 7), (4096, 4096), ("0", 0),
+])
+def test_parse_bytes(text, value) -> None:
+    assert parse_bytes(text) == value
+
+
+@pytest.mark.parametrize("text", ["-1GB", "2XB", "GiB", "", "1.2.3MB", "inf", "nan"])
+def test_parse_bytes_rejects(text) -> None:
+    with pytest.raises(SizeError):
+        parse_bytes(text)
+
+
+def test_parse_budget() -> None:
+    assert parse_budget("25%") == Budget(share=0.25)
+    assert parse_budget("2GiB") == Budget(nbytes=2 * 2**30)
+    assert parse_budget(None).unlimited and parse_budget("unlimited").unlimited
+    assert parse_budget("25%").resolve(1000) == 250 and parse_budget("1KB").resolve(10**9) == 1000
+    assert parse_budget(None).resolve(10) is None
+    assert str(parse_budget("25%")) == "25%" and str(parse_budget("3GiB")) == "3.00 GiB"
+    assert format_bytes(512) == "512 B"
+    for bad in ("0", "-5%", "0%", "x%", "-2GB"):
+        with pytest.raises(SizeError):
+            parse_budget(bad)
+
+
+def test_batch_time_scale() -> None:
+    assert batch_time_scale(32, 32) == 1.0
+    assert batch_time_scale(16, 32, 0.1) == pytest.approx(0.55)
+    assert batch_time_scale(1, 32, 0.0) == pytest.approx(1 / 32)
+    with pytest.raises(ValueError):
+        batch_time_scale(0, 32)
+
+
+# ---- a tiny space with literal numbers -----------------------------------------------------------
+def _space(k: int = 2, blocks: int = 2, param: int = 10 * MB, act: int = MB, batch: int = 4,
+           fwd: float = 1.0, bwd: float = 2.0) -> SearchSpace:
+    cands = tuple(Candidate(f"c{i}", fwd=fwd, bwd=bwd, param_bytes=param, act_bytes=act) for i in range(k))
+    return SearchSpace("m", tuple(Block(f"b{i}", cands) for i in range(blocks)), batch_size=batch)
+
+
+def test_footprint_and_resident_batch_arithmetic() -> None:
+    sp = _space(k=3, blocks=2, param=10 * MB, act=MB, batch=8)  # stage share 60 MB, 2 MB/sample/subnet
+    part = partition(sp, 1)
+    fp = Footprint(sp, part, 8)
+    assert fp.share(0) == 60 * MB and fp.max_params(0) == 20 * MB and fp.act_per_sample(0) == 2 * MB
+    assert fp.keys(0, (1, 2)) == ((0, 1), (1, 2)) and fp.act(0, (1, 2)) == 16 * MB
+    # bsp:2 keeps 2 subnets in flight: 60 MB + 2 x 2 MB x b <= 80 MB -> b = 5
+    plan = plan_memory(sp, part, "bsp:2", MemoryConfig(device_memory=80 * MB, swap="resident"))
+    assert plan.batch_size == 5 and plan.budgets == (80 * MB,)
+    # with room to spare the batch stays the space's
+    assert plan_memory(sp, part, "bsp:2", MemoryConfig(device_memory="1GB", swap="resident")).batch_size == 8
+    assert policy_in_flight("bsp:3", 4, 0) == 3 and policy_in_flight("asp", 4, 1) == 3
+    assert policy_in_flight("csp", 4, 0) == 1 and csp_target_in_flight(4, 0) == 4 and csp_target_in_flight(4, 3) == 2
+
+
+@pytest.mark.parametrize("cfg,match", [
+    (MemoryConfig(device_memory=50 * MB, swap="resident"), "cannot hold the stage's supernet share"),
+    (MemoryConfig(device_memory=20 * MB), "smaller than one subnet's layers"),
+    (MemoryConfig(device_memory="10%"), "smaller than one subnet's layers"),
+    (MemoryConfig(device_memory="1GB", swap="sometimes"), "unknown swap mode"),
+    (MemoryConfig(device_memory="1GB", prefetch_depth=0), "prefetch depth"),
+    (MemoryConfig(device_memory="1GB", bandwidth_h2d=0), "bandwidth"),
+    (MemoryConfig(device_memory="1GB", batch_alpha=1.0), "alpha"),
+    (MemoryConfig(device_memory=[MB, MB]), "2 budgets for 1 stages"),
+    (MemoryConfig(device_memory="3x"), "cannot parse size"),
+    (MemoryConfig(device_memory=25 * MB, batch_size=8), "cannot afford batch 8"),
+])
+def test_bad_memory_configs(cfg, match) -> None:
+    sp = _space(k=3, blocks=2, param=10 * MB, act=MB, batch=8)
+    with pytest.raises(MemoryBudgetError, match=match):
+        plan_memory(sp, partition(sp, 1), "csp", cfg)
+
+
+def test_bsp_must_hold_its_whole_group_when_swapping() -> None:
+    sp = _space(k=3, blocks=2, param=10 * MB, act=MB, batch=1)
+    with pytest.raises(MemoryBudgetError, match="4 subnets' layers"):
+        plan_memory(sp, partition(sp, 1), "bsp:4", MemoryConfig(device_memory=50 * MB, swap="on-demand"))
+
+
+# ---- runs ------------------------------------------------------------------------------------------
+def test_memory_off_is_the_plain_simulation_and_unlimited_resident_changes_nothing() -> None:
+    sp = preset("naspipe-k24")
+    part = partition(sp, 4)
+    stream = UniformStream(sp, 3, 60)
+    plain = simulate(sp, part, stream, "csp")
+    assert plain.memory is None and not any(e.kind in ("prefetch", "evict", "stall") for e in plain.trace.events)
+    res = simulate(sp, part, stream, "csp", memory=MemoryConfig(swap="resident"))
+    assert res.memory is not None and res.memory.batch_size == sp.batch_size
+    assert [(e.stage, e.kind, e.subnet, e.start, e.end) for e in res.trace.compute_events()] == \
+        [(e.stage, e.kind, e.subnet, e.start, e.end) for e in plain.trace.compute_events()]
+    assert res.memory.hit_rate == 1.0 and res.memory.bytes_moved == 0 and res.memory.stall_time == 0
+
+
+def test_literal_on_demand_run() -> None:
+    """One stage, two subnets with disjoint candidates: each forward loads its 2 x 10 MB synchronously."""
+    sp = _space(k=2, blocks=2, param=10 * MB, act=MB, batch=1, fwd=0.5, bwd=1.0)  # F = 1 s, B = 2 s
+    part = partition(sp, 1)
+    stream = ReplayStream(sp, [(0, 0), (1, 1)])
+    r = simulate(sp, part, stream, "csp", memory=MemoryConfig(device_memory="100%", swap="on-demand",
+                                                              bandwidth_h2d=10 * MB))
+    m = r.memory
+    rows = [(e.kind, e.subnet, e.start, e.end, e.bytes) for e in r.trace.events]
+    # F(0) waits 2 s for its two loads; B(0) runs on its pinned candidates; its end evicts them (written back
+    # at 10 MB/s on the device-to-host engine) while F(1) loads its own: the second load waits for the
+    # first write-back to free 10 MB (budget 40 MB = the stage share).
+    assert rows == [
+        ("stall", 0, 0.0, 2.0, 20 * MB), ("F", 0, 2.0, 3.0, 0), ("B", 0, 3.0, 5.0, 0),
+        ("evict", 0, 5.0, 6.0, 10 * MB), ("evict", 0, 6.0, 7.0, 10 * MB), ("stall", 1, 5.0, 7.0, 20 * MB),
+        ("F", 1, 7.0, 8.0, 0), ("B", 1, 8.0, 10.0, 0), ("evict", 1, 10.0, 11.0, 10 * MB),
+        ("evict", 1, 11.0, 12.0, 10 * MB),
+    ]
+    assert m.hit_rate == 0.5 and m.forward_hit_rate == 0.0
+    assert m.stall_time == 4.0 and m.stall_share == pytest.approx(4.0 / 10.0)
+    assert m.bytes_moved == 80 * MB  # 40 MB in, 40 MB written back
+    assert m.stages[0].peak == 32 * MB  # 20 MB being written back + 10 MB loading + 2 MB activation
+
+
+def test_predictive_prefetches_behind_compute() -> None:
+    sp = preset("naspipe-k48")
+    part = partition(sp, 4)
+    stream = UniformStream(sp, 0, 80)
+    pred = simulate(sp, part, stream, "csp", memory=MemoryConfig(device_memory="25%"))
+    dem = simulate(sp, part, stream, "csp", memory=MemoryConfig(device_memory="25%", swap="on-demand"))
+    p, d = pred.memory, dem.memory
+    assert p.forward_hit_rate > 0.9 and d.forward_hit_rate < 0.2
+    assert p.stall_share < d.stall_share
+    assert p.predictor_accuracy is not None and p.predictor_accuracy > 0.9
+    assert d.predictor_accuracy is None
+    kinds = {e.kind for e in pred.trace.events}
+    assert {"prefetch", "evict"} <= kinds
+    # the metrics are the trace's bytes
+    moved = sum(e.bytes for e in pred.trace.events if e.kind in ("prefetch", "evict", "stall"))
+    assert moved == p.bytes_moved
+    budgets = p.budgets
+    assert all(peak <= b for peak, b in zip((s.peak for s in p.stages), budgets, strict=True))
+    summary = p.summary()
+    for key in ("hit_rate", "stall_share", "bytes_moved", "peak_device_bytes", "batch_size"):
+        assert key in summary
+
+
+def test_bsp_resident_batch_shrinks_with_a_smaller_device() -> None:
+    sp = preset("naspipe-k48")
+    part = partition(sp, 4)
+    stream = UniformStream(sp, 0, 16)
+    big = simulate(sp, part, stream, "bsp:4", memory=MemoryConfig(device_memory="40GiB", swap="resident"))
+    small = simulate(sp, part, stream, "bsp:4", memory=MemoryConfig(device_memory="13GiB", swap="resident"))
+    assert big.memory.batch_size == 32 and small.memory.batch_size < 32
+    assert small.costs.batch_size == small.memory.batch_size
+    assert small.trace.meta["batch_size"] == small.memory.batch_size
+
+
+# ---- invariants over random small runs -----------------------------------------------------------
+@st.composite
+def runs(draw):
+    k = draw(st.integers(1, 4))
+    blocks = draw(st.integers(1, 4))
+    cands = []
+    for _ in range(blocks):
+        cands.append(tuple(Candidate(f"c{i}", fwd=draw(st.sampled_from([1e-3, 2e-3, 3e-3])),
+                                     bwd=draw(st.sampled_from([2e-3, 4e-3])),
+                                     param_bytes=draw(st.sampled_from([MB, 2 * MB, 4 * MB])),
+                                     act_bytes=draw(st.sampled_from([10**4, 3 * 10**4])),
+                                     bwd_input_share=0.5) for i in range(k)))
+    fixed = draw(st.booleans())
+    bl = [Block(f"b{i}", c) for i, c in enumerate(cands)]
+    if fixed:
+        bl.insert(0, Block("embed", (Candidate("e", fwd=1e-3, bwd=2e-3, param_bytes=MB, act_bytes=10**4),),
+                           fixed=True))
+    sp = SearchSpace("r", tuple(bl), batch_size=4)
+    stages = draw(st.integers(1, min(3, len(bl))))
+    n = draw(st.integers(1, 24))
+    seed = draw(st.integers(0, 10**6))
+    policy = draw(st.sampled_from(["csp", "csp-bw", "csp-chain", "sequential", "asp", "bsp", "bsp:3"]))
+    swap = draw(st.sampled_from(["predictive", "on-demand", "resident"]))
+    budget = draw(st.sampled_from(["20%", "35%", "50%", "80%", "120%", None]))
+    depth = draw(st.integers(1, 6))
+    shared = draw(st.sampled_from(["frozen", "delayed:1"]))
+    return sp, stages, n, seed, policy, swap, budget, depth, shared
+
+
+def _run(sp, stages, n, seed, policy, swap, budget, depth, shared):
+    from naspipe.sched.shared import parse_shared
+
+    part = partition(sp, stages)
+    cfg = MemoryConfig(device_memory=budget, swap=swap, prefetch_depth=depth, bandwidth_h2d=2e9)
+    return simulate(sp, part, UniformStream(sp, seed, n), policy, memory=cfg, shared=parse_shared(shared)), part
+
+
+def _in_use(result, part, sp) -> dict[int, list[tuple[float, float, set]]]:
+    """Per stage: (from, to, candidates) while a subnet holds its candidates there (choice of F to write end)."""
+    write = WEIGHT if result.schedulers[0].write_kind == WEIGHT else "B"
+    subnets = {}
+    for e in result.trace.compute_events():
+        subnets.setdefault((e.stage, e.subnet), {})[e.kind] = e
+    stalls = {(e.stage, e.subnet): e.start for e in result.trace.events if e.kind == "stall"}
+    stream = result.schedulers[0].window.stream
+    out: dict[int, list] = {}
+    for (s, j), ev in subnets.items():
+        start = min(stalls.get((s, j), ev[FORWARD].start), ev[FORWARD].start)
+        keys = {(b, stream[j][b]) for b in part.blocks(s)}
+        out.setdefault(s, []).append((start, ev[write].end, keys))
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs())
+def test_invariants(args) -> None:
+    sp, stages, n, seed, policy, swap, budget, depth, shared = args
+    try:
+        result, part = _run(*args)
+    except MemoryBudgetError:
+        return  # a budget that cannot work is rejected before the run, never deadlocks
+    m = result.memory
+    # every schedule completes: each subnet ran F and B (and W when split) on every stage
+    kinds = 3 if result.schedulers[0].write_kind == WEIGHT else 2
+    assert len(result.trace.compute_events()) == n * stages * kinds
+    # the device never holds more than its budget
+    for s, stats in enumerate(m.stages):
+        if m.budgets[s] is not None:
+            assert stats.peak <= m.budgets[s]
+    # no candidate in use is evicted
+    uses = _in_use(result, part, sp)
+    for s, intervals in uses.items():
+        for decided, freed, key in result.extra["evictions"][s]:
+            for a, b, keys in intervals:
+                if key in keys:
+                    # (an eviction at the very instant a subnet is chosen happened before its choice)
+                    assert not (a < decided < b) and not (a < freed < b), (s, key, decided, freed, a, b)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs())
+def test_predictive_moves_no_more_bytes_than_on_demand(args) -> None:
+    sp, stages, n, seed, policy, swap, budget, depth, shared = args
+    try:
+        pred, _ = _run(sp, stages, n, seed, policy, "predictive", budget, depth, shared)
+        dem, _ = _run(sp, stages, n, seed, policy, "on-demand", budget, depth, shared)
+    except MemoryBudgetError:
+        return
+    unused = sum(s.wasted_prefetch_bytes for s in pred.memory.stages)
+    assert pred.memory.bytes_moved - unused <= dem.memory.bytes_moved
+
+
+# ---- the CLI --------------------------------------------------------------------------------------
+def test_cli_memory_json(capsys) -> None:
+    rc = main(["simulate", "--space", "naspipe-k48", "--subnets", "40", "--device-memory", "25%", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    for key in ("hit_rate", "stall_share", "bytes_moved", "peak_device_bytes", "batch_size", "samples_per_second"):
+        assert out[key] is not None, key
+    assert out["swap"] == "predictive" and len(out["peak_device_bytes"]) == 4
+    assert out["samples_per_second"] == pytest.approx(40 * out["batch_size"] / out["makespan"])
+    rc = main(["simulate", "--space", "naspipe-k48", "--subnets", "20", "--json"])
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["hit_rate"] is None and plain["batch_size"] == 32
+
+
+def test_cli_memory_text(capsys) -> None:
+    assert main(["simulate", "--space", "naspipe-k24", "--subnets", "30", "--device-memory", "8GiB",
+                 "--swap", "on-demand", "--bandwidth-h2d", "12GB"]) == 0
+    out = capsys.readouterr().out
+    assert "memory       on-demand" in out and "hit rate" in out
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--device-memory=-1GB"], "must not be negative"),
+    (["--device-memory", "1MB"], "smaller than one subnet's layers"),
+    (["--device-memory", "10%", "--swap", "resident"], "resident mode"),
+    (["--device-memory", "lots"], "cannot parse size"),
+    (["--device-memory", "2GiB", "--bandwidth-h2d", "fast"], "cannot parse size"),
+    (["--device-memory", "25%", "--prefetch-depth", "0"], "--prefetch-depth"),
+    (["--device-memory", "25%", "--batch-alpha", "1.5"], "--batch-alpha"),
+])
+def test_cli_bad_memory_flags(capsys, args, msg) -> None:
+    assert main(["simulate", "--space", "naspipe-k48", "--subnets", "10", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1
