@@ -7,16 +7,18 @@ only, by a prediction of that later version, built from the optimizer's own upda
     W_hat = W - lr * s * dW
 
 ``s`` is the version gap (1F1B: ``s = P-1-i``, 0 on the last stage; the authors' code uses ``P - i``, one
-more: ``version_gap(stage, stages, offset=1)``). ``dW`` is the direction the optimizer's next step would
-take, read from the torch optimizer's ``state[p]``:
+more: ``version_gap(stage, stages, offset=1)``). ``dW`` estimates the optimizer's next step direction
+from the torch optimizer's ``state[p]``:
 
 * SGD: ``grad``;  SGD + momentum: ``mu*buf + (1-dampening)*grad``;  nesterov: ``grad + mu*(mu*buf +
-  (1-dampening)*grad)``, torch's nesterov step direction with the buffer advanced by the same gradient.
+  (1-dampening)*grad)``. For the SGD family this is exactly torch's next step if the next gradient equals
+  the last one (nesterov included: the buffer advanced by that gradient, then torch's nesterov direction).
 * Adam / AdamW: ``m_hat / (sqrt(v_hat) + eps)``, ``m_hat = exp_avg / (1 - beta1**step)``, ``v_hat =
   exp_avg_sq / (1 - beta2**step)`` (``max_exp_avg_sq`` with amsgrad) at the current ``step``; weight decay
   is left out of the prediction.
-* RMSprop: ``grad / (sqrt(square_avg) + eps)`` (centered: ``square_avg - grad_avg**2`` under the root;
-  with momentum ``mom*buf + grad/avg``, torch's next step direction).
+* RMSprop: ``grad / (sqrt(square_avg) + eps)`` with the current ``square_avg`` (the authors' formula;
+  torch's next step would first fold the new gradient into it); centered: ``square_avg - grad_avg**2``
+  under the root; with momentum: ``mom*buf + grad/avg``.
 
 ``grad`` is the last gradient the optimizer applied. torch optimizers do not keep it, and the runtime
 clears ``.grad`` after each step, so keep it with ``remember_grads(params)`` before clearing and pass it as
