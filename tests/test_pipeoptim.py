@@ -234,3 +234,13 @@ def test_pipeoptim_rescues_momentum_sgd_where_asynchrony_diverges() -> None:
     pred = train_toy_pipeline(4, 1000, 0.08, optimizer="momentum", predict_gaps=pipeoptim_gaps(4))
     assert plain.losses[-1] > 1e6 * plain.losses[0]
     assert not pred.diverged and pred.losses[-1] < 1e-20 * pred.losses[0]
+
+
+def test_plain_sgd_prediction_extrapolates_a_stale_gradient() -> None:
+    """A measured caveat, kept in the module docstring: with plain SGD the last gradient is itself stale, and
+    extrapolating it s steps lowers the stable step (lr 0.5, 4 stages: asynchrony converges, prediction
+    blows up)."""
+    plain = train_toy_pipeline(4, 600, 0.5)
+    pred = train_toy_pipeline(4, 600, 0.5, predict_gaps=pipeoptim_gaps(4))
+    assert not plain.diverged and plain.losses[-1] < 1e-20
+    assert pred.diverged

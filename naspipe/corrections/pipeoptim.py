@@ -35,6 +35,10 @@ API::
     predict(params, optimizer, s, grads=None) -> list[Tensor]         # W_hat as new tensors
     with predicted_weights(params, optimizer, s, grads=None): ...forward...
 
+Measured on ``naspipe.corrections.toy`` (4 stages, least squares, constant rate): with SGD + momentum
+(lr 0.08) asynchrony diverges and prediction converges; with *plain* SGD the prediction extrapolates a stale
+gradient and lowers the stable step (lr 0.5: asynchrony converges, prediction diverges at update ~355).
+
 ``predicted_weights`` writes ``W_hat`` into the parameters through ``.data`` (autograd's version counters
 are untouched) and restores the exact real weights from one cached copy when the block ends, so the
 backward, reading the parameters, sees the real weights, and the update applies to them. With ``s = 0``
