@@ -19,6 +19,12 @@ API (keys are any hashable, e.g. ``(block, choice)``; a key's module is any ``nn
                                          # prefetch / evict / stall: map them onto the trace
     cache.close()                        # (or use it as a context manager)
 
+Wiring it into a stage loop (with ``naspipe.sched.predictor``): after each decision, forecast the stage's
+next tasks, ``prefetch`` the candidates of the forecast forwards in order and ``evict`` released
+candidates no forecast needs; ``acquire`` a forward's candidates before it runs (a backward's are still
+pinned from its forward), ``release`` them after the subnet's write on this stage, and add
+``cache.events`` to the trace as ``prefetch`` / ``evict`` / ``stall`` events of that stage.
+
 How it works: each key's tensors (parameters, buffers, and optional ``extra_tensors(key)`` such as that
 key's optimizer state) keep their ``nn.Parameter`` objects; only their storage moves, by assigning
 ``.data``: the host copy when absent, a device buffer when resident. So optimizers and autograd keep the

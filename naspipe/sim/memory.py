@@ -139,6 +139,10 @@ class Footprint:
     def fixed_params(self, s: int) -> int:
         return sum(self.space.blocks[b].candidates[0].param_bytes for b in self.blocks[s] if self.space.blocks[b].fixed)
 
+    def max_choice_params(self, s: int) -> int:
+        return sum(max(c.param_bytes for c in self.space.blocks[b].candidates) for b in self.blocks[s]
+                   if not self.space.blocks[b].fixed)
+
     def mean_choice_params(self, s: int) -> float:
         return sum(sum(c.param_bytes for c in self.space.blocks[b].candidates) / self.space.blocks[b].k
                    for b in self.blocks[s] if not self.space.blocks[b].fixed)
@@ -172,9 +176,9 @@ def policy_in_flight(policy: str, stages: int, stage: int, options: dict[str, An
 
 
 # Capping CSP's in-flight subnets per stage (the admission gate with an activation-only budget) costs
-# little once four fit: naspipe-k96 on 4 stages keeps 0.39 / 0.67 / 0.86 / 0.96 / 0.99 of its uncapped
-# throughput with 1 / 2 / 3 / 4 / 5 subnets in flight, naspipe-k48 on 8 stages 0.49 / 0.81 / 0.95 / 0.99.
-# benchmarks/memory.py prints this curve again.
+# little once four fit: with 1 / 2 / 3 / 4 / 5 / 6 subnets in flight, naspipe-k96 on 4 stages keeps
+# 0.38 / 0.67 / 0.87 / 0.96 / 0.98 / 0.99 of its uncapped throughput and naspipe-k48 on 8 stages
+# 0.47 / 0.79 / 0.94 / 0.98 / 0.99 / 0.99 (1,000 subnets; benchmarks/memory.py measures this curve).
 CSP_SLOTS = 4
 
 
@@ -222,6 +226,7 @@ def plan_memory(space: SearchSpace, part: Partition, policy: str, cfg: MemoryCon
         act1 = fp.act_per_sample(s)
         inflight = policy_in_flight(policy, P, s, options)
         where = f"stage {s}: budget {format_bytes(B)}"
+        csp_family = inflight == 1 and not fixed_batch and act1 > 0
         if cfg.swap == "resident":
             room = B - shares[s]
             if room < inflight * act1:
@@ -230,8 +235,9 @@ def plan_memory(space: SearchSpace, part: Partition, policy: str, cfg: MemoryCon
                     f"{inflight} activation(s) of one sample ({format_bytes(inflight * act1)}) in resident mode; "
                     "use a larger --device-memory or a swapping mode")
             fit = room // (inflight * act1) if act1 else bmax
+            per_subnet, fixed_room = 0.0, float(shares[s])
         else:
-            base = inflight * fp.max_params(s)
+            base = fp.fixed_params(s) + inflight * fp.max_choice_params(s)
             if B < base + inflight * act1:
                 what = "one subnet's layers" if inflight == 1 else f"{inflight} subnets' layers (in flight together)"
                 raise MemoryBudgetError(
@@ -239,16 +245,17 @@ def plan_memory(space: SearchSpace, part: Partition, policy: str, cfg: MemoryCon
                     f"{'one activation' if inflight == 1 else 'their activations'} of one sample "
                     f"({format_bytes(inflight * act1)})")
             fit = (B - base) // (inflight * act1) if act1 else bmax
-            if not fixed_batch and inflight == 1 and act1:
-                # CSP family: room for the target number of subnets in flight (shared fixed blocks counted
-                # once, choice blocks at their mean) and, when predicting, one more subnet's layers to
-                # prefetch into; fewer subnets if even a batch of one cannot have that many
-                room = cfg.headroom * fp.mean_choice_params(s) if cfg.swap == "predictive" else 0.0
-                for n in range(csp_target_in_flight(P, s), 0, -1):
-                    b_n = int((B - fp.fixed_params(s) - room - n * fp.mean_choice_params(s)) // (n * act1))
-                    if b_n >= 1:
-                        fit = min(fit, b_n)
-                        break
+            # room to prefetch the next subnets' layers into (predictive), shared fixed blocks counted once
+            prefetch_room = cfg.headroom * fp.mean_choice_params(s) if cfg.swap == "predictive" else 0.0
+            per_subnet, fixed_room = fp.mean_choice_params(s), fp.fixed_params(s) + prefetch_room
+        if csp_family:
+            # CSP adapts its in-flight count to memory (the gate); a batch counts as affordable if the target
+            # number of subnets fits (choice blocks at their mean), or else as many as a batch of one allows
+            for n in range(csp_target_in_flight(P, s), 0, -1):
+                b_n = int((B - fixed_room - n * per_subnet) // (n * act1))
+                if b_n >= 1:
+                    fit = min(fit, b_n)
+                    break
         if fixed_batch and fit < bmax:
             raise MemoryBudgetError(f"{where} cannot afford batch {bmax} (at most {max(fit, 0)} fits)")
         fits.append(int(min(fit, bmax)))
@@ -303,7 +310,7 @@ class Gate:
 
     def may_bind(self) -> bool:
         """False when no forward could be refused now (cheap test before a speculative peek)."""
-        return self.budget is not None and self.committed + 2 * self.max_need > self.budget
+        return self.budget is not None and self.committed + (1 + max(1, self.headroom)) * self.max_need > self.budget
 
     def preferred_forward(self) -> int | None:
         """The oldest subnet whose forward has not started here: it always fits (see the class doc)."""
