@@ -7,6 +7,8 @@ medians are compared. Reported:
 * ``speedup_2``: CSP on 2 stages / sequential on 2 stages (same processes, same messages; the acceptance
   figure, target >= 1.6 on a conflict-sparse preset), and against sequential on 1 stage (no messages);
 * ``speedup_4``: the same for 4 stages;
+* ``split_cost_ms_per_subnet``: sequential on 2 stages against 1 stage, per subnet: the price of the
+  messages and the extra tasks when nothing overlaps;
 * per run: subnets/s (subnets / makespan, start-up excluded), utilisation, ``overhead_share``
   (scheduling + message handling per stage, outside compute and blocked waits, over compute),
   ``per_task_overhead_us`` and ``wall_overhead_share`` ((wall per stage - compute) / compute, bubbles too);
@@ -116,6 +118,8 @@ def main() -> None:
         "speedup_2_vs_1_stage": median["csp@2"] / median["sequential@1"],
         "speedup_4": median["csp@4"] / median["sequential@4"],
         "speedup_4_vs_1_stage": median["csp@4"] / median["sequential@1"],
+        # what splitting one subnet over 2 processes costs (2 more tasks, 2 messages on its critical path)
+        "split_cost_ms_per_subnet": 1000 * (1 / median["sequential@2"] - 1 / median["sequential@1"]),
         "overhead_share_median": {k: statistics.median(x["overhead_share"] for x in v) for k, v in runs.items()},
         "per_task_overhead_us_median": {k: statistics.median(x["per_task_overhead_us"] for x in v)
                                         for k, v in runs.items()},

@@ -17,7 +17,6 @@ import dataclasses
 import json
 import math
 import time
-from functools import cache
 from pathlib import Path
 
 import psutil
@@ -81,10 +80,11 @@ def refs(tmp_path_factory):
     """Reference run directories, computed once per (space, shared, n, optimizer, seed)."""
     root = tmp_path_factory.mktemp("refs")
 
-    @cache
     def get(space: str, shared: str, n: int = N, optimizer: str = "sgd", seed: int = 0) -> Path:
         sp = preset(space)
         d = root / f"{space}-{shared.replace(':', '')}-{n}-{optimizer}-{seed}"
+        if d.exists():
+            return d
         res = train_reference(sp, UniformStream(sp, seed, n), seed, parse_shared(shared), optimizer=optimizer)
         d.mkdir()
         write_losses(d / "losses.csv", res.losses)
@@ -212,6 +212,7 @@ CASES = [  # (space, stages, shared layers, jitter ms, policy, optimizer)
     ("tiny-transformer", 2, "delayed:2", 1.0, "csp", "sgd"),
     ("tiny-transformer", 3, "serial", 0, "csp", "sgd"),
     ("tiny-transformer", 2, "delayed:2", 0, "csp", "adam"),
+    ("tiny-transformer", 3, "delayed:2", 0.5, "csp-chain", "sgd"),
     ("digits-cnn", 1, "delayed:2", 0, "csp", "sgd"),
     ("digits-cnn", 2, "frozen", 1.0, "csp", "sgd"),
     ("digits-cnn", 3, "delayed:2", 0, "csp", "sgd"),

@@ -32,11 +32,14 @@ class EventLog:
         """Seconds since the run's start."""
         return time.perf_counter() - self.t0
 
-    def record(self, kind: str, subnet: int, start: float, end: float, **extra: Any) -> TraceEvent:
-        ev = TraceEvent(self.stage, kind, subnet, start, end, **extra)
+    def record(self, kind: str, subnet: int, start: float, end: float, version: int | None = None) -> TraceEvent:
+        ev = TraceEvent(self.stage, kind, subnet, start, end, version=version)
         self.events.append(ev)
-        if self._fd is not None:
-            os.write(self._fd, (json.dumps(ev.to_dict(), separators=(",", ":")) + "\n").encode())
+        if self._fd is not None:  # the to_dict() form, built directly (dataclasses.asdict is slow per task)
+            line: dict[str, Any] = {"stage": self.stage, "kind": kind, "subnet": subnet, "start": start, "end": end}
+            if version is not None:
+                line["version"] = version
+            os.write(self._fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
         return ev
 
     def close(self) -> None:

@@ -20,9 +20,9 @@ which weights a forward reads and when the gradients are applied:
   gradient is exact for the weights the forward saw, but it is applied to newer weights. Trainable fixed
   weights (``serial``) are stashed and updated like candidates.
 
-Optimizers: one torch optimizer per candidate (and one for a stage's trainable fixed weights), built with
-``naspipe.models.make_optimizer`` (``foreach=False``), so an update touches only the candidates used and
-per-candidate state (momentum, Adam moments, step counts) advances only when that candidate trains.
+Optimizers (``OptimizerBank``): per-parameter state from ``naspipe.models.make_optimizer``
+(``foreach=False``); an update touches only the candidates used, so per-candidate state (momentum, Adam
+moments, step counts) advances only when that candidate trains.
 """
 
 from __future__ import annotations
@@ -41,21 +41,27 @@ Key = tuple[int, int]  # (block, choice)
 
 
 class OptimizerBank:
-    """One optimizer per candidate of the stage, one for its trainable fixed parameters."""
+    """The stage's optimizer and the trainable parameters of each candidate and of the fixed blocks.
+
+    One torch optimizer holds every trainable parameter of the stage; a step assigns gradients to exactly
+    the parameters to update (all others hold None, which torch optimizers skip: no step count, no
+    momentum decay), steps once and clears them. With ``foreach=False`` every parameter's update is computed
+    on its own, so this equals one optimizer per candidate bit for bit, at the cost of one ``step()`` call
+    per update instead of one per candidate (torch's per-call overhead dominates small candidates).
+    """
 
     def __init__(self, model: StageModel, name: str, lr: float):
         space = model.space
         self.choice_blocks = [b for b in model.blocks if not space.blocks[b].fixed]
         self._params: dict[Key, list[nn.Parameter]] = {}
-        self._opts: dict[Key, torch.optim.Optimizer] = {}
         for b in self.choice_blocks:
             for c in range(space.blocks[b].k):
                 ps = [p for p in model.candidate_parameters(b, c) if p.requires_grad]
                 if ps:
                     self._params[(b, c)] = ps
-                    self._opts[(b, c)] = make_optimizer(ps, name, lr)
         self.fixed = {n: p for n, p in model.fixed_named_parameters().items() if p.requires_grad}
-        self._fixed_opt = make_optimizer(list(self.fixed.values()), name, lr) if self.fixed else None
+        everything = [p for ps in self._params.values() for p in ps] + list(self.fixed.values())
+        self._opt = make_optimizer(everything, name, lr) if everything else None
         self.steps = 0
 
     def used(self, subnet: Sequence[int]) -> list[Key]:
@@ -65,26 +71,23 @@ class OptimizerBank:
     def params(self, key: Key) -> list[nn.Parameter]:
         return self._params[key]
 
+    def _step(self, pairs: Sequence[tuple[nn.Parameter, Tensor | None]]) -> None:
+        if self._opt is None or not pairs:
+            return
+        for p, g in pairs:
+            p.grad = g
+        self._opt.step()
+        for p, _ in pairs:
+            p.grad = None
+
     def step(self, keys: Sequence[Key], grads: Mapping[nn.Parameter, Tensor | None]) -> None:
-        """One optimizer step on each of ``keys`` with ``grads`` (param -> gradient; absent = None)."""
-        for key in keys:
-            ps = self._params[key]
-            for p in ps:
-                p.grad = grads.get(p)
-            self._opts[key].step()
-            for p in ps:
-                p.grad = None
+        """One update of the candidates ``keys`` with ``grads`` (param -> gradient; absent = None)."""
+        self._step([(p, grads.get(p)) for k in keys for p in self._params[k]])
         self.steps += 1
 
     def step_fixed(self, grads: Mapping[str, Tensor | None]) -> None:
-        """One optimizer step on the fixed parameters with ``grads`` (global name -> gradient)."""
-        if self._fixed_opt is None:
-            return
-        for n, p in self.fixed.items():
-            p.grad = grads.get(n)
-        self._fixed_opt.step()
-        for p in self.fixed.values():
-            p.grad = None
+        """One update of the fixed parameters with ``grads`` (global name -> gradient)."""
+        self._step([(p, grads.get(n)) for n, p in self.fixed.items()])
 
 
 @dataclass

@@ -188,9 +188,9 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
             continue
         _fault(fault, cfg, rank, task)
         if cfg.jitter_ms > 0:
-            d = jitter_seconds(cfg.seed, task.kind, task.subnet, rank, cfg.jitter_ms)
-            time.sleep(d)
-            jitter += d
+            t = clock()
+            time.sleep(jitter_seconds(cfg.seed, task.kind, task.subnet, rank, cfg.jitter_ms))
+            jitter += clock() - t
         version = ex.updates
         t0 = log.now()
         _execute(task, ex, links, acts, grads)
