@@ -45,6 +45,8 @@ class TrainError(RuntimeError):
 def _context(method: str) -> Any:
     import torch.multiprocessing as tmp
 
+    if method not in tmp.get_all_start_methods():  # e.g. no fork server on Windows
+        method = "spawn"
     ctx = tmp.get_context(method)
     if method == "forkserver":
         # torch._dynamo is imported by the first torch.optim optimizer and sklearn.datasets by the digits
