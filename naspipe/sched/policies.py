@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import heapq
 from dataclasses import dataclass, field
+from typing import Any
 
 from naspipe.sched.causal import CausalTracker
 from naspipe.sched.chains import ConflictChains
@@ -65,14 +66,21 @@ class StageScheduler:
     options: tuple[str, ...] = ()  # keyword options the policy takes (e.g. "policy:N" sets the first)
     write_kind = BACKWARD  # the task whose completion releases this stage's candidates
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200):
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, *, start: int = 0,
+                 fence: int | None = None):
+        """``start``: subnets ``< start`` are already done (resuming from a checkpoint taken at a fence);
+        ``fence``: admit no subnet ``>= fence`` until ``set_fence`` moves it (see ``set_fence``)."""
         if window < 1:
             raise PolicyError("window must be >= 1")
+        if not 0 <= start <= len(stream):
+            raise PolicyError(f"start must lie in [0, {len(stream)}], got {start}")
         self.spec = spec
         self.window = Window(stream, window)
+        self.window.advance(start)
         self.n = len(stream)
-        self.lo = 0  # oldest subnet whose write on this stage is not done
-        self._admitted = 0  # subnets [0, _admitted) are registered
+        self.fence = fence  # no subnet >= fence is admitted (checkpoints)
+        self.lo = start  # oldest subnet whose write on this stage is not done
+        self._admitted = start  # subnets [start, _admitted) are registered
         self._written: set[int] = set()
         self._arrived_early: set[int] = set()
         self._f_ready: list[int] = []
@@ -92,6 +100,19 @@ class StageScheduler:
     def on_gradient(self, j: int) -> None:
         """The output gradient of ``j`` arrived from the next stage (never called on the last stage)."""
         heapq.heappush(self._b_ready, j)
+
+    def set_fence(self, fence: int | None) -> None:
+        """Admit no subnet ``>= fence`` (None lifts it): at the fence the stage is quiescent, so its state
+        (weights, optimizer, versions) is exactly the state after subnets ``< fence``, a checkpoint."""
+        if fence is not None and fence < self._admitted:
+            raise PolicyError(f"fence {fence} is behind subnets already admitted (< {self._admitted})")
+        self.fence = fence
+        self._admit()
+
+    @property
+    def at_fence(self) -> bool:
+        """Every subnet before the fence is done on this stage and none after it was admitted."""
+        return self.fence is not None and self.lo >= min(self.fence, self.n)
 
     def on_results(self) -> None:
         """A run-time generated stream received results: admit the subnets that became readable."""
@@ -161,7 +182,7 @@ class StageScheduler:
 
     # ---- shared machinery --------------------------------------------------------------------------
     def _admit(self) -> None:
-        horizon = self.window.horizon
+        horizon = self.window.horizon if self.fence is None else min(self.window.horizon, self.fence)
         while self._admitted < horizon:
             j = self._admitted
             self._admitted += 1
@@ -179,11 +200,11 @@ class CSPScheduler(StageScheduler):
 
     name = "csp"
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200):
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, **base: Any):
         self.tracker = CausalTracker()
         self._arrived: set[int] = set()
         self._gate = spec.shared.gate if spec.has_fixed else None
-        super().__init__(spec, stream, window)
+        super().__init__(spec, stream, window, **base)
 
     def _keys(self, j: int) -> list[tuple[int, int]]:
         sub = self.window[j]
@@ -231,13 +252,13 @@ class ChainCSPScheduler(CSPScheduler):
     name = "csp-chain"
     CHAIN_HORIZON = 16
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200):
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, **base: Any):
         blocks = spec.all_choice_blocks or tuple(spec.choice_blocks if t == spec.stage else ()
                                                  for t in range(spec.stages))
         extra = 1.0 if self.write_kind == WEIGHT else 0.0
         self.chains = ConflictChains(blocks, [2.0 * (spec.stages - t) + extra for t in range(spec.stages)])
-        self._chained = 0  # subnets [0, _chained) are in the chains
-        super().__init__(spec, stream, window)
+        super().__init__(spec, stream, window, **base)
+        self._chained = self.lo  # subnets [start, _chained) are in the chains
 
     def _sync_chains(self) -> None:
         hi = min(self.lo + self.CHAIN_HORIZON, self._admitted)
@@ -286,8 +307,8 @@ class SequentialScheduler(CSPScheduler):
 
     name = "sequential"
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 1):
-        super().__init__(spec, stream, 1)
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 1, **base: Any):
+        super().__init__(spec, stream, 1, **base)
 
 
 class SplitBackwardCSPScheduler(ChainCSPScheduler):
@@ -303,12 +324,13 @@ class SplitBackwardCSPScheduler(ChainCSPScheduler):
     options = ("max_pending_w",)
     write_kind = WEIGHT
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, max_pending_w: int | None = None):
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, max_pending_w: int | None = None,
+                 **base: Any):
         self._w_ready: list[int] = []
         self.max_pending_w = max_pending_w if max_pending_w is not None else 2 * spec.stages
         if self.max_pending_w < 1:
             raise PolicyError("max_pending_w must be >= 1")
-        super().__init__(spec, stream, window)
+        super().__init__(spec, stream, window, **base)
 
     @property
     def pending_w(self) -> int:
@@ -341,10 +363,10 @@ class ASPScheduler(StageScheduler):
 
     name = "asp"
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200):
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, **base: Any):
         self.in_flight = 0
         self.limit = spec.stages - spec.stage
-        super().__init__(spec, stream, window)
+        super().__init__(spec, stream, window, **base)
 
     def _choose(self) -> Task | None:
         if self._b_ready:
@@ -366,13 +388,16 @@ class BSPScheduler(StageScheduler):
     name = "bsp"
     options = ("micro_batches",)
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, micro_batches: int = 4):
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, micro_batches: int = 4,
+                 **base: Any):
         if micro_batches < 1:
             raise PolicyError("bsp needs micro_batches >= 1")
+        if base.get("start", 0) % micro_batches:
+            raise PolicyError(f"bsp resumes only at a group boundary (a multiple of {micro_batches})")
         self.m = micro_batches
         self._f_done_in_group: dict[int, int] = {}
         self._held_b: list[int] = []
-        super().__init__(spec, stream, max(window, micro_batches))
+        super().__init__(spec, stream, max(window, micro_batches), **base)
 
     def _group_size(self, g: int) -> int:
         return min(self.m, self.n - g * self.m)
@@ -412,8 +437,8 @@ def policy_names() -> list[str]:
     return list(POLICIES)
 
 
-def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: int = 200,
-                   **options: int) -> StageScheduler:
+def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: int = 200, *, start: int = 0,
+                   fence: int | None = None, **options: int) -> StageScheduler:
     """A fresh scheduler of ``policy`` for one stage. Options: ``micro_batches`` (bsp), ``max_pending_w``."""
     name, _, arg = policy.partition(":")
     cls = POLICIES.get(name)
@@ -429,7 +454,7 @@ def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: i
     bad = set(opts) - set(cls.options)
     if bad:
         raise PolicyError(f"policy {name!r} takes no option {sorted(bad)}")
-    return cls(spec, stream, window, **opts)
+    return cls(spec, stream, window, start=start, fence=fence, **opts)
 
 
 def stage_specs(space, partition, shared: SharedLayers | None = None) -> list[StageSpec]:  # noqa: ANN001
