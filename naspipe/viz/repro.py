@@ -1,0 +1,180 @@
+"""Reproducibility at a glance: one digest per run directory, a table of them, and the notebooks' helpers.
+
+* ``run_digest(run_dir)``: SHA-256 of a run's ``losses.csv`` and ``params.json`` (the files ``naspipe verify``
+  compares), so "bit-for-bit identical" becomes "same short hash";
+* ``hash_table(rows, reference)`` / ``hash_table_figure``: rows of runs with their digests and whether each
+  equals the reference's, as dicts and as a plotly table;
+* ``write_reference(config, out)``: the independent sequential reference trainer on a config's sequence,
+  written as a run directory;
+* ``conflict_dense(space, k)``: the space with only ``k`` candidates per choice block, so neighbouring
+  subnets share layers and an asynchronous pipeline reads stale weights (the hazard CSP prevents);
+* ``TrainJob`` / ``start_training``: ``train`` in a background thread, so a notebook cell can return while
+  the live monitor follows the run's ``events.jsonl``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+
+from naspipe.space import Block, SearchSpace, resolve_space
+
+LOSSES = "losses.csv"
+PARAMS = "params.json"
+SHORT = 12  # hex digits shown in tables
+
+
+def _params_bytes(run_dir: Path) -> bytes:
+    """``params.json`` in its canonical form (what ``naspipe.results.write_params`` writes)."""
+    from naspipe.results import read_params
+
+    return (json.dumps(dict(sorted(read_params(run_dir).items())), indent=1) + "\n").encode()
+
+
+def run_digest(run_dir: str | Path) -> dict[str, str]:
+    """SHA-256 digests of a run directory: ``losses``, ``params`` and ``run`` (both files together).
+
+    Raises ``naspipe.results.ResultsError`` (or FileNotFoundError) when the files are missing.
+    """
+    d = Path(run_dir)
+    losses = (d / LOSSES).read_bytes()
+    params = _params_bytes(d)
+    run = hashlib.sha256()
+    run.update(hashlib.sha256(losses).digest())
+    run.update(hashlib.sha256(params).digest())
+    return {"losses": hashlib.sha256(losses).hexdigest(), "params": hashlib.sha256(params).hexdigest(),
+            "run": run.hexdigest()}
+
+
+def hash_table(rows: Iterable[Mapping[str, Any]], reference: str | Path | None = None) -> list[dict[str, Any]]:
+    """One row per run: the input row's fields (a ``dir`` key is required), ``hash`` (short run digest),
+    ``losses sha`` / ``params sha`` (short) and, with a ``reference`` directory, ``equal`` (bool) and
+    ``verdict`` ("identical" / "DIFFERS"). A reference row comes first, named ``reference``.
+    """
+    out: list[dict[str, Any]] = []
+    ref = run_digest(reference) if reference is not None else None
+    items = list(rows)
+    if reference is not None:
+        items.insert(0, {"run": "reference", "dir": str(reference)})
+    for r in items:
+        if "dir" not in r:
+            raise KeyError(f"hash_table rows need a 'dir' key: {dict(r)!r}")
+        dg = run_digest(r["dir"])
+        row = {k: v for k, v in r.items() if k != "dir"}
+        row.update({"hash": dg["run"][:SHORT], "losses sha": dg["losses"][:SHORT], "params sha": dg["params"][:SHORT]})
+        if ref is not None:
+            row["equal"] = dg["run"] == ref["run"]
+            row["verdict"] = "identical" if row["equal"] else "DIFFERS"
+        out.append(row)
+    return out
+
+
+def hash_table_figure(table: list[dict[str, Any]], title: str | None = None) -> go.Figure:
+    """A plotly table of ``hash_table`` rows, rows that differ from the reference in red."""
+    from naspipe.viz.compare import table_figure
+
+    cols = [c for c in table[0] if c != "equal"] if table else []
+    fig = table_figure(table, cols, title=title)
+    fill = ["#FDE2E1" if r.get("equal") is False else "white" for r in table]
+    fig.data[0].cells.fill = {"color": [fill] * len(cols)}
+    return fig
+
+
+def summary(table: list[dict[str, Any]], expect_equal: str = "policy", differs: str = "asp") -> dict[str, Any]:
+    """What the table shows, as plain data: whether every run other than those whose ``expect_equal``
+    field is ``differs`` equals the reference, and whether those differ."""
+    runs = [r for r in table if r.get("run") != "reference"]
+    same = [r for r in runs if r.get(expect_equal) != differs]
+    hazard = [r for r in runs if r.get(expect_equal) == differs]
+    return {"runs": len(runs), "reproducible_runs": sum(bool(r.get("equal")) for r in same),
+            "all_reproducible": bool(same) and all(r.get("equal") for r in same),
+            "hazard_runs": len(hazard), "hazard_differs": bool(hazard) and not any(r.get("equal") for r in hazard),
+            "distinct_hashes": len({r["hash"] for r in table})}
+
+
+def write_reference(config: Any, out: str | Path, progress: bool = False) -> Path:
+    """Train ``config``'s sequence with the sequential reference trainer; write losses and params to ``out``."""
+    from naspipe.reference import train_reference
+    from naspipe.results import param_hashes, write_losses, write_metrics, write_params
+
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    ref = train_reference(config.space, config.stream(), config.seed, config.shared, optimizer=config.optimizer,
+                          lr=config.lr, progress=progress)
+    wall = time.perf_counter() - t0
+    write_losses(d / LOSSES, ref.losses)
+    write_params(d / PARAMS, param_hashes(ref.model.global_named_parameters()))
+    write_metrics(d / "metrics.json", {"command": "reference", "wall_s": wall, "subnets": len(ref.losses)})
+    return d
+
+
+def conflict_dense(space: SearchSpace | str, k: int = 1) -> SearchSpace:
+    """``space`` with only the first ``k`` candidates of every choice block (fixed blocks unchanged)."""
+    sp = resolve_space(space)
+    if k < 1:
+        raise ValueError("conflict_dense needs k >= 1")
+    blocks = tuple(b if b.fixed else Block(b.name, b.candidates[:k], b.fixed, b.role) for b in sp.blocks)
+    return dataclasses.replace(sp, name=f"{sp.name}-k{k}", blocks=blocks)
+
+
+class TrainJob:
+    """``naspipe.runtime.train(config)`` running in a background thread.
+
+    ``events`` is the run's live ``events.jsonl`` (give it to ``LiveMonitor.follow``); ``is_alive()`` lets the
+    monitor stop with the job; ``wait()`` returns the ``RunResult`` or re-raises the training error.
+    """
+
+    def __init__(self, config: Any):
+        self.config = config
+        self.events = Path(config.out) / "events.jsonl"
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="naspipe-train", daemon=True)
+
+    def _run(self) -> None:
+        from naspipe.runtime import train
+
+        try:
+            self.result = train(self.config)
+        except BaseException as e:  # noqa: BLE001 - re-raised by wait()
+            self.error = e
+
+    def start(self) -> TrainJob:
+        self._thread.start()
+        return self
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> Any:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"training still running after {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def start_training(config: Any) -> TrainJob:
+    """Start ``train(config)`` in a background thread and return its ``TrainJob``."""
+    return TrainJob(config).start()
+
+
+def digests_json(table: list[dict[str, Any]], **extra: Any) -> str:
+    """The table's run names and hashes plus ``summary`` as one JSON line (a notebook's machine-readable result)."""
+    data = {"hashes": {str(r.get("run")): r["hash"] for r in table}, **summary(table), **extra}
+    return json.dumps(data, sort_keys=True)
+
+
+__all__ = ["TrainJob", "conflict_dense", "digests_json", "hash_table", "hash_table_figure", "run_digest",
+           "start_training", "summary", "write_reference"]
+

@@ -1,0 +1,136 @@
+"""naspipe.viz.repro: run digests, the hash table, the reference writer, conflict-dense spaces, TrainJob."""
+
+from __future__ import annotations
+
+import json
+import threading
+from types import SimpleNamespace
+
+import plotly.graph_objects as go
+import pytest
+
+from naspipe.results import ResultsError, verify, write_losses, write_params
+from naspipe.sched.shared import parse_shared
+from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.space import preset
+from naspipe.viz.repro import (
+    TrainJob,
+    conflict_dense,
+    digests_json,
+    hash_table,
+    hash_table_figure,
+    run_digest,
+    summary,
+    write_reference,
+)
+
+
+def _run(d, losses, params):
+    d.mkdir(parents=True)
+    write_losses(d / "losses.csv", losses)
+    write_params(d / "params.json", params)
+    return d
+
+
+def test_run_digest_is_stable_and_sees_every_bit(tmp_path):
+    a = _run(tmp_path / "a", {0: 1.5, 1: 0.25}, {"w": "aa", "b": "bb"})
+    b = _run(tmp_path / "b", {1: 0.25, 0: 1.5}, {"b": "bb", "w": "aa"})  # same content, other insertion order
+    c = _run(tmp_path / "c", {0: 1.5, 1: 0.25 + 2 ** -54}, {"w": "aa", "b": "bb"})  # one loss off by one ulp
+    d = _run(tmp_path / "d", {0: 1.5, 1: 0.25}, {"w": "aa", "b": "bc"})  # one tensor differs
+    da, db, dc, dd = map(run_digest, (a, b, c, d))
+    assert da == db and set(da) == {"losses", "params", "run"} and len(da["run"]) == 64
+    assert dc["run"] != da["run"] and dc["params"] == da["params"] and dc["losses"] != da["losses"]
+    assert dd["run"] != da["run"] and dd["losses"] == da["losses"]
+    # a digest is equal exactly when verify says identical
+    assert verify(a, b)[0] and not verify(a, c)[0] and not verify(a, d)[0]
+
+
+def test_run_digest_merges_stage_params_files(tmp_path):
+    a = _run(tmp_path / "a", {0: 1.0}, {"s0.w": "x", "s1.w": "y"})
+    b = tmp_path / "b"
+    b.mkdir()
+    write_losses(b / "losses.csv", {0: 1.0})
+    (b / "params-stage0.json").write_text(json.dumps({"s0.w": "x"}))
+    (b / "params-stage1.json").write_text(json.dumps({"s1.w": "y"}))
+    assert run_digest(a) == run_digest(b)
+    with pytest.raises((OSError, ResultsError)):
+        run_digest(tmp_path / "missing")
+
+
+def test_hash_table_summary_and_figure(tmp_path):
+    ref = _run(tmp_path / "ref", {0: 1.0, 1: 2.0}, {"w": "aa"})
+    csp1 = _run(tmp_path / "csp1", {0: 1.0, 1: 2.0}, {"w": "aa"})
+    csp2 = _run(tmp_path / "csp2", {0: 1.0, 1: 2.0}, {"w": "aa"})
+    asp = _run(tmp_path / "asp", {0: 1.0, 1: 2.5}, {"w": "ab"})
+    rows = [{"run": "csp 1 stage", "policy": "csp", "stages": 1, "dir": csp1},
+            {"run": "csp 2 stages", "policy": "csp", "stages": 2, "dir": str(csp2)},
+            {"run": "asp 2 stages", "policy": "asp", "stages": 2, "dir": asp}]
+    table = hash_table(rows, reference=ref)
+    assert [r["run"] for r in table] == ["reference", "csp 1 stage", "csp 2 stages", "asp 2 stages"]
+    assert [r["equal"] for r in table] == [True, True, True, False]
+    assert [r["verdict"] for r in table][-1] == "DIFFERS"
+    assert "dir" not in table[1] and table[1]["stages"] == 1 and len(table[1]["hash"]) == 12
+    assert table[0]["hash"] == table[1]["hash"] == table[2]["hash"] != table[3]["hash"]
+    s = summary(table)
+    assert s == {"runs": 3, "reproducible_runs": 2, "all_reproducible": True, "hazard_runs": 1,
+                 "hazard_differs": True, "distinct_hashes": 2}
+    line = json.loads(digests_json(table, subnets=2))
+    assert line["all_reproducible"] and line["hazard_differs"] and line["subnets"] == 2
+    assert line["hashes"]["asp 2 stages"] == table[3]["hash"]
+    fig = hash_table_figure(table, title="hashes")
+    assert isinstance(fig, go.Figure) and fig.data[0].type == "table"
+    assert "equal" not in [h.replace("<b>", "").replace("</b>", "") for h in fig.data[0].header.values]
+    assert fig.data[0].cells.fill.color[0][-1] != "white"  # the differing row is highlighted
+    # without a reference: hashes only
+    plain = hash_table(rows[:1])
+    assert "equal" not in plain[0] and plain[0]["hash"] == table[0]["hash"]
+    with pytest.raises(KeyError, match="dir"):
+        hash_table([{"run": "x"}])
+
+
+def test_conflict_dense_keeps_fixed_blocks_and_cuts_candidates():
+    sp = preset("digits-cnn")
+    cd = conflict_dense(sp, 1)
+    assert cd.name == "digits-cnn-k1" and cd.num_blocks == sp.num_blocks
+    for a, b in zip(sp.blocks, cd.blocks, strict=True):
+        assert len(b.candidates) == (len(a.candidates) if a.fixed else 1)
+    assert conflict_dense("digits-cnn", 2).blocks[1].candidates == sp.blocks[1].candidates[:2]
+    with pytest.raises(ValueError):
+        conflict_dense(sp, 0)
+
+
+def test_write_reference_matches_a_direct_reference_run(tmp_path):
+    from naspipe.reference import train_reference
+    from naspipe.results import param_hashes
+
+    sp = preset("digits-cnn")
+    subs = [UniformStream(sp, 1, 3)[j] for j in range(3)]
+    cfg = SimpleNamespace(space=sp, seed=1, shared=parse_shared("frozen"), optimizer="sgd", lr=None,
+                          stream=lambda: ReplayStream(sp, subs))
+    d = write_reference(cfg, tmp_path / "ref")
+    ref = train_reference(sp, ReplayStream(sp, subs), 1, parse_shared("frozen"))
+    direct = _run(tmp_path / "direct", ref.losses, param_hashes(ref.model.global_named_parameters()))
+    assert run_digest(d) == run_digest(direct)
+
+
+def test_train_job_runs_in_the_background_and_reraises(monkeypatch, tmp_path):
+    import naspipe.runtime as rt
+
+    gate = threading.Event()
+
+    def fake_train(cfg):
+        gate.wait(5)
+        if cfg.out.name == "bad":
+            raise RuntimeError("stage 1 failed")
+        return f"result of {cfg.out.name}"
+
+    monkeypatch.setattr(rt, "train", fake_train)
+    job = TrainJob(SimpleNamespace(out=tmp_path / "ok")).start()
+    assert job.is_alive() and job.events == tmp_path / "ok" / "events.jsonl"
+    with pytest.raises(TimeoutError):
+        job.wait(0.05)
+    gate.set()
+    assert job.wait(5) == "result of ok" and not job.is_alive()
+    bad = TrainJob(SimpleNamespace(out=tmp_path / "bad")).start()
+    with pytest.raises(RuntimeError, match="stage 1 failed"):
+        bad.wait(5)
