@@ -32,10 +32,11 @@ def _seconds(text: str) -> float:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     # no torch import here: building the parser must stay cheap for every subcommand
-    from naspipe.cli.reference import add_optimizer_arguments  # the very options (and defaults) of the reference
+    from naspipe.cli.reference import add_optimizer_arguments, add_sampler_argument  # as the reference's
 
     add_run_arguments(p, default_space="tiny-transformer", default_subnets=200, default_policy="csp")
     add_optimizer_arguments(p)
+    add_sampler_argument(p)
     p.add_argument("--out", required=True, help="run directory (refused if it holds another run)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--jitter-ms", type=non_negative_float("--jitter-ms"), default=0.0,
@@ -67,6 +68,9 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
     """
     from pathlib import Path
 
+    from naspipe.cli.reference import sampler_from_args
+
+    spec = sampler_from_args(args)
     run = resolve_run(args)
     from naspipe.runtime.config import ConfigError, TrainConfig, check_out_dir, measured_partition
 
@@ -76,7 +80,8 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             part = measured_partition(run.space, part.stages, run.seed)
         cfg = TrainConfig(
             space=run.space, out=Path(args.out), partition=part, balance=args.balance,
-            sequence=tuple(run.stream[j] for j in range(len(run.stream))), seed=run.seed, policy=run.policy,
+            sequence=() if spec.online else tuple(run.stream[j] for j in range(len(run.stream))),
+            sampler=str(spec), subnet_count=len(run.stream), seed=run.seed, policy=run.policy,
             shared=run.shared, window=run.window, optimizer=args.optimizer, lr=args.lr, jitter_ms=args.jitter_ms,
             threads=args.threads, device=args.device, timeout=args.timeout, micro_batches=args.micro_batches,
             max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,

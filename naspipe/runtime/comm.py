@@ -9,6 +9,10 @@ rank. A channel carries messages one way, in FIFO order. On gloo that gives inde
 NCCL separate communicators and streams, so a blocking receive on one channel can never hold up a send on
 the other (NCCL orders all operations of one communicator).
 
+Losses: a gradient message's header also carries the subnet's training loss as the bits of a float64
+(``FLAG_LOSS``), so every stage learns loss(j) bit-exactly with the gradient of ``j`` (what a run-time
+generated stream needs, ``naspipe.runtime.online``).
+
 One receiver thread per incoming channel blocks in ``dist.recv`` and pushes ``Message`` objects into the
 stage's inbox (a ``queue.Queue``); it knows how many messages to expect (one per subnet) and ends by
 itself. A receive error is pushed into the inbox as a ``ChannelFailure``. Sends are ``dist.isend`` from the
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import queue
+import struct
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -27,13 +32,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-HEADER_LEN = 12  # kind, subnet, flags, dtype, ndim, up to 7 dims
-MAX_DIMS = HEADER_LEN - 5
+HEADER_LEN = 13  # kind, subnet, flags, dtype, ndim, up to 7 dims, the subnet's loss (float64 bits)
+MAX_DIMS = 7
 ACTIVATION = 1
 GRADIENT = 2
 KIND_NAMES = {ACTIVATION: "activation", GRADIENT: "gradient"}
 FLAG_REQUIRES_GRAD = 1  # the sender's tensor requires grad: the receiver mirrors it
 FLAG_EMPTY = 2  # no payload follows (a gradient that does not exist)
+FLAG_LOSS = 4  # the last field holds the subnet's training loss, the bits of a float64 (run-time streams)
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
@@ -47,6 +53,7 @@ class Message:
     subnet: int
     tensor: Tensor | None
     requires_grad: bool = False
+    loss: float | None = None  # the subnet's loss, bit-exact (gradients carry it upstream)
 
 
 @dataclass
@@ -54,17 +61,33 @@ class ChannelFailure:
     text: str
 
 
-def encode_header(kind: int, subnet: int, tensor: Tensor | None, requires_grad: bool = False) -> list[int]:
-    """The header of a message as a list of ``HEADER_LEN`` ints."""
+def _loss_bits(loss: float | None) -> tuple[int, int]:
+    """``(flag, field)``: a float64 carried bit-exactly in an int64 header field."""
+    if loss is None:
+        return 0, 0
+    return FLAG_LOSS, struct.unpack("<q", struct.pack("<d", float(loss)))[0]
+
+
+def decode_loss(values: list[int]) -> float | None:
+    """The loss a header carries (bit-exact), or None."""
+    if not values[2] & FLAG_LOSS:
+        return None
+    return struct.unpack("<d", struct.pack("<q", int(values[HEADER_LEN - 1])))[0]
+
+
+def encode_header(kind: int, subnet: int, tensor: Tensor | None, requires_grad: bool = False,
+                  loss: float | None = None) -> list[int]:
+    """The header of a message as a list of ``HEADER_LEN`` ints (``loss``: the subnet's loss, if known)."""
+    lflag, lbits = _loss_bits(loss)
     if tensor is None:
-        return [kind, subnet, FLAG_EMPTY, 0, 0] + [0] * MAX_DIMS
+        return [kind, subnet, FLAG_EMPTY | lflag, 0, 0] + [0] * MAX_DIMS + [lbits]
     if tensor.dtype not in DTYPES:
         raise TransportError(f"cannot send dtype {tensor.dtype}; supported: {', '.join(map(str, DTYPES))}")
     if tensor.dim() > MAX_DIMS:
         raise TransportError(f"cannot send a {tensor.dim()}-d tensor; at most {MAX_DIMS} dims")
     dims = list(tensor.shape) + [0] * (MAX_DIMS - tensor.dim())
-    flags = FLAG_REQUIRES_GRAD if requires_grad else 0
-    return [kind, subnet, flags, DTYPES.index(tensor.dtype), tensor.dim()] + dims
+    flags = (FLAG_REQUIRES_GRAD if requires_grad else 0) | lflag
+    return [kind, subnet, flags, DTYPES.index(tensor.dtype), tensor.dim()] + dims + [lbits]
 
 
 def decode_header(values: list[int]) -> tuple[int, int, int, torch.dtype | None, tuple[int, ...]]:
@@ -78,7 +101,7 @@ def decode_header(values: list[int]) -> tuple[int, int, int, torch.dtype | None,
         return kind, subnet, flags, None, ()
     if not 0 <= code < len(DTYPES):
         raise TransportError(f"malformed header {values}: unknown dtype code {code}")
-    return kind, subnet, flags, DTYPES[code], tuple(values[5:5 + ndim])
+    return kind, subnet, flags, DTYPES[code], tuple(values[5:5 + ndim])  # (the loss: decode_loss)
 
 
 def make_channels(world: int) -> tuple[list[dist.ProcessGroup | None], list[dist.ProcessGroup | None]]:
@@ -128,7 +151,8 @@ class Links:
             header = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.device)
             for _ in range(self.expected):
                 dist.recv(header, src=src, group=group)
-                k, j, flags, dtype, shape = decode_header(header.tolist())
+                values = header.tolist()
+                k, j, flags, dtype, shape = decode_header(values)
                 if k != kind:
                     raise TransportError(f"expected a {KIND_NAMES[kind]}, got a {KIND_NAMES[k]} header")
                 payload = None
@@ -136,7 +160,7 @@ class Links:
                     payload = torch.empty(shape, dtype=dtype, device=self.device)
                     dist.recv(payload, src=src, group=group)
                 self.received[kind] += 1
-                self.inbox.put(Message(kind, j, payload, bool(flags & FLAG_REQUIRES_GRAD)))
+                self.inbox.put(Message(kind, j, payload, bool(flags & FLAG_REQUIRES_GRAD), decode_loss(values)))
         except Exception as e:  # noqa: BLE001 - reported to the stage loop, which fails the run
             self.inbox.put(ChannelFailure(f"stage {self.rank}: receiving {what} failed after "
                                           f"{self.received[kind]} of {self.expected}: {type(e).__name__}: {e}"))
@@ -145,13 +169,14 @@ class Links:
     def send_activation(self, subnet: int, tensor: Tensor, requires_grad: bool) -> None:
         self._send(ACTIVATION, self.rank + 1, self.act_groups[self.rank], subnet, tensor, requires_grad)
 
-    def send_gradient(self, subnet: int, tensor: Tensor | None) -> None:
-        self._send(GRADIENT, self.rank - 1, self.grad_groups[self.rank - 1], subnet, tensor, False)
+    def send_gradient(self, subnet: int, tensor: Tensor | None, loss: float | None = None) -> None:
+        """Send ``subnet``'s input gradient upstream, with its loss when known (bit-exact, in the header)."""
+        self._send(GRADIENT, self.rank - 1, self.grad_groups[self.rank - 1], subnet, tensor, False, loss)
 
     def _send(self, kind: int, dst: int, group: dist.ProcessGroup | None, subnet: int, tensor: Tensor | None,
-              requires_grad: bool) -> None:
+              requires_grad: bool, loss: float | None = None) -> None:
         self._reap()
-        header = torch.tensor(encode_header(kind, subnet, tensor, requires_grad), dtype=torch.int64,
+        header = torch.tensor(encode_header(kind, subnet, tensor, requires_grad, loss), dtype=torch.int64,
                               device=self.device)
         self._pending.append((dist.isend(header, dst=dst, group=group), header))
         if tensor is not None:

@@ -16,9 +16,10 @@ from typing import Any
 
 from naspipe.partition import Partition
 from naspipe.partition import partition as make_partition
+from naspipe.samplers import SamplerError, make_stream, parse_sampler
 from naspipe.sched.policies import POLICIES, PolicyError, StageSpec, make_scheduler
 from naspipe.sched.shared import SharedLayers, SharedPolicyError, parse_shared
-from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.sequence import ReplayStream, SubnetStream, UniformStream
 from naspipe.space import SearchSpace, SpaceError, Subnet, resolve_space
 
 DEVICES = ("cpu", "cuda")
@@ -26,7 +27,8 @@ START_METHODS = ("forkserver", "spawn")
 BALANCES = ("cost", "measured")
 FAULT_ACTIONS = ("raise", "kill", "exit", "hang")
 # files that mark a directory as holding a run (refused unless overwrite=True)
-RUN_FILES = ("losses.csv", "params.json", "trace.json", "metrics.json", "events.jsonl", "status.json", "parts")
+RUN_FILES = ("losses.csv", "params.json", "trace.json", "metrics.json", "events.jsonl", "status.json", "parts",
+             "sequence.json")
 
 
 class ConfigError(ValueError):
@@ -64,6 +66,10 @@ class TrainConfig:
     fault: str | None = None
     start_method: str = "forkserver"
     balance: str = "cost"  # how the partition was chosen (recorded only): "cost" model or "measured"
+    # the subnet sequence generated at run time from the losses (``naspipe.samplers``): "uniform" trains
+    # ``sequence``; "evolution:LAG" leaves ``sequence`` empty and trains ``subnet_count`` generated subnets
+    sampler: str = "uniform"
+    subnet_count: int | None = None
 
     # ---- construction --------------------------------------------------------------------------------
     @classmethod
@@ -104,14 +110,19 @@ class TrainConfig:
         except (SpaceError, SharedPolicyError) as e:
             raise ConfigError(str(e)) from None
         try:
-            if sequence is None:
+            if parse_sampler(str(options.get("sampler", "uniform"))).online:
+                if sequence is not None:
+                    raise ConfigError("a run-time generated sequence (sampler) cannot be combined with sequence")
+                subs = ()
+                options["subnet_count"] = subnets
+            elif sequence is None:
                 stream = UniformStream(sp, seed, subnets)
                 subs = tuple(stream[j] for j in range(subnets))
             else:
                 if len(sequence) < subnets:
                     raise ConfigError(f"the sequence holds {len(sequence)} subnets, fewer than subnets={subnets}")
                 subs = tuple(ReplayStream(sp, [list(sequence[j]) for j in range(subnets)]))
-        except SpaceError as e:
+        except (SpaceError, SamplerError) as e:
             raise ConfigError(str(e)) from None
         cfg = cls(space=sp, out=Path(out), partition=part, sequence=subs, shared=shared, **options)
         cfg.validate()
@@ -129,7 +140,12 @@ class TrainConfig:
 
     @property
     def n(self) -> int:
-        return len(self.sequence)
+        return int(self.subnet_count or 0) if self.online else len(self.sequence)
+
+    @property
+    def online(self) -> bool:
+        """The sequence is generated at run time from the training losses (every stage builds the stream)."""
+        return parse_sampler(self.sampler).online
 
     @property
     def policy_name(self) -> str:
@@ -144,7 +160,10 @@ class TrainConfig:
     def backend(self) -> str:
         return "nccl" if self.device == "cuda" else "gloo"
 
-    def stream(self) -> ReplayStream:
+    def stream(self) -> SubnetStream:
+        """The run's stream; with a run-time sampler a fresh ``OnlineStream`` (each stage builds its own)."""
+        if self.online:
+            return make_stream(self.space, self.seed, self.n, self.sampler)
         return ReplayStream.materialize(_TupleStream(self.space, self.sequence))
 
     def learning_rate(self) -> float:
@@ -171,7 +190,7 @@ class TrainConfig:
             "lr": self.learning_rate(), "jitter_ms": self.jitter_ms, "threads": self.threads, "device": self.device,
             "backend": self.backend, "timeout": self.timeout, "micro_batches": self.micro_batches,
             "max_pending_w": self.max_pending_w, "batch_size": self.space.batch_size,
-            "start_method": self.start_method, "balance": self.balance,
+            "start_method": self.start_method, "balance": self.balance, "sampler": self.sampler,
         }
 
     # ---- validation ----------------------------------------------------------------------------------------
@@ -189,7 +208,13 @@ class TrainConfig:
                 a >= b for a, b in bounds) or any(bounds[i][1] != bounds[i + 1][0] for i in range(len(bounds) - 1)):
             raise ConfigError(f"partition {self.partition.to_list()} does not split the {nb} blocks of "
                               f"{self.space.name!r} into contiguous non-empty stages")
-        if not self.sequence:
+        try:
+            online = self.online
+        except SamplerError as e:
+            raise ConfigError(str(e)) from None
+        if online and self.sequence:
+            raise ConfigError(f"sampler {self.sampler} generates the sequence; it cannot be combined with one")
+        if self.n < 1:
             raise ConfigError("subnets must be >= 1")
         if self.policy_name not in POLICIES:
             raise ConfigError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
@@ -197,9 +222,13 @@ class TrainConfig:
             raise ConfigError(f"window must be >= 1, got {self.window!r}")
         try:
             spec = StageSpec(0, self.stages, (), False, self.shared)
-            make_scheduler(self.policy, spec, self.stream(), self.window, **self.policy_options)
+            sched = make_scheduler(self.policy, spec, self.stream(), self.window, **self.policy_options)
         except PolicyError as e:
             raise ConfigError(str(e)) from None
+        lag = parse_sampler(self.sampler).lag
+        if online and getattr(sched, "m", None) and lag < sched.m:  # bsp: a group's forwards precede its B
+            raise ConfigError(f"sampler {self.sampler} with policy {self.policy}: the lag must be at least the "
+                              f"group of {sched.m} subnets (subnet j needs the loss of j - {lag}, known after B)")
         if self.policy_name in ("bsp", "asp") and self.shared.mode == "delayed" and self.shared.delay > 0:
             raise ConfigError(f"policy {self.policy_name} trains shared layers with its own synchronisation "
                               f"(bsp: at the group's flush, asp: stashed like candidates); use shared layers "
@@ -276,7 +305,7 @@ def prepare_out_dir(out: Path, overwrite: bool) -> None:
             shutil.rmtree(p)
         elif p.exists():
             p.unlink()
-    for p in out.glob("error-stage*.txt"):
+    for p in [*out.glob("error-stage*.txt"), *out.glob("weights-stage*.pt")]:
         p.unlink()
     (out / "parts").mkdir()
 

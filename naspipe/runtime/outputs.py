@@ -8,6 +8,9 @@ the files every naspipe run has:
   SHA-256), written with ``naspipe.results`` so ``naspipe verify`` compares them with the reference;
 * ``trace.json``: a naspipe ``Trace`` (the simulator's format);
 * ``metrics.json``: throughput, utilisation, overheads, wall time and the full configuration;
+* ``sequence.json``: the subnet sequence the stages trained (for a run-time generated stream, the one
+  the stages realized; every stage's digest must agree), in ``naspipe.sequence.save_sequence``'s format;
+* ``weights-stage<s>.pt`` (written by each stage, ``naspipe.checkpoint_weights``): ``naspipe search`` reads them;
 * ``status.json``: ``{"complete": true}``, or the error when the run failed (outputs so far are kept).
 """
 
@@ -121,8 +124,16 @@ def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: floa
         params.update(p["params"])
     meta = {"driver": "runtime", **cfg.describe()}
     trace = Trace(cfg.stages, [TraceEvent(**e) for p in parts for e in p["events"]], meta)
+    digests = {p.get("sequence_sha256") for p in parts}
+    if len(digests) != 1:
+        raise RuntimeError(f"the stages trained different subnet sequences (digests {sorted(map(str, digests))})")
     metrics = run_metrics(cfg, parts, trace, losses, wall_s, startup_s)
     metrics["torch"] = torch.__version__
+    metrics["config"]["sequence_sha256"] = digests.pop()
+    if "subnets" in parts[0]:  # the realized sequence (replayable with --sequence)
+        from naspipe.sequence import ReplayStream, save_sequence
+
+        save_sequence(ReplayStream(cfg.space, parts[0]["subnets"]), out / "sequence.json")
     write_losses(out / LOSSES, losses)
     write_params(out / PARAMS, params)
     trace.save(out / "trace.json")

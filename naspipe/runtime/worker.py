@@ -30,11 +30,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from naspipe.checkpoint_weights import save_weights
 from naspipe.models import build_stage
 from naspipe.results import param_hashes
 from naspipe.runtime.comm import ACTIVATION, GRADIENT, ChannelFailure, Links, Message, TransportError
 from naspipe.runtime.config import TrainConfig
 from naspipe.runtime.jitter import jitter_seconds
+from naspipe.runtime.online import LossBook
 from naspipe.runtime.recorder import EventLog
 from naspipe.runtime.stage_exec import StageExecutor
 from naspipe.sched.policies import make_scheduler, stage_specs
@@ -112,7 +114,7 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
     sched = make_scheduler(cfg.policy, spec, stream, cfg.window, **cfg.policy_options)
     model = build_stage(cfg.space, cfg.partition.blocks(rank), cfg.seed, cfg.shared).to(device)
     delay = cfg.shared.delay if cfg.shared.trains_shared else None
-    ex = StageExecutor(model, cfg.sequence, seed=cfg.seed, policy=cfg.policy_name, optimizer=cfg.optimizer,
+    ex = StageExecutor(model, stream, seed=cfg.seed, policy=cfg.policy_name, optimizer=cfg.optimizer,
                        lr=cfg.learning_rate(), shared_delay=delay, write_kind=sched.write_kind,
                        micro_batches=getattr(sched, "m", None), device=device)
     inbox: queue.Queue = queue.Queue()
@@ -125,7 +127,8 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
     log.start_clock()
     report("ready", rank)
     try:
-        timing = _loop(rank, cfg, sched, ex, links, inbox, log, report)
+        book = LossBook(stream, sched)
+        timing = _loop(rank, cfg, sched, ex, links, inbox, log, report, book)
         links.flush()
         links.join(cfg.timeout)
     finally:
@@ -138,7 +141,11 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
         "timing": timing,
         "decisions": sched.decisions, "bytes_sent": links.bytes_sent, "peak_in_flight": ex.peak_stash,
         "updates": ex.updates, "peak_fixed_versions": ex.rule.held_versions(),
+        "sequence_sha256": stream.digest(), "losses_learned": book.learned,
     }
+    if rank == 0:  # the realized sequence (every stage's digest must match it: checked by the merge)
+        result["subnets"] = [list(stream[j]) for j in range(cfg.n)]
+    save_weights(model, cfg.out / f"weights-stage{rank}.pt")  # naspipe search reads them
     parts = cfg.out / "parts"
     parts.mkdir(exist_ok=True)
     tmp = parts / f".stage{rank}.json.tmp"
@@ -148,7 +155,7 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
 
 
 def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox: queue.Queue, log: EventLog,
-          report: Report) -> dict[str, float]:
+          report: Report, book: LossBook) -> dict[str, float]:
     acts: dict[int, tuple[torch.Tensor | None, bool]] = {}
     grads: dict[int, torch.Tensor | None] = {}
     compute = wait = jitter = decide = 0.0
@@ -165,6 +172,7 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
             sched.on_activation(item.subnet)
         else:
             grads[item.subnet] = item.tensor
+            book.learn(item.subnet, item.loss)  # before B(j) can run: B(j) forwards it upstream
             sched.on_gradient(item.subnet)
 
     start = clock()
@@ -182,7 +190,7 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
             try:
                 item = inbox.get(timeout=cfg.timeout)
             except queue.Empty:
-                raise StageTimeout(_stuck(rank, cfg, sched, links)) from None
+                raise StageTimeout(_stuck(rank, cfg, sched, links) + book.waiting()) from None
             wait += clock() - t
             deliver(item)
             continue
@@ -193,11 +201,13 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
             jitter += clock() - t
         version = ex.updates
         t0 = log.now()
-        _execute(task, ex, links, acts, grads)
+        _execute(task, ex, links, acts, grads, book)
         t1 = log.now()
         compute += t1 - t0
         t = clock()
         sched.on_finish(task)
+        if ex.last and task.kind == FORWARD:  # the loss is known at F(j) on the last stage
+            book.learn(task.subnet, ex.losses[task.subnet])
         decide += clock() - t
         log.record(task.kind, task.subnet, t0, t1, version=version)
         tasks += 1
@@ -213,7 +223,7 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
             "overhead": max(0.0, loop - compute - wait - jitter), "end": log.now()}
 
 
-def _execute(task: Task, ex: Any, links: Links, acts: dict, grads: dict) -> None:
+def _execute(task: Task, ex: Any, links: Links, acts: dict, grads: dict, book: LossBook) -> None:
     j = task.subnet
     if task.kind == FORWARD:
         x, rg = acts.pop(j) if not ex.first else (None, False)
@@ -223,8 +233,9 @@ def _execute(task: Task, ex: Any, links: Links, acts: dict, grads: dict) -> None
     elif task.kind == BACKWARD:
         g = grads.pop(j) if not ex.last else None
         gin = ex.backward(j, g)
+        loss = book.take(j)
         if not ex.first:
-            links.send_gradient(j, gin)
+            links.send_gradient(j, gin, loss)  # the loss rides in the header (naspipe.runtime.online)
     elif task.kind == WEIGHT:
         ex.weight(j)
     else:
