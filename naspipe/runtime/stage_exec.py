@@ -19,7 +19,8 @@ tensor into the tensor to send.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -41,7 +42,8 @@ class _Stash:
 class StageExecutor:
     def __init__(self, model: StageModel, subnets: Sequence[Subnet], *, seed: int, policy: str, optimizer: str,
                  lr: float, shared_delay: int | None, write_kind: str = BACKWARD, micro_batches: int | None = None,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", stage: int = 0, stages: int = 1,
+                 policy_options: dict | None = None):
         self.model = model
         self.space = model.space
         self.subnets = subnets
@@ -51,7 +53,7 @@ class StageExecutor:
         self.write_kind = write_kind
         self.bank = OptimizerBank(model, optimizer, lr)
         self.rule = make_updates(policy, model, self.bank, shared_delay=shared_delay, n=len(subnets),
-                                 micro_batches=micro_batches)
+                                 micro_batches=micro_batches, stage=stage, stages=stages, options=policy_options)
         self._stash: dict[int, _Stash] = {}
         self.losses: dict[int, float] = {}
         self.peak_stash = 0
@@ -96,16 +98,35 @@ class StageExecutor:
         st = self._stash.pop(j, None)
         if st is None:
             raise RuntimeError(f"B({j}) without a stashed F({j}) on this stage")
-        if st.out.requires_grad:
-            if self.last:
-                st.out.backward()
-            elif grad is not None:
-                torch.autograd.backward(st.out, grad)
+        with self._backward_output(j, st) as out:
+            if out.requires_grad:
+                if self.last:
+                    out.backward()
+                elif grad is not None:
+                    torch.autograd.backward(out, grad)
         gin = st.x.grad if st.x is not None and st.x.requires_grad else None
         self.rule.after_backward(j, st.ctx)
         if self.write_kind == BACKWARD:
             self.rule.write(j)
         return gin
+
+    @contextmanager
+    def _backward_output(self, j: int, st: _Stash) -> Iterator[Tensor]:
+        """The output ``B(j)`` differentiates: the forward's, or (asynchronous rules without stashing,
+        ``naspipe.runtime.async_rules``) the stage recomputed at the weights the backward reads."""
+        scope = getattr(self.rule, "backward_weights", None)
+        if scope is None:
+            yield st.out
+            return
+        with scope(j, st.ctx):
+            out = self.rule.recompute(j, st.ctx)
+            if self.last:
+                out = self.model.loss(out, target_of(self.space, make_batch(self.space, self.seed, j)).to(self.device))
+            yield out
+
+    def version_read(self, kind: str, j: int, default: int | None = None) -> int | None:
+        """The weight version task ``kind`` of ``j`` read, where the update rule records it."""
+        return getattr(self.rule, "reads", {}).get((kind, j), default)
 
     def weight(self, j: int) -> None:
         """Run ``W(j)``: apply ``j``'s update (split-backward policies)."""

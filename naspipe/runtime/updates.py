@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -140,13 +141,16 @@ class GroupUpdates:
 
     def __init__(self, model: StageModel, bank: OptimizerBank, group: int, n: int):
         self.model, self.bank, self.m, self.n = model, bank, group, n
+        self.reads: dict[tuple[str, int], int] = {}  # (kind, j) -> version read (group updates), for the trace
         self._grads: dict[int, tuple[list[Key], dict[nn.Parameter, Tensor | None]]] = {}
         self._fixed_grads: dict[int, dict[str, Tensor | None]] = {}
 
     def forward(self, j: int, x: Tensor, subnet: Sequence[int]) -> tuple[Tensor, ForwardContext]:
+        self.reads[("F", j)] = self.bank.steps
         return self.model(x, subnet), ForwardContext(self.bank.used(subnet))
 
     def after_backward(self, j: int, ctx: ForwardContext) -> None:
+        self.reads[("B", j)] = self.bank.steps
         self._grads[j] = (ctx.keys, take_grads([p for k in ctx.keys for p in self.bank.params(k)]))
         self._fixed_grads[j] = {n: p.grad for n, p in self.bank.fixed.items()}
         for p in self.bank.fixed.values():
@@ -217,8 +221,16 @@ class StashedUpdates:
 
 
 def make_updates(policy: str, model: StageModel, bank: OptimizerBank, *, shared_delay: int | None, n: int,
-                 micro_batches: int | None = None) -> ExactUpdates | GroupUpdates | StashedUpdates:
-    """The update rule of ``policy`` (name without options). ``shared_delay``: None = frozen, else D."""
+                 micro_batches: int | None = None, stage: int = 0, stages: int = 1,
+                 options: Mapping[str, object] | None = None) -> Any:
+    """The update rule of ``policy`` (name without options). ``shared_delay``: None = frozen, else D.
+
+    ``stage``/``stages``/``options`` (``naspipe.sched.async_options``): for the asynchronous baselines
+    (``naspipe.runtime.async_rules``)."""
+    from naspipe.runtime.async_rules import ASYNC_POLICIES, make_async_updates
+
+    if policy in ASYNC_POLICIES:
+        return make_async_updates(policy, model, bank, n=n, stage=stage, stages=stages, options=options or {})
     if policy == "bsp":
         return GroupUpdates(model, bank, micro_batches or 1, n)
     if policy == "asp":

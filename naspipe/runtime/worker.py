@@ -39,6 +39,7 @@ from naspipe.runtime.jitter import jitter_seconds
 from naspipe.runtime.online import LossBook
 from naspipe.runtime.recorder import EventLog
 from naspipe.runtime.stage_exec import StageExecutor
+from naspipe.sched.async_options import parse_async_options
 from naspipe.sched.policies import make_scheduler, stage_specs
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 
@@ -116,7 +117,8 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
     delay = cfg.shared.delay if cfg.shared.trains_shared else None
     ex = StageExecutor(model, stream, seed=cfg.seed, policy=cfg.policy_name, optimizer=cfg.optimizer,
                        lr=cfg.learning_rate(), shared_delay=delay, write_kind=sched.write_kind,
-                       micro_batches=getattr(sched, "m", None), device=device)
+                       micro_batches=getattr(sched, "m", None), device=device, stage=rank, stages=cfg.stages,
+                       policy_options=parse_async_options(cfg.policy))
     inbox: queue.Queue = queue.Queue()
     links = Links(rank, world, device, cfg.n, inbox, cfg.timeout)
     cfg.out.mkdir(parents=True, exist_ok=True)  # (another machine's view of the run directory)
@@ -209,7 +211,7 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
         if ex.last and task.kind == FORWARD:  # the loss is known at F(j) on the last stage
             book.learn(task.subnet, ex.losses[task.subnet])
         decide += clock() - t
-        log.record(task.kind, task.subnet, t0, t1, version=version)
+        log.record(task.kind, task.subnet, t0, t1, version=ex.version_read(task.kind, task.subnet, version))
         tasks += 1
         if task.kind == sched.write_kind:
             written += 1

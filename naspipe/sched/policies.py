@@ -18,7 +18,9 @@ Policies:
   later forwards wait for runs early and the rest fill idle time; ``W`` tasks are bounded by
   ``max_pending_w``;
 * ``bsp``: GPipe: groups of ``M`` subnets, all forwards, all backwards, flush;
-* ``asp``: PipeDream 1F1B: at most ``P - s`` subnets in flight on stage ``s``, no causal rule.
+* ``asp``: PipeDream 1F1B: at most ``P - s`` subnets in flight on stage ``s``, no causal rule;
+* ``pipedream``, ``2bw``, ``pipemare``, ``pipeoptim``: the same 1F1B order (``AsyncScheduler``, with an
+  optional synchronous warm-up); their update semantics are in ``naspipe.runtime.async_rules``.
 """
 
 from __future__ import annotations
@@ -423,6 +425,41 @@ class BSPScheduler(StageScheduler):
             self._held_b.clear()
 
 
+class AsyncScheduler(ASPScheduler):
+    """1F1B for the asynchronous baselines; their update semantics live in ``naspipe.runtime.async_rules``.
+
+    Options come in the policy string (``naspipe.sched.async_options``); the scheduler reads ``warmup``:
+    a forward of a subnet ``j < warmup`` waits until nothing is in flight on its stage, so the first
+    subnets run one at a time through the pipeline (synchronous warm-up)."""
+
+    name = "pipedream"
+    text_options = True
+
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, warmup: int = 0, **base: Any):
+        if spec.shared.mode == "delayed" and spec.shared.delay > 0:
+            raise PolicyError(f"policy {self.name} trains shared layers like candidates; use shared layers "
+                              f"frozen or serial, not {spec.shared}")
+        self.warmup = warmup
+        super().__init__(spec, stream, window, **base)
+
+    def _choose(self) -> Task | None:
+        if not self._b_ready and self._f_ready and self._f_ready[0] < self.warmup and self.in_flight:
+            return None
+        return super()._choose()
+
+
+class TwoBWScheduler(AsyncScheduler):
+    name = "2bw"
+
+
+class PipeMareScheduler(AsyncScheduler):
+    name = "pipemare"
+
+
+class PipeOptimScheduler(AsyncScheduler):
+    name = "pipeoptim"
+
+
 POLICIES: dict[str, type[StageScheduler]] = {
     "sequential": SequentialScheduler,
     "csp": CSPScheduler,
@@ -430,6 +467,10 @@ POLICIES: dict[str, type[StageScheduler]] = {
     "csp-bw": SplitBackwardCSPScheduler,
     "bsp": BSPScheduler,
     "asp": ASPScheduler,
+    "pipedream": AsyncScheduler,
+    "2bw": TwoBWScheduler,
+    "pipemare": PipeMareScheduler,
+    "pipeoptim": PipeOptimScheduler,
 }
 
 
@@ -444,6 +485,16 @@ def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: i
     cls = POLICIES.get(name)
     if cls is None:
         raise PolicyError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if getattr(cls, "text_options", False):  # asynchronous baselines: key=value options in the policy string
+        from naspipe.sched.async_options import AsyncOptionError, parse_async_options
+
+        try:
+            warmup = parse_async_options(policy).get("warmup")
+        except AsyncOptionError as e:
+            raise PolicyError(str(e)) from None
+        arg = ""
+        if warmup:
+            options = {**options, "warmup": warmup}
     if arg:
         if not arg.isdigit() or int(arg) < 1:
             raise PolicyError(f"bad policy argument in {policy!r}: expected a whole number >= 1")
@@ -451,7 +502,7 @@ def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: i
             raise PolicyError(f"policy {name!r} takes no argument")
         options = {**options, cls.options[0]: int(arg)}
     opts = {k: v for k, v in options.items() if v is not None}
-    bad = set(opts) - set(cls.options)
+    bad = set(opts) - set(cls.options) - ({"warmup"} if getattr(cls, "text_options", False) else set())
     if bad:
         raise PolicyError(f"policy {name!r} takes no option {sorted(bad)}")
     return cls(spec, stream, window, start=start, fence=fence, **opts)
