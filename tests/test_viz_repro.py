@@ -19,6 +19,7 @@ from naspipe.viz.repro import (
     digests_json,
     hash_table,
     hash_table_figure,
+    loss_curves,
     run_digest,
     summary,
     write_reference,
@@ -86,6 +87,12 @@ def test_hash_table_summary_and_figure(tmp_path):
     assert "equal" not in plain[0] and plain[0]["hash"] == table[0]["hash"]
     with pytest.raises(KeyError, match="dir"):
         hash_table([{"run": "x"}])
+    # two tables against two references combine into one summary
+    both = table + hash_table(rows[:1], reference=ref, reference_name="reference (other)")
+    assert both[4]["run"] == "reference (other)" and summary(both)["runs"] == 4
+    curves = loss_curves({"reference": ref, "asp": asp})
+    assert [t.name for t in curves.data] == ["reference", "asp"] and list(curves.data[1].y) == [1.0, 2.5]
+    assert curves.layout.xaxis.title.text and curves.layout.yaxis.title.text
 
 
 def test_conflict_dense_keeps_fixed_blocks_and_cuts_candidates():
@@ -125,7 +132,10 @@ def test_train_job_runs_in_the_background_and_reraises(monkeypatch, tmp_path):
         return f"result of {cfg.out.name}"
 
     monkeypatch.setattr(rt, "train", fake_train)
-    job = TrainJob(SimpleNamespace(out=tmp_path / "ok")).start()
+    (tmp_path / "ok").mkdir()
+    (tmp_path / "ok" / "status.json").write_text('{"complete": true}')  # left by an earlier run
+    job = TrainJob(SimpleNamespace(out=tmp_path / "ok", overwrite=True)).start()
+    assert not (tmp_path / "ok" / "status.json").exists()
     assert job.is_alive() and job.events == tmp_path / "ok" / "events.jsonl"
     with pytest.raises(TimeoutError):
         job.wait(0.05)

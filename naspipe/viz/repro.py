@@ -54,16 +54,18 @@ def run_digest(run_dir: str | Path) -> dict[str, str]:
             "run": run.hexdigest()}
 
 
-def hash_table(rows: Iterable[Mapping[str, Any]], reference: str | Path | None = None) -> list[dict[str, Any]]:
+def hash_table(rows: Iterable[Mapping[str, Any]], reference: str | Path | None = None,
+               reference_name: str = "reference") -> list[dict[str, Any]]:
     """One row per run: the input row's fields (a ``dir`` key is required), ``hash`` (short run digest),
     ``losses sha`` / ``params sha`` (short) and, with a ``reference`` directory, ``equal`` (bool) and
-    ``verdict`` ("identical" / "DIFFERS"). A reference row comes first, named ``reference``.
+    ``verdict`` ("identical" / "DIFFERS"). The reference row comes first, its ``run`` is ``reference_name``
+    (which should start with "reference": ``summary`` skips such rows).
     """
     out: list[dict[str, Any]] = []
     ref = run_digest(reference) if reference is not None else None
     items = list(rows)
     if reference is not None:
-        items.insert(0, {"run": "reference", "dir": str(reference)})
+        items.insert(0, {"run": reference_name, "policy": "sequential reference", "dir": str(reference)})
     for r in items:
         if "dir" not in r:
             raise KeyError(f"hash_table rows need a 'dir' key: {dict(r)!r}")
@@ -91,13 +93,30 @@ def hash_table_figure(table: list[dict[str, Any]], title: str | None = None) -> 
 def summary(table: list[dict[str, Any]], expect_equal: str = "policy", differs: str = "asp") -> dict[str, Any]:
     """What the table shows, as plain data: whether every run other than those whose ``expect_equal``
     field is ``differs`` equals the reference, and whether those differ."""
-    runs = [r for r in table if r.get("run") != "reference"]
+    runs = [r for r in table if not str(r.get("run", "")).startswith("reference")]
     same = [r for r in runs if r.get(expect_equal) != differs]
     hazard = [r for r in runs if r.get(expect_equal) == differs]
     return {"runs": len(runs), "reproducible_runs": sum(bool(r.get("equal")) for r in same),
             "all_reproducible": bool(same) and all(r.get("equal") for r in same),
             "hazard_runs": len(hazard), "hazard_differs": bool(hazard) and not any(r.get("equal") for r in hazard),
             "distinct_hashes": len({r["hash"] for r in table})}
+
+
+def loss_curves(runs: Mapping[str, str | Path], title: str = "training loss per subnet") -> go.Figure:
+    """Loss of every subnet for each run directory (``{name: dir}``), one line each: identical runs overlap."""
+    from naspipe.results import read_losses
+
+    fig = go.Figure()
+    for i, (name, d) in enumerate(runs.items()):
+        losses = read_losses(Path(d) / LOSSES)
+        js = sorted(losses)
+        fig.add_trace(go.Scatter(x=js, y=[losses[j] for j in js], mode="lines+markers", name=name,
+                                 line={"dash": ("solid", "dash", "dot", "dashdot")[i % 4], "width": 3 if i == 0 else 2},
+                                 hovertemplate=f"{name}<br>subnet %{{x}}<br>loss %{{y:.6g}}<extra></extra>"))
+    fig.update_layout(title={"text": title}, template="plotly_white", height=360,
+                      xaxis={"title": {"text": "subnet (training order)"}}, yaxis={"title": {"text": "loss"}},
+                      legend={"title": {"text": "run"}})
+    return fig
 
 
 def write_reference(config: Any, out: str | Path, progress: bool = False) -> Path:
@@ -149,6 +168,9 @@ class TrainJob:
             self.error = e
 
     def start(self) -> TrainJob:
+        if getattr(self.config, "overwrite", False):  # an earlier run's files would end the monitor at once
+            for name in ("events.jsonl", "status.json"):
+                (Path(self.config.out) / name).unlink(missing_ok=True)
         self._thread.start()
         return self
 
@@ -175,6 +197,6 @@ def digests_json(table: list[dict[str, Any]], **extra: Any) -> str:
     return json.dumps(data, sort_keys=True)
 
 
-__all__ = ["TrainJob", "conflict_dense", "digests_json", "hash_table", "hash_table_figure", "run_digest",
+__all__ = ["TrainJob", "conflict_dense", "digests_json", "hash_table", "hash_table_figure", "loss_curves", "run_digest",
            "start_training", "summary", "write_reference"]
 
