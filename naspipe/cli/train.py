@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--micro-batches", type=positive_int("--micro-batches"), default=None, help="bsp group size M")
     p.add_argument("--max-pending-w", type=positive_int("--max-pending-w"), default=None,
                    help="csp-bw: most W tasks pending per stage")
+    p.add_argument("--policy-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="option of an asynchronous baseline, repeatable: pipemare t1=K t2=D warmup=N tau=T; "
+                        "pipeoptim s=stage|inflight|N offset=K warmup=N; 2bw group=M; pipedream warmup=N")
     p.add_argument("--port", type=positive_int("--port"), default=None,
                    help="rendezvous port on 127.0.0.1 (default: a free one)")
     p.add_argument("--balance", choices=("cost", "measured"), default="cost",
@@ -59,6 +62,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="print metrics.json to stdout")
     p.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # ACTION:STAGE:SUBNET, for tests
+
+
+def with_policy_options(policy: str, options: list[str]) -> str:
+    """``policy`` with ``--policy-option`` values appended (``pipemare:t1=200,t2=0.1``); checked."""
+    if not options:
+        return policy
+    from naspipe.sched.async_options import ASYNC_OPTIONS, AsyncOptionError, parse_async_options
+
+    name, _, arg = policy.partition(":")
+    if name not in ASYNC_OPTIONS:
+        raise UsageError(f"--policy-option is for {', '.join(ASYNC_OPTIONS)}, not {name!r}")
+    full = f"{name}:{','.join([a for a in [arg] if a] + options)}"
+    try:
+        parse_async_options(full)
+    except AsyncOptionError as e:
+        raise UsageError(str(e)) from None
+    return full
 
 
 def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
@@ -72,6 +92,7 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
 
     spec = sampler_from_args(args)
     run = resolve_run(args)
+    policy = with_policy_options(run.policy, args.policy_option)
     from naspipe.runtime.config import ConfigError, TrainConfig, check_out_dir, measured_partition
 
     try:
@@ -81,7 +102,7 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
         cfg = TrainConfig(
             space=run.space, out=Path(args.out), partition=part, balance=args.balance,
             sequence=() if spec.online else tuple(run.stream[j] for j in range(len(run.stream))),
-            sampler=str(spec), subnet_count=len(run.stream), seed=run.seed, policy=run.policy,
+            sampler=str(spec), subnet_count=len(run.stream), seed=run.seed, policy=policy,
             shared=run.shared, window=run.window, optimizer=args.optimizer, lr=args.lr, jitter_ms=args.jitter_ms,
             threads=args.threads, device=args.device, timeout=args.timeout, micro_batches=args.micro_batches,
             max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,
