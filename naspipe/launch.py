@@ -7,6 +7,9 @@ rendezvous); ``--stages`` defaults to the world size and must equal it. Rank 0 p
 the rendezvous, shows the progress bar, and after the final barrier merges every stage's part file
 into the run's outputs, which therefore needs ``--out`` on a filesystem all machines share.
 
+``--checkpoint-every N`` and ``--resume DIR`` work as in ``naspipe train`` (checkpoint files are written
+by each rank into ``OUT/checkpoint/``, so ``--out`` must be shared; rank 0 marks a checkpoint complete).
+
 Exit codes: 0 done, 2 bad arguments (nothing started), 1 a stage failed (torchrun stops the others).
 """
 
@@ -73,10 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
         cfg = _config(argv, world, rank)
         if rank == 0:
-            from naspipe.runtime.config import ConfigError, prepare_out_dir
+            from naspipe.runtime.checkpoint import prepare_run_dir, verify_resume
+            from naspipe.runtime.config import ConfigError
 
             try:
-                prepare_out_dir(cfg.out, cfg.overwrite)
+                verify_resume(cfg)
+                prepare_run_dir(cfg)
             except ConfigError as e:
                 raise UsageError(str(e)) from None
     except UsageError as e:
@@ -100,6 +105,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_stage(rank, world, cfg, bar, local_rank=local_rank, after_barrier=merge)
     except Exception as e:  # noqa: BLE001 - one line; torchrun reports the failed rank and stops the others
         bar.close()
+        if rank == 0 and cfg.checkpoint_every:
+            from naspipe.runtime.checkpoint import finalize
+
+            saved = finalize(cfg.out)
+            if saved is not None:
+                print(f"naspipe: the last complete checkpoint is at subnet {saved}: continue with --resume {cfg.out}",
+                      file=sys.stderr)
         print(f"naspipe: error: stage {rank} (rank {rank}) failed: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     bar.close()

@@ -37,8 +37,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p, default_space="tiny-transformer", default_subnets=200, default_policy="csp")
     add_optimizer_arguments(p)
     add_sampler_argument(p)
-    p.add_argument("--out", required=True, help="run directory (refused if it holds another run)")
+    p.add_argument("--out", default=None,
+                   help="run directory (refused if it holds another run); required unless --resume")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
+    p.add_argument("--checkpoint-every", type=positive_int("--checkpoint-every"), default=None, metavar="N",
+                   help="save every stage's state at subnets N, 2N, ... to OUT/checkpoint/")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="continue the run in DIR from its last complete checkpoint; give the interrupted "
+                        "run's arguments again (--out defaults to DIR)")
     p.add_argument("--jitter-ms", type=non_negative_float("--jitter-ms"), default=0.0,
                    help="seeded random delay of 0..X ms before every task (results must not change)")
     p.add_argument("--threads", type=positive_int("--threads"), default=1,
@@ -91,6 +97,16 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
     from naspipe.cli.reference import sampler_from_args
 
     spec = sampler_from_args(args)
+    if getattr(args, "out", None) is None:
+        if not getattr(args, "resume", None):
+            raise UsageError("--out is required (or --resume DIR to continue the run in DIR)")
+        from naspipe.runtime.checkpoint import locate
+        from naspipe.runtime.config import ConfigError as _CE
+
+        try:
+            args.out = str(locate(args.resume)[0])
+        except _CE as e:
+            raise UsageError(str(e)) from None
     run = resolve_run(args)
     policy = with_policy_options(run.policy, args.policy_option)
     from naspipe.runtime.config import ConfigError, TrainConfig, check_out_dir, measured_partition
@@ -106,8 +122,14 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             shared=run.shared, window=run.window, optimizer=args.optimizer, lr=args.lr, jitter_ms=args.jitter_ms,
             threads=args.threads, device=args.device, timeout=args.timeout, micro_batches=args.micro_batches,
             max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,
-            progress=not args.no_progress, fault=args.fault, start_method=args.start_method)
+            progress=not args.no_progress, fault=args.fault, start_method=args.start_method,
+            checkpoint_every=getattr(args, "checkpoint_every", None))
         cfg.validate()
+        if getattr(args, "resume", None):
+            from naspipe.runtime.checkpoint import apply_resume, resumes_in_place
+
+            cfg = apply_resume(cfg, args.resume)
+            check_out = check_out and not resumes_in_place(cfg)
         if check_out:
             check_out_dir(cfg.out, cfg.overwrite)
     except ConfigError as e:

@@ -63,6 +63,9 @@ class TrainConfig:
     port: int | None = None
     overwrite: bool = False
     progress: bool = True
+    checkpoint_every: int | None = None  # save every stage at subnets N, 2N, ... (naspipe.runtime.checkpoint)
+    resume: str | None = None  # the checkpoint position directory this run continues from
+    start: int = 0  # subnets < start are done (restored from ``resume``)
     fault: str | None = None
     start_method: str = "forkserver"
     balance: str = "cost"  # how the partition was chosen (recorded only): "cost" model or "measured"
@@ -124,8 +127,14 @@ class TrainConfig:
                 subs = tuple(ReplayStream(sp, [list(sequence[j]) for j in range(subnets)]))
         except (SpaceError, SamplerError) as e:
             raise ConfigError(str(e)) from None
+        resume = options.pop("resume", None)  # a run directory or checkpoint/: resolved below
+        options.pop("start", None)
         cfg = cls(space=sp, out=Path(out), partition=part, sequence=subs, shared=shared, **options)
         cfg.validate()
+        if resume is not None:
+            from naspipe.runtime.checkpoint import apply_resume
+
+            cfg = apply_resume(cfg, resume)
         return cfg
 
     def replace(self, **changes: Any) -> TrainConfig:
@@ -257,6 +266,30 @@ class TrainConfig:
         if self.port is not None and not (isinstance(self.port, int) and 0 < self.port < 65536):
             raise ConfigError(f"port must lie in 1..65535, got {self.port!r}")
         self.fault_spec()
+        self._validate_checkpoints()
+
+    def _validate_checkpoints(self) -> None:
+        every = self.checkpoint_every
+        if every is None and not self.start and self.resume is None:
+            return
+        if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
+            raise ConfigError(f"checkpoint_every must be a whole number of subnets >= 1, got {every!r}")
+        if getattr(self, "online", False):
+            raise ConfigError("checkpoints do not support run-time generated sequences (sampler) yet")
+        if not isinstance(self.start, int) or not 0 <= self.start < self.n:
+            raise ConfigError(f"start must lie in [0, {self.n}), got {self.start!r}")
+        if self.start and self.resume is None:
+            raise ConfigError("start > 0 needs the checkpoint to resume from (resume)")
+        try:
+            spec = StageSpec(0, self.stages, (), False, self.shared)
+            sched = make_scheduler(self.policy, spec, self.stream(), self.window, start=self.start,
+                                   **self.policy_options)
+        except PolicyError as e:
+            raise ConfigError(str(e)) from None
+        m = getattr(sched, "m", None)
+        if every is not None and m and every % m:
+            raise ConfigError(f"policy {self.policy} checkpoints only at group boundaries: checkpoint_every "
+                              f"must be a multiple of its {m} micro-batches, got {every}")
 
 
 class _TupleStream:
@@ -287,7 +320,7 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
     """Refuse a directory that holds another run (unless ``overwrite``) or cannot be a directory."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output path {str(out)!r} exists and is not a directory")
-    held = [f for f in RUN_FILES if (out / f).exists()]
+    held = [f for f in (*RUN_FILES, "checkpoint") if (out / f).exists()]
     if held and not overwrite:
         raise ConfigError(f"output directory {str(out)!r} already holds a run ({held[0]}); "
                           "choose another directory or pass --overwrite")

@@ -14,7 +14,8 @@ orphans is worse than none. The launcher
   ``multiprocessing.connection.wait`` wakes on those messages *and* on any process exit. If a stage dies
   (exception, signal, nonzero exit) the launcher stops the others (SIGTERM, then SIGKILL) within seconds
   and raises ``TrainError`` naming the rank and the reason; outputs so far are kept and ``status.json``
-  says the run is incomplete. Each stage also holds a lifeline pipe and exits if the launcher disappears;
+  says the run is incomplete (with the newest complete checkpoint, if any: ``--resume OUT`` continues).
+  Each stage also holds a lifeline pipe and exits if the launcher disappears;
 * merges the stages' part files into the run's outputs (``naspipe.runtime.outputs``).
 """
 
@@ -26,7 +27,8 @@ import time
 from multiprocessing.connection import wait as mp_wait
 from typing import Any
 
-from naspipe.runtime.config import ConfigError, TrainConfig, free_port, port_free, prepare_out_dir
+from naspipe.runtime import checkpoint
+from naspipe.runtime.config import ConfigError, TrainConfig, free_port, port_free
 from naspipe.runtime.outputs import RunResult, merge_outputs, write_status
 
 HOST = "127.0.0.1"
@@ -81,7 +83,8 @@ def train(config: TrainConfig) -> RunResult:
     port = config.port
     if port is not None and not port_free(port, HOST):
         raise ConfigError(f"port {port} on {HOST} is already in use; choose another --port or leave it out")
-    prepare_out_dir(config.out, config.overwrite)
+    checkpoint.verify_resume(config)  # a resumed run: its checkpoint is still there and intact
+    checkpoint.prepare_run_dir(config)
     t_start = time.perf_counter()
     ctx = _context(config.start_method)
     port = port or free_port(HOST)
@@ -103,12 +106,18 @@ def train(config: TrainConfig) -> RunResult:
     except BaseException as e:
         _stop(stages)
         msg = str(e) if isinstance(e, TrainError) else f"{type(e).__name__}: {e}"
-        write_status(config.out, False, msg, getattr(e, "rank", None))
+        saved = checkpoint.finalize(config.out) if config.checkpoint_every else None
+        if saved is not None and isinstance(e, TrainError):
+            e.args = (f"{e}; the last complete checkpoint is at subnet {saved}: continue with "
+                      f"--resume {config.out}",)
+        write_status(config.out, False, msg, getattr(e, "rank", None), checkpoint=saved)
         raise
     finally:
         if bar is not None:
             bar.close()
     _stop(stages)
+    if config.checkpoint_every:
+        checkpoint.finalize(config.out)
     return merge_outputs(config, wall_s=time.perf_counter() - t_start, startup_s=startup)
 
 

@@ -43,10 +43,14 @@ class RunResult:
         return verify(self.out, other)
 
 
-def write_status(out: Path, complete: bool, error: str | None = None, rank: int | None = None) -> None:
+def write_status(out: Path, complete: bool, error: str | None = None, rank: int | None = None,
+                 checkpoint: int | None = None) -> None:
+    """``checkpoint``: the position of the newest complete checkpoint of a failed run (resume from it)."""
     data: dict[str, Any] = {"complete": complete}
     if error is not None:
         data.update(error=error, rank=rank)
+    if checkpoint is not None:
+        data.update(checkpoint=checkpoint)
     (out / "status.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
@@ -71,6 +75,7 @@ def run_metrics(cfg: TrainConfig, parts: list[dict[str, Any]], trace: Trace, los
     bubbles (waiting for neighbours or the causal rule).
     """
     n = cfg.n
+    done = n - int(getattr(cfg, "start", 0) or 0)  # subnets trained by this run (a resume: fewer)
     makespan = trace.makespan
     timing = [p["timing"] for p in parts]
     compute = sum(t["compute"] for t in timing)
@@ -85,8 +90,8 @@ def run_metrics(cfg: TrainConfig, parts: list[dict[str, Any]], trace: Trace, los
         "wall_s": wall_s,
         "startup_s": startup_s,
         "makespan_s": makespan,
-        "subnets_per_s": n / makespan if makespan > 0 else None,
-        "samples_per_s": n * cfg.space.batch_size / makespan if makespan > 0 else None,
+        "subnets_per_s": done / makespan if makespan > 0 else None,
+        "samples_per_s": done * cfg.space.batch_size / makespan if makespan > 0 else None,
         "utilization": trace.utilization(),
         "stage_utilization": trace.stage_utilization(),
         "compute_s": compute,
@@ -104,7 +109,8 @@ def run_metrics(cfg: TrainConfig, parts: list[dict[str, Any]], trace: Trace, los
         "peak_fixed_versions": [p["peak_fixed_versions"] for p in parts],
         "final_loss": losses[n - 1] if n - 1 in losses else None,
         "mean_loss_last_10pct": sum(last) / len(last) if last else None,
-        "config": cfg.describe(),
+        "config": {**cfg.describe(), "checkpoint_every": getattr(cfg, "checkpoint_every", None),
+                   "resumed_from": getattr(cfg, "start", 0)},
     }
 
 

@@ -33,6 +33,7 @@ import torch.distributed as dist
 from naspipe.checkpoint_weights import save_weights
 from naspipe.models import build_stage
 from naspipe.results import param_hashes
+from naspipe.runtime.checkpoint import Checkpointer
 from naspipe.runtime.comm import ACTIVATION, GRADIENT, ChannelFailure, Links, Message, TransportError
 from naspipe.runtime.config import TrainConfig
 from naspipe.runtime.jitter import jitter_seconds
@@ -112,15 +113,18 @@ def run_stage(rank: int, world: int, cfg: TrainConfig, report: Report | None = N
 def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: Report) -> dict[str, Any]:
     spec = stage_specs(cfg.space, cfg.partition, cfg.shared)[rank]
     stream = cfg.stream()
-    sched = make_scheduler(cfg.policy, spec, stream, cfg.window, **cfg.policy_options)
+    ckpt = Checkpointer(cfg, rank)  # resume at ckpt.start; fences at the checkpoints
+    sched = make_scheduler(cfg.policy, spec, stream, cfg.window, start=ckpt.start, fence=ckpt.fence,
+                           **cfg.policy_options)
     model = build_stage(cfg.space, cfg.partition.blocks(rank), cfg.seed, cfg.shared).to(device)
     delay = cfg.shared.delay if cfg.shared.trains_shared else None
     ex = StageExecutor(model, stream, seed=cfg.seed, policy=cfg.policy_name, optimizer=cfg.optimizer,
                        lr=cfg.learning_rate(), shared_delay=delay, write_kind=sched.write_kind,
                        micro_batches=getattr(sched, "m", None), device=device, stage=rank, stages=cfg.stages,
                        policy_options=parse_async_options(cfg.policy))
+    ckpt.restore(ex)
     inbox: queue.Queue = queue.Queue()
-    links = Links(rank, world, device, cfg.n, inbox, cfg.timeout)
+    links = Links(rank, world, device, cfg.n - ckpt.start, inbox, cfg.timeout)
     cfg.out.mkdir(parents=True, exist_ok=True)  # (another machine's view of the run directory)
     log = EventLog(rank, cfg.out / "events.jsonl")
     ex.warm_up()
@@ -130,7 +134,7 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
     report("ready", rank)
     try:
         book = LossBook(stream, sched)
-        timing = _loop(rank, cfg, sched, ex, links, inbox, log, report, book)
+        timing = _loop(rank, cfg, sched, ex, links, inbox, log, report, book, ckpt=ckpt)
         links.flush()
         links.join(cfg.timeout)
     finally:
@@ -157,7 +161,7 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
 
 
 def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox: queue.Queue, log: EventLog,
-          report: Report, book: LossBook) -> dict[str, float]:
+          report: Report, book: LossBook, ckpt: Checkpointer | None = None) -> dict[str, float]:
     acts: dict[int, tuple[torch.Tensor | None, bool]] = {}
     grads: dict[int, torch.Tensor | None] = {}
     compute = wait = jitter = decide = 0.0
@@ -219,6 +223,10 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
             if now - last_report > 0.1 or sched.finished:
                 report("progress", rank, written)
                 last_report = now
+        if ckpt is not None:  # at a fence: save this stage's state, then lift the fence
+            ckpt.after_task(sched, ex)
+    if ckpt is not None:
+        ckpt.finish()
     loop = clock() - start
     report("progress", rank, written)
     return {"loop": loop, "compute": compute, "wait": wait, "jitter": jitter, "decide": decide, "tasks": tasks,

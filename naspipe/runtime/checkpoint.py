@@ -1,0 +1,468 @@
+"""Checkpoints of a training run, taken at scheduler fences, and the resume that continues bit for bit.
+
+Why it exists: a research run must survive a crash without losing hours, and the resumed run must end
+with exactly the losses and parameters of an uninterrupted one.
+
+When: with ``checkpoint_every = N`` every stage's scheduler is fenced at ``N, 2N, ...``
+(``StageScheduler.set_fence``). At a fence ``c`` a stage is quiescent — every subnet ``< c`` is written on
+it, none ``>= c`` admitted, nothing stashed — so its state *is* the state after the subnets ``< c``. The
+stage saves it and lifts the fence to the next multiple. Stages reach a fence independently (stage 0
+about last); nothing is exchanged between them for a checkpoint.
+
+Layout (``OUT/checkpoint/``)::
+
+    c000000020/stage0.pt     the stage's state (torch.save of plain data: tensors, dicts, lists, numbers,
+    c000000020/stage0.json   strings), and its sidecar: position, sha256 and size of the .pt, fingerprint
+    complete.json            {"position": 20, "stages": 2, "dir": "c000000020"}
+
+Every file is written atomically (temporary file, fsync, rename, fsync of the directory); the sidecar is
+written after its ``.pt``, so an existing sidecar means a complete stage file. Position ``c`` is
+*complete* when every stage's sidecar exists. Rank 0 (the single writer) then writes ``complete.json``
+and deletes older positions, so the previous complete checkpoint is kept until the new one is complete;
+the launcher does the same once more after the run ends or fails. Resume takes the newest complete
+position (found by scanning, so a crash between the last sidecar and ``complete.json`` loses nothing).
+
+A stage file holds: the model's ``state_dict`` (parameters and buffers), the optimizer's ``state_dict``,
+the optimizer step count, the fixed-layer versions and pending in-order shared updates
+(``naspipe.runtime.versions``), the last stage's losses of subnets ``< c``, the torch RNG states (the
+runtime draws no random numbers today — dropout and data are keyed by seeds — but a stage's RNG is
+restored anyway), the position and the run's fingerprint. The scheduler needs no state: a fresh one
+``make_scheduler(..., start=c)`` is exactly the scheduler after the subnets ``< c`` (the jitter is a
+pure function of the task). Files are read with ``torch.load(weights_only=True)`` only.
+
+Resume (``naspipe train --resume DIR``) takes the run's arguments again (the same as the interrupted
+run's; only ``--out``, ``--checkpoint-every``, ``--timeout``, ``--threads``, ``--jitter-ms``, ``--window``,
+``--port``, the start method and progress may differ) and refuses, before any process starts, a missing
+checkpoint, a corrupted file (size or sha256 differ from the sidecar, unreadable sidecar) and a
+fingerprint that differs from the arguments (space and its JSON, seed, policy, stages, partition, shared
+layers, optimizer, lr, subnets, sequence digest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from naspipe.runtime.config import ConfigError, TrainConfig
+
+CHECKPOINT_DIR = "checkpoint"
+COMPLETE = "complete.json"
+FORMAT = 1
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint to resume from is missing, corrupted or belongs to another run (one line)."""
+
+
+# ---- naming ------------------------------------------------------------------------------------------------
+def root_of(out: Path) -> Path:
+    return Path(out) / CHECKPOINT_DIR
+
+
+def position_dir(root: Path, position: int) -> Path:
+    return root / f"c{position:09d}"
+
+
+def _positions(root: Path) -> list[int]:
+    """Position directories under ``root``, newest first."""
+    found = []
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.is_dir() and p.name.startswith("c") and p.name[1:].isdigit():
+                found.append(int(p.name[1:]))
+    return sorted(found, reverse=True)
+
+
+def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
+    """What must be equal for a checkpoint to continue this run (JSON-ready; compared field by field)."""
+    seq = json.dumps([list(s) for s in cfg.sequence])
+    return {
+        "space": cfg.space.name,
+        "space_sha256": hashlib.sha256(cfg.space.to_json().encode()).hexdigest(),
+        "seed": cfg.seed,
+        "policy": cfg.policy,
+        "policy_options": {k: v for k, v in sorted(cfg.policy_options.items()) if k == "micro_batches"},
+        "stages": cfg.stages,
+        "partition": [list(b) for b in cfg.partition.bounds],
+        "shared_layers": str(cfg.shared),
+        "optimizer": cfg.optimizer,
+        "lr": float(cfg.learning_rate()).hex(),
+        "subnets": cfg.n,
+        "sampler": str(getattr(cfg, "sampler", "uniform")),
+        "sequence_sha256": hashlib.sha256(seq.encode()).hexdigest(),
+        "device": cfg.device,
+    }
+
+
+# ---- atomic files ------------------------------------------------------------------------------------------
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path``: a temporary file in the same directory, fsync, rename, fsync the directory."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+# ---- saving (in the stage process) ---------------------------------------------------------------------------
+def _cpu(obj: Any) -> Any:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu(v) for v in obj)
+    return obj
+
+
+def stage_state(cfg: TrainConfig, rank: int, position: int, ex: Any) -> dict[str, Any]:
+    """Everything stage ``rank`` needs to continue after subnet ``position - 1`` (plain data only)."""
+    import torch
+
+    if getattr(ex, "in_flight", 0) or getattr(ex.rule, "_grads", None) or getattr(ex.rule, "_fixed_grads", None):
+        raise RuntimeError(f"stage {rank} is not quiescent at checkpoint {position} (subnets in flight)")
+    bank = ex.bank
+    versions = getattr(ex.rule, "versions", None)
+    state: dict[str, Any] = {
+        "format": FORMAT, "stage": rank, "position": position, "fingerprint": fingerprint(cfg),
+        "model": _cpu(ex.model.state_dict()),
+        "optimizer": _cpu(bank._opt.state_dict()) if bank._opt is not None else None,
+        "steps": int(bank.steps),
+        "versions": None,
+        "losses": {int(j): float(v) for j, v in ex.losses.items()},
+        "peak_in_flight": int(getattr(ex, "peak_stash", 0)),
+        "rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state(ex.device) if ex.device.type == "cuda" else None,
+    }
+    if versions is not None:
+        state["versions"] = {
+            "next": int(versions.next),
+            "waiting": {int(j): _cpu(g) for j, g in versions._waiting.items()},
+            "versions": {int(k): _cpu(v) for k, v in versions._versions.items()},
+            "readers": {int(k): int(r) for k, r in versions._readers.items()},
+            "peak": int(versions.peak_versions),
+        }
+    return state
+
+
+def save_stage(cfg: TrainConfig, rank: int, position: int, ex: Any, root: Path | None = None) -> Path:
+    """Save stage ``rank`` at fence ``position``: ``stage<rank>.pt`` then its sidecar, both atomically."""
+    import torch
+
+    d = position_dir(root or root_of(cfg.out), position)
+    d.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    torch.save(stage_state(cfg, rank, position, ex), buf)
+    data = buf.getvalue()
+    pt = d / f"stage{rank}.pt"
+    write_atomic(pt, data)
+    meta = {"format": FORMAT, "stage": rank, "position": position, "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(), "fingerprint": fingerprint(cfg)}
+    write_atomic(d / f"stage{rank}.json", (json.dumps(meta, indent=1) + "\n").encode())
+    return pt
+
+
+# ---- completion ----------------------------------------------------------------------------------------------
+def _stage_count(d: Path) -> int | None:
+    """The number of stages recorded in stage 0's sidecar of position directory ``d`` (None if absent)."""
+    p = d / "stage0.json"
+    if not p.is_file():
+        return None
+    try:
+        return int(json.loads(p.read_text())["fingerprint"]["stages"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"checkpoint file {str(p)!r} is corrupted ({type(e).__name__})") from None
+
+
+def is_complete(d: Path, stages: int | None = None) -> bool:
+    if stages is None:
+        stages = _stage_count(d)
+        if stages is None:
+            return False
+    return all((d / f"stage{s}.json").is_file() for s in range(stages))
+
+
+def newest_complete(root: Path) -> int | None:
+    """The newest position whose every stage file exists (None if there is none)."""
+    for c in _positions(root):
+        if is_complete(position_dir(root, c)):
+            return c
+    return None
+
+
+def read_complete(root: Path) -> int | None:
+    try:
+        return int(json.loads((root / COMPLETE).read_text())["position"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def mark_complete(root: Path, position: int, stages: int) -> bool:
+    """If every stage saved ``position``: record it in ``complete.json`` and delete older positions.
+
+    Call from one process at a time (rank 0 during the run, the launcher after it). Returns whether
+    ``position`` is complete."""
+    d = position_dir(root, position)
+    if not is_complete(d, stages):
+        return False
+    current = read_complete(root)
+    if current is None or current < position:
+        data = {"format": FORMAT, "position": position, "stages": stages, "dir": d.name}
+        write_atomic(root / COMPLETE, (json.dumps(data, indent=1) + "\n").encode())
+    for c in _positions(root):
+        if c < position:
+            shutil.rmtree(position_dir(root, c), ignore_errors=True)
+    return True
+
+
+def finalize(out: Path) -> int | None:
+    """After a run ended (or failed): mark the newest complete checkpoint; returns its position."""
+    root = root_of(out)
+    try:
+        c = newest_complete(root)
+        if c is not None:
+            stages = _stage_count(position_dir(root, c))
+            mark_complete(root, c, stages or 1)
+        return c
+    except (CheckpointError, OSError):
+        return read_complete(root)
+
+
+class Checkpointer:
+    """The stage loop's side of checkpoints: fences, saving at them, and (rank 0) marking completion."""
+
+    def __init__(self, cfg: TrainConfig, rank: int):
+        self.cfg, self.rank = cfg, rank
+        self.every = getattr(cfg, "checkpoint_every", None)
+        self.root = root_of(cfg.out)
+        self.start = int(getattr(cfg, "start", 0) or 0)
+        self.pending: list[int] = []  # saved here, not yet known complete (rank 0)
+        self.saved: list[int] = []
+        self.seconds = 0.0
+
+    @property
+    def fence(self) -> int | None:
+        """The first fence after the start (None: no checkpoints)."""
+        return self._next(self.start)
+
+    def _next(self, c: int) -> int | None:
+        if not self.every:
+            return None
+        f = (c // self.every + 1) * self.every
+        return f if f < self.cfg.n else None
+
+    def restore(self, ex: Any) -> None:
+        """Load this stage's state from the checkpoint the run resumes from (if any)."""
+        if getattr(self.cfg, "resume", None):
+            load_stage(self.cfg, self.rank, ex)
+
+    def after_task(self, sched: Any, ex: Any) -> None:
+        """Call after every finished task: save at a fence and move it on; rank 0 marks completion."""
+        if sched.fence is not None and sched.at_fence:
+            import time
+
+            t = time.perf_counter()
+            c = sched.fence
+            save_stage(self.cfg, self.rank, c, ex, self.root)
+            self.saved.append(c)
+            if self.rank == 0:
+                self.pending.append(c)
+            sched.set_fence(self._next(c))
+            self.seconds += time.perf_counter() - t
+        if self.pending:
+            self.poll()
+
+    def poll(self) -> None:
+        while self.pending and mark_complete(self.root, self.pending[0], self.cfg.stages):
+            self.pending.pop(0)
+
+    def finish(self) -> None:
+        if self.pending:
+            self.poll()
+
+
+# ---- loading (resume) ----------------------------------------------------------------------------------------
+def _load(path: Path, device: Any = "cpu") -> dict[str, Any]:
+    import torch
+
+    try:
+        data = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises many kinds for a corrupt file
+        raise CheckpointError(f"checkpoint file {str(path)!r} is corrupted or unreadable "
+                              f"({type(e).__name__})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint file {str(path)!r} is not a naspipe checkpoint (format {FORMAT})")
+    return data
+
+
+def load_stage(cfg: TrainConfig, rank: int, ex: Any) -> None:
+    """Restore stage ``rank`` of a resumed run (``cfg.resume``: the position directory; ``cfg.start``)."""
+    import torch
+
+    d = Path(cfg.resume)  # type: ignore[arg-type]
+    state = _load(d / f"stage{rank}.pt", ex.device)
+    if state["stage"] != rank or state["position"] != cfg.start:
+        raise RuntimeError(f"checkpoint {d} holds stage {state['stage']} at {state['position']}, expected stage "
+                           f"{rank} at {cfg.start}")
+    if state["fingerprint"] != fingerprint(cfg):
+        raise RuntimeError(f"checkpoint {d} stage {rank} was taken by another run")
+    ex.model.load_state_dict(state["model"])
+    bank = ex.bank
+    if (state["optimizer"] is None) != (bank._opt is None):
+        raise RuntimeError(f"checkpoint {d} stage {rank}: optimizer state does not fit the stage")
+    if bank._opt is not None:
+        bank._opt.load_state_dict(state["optimizer"])
+    bank.steps = int(state["steps"])
+    versions = getattr(ex.rule, "versions", None)
+    vs = state["versions"]
+    if (vs is None) != (versions is None):
+        raise RuntimeError(f"checkpoint {d} stage {rank}: fixed-layer versions do not fit the stage")
+    if versions is not None:
+        versions.next = int(vs["next"])
+        versions._waiting = {int(j): dict(g) for j, g in vs["waiting"].items()}
+        versions._versions = {int(k): dict(v) for k, v in vs["versions"].items()}
+        versions._readers = {int(k): int(r) for k, r in vs["readers"].items()}
+        versions.peak_versions = int(vs["peak"])
+    ex.losses.update({int(j): float(v) for j, v in state["losses"].items()})
+    if hasattr(ex, "peak_stash"):
+        ex.peak_stash = int(state.get("peak_in_flight", 0))
+    torch.set_rng_state(state["rng"].cpu())
+    if state.get("cuda_rng") is not None and ex.device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda_rng"].cpu(), ex.device)
+
+
+def locate(path: str | Path) -> tuple[Path, Path]:
+    """``(run directory, checkpoint root)`` for ``--resume PATH`` (a run directory or its checkpoint/)."""
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"no checkpoint to resume: {str(p)!r} does not exist")
+    if not p.is_dir():
+        raise CheckpointError(f"no checkpoint to resume: {str(p)!r} is not a directory")
+    if (p / CHECKPOINT_DIR).is_dir():
+        return p, p / CHECKPOINT_DIR
+    if p.name == CHECKPOINT_DIR or (p / COMPLETE).exists():
+        return p.parent, p
+    raise CheckpointError(f"no checkpoint to resume in {str(p)!r} (no {CHECKPOINT_DIR}/ directory); "
+                          "train with --checkpoint-every N to write checkpoints")
+
+
+def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
+    """Validate the newest complete checkpoint under ``path`` against ``cfg``; returns ``(position, dir)``.
+
+    Raises CheckpointError (one line) when there is none, a file is corrupted, or it was taken by a run
+    with other arguments. Reads the sidecars and hashes the stage files; unpickles nothing."""
+    if getattr(cfg, "online", False):
+        raise CheckpointError("checkpoints do not support run-time generated sequences (--sampler) yet")
+    _, root = locate(path)
+    c = newest_complete(root)
+    if c is None:
+        raise CheckpointError(f"no complete checkpoint in {str(root)!r} (no position for which every stage "
+                              "saved its state)")
+    d = position_dir(root, c)
+    want = fingerprint(cfg)
+    for s in range(cfg.stages):
+        side = d / f"stage{s}.json"
+        try:
+            meta = json.loads(side.read_text())
+            fp, size, sha, pos = meta["fingerprint"], int(meta["bytes"]), str(meta["sha256"]), int(meta["position"])
+        except FileNotFoundError:
+            have = _stage_count(d)
+            raise CheckpointError(f"checkpoint {str(d)!r} was taken with stages {have}, but the arguments give "
+                                  f"stages {cfg.stages}; resume with the arguments of the interrupted run") from None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"checkpoint file {str(side)!r} is corrupted ({type(e).__name__})") from None
+        if pos != c:
+            raise CheckpointError(f"checkpoint file {str(side)!r} is corrupted (position {pos} in {d.name})")
+        if fp != want:
+            key = next((k for k in want if fp.get(k) != want[k]), None) or next(k for k in fp if k not in want)
+            raise CheckpointError(f"checkpoint {str(d)!r} was taken with {key} {_show(key, fp.get(key))}, but the "
+                                  f"arguments give {key} {_show(key, want.get(key))}; resume with the arguments "
+                                  "of the interrupted run")
+        pt = d / f"stage{s}.pt"
+        try:
+            data = pt.read_bytes()
+        except OSError as e:
+            raise CheckpointError(f"checkpoint file {str(pt)!r} is missing or unreadable ({type(e).__name__})") \
+                from None
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+            raise CheckpointError(f"checkpoint file {str(pt)!r} is corrupted ({len(data)} bytes, expected {size}; "
+                                  "sha256 differs)")
+    if c >= cfg.n:
+        raise CheckpointError(f"checkpoint {str(d)!r} is at subnet {c}, the run has only {cfg.n} subnets")
+    return c, d
+
+
+def _show(key: str, value: Any) -> str:
+    if key == "lr" and isinstance(value, str):
+        try:
+            return repr(float.fromhex(value))
+        except ValueError:
+            pass
+    if isinstance(value, str) and len(value) > 16 and key.endswith("sha256"):
+        return value[:12]
+    return repr(value) if isinstance(value, str) else json.dumps(value)
+
+
+def apply_resume(cfg: TrainConfig, path: str | Path) -> TrainConfig:
+    """``cfg`` continuing from the newest complete checkpoint under ``path`` (validated; CheckpointError)."""
+    c, d = check_resume(cfg, path)
+    return cfg.replace(start=c, resume=str(d.resolve()))
+
+
+def resumes_in_place(cfg: TrainConfig) -> bool:
+    """The run resumes from a checkpoint inside its own output directory."""
+    if not getattr(cfg, "resume", None):
+        return False
+    try:
+        return Path(cfg.resume).resolve().parent == root_of(cfg.out).resolve()
+    except OSError:
+        return False
+
+
+def prepare_run_dir(cfg: TrainConfig) -> None:
+    """Prepare ``cfg.out`` for a run: a fresh run clears an earlier one (with overwrite), including its
+    checkpoints; a run resuming in place keeps its checkpoints up to the resume position."""
+    from naspipe.runtime.config import prepare_out_dir
+
+    in_place = resumes_in_place(cfg)
+    prepare_out_dir(cfg.out, cfg.overwrite or in_place)
+    root = root_of(cfg.out)
+    if in_place:
+        for c in _positions(root):
+            if c > cfg.start:  # what a crashed run saved after the checkpoint we resume from
+                shutil.rmtree(position_dir(root, c), ignore_errors=True)
+    elif root.exists():
+        shutil.rmtree(root)
+
+
+def verify_resume(cfg: TrainConfig) -> None:
+    """Re-check, just before the processes start, the checkpoint a validated config resumes from."""
+    if not getattr(cfg, "resume", None):
+        return
+    d = Path(cfg.resume)
+    c, found = check_resume(cfg, d.parent)
+    if found.resolve() != d.resolve() or c != cfg.start:
+        raise CheckpointError(f"the checkpoints in {str(d.parent)!r} changed since the run was validated "
+                              f"(newest complete: {c}, expected {cfg.start})")
