@@ -11,7 +11,8 @@ takes the batch's input tensor, the head block returns the logits.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from types import ModuleType
 
 import torch
@@ -51,6 +52,7 @@ class StageModel(nn.Module):
         self.seed = int(seed)
         self.shared = shared
         self.family = FAMILIES[model_kind(space)]
+        self._capture: list[Tensor] | None = None  # set only inside ``capturing``
         self.layers = nn.ModuleDict()
         # per block: (index, fixed, module or {choice: module}, [(global name, local name)] for fixed)
         self._plan: list[tuple[int, bool, nn.Module | list[nn.Module], list[tuple[str, str]]]] = []
@@ -97,12 +99,17 @@ class StageModel(nn.Module):
         return self.space.num_blocks - 1 in self.blocks
 
     def forward(self, x: Tensor, subnet: Sequence[int],
-                fixed_params: Mapping[str, Tensor] | None = None) -> Tensor:
+                fixed_params: Mapping[str, Tensor] | None = None, capture: list[Tensor] | None = None) -> Tensor:
         """Run ``subnet`` (one choice per block of the whole space) through this stage's blocks.
 
         ``fixed_params`` (global name -> tensor, all of this stage's fixed-block parameters) replaces the
         fixed blocks' own parameters for this call, e.g. an older version under ``delayed:D``.
+        ``capture``: a list that receives each block's output tensor, in block order (the split backward's
+        per-block weight gradients start from them); when None, the list set by ``capturing`` is used, if any.
+        Capturing changes nothing in the computation.
         """
+        if capture is None:
+            capture = self._capture
         if len(subnet) != self.space.num_blocks:
             raise ValueError(f"subnet has {len(subnet)} choices, space {self.space.name!r} has "
                              f"{self.space.num_blocks} blocks")
@@ -117,7 +124,19 @@ class StageModel(nn.Module):
                 except KeyError as e:
                     raise KeyError(f"fixed_params lacks {e.args[0]!r}") from None
                 x = functional_call(mod, local, (x,))  # type: ignore[arg-type]
+            if capture is not None:
+                capture.append(x)
         return x
+
+    @contextmanager
+    def capturing(self, capture: list[Tensor]) -> Iterator[list[Tensor]]:
+        """Within the block, every ``forward`` call that passes no ``capture`` appends block outputs to
+        ``capture`` (for callers that reach ``forward`` through another object, e.g. an update rule)."""
+        prev, self._capture = self._capture, capture
+        try:
+            yield capture
+        finally:
+            self._capture = prev
 
     def loss(self, out: Tensor, target: Tensor) -> Tensor:
         """Mean cross-entropy of the logits ``out`` (only meaningful on the stage holding the head)."""

@@ -7,14 +7,22 @@ tensor into the tensor to send.
 * ``F(j)``: stage 0 builds its input from ``make_batch(space, seed, j)``; other stages use the received
   activation, made to require grad exactly when the sender's output did, so the split autograd graph
   mirrors the whole model's. The last stage regenerates batch ``j`` (a pure function of ``(seed, j)``)
-  for the target and computes the loss; targets never travel. The (input, output) pair is stashed.
-* ``B(j)``: backward from the received output gradient (the loss on the last stage); returns the input
-  gradient to send upstream (None when the input needs none); hands the parameter gradients to the
-  policy's update rule (``naspipe.runtime.updates``) and drops the stash. With a ``B``-write policy the
-  update is applied right away.
-* ``W(j)`` (split backward, ``csp-bw``): applies ``j``'s update. The gradients themselves are computed in
-  ``B``, so the result is bit-identical; a later version may move the weight-gradient computation into
-  ``W`` as the zero-bubble schedules do.
+  for the target and computes the loss; targets never travel. The (input, output) pair is stashed; with a
+  split backward also each block's output (``StageModel.capturing``).
+* ``B(j)`` without a split (write kind ``B``): one backward from the received output gradient (the loss on
+  the last stage); returns the input gradient to send upstream (None when the input needs none); hands
+  the parameter gradients to the policy's update rule (``naspipe.runtime.updates``), applies the update
+  and drops the stash.
+* ``B(j)`` with a split backward (``csp-bw``, write kind ``W``): only the input gradient,
+  ``torch.autograd.grad(out, x, retain_graph=True)``, while hooks record each block output's gradient
+  (``naspipe.runtime.splitgrad``); returns it at once for the upstream stage. Where the input needs no
+  gradient (stage 0) ``B`` computes nothing: all of the backward is weight gradients and waits for ``W``.
+* ``W(j)`` (split backward): the weight gradients of the candidates ``j`` used and of the fixed-version
+  leaves (``delayed:D``, ``serial``), one ``torch.autograd.grad`` per block from the recorded output
+  gradient (on stage 0: one plain backward, the cheapest way to get only weight gradients); they are put
+  on ``.grad`` where the update rule reads them (``rule.after_backward``), the update is applied
+  (``rule.write``) and the stash, graph included, is dropped. Per-block weight gradients are bit-identical
+  to one full backward (tests/test_split_backward.py), so ``csp-bw`` reproduces the sequential run.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import torch
 from torch import Tensor
 
 from naspipe.models import StageModel, input_of, make_batch, target_of
+from naspipe.runtime.splitgrad import BlockTargets, input_grad, weight_grads
 from naspipe.runtime.updates import ForwardContext, OptimizerBank, make_updates
 from naspipe.sched.tasks import BACKWARD, WEIGHT
 from naspipe.space import Subnet
@@ -37,6 +46,9 @@ class _Stash:
     x: Tensor | None  # the stage input (None on stage 0, whose input needs no gradient)
     out: Tensor  # the output (the loss on the last stage)
     ctx: ForwardContext
+    blocks: list[Tensor] | None = None  # split backward: each block's output, in block order
+    block_grads: list[Tensor | None] | None = None  # split backward, after B: their gradients
+    seed: Tensor | None = None  # split backward, after B: the received output gradient
 
 
 class StageExecutor:
@@ -54,6 +66,8 @@ class StageExecutor:
         self.bank = OptimizerBank(model, optimizer, lr)
         self.rule = make_updates(policy, model, self.bank, shared_delay=shared_delay, n=len(subnets),
                                  micro_batches=micro_batches, stage=stage, stages=stages, options=policy_options)
+        self.split = write_kind == WEIGHT
+        self._targets = BlockTargets(model) if self.split else None
         self._stash: dict[int, _Stash] = {}
         self.losses: dict[int, float] = {}
         self.peak_stash = 0
@@ -78,15 +92,20 @@ class StageExecutor:
             if requires_grad:
                 x.requires_grad_(True)
             stage_in = x
-        out, ctx = self.rule.forward(j, x, self.subnets[j])
+        blocks: list[Tensor] | None = None
+        if self.split and stage_in is not None and stage_in.requires_grad:
+            with self.model.capturing([]) as blocks:
+                out, ctx = self.rule.forward(j, x, self.subnets[j])
+        else:  # no split, or nothing to send upstream: W runs one plain backward
+            out, ctx = self.rule.forward(j, x, self.subnets[j])
         if self.last:
             if batch is None:
                 batch = make_batch(self.space, self.seed, j)
             loss = self.model.loss(out, target_of(self.space, batch).to(self.device))
             self.losses[j] = loss.item()
-            self._keep(j, _Stash(stage_in, loss, ctx))
+            self._keep(j, _Stash(stage_in, loss, ctx, blocks))
             return None, False
-        self._keep(j, _Stash(stage_in, out, ctx))
+        self._keep(j, _Stash(stage_in, out, ctx, blocks))
         return out.detach(), out.requires_grad
 
     def _keep(self, j: int, st: _Stash) -> None:
@@ -95,6 +114,8 @@ class StageExecutor:
 
     def backward(self, j: int, grad: Tensor | None = None) -> Tensor | None:
         """Run ``B(j)``; returns the gradient of the stage input to send upstream (or None)."""
+        if self.split:
+            return self._input_backward(j, grad)
         st = self._stash.pop(j, None)
         if st is None:
             raise RuntimeError(f"B({j}) without a stashed F({j}) on this stage")
@@ -108,6 +129,20 @@ class StageExecutor:
         self.rule.after_backward(j, st.ctx)
         if self.write_kind == BACKWARD:
             self.rule.write(j)
+        return gin
+
+    def _input_backward(self, j: int, grad: Tensor | None) -> Tensor | None:
+        """Split ``B(j)``: the input gradient only; the stash stays (with the graph) for ``W(j)``."""
+        st = self._stash.get(j)
+        if st is None or st.seed is not None or st.block_grads is not None:
+            raise RuntimeError(f"B({j}) without a stashed F({j}) on this stage, or B({j}) ran twice")
+        if not self.last and grad is None and st.out.requires_grad:
+            raise RuntimeError(f"B({j}) has no output gradient")
+        st.seed = grad
+        if st.blocks is None or not st.out.requires_grad:  # the input needs no gradient: all is left to W
+            st.block_grads = []
+            return None
+        gin, st.block_grads = input_grad(st.out, st.x, None if self.last else grad, st.blocks)
         return gin
 
     @contextmanager
@@ -129,9 +164,25 @@ class StageExecutor:
         return getattr(self.rule, "reads", {}).get((kind, j), default)
 
     def weight(self, j: int) -> None:
-        """Run ``W(j)``: apply ``j``'s update (split-backward policies)."""
-        if self.write_kind != WEIGHT:
+        """Run ``W(j)``: compute ``j``'s weight gradients, apply its update, drop its stash."""
+        if not self.split:
             raise RuntimeError("W tasks exist only with a split-backward policy")
+        st = self._stash.get(j)
+        if st is None or st.block_grads is None:
+            raise RuntimeError(f"W({j}) before B({j}) on this stage")
+        del self._stash[j]
+        if st.blocks is None:  # stage 0 (or an input without gradient): one plain backward, weights only
+            if st.out.requires_grad:
+                if self.last:
+                    st.out.backward()
+                elif st.seed is not None:
+                    torch.autograd.backward(st.out, st.seed)
+        else:
+            assert self._targets is not None
+            targets = self._targets.targets(self.subnets[j], st.ctx.leaves)
+            for t, g in weight_grads(st.blocks, st.block_grads, targets).items():
+                t.grad = g
+        self.rule.after_backward(j, st.ctx)
         self.rule.write(j)
 
     @property
