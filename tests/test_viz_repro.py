@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import plotly.graph_objects as go
@@ -14,6 +15,7 @@ from naspipe.sched.shared import parse_shared
 from naspipe.sequence import ReplayStream, UniformStream
 from naspipe.space import preset
 from naspipe.viz.repro import (
+    Job,
     TrainJob,
     conflict_dense,
     digests_json,
@@ -21,6 +23,7 @@ from naspipe.viz.repro import (
     hash_table_figure,
     loss_curves,
     run_digest,
+    start_reference,
     summary,
     write_reference,
 )
@@ -144,3 +147,11 @@ def test_train_job_runs_in_the_background_and_reraises(monkeypatch, tmp_path):
     bad = TrainJob(SimpleNamespace(out=tmp_path / "bad")).start()
     with pytest.raises(RuntimeError, match="stage 1 failed"):
         bad.wait(5)
+
+
+def test_start_reference_runs_write_reference_in_the_background(monkeypatch, tmp_path):
+    import naspipe.viz.repro as repro
+
+    monkeypatch.setattr(repro, "write_reference", lambda cfg, out: Path(out))
+    job = start_reference(SimpleNamespace(), tmp_path / "ref")
+    assert isinstance(job, Job) and job.wait(5) == tmp_path / "ref"

@@ -9,7 +9,7 @@
 * ``conflict_dense(space, k)``: the space with only ``k`` candidates per choice block, so neighbouring
   subnets share layers and an asynchronous pipeline reads stale weights (the hazard CSP prevents);
 * ``TrainJob`` / ``start_training``: ``train`` in a background thread, so a notebook cell can return while
-  the live monitor follows the run's ``events.jsonl``.
+  the live monitor follows the run's ``events.jsonl``; ``start_reference`` likewise for the reference.
 """
 
 from __future__ import annotations
@@ -145,32 +145,22 @@ def conflict_dense(space: SearchSpace | str, k: int = 1) -> SearchSpace:
     return dataclasses.replace(sp, name=f"{sp.name}-k{k}", blocks=blocks)
 
 
-class TrainJob:
-    """``naspipe.runtime.train(config)`` running in a background thread.
+class Job:
+    """``fn(*args)`` running in a background (daemon) thread; ``wait()`` returns its value or re-raises."""
 
-    ``events`` is the run's live ``events.jsonl`` (give it to ``LiveMonitor.follow``); ``is_alive()`` lets the
-    monitor stop with the job; ``wait()`` returns the ``RunResult`` or re-raises the training error.
-    """
-
-    def __init__(self, config: Any):
-        self.config = config
-        self.events = Path(config.out) / "events.jsonl"
+    def __init__(self, fn: Any, *args: Any, name: str = "naspipe-job"):
         self.result: Any = None
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="naspipe-train", daemon=True)
+        self._fn, self._args = fn, args
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def _run(self) -> None:
-        from naspipe.runtime import train
-
         try:
-            self.result = train(self.config)
+            self.result = self._fn(*self._args)
         except BaseException as e:  # noqa: BLE001 - re-raised by wait()
             self.error = e
 
-    def start(self) -> TrainJob:
-        if getattr(self.config, "overwrite", False):  # an earlier run's files would end the monitor at once
-            for name in ("events.jsonl", "status.json"):
-                (Path(self.config.out) / name).unlink(missing_ok=True)
+    def start(self) -> Job:
         self._thread.start()
         return self
 
@@ -180,15 +170,48 @@ class TrainJob:
     def wait(self, timeout: float | None = None) -> Any:
         self._thread.join(timeout)
         if self._thread.is_alive():
-            raise TimeoutError(f"training still running after {timeout} s")
+            raise TimeoutError(f"still running after {timeout} s")
         if self.error is not None:
             raise self.error
         return self.result
 
 
+def _train(config: Any) -> Any:
+    from naspipe.runtime import train
+
+    return train(config)
+
+
+class TrainJob(Job):
+    """``naspipe.runtime.train(config)`` running in a background thread.
+
+    ``events`` is the run's live ``events.jsonl`` (give it to ``LiveMonitor.follow``, with the job as
+    ``until``: the monitor stops when the job ends); ``wait()`` returns the ``RunResult`` or re-raises the
+    training error.
+    """
+
+    def __init__(self, config: Any):
+        super().__init__(_train, config, name="naspipe-train")
+        self.config = config
+        self.events = Path(config.out) / "events.jsonl"
+
+    def start(self) -> TrainJob:
+        if getattr(self.config, "overwrite", False):  # an earlier run's files would end the monitor at once
+            for name in ("events.jsonl", "status.json"):
+                (Path(self.config.out) / name).unlink(missing_ok=True)
+        super().start()
+        return self
+
+
 def start_training(config: Any) -> TrainJob:
     """Start ``train(config)`` in a background thread and return its ``TrainJob``."""
     return TrainJob(config).start()
+
+
+def start_reference(config: Any, out: str | Path) -> Job:
+    """``write_reference(config, out)`` in a background thread (it overlaps with a pipeline run's start-up);
+    ``wait()`` returns the reference directory."""
+    return Job(write_reference, config, out, name="naspipe-reference").start()
 
 
 def digests_json(table: list[dict[str, Any]], **extra: Any) -> str:
@@ -197,6 +220,6 @@ def digests_json(table: list[dict[str, Any]], **extra: Any) -> str:
     return json.dumps(data, sort_keys=True)
 
 
-__all__ = ["TrainJob", "conflict_dense", "digests_json", "hash_table", "hash_table_figure", "loss_curves", "run_digest",
-           "start_training", "summary", "write_reference"]
+__all__ = ["Job", "TrainJob", "conflict_dense", "digests_json", "hash_table", "hash_table_figure", "loss_curves",
+           "run_digest", "start_reference", "start_training", "summary", "write_reference"]
 
