@@ -1,0 +1,138 @@
+"""Checkpoints and resume: a run killed after a checkpoint, resumed, equals an uninterrupted run bit for bit.
+
+The runs are in-process ``train`` calls (the session's fork server makes them start fast); the resume of
+the first case goes through the CLI (``naspipe train --resume DIR``), the second through the API.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import psutil
+import pytest
+import torch
+
+from naspipe.cli import main
+from naspipe.reference import train_reference
+from naspipe.results import param_hashes, verify, write_losses, write_params
+from naspipe.runtime import TrainConfig, train
+from naspipe.runtime.checkpoint import (
+    Checkpointer,
+    CheckpointError,
+    check_resume,
+    fingerprint,
+    mark_complete,
+    newest_complete,
+    position_dir,
+    root_of,
+)
+from naspipe.runtime.launcher import TrainError
+from naspipe.sched.shared import parse_shared
+from naspipe.sequence import UniformStream
+from naspipe.space import preset
+
+
+def _leftovers() -> list[psutil.Process]:
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            cmd = " ".join(p.cmdline())
+        except psutil.NoSuchProcess:
+            continue
+        if ("multiprocessing.forkserver" in cmd and p.ppid() == psutil.Process().pid) or "resource_tracker" in cmd:
+            continue
+        out.append(p)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    yield
+    deadline = time.monotonic() + 5
+    while _leftovers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _leftovers(), [p.cmdline() for p in _leftovers()]
+
+
+def test_killed_after_a_checkpoint_then_resumed_equals_an_uninterrupted_run(tmp_path):
+    """csp, 2 stages, tiny-transformer, 40 subnets, a checkpoint every 10, shared layers delayed:2 (the fixed
+    versions v_18, v_19, v_20 held at the fence are saved and restored); stage 1 is SIGKILLed at subnet 25."""
+    run, full = tmp_path / "run", tmp_path / "full"
+    common = ["--space", "tiny-transformer", "--stages", "2", "--subnets", "40", "--shared-layers", "delayed:2",
+              "--seed", "1", "--no-progress"]
+    assert main(["train", *common, "--checkpoint-every", "10", "--out", str(run), "--fault", "kill:1:25"]) == 1
+    status = json.loads((run / "status.json").read_text())
+    assert status["complete"] is False and status["rank"] == 1 and status["checkpoint"] == 20
+    root = root_of(run)
+    assert json.loads((root / "complete.json").read_text())["position"] == 20
+    assert sorted(p.name for p in root.iterdir()) == ["c000000020", "complete.json"]  # older ones pruned
+    saved = torch.load(position_dir(root, 20) / "stage0.pt", weights_only=True)
+    assert saved["position"] == 20 and saved["versions"]["next"] == 20
+    assert sorted(saved["versions"]["versions"]) == [18, 19, 20]  # what subnets 20, 21, 22 read
+    last = torch.load(position_dir(root, 20) / "stage1.pt", weights_only=True)
+    assert sorted(last["losses"]) == list(range(20))
+    # resume in place: the same arguments, --resume instead of --out
+    assert main(["train", *common, "--checkpoint-every", "10", "--resume", str(run)]) == 0
+    assert json.loads((run / "status.json").read_text()) == {"complete": True}
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["config"]["resumed_from"] == 20 and m["config"]["checkpoint_every"] == 10
+    assert json.loads((root / "complete.json").read_text())["position"] == 30
+    assert main(["train", *common, "--out", str(full)]) == 0
+    assert main(["verify", str(run), str(full)]) == 0
+
+
+def test_resume_through_the_api_restores_optimizer_state(tmp_path):
+    """Adam (per-candidate moments and step counts), digits-cnn, serial shared layers; a raise on stage 0."""
+    sp = preset("digits-cnn")
+    kw = dict(stages=2, subnets=24, shared_layers="serial", optimizer="adam", seed=2, progress=False,
+              checkpoint_every=8, timeout=60)
+    with pytest.raises(TrainError, match="last complete checkpoint is at subnet 16"):
+        train(TrainConfig.create(sp, tmp_path / "run", fault="raise:0:19", **kw))
+    cfg = TrainConfig.create(sp, tmp_path / "resumed", resume=tmp_path / "run", **kw)
+    assert cfg.start == 16 and cfg.resume.endswith("c000000016")
+    result = train(cfg)
+    ref = train_reference(sp, UniformStream(sp, 2, 24), 2, parse_shared("serial"), optimizer="adam")
+    (tmp_path / "ref").mkdir()
+    write_losses(tmp_path / "ref" / "losses.csv", ref.losses)
+    write_params(tmp_path / "ref" / "params.json", param_hashes(ref.model.global_named_parameters()))
+    ok, msg = verify(result.out, tmp_path / "ref")
+    assert ok, msg
+    # the source run's checkpoint is untouched; the resumed run (next fence 24 = the end) wrote none
+    assert newest_complete(root_of(tmp_path / "run")) == 16
+    assert not root_of(tmp_path / "resumed").exists()
+
+
+def test_completion_needs_every_stage_and_keeps_the_previous_checkpoint(tmp_path):
+    root = tmp_path / "checkpoint"
+    for c, stages in ((10, (0, 1)), (20, (1,))):
+        d = position_dir(root, c)
+        d.mkdir(parents=True)
+        for s in stages:
+            (d / f"stage{s}.pt").write_bytes(b"x")
+            (d / f"stage{s}.json").write_text(json.dumps({"fingerprint": {"stages": 2}}))
+    assert newest_complete(root) == 10
+    assert not mark_complete(root, 20, 2)
+    assert mark_complete(root, 10, 2) and position_dir(root, 20).exists()
+    (position_dir(root, 20) / "stage0.json").write_text(json.dumps({"fingerprint": {"stages": 2}}))
+    assert newest_complete(root) == 20 and mark_complete(root, 20, 2)
+    assert not position_dir(root, 10).exists()  # the previous one goes once the new one is complete
+    assert json.loads((root / "complete.json").read_text())["position"] == 20
+
+
+def test_fences_and_refusals_without_processes(tmp_path):
+    cfg = TrainConfig.create("digits-cnn", tmp_path / "o", stages=2, subnets=25, checkpoint_every=10,
+                             progress=False)
+    assert Checkpointer(cfg, 0).fence == 10
+    assert Checkpointer(cfg.replace(checkpoint_every=30), 0).fence is None  # past the end: none
+    fp = fingerprint(cfg)
+    assert fp["stages"] == 2 and fp["subnets"] == 25 and len(fp["sequence_sha256"]) == 64
+    assert fingerprint(cfg.replace(seed=1)) != fp
+    with pytest.raises(CheckpointError, match="does not exist"):
+        check_resume(cfg, tmp_path / "nothing")
+    with pytest.raises(Exception, match="multiple of its 4 micro-batches"):
+        TrainConfig.create("digits-cnn", tmp_path / "o", stages=2, subnets=25, policy="bsp:4", checkpoint_every=10)
+    with pytest.raises(Exception, match="checkpoint_every must be"):
+        TrainConfig.create("digits-cnn", tmp_path / "o", stages=2, subnets=25, checkpoint_every=0)
