@@ -23,6 +23,7 @@ from naspipe.viz.repro import (
     hash_table_figure,
     loss_curves,
     run_digest,
+    schedule_digest,
     start_reference,
     summary,
     write_reference,
@@ -75,6 +76,7 @@ def test_hash_table_summary_and_figure(tmp_path):
     assert [r["verdict"] for r in table][-1] == "DIFFERS"
     assert "dir" not in table[1] and table[1]["stages"] == 1 and len(table[1]["hash"]) == 12
     assert table[0]["hash"] == table[1]["hash"] == table[2]["hash"] != table[3]["hash"]
+    assert table[0]["schedule"] == "-"  # no trace.json
     s = summary(table)
     assert s == {"runs": 3, "reproducible_runs": 2, "all_reproducible": True, "hazard_runs": 1,
                  "hazard_differs": True, "distinct_hashes": 2}
@@ -96,6 +98,21 @@ def test_hash_table_summary_and_figure(tmp_path):
     curves = loss_curves({"reference": ref, "asp": asp})
     assert [t.name for t in curves.data] == ["reference", "asp"] and list(curves.data[1].y) == [1.0, 2.5]
     assert curves.layout.xaxis.title.text and curves.layout.yaxis.title.text
+
+
+def test_schedule_digest_sees_the_order_of_tasks_only(tmp_path):
+    from naspipe.trace import Trace, TraceEvent
+
+    def write(name, events):
+        (tmp_path / name).mkdir()
+        Trace(2, [TraceEvent(*e) for e in events], {}).save(tmp_path / name / "trace.json")
+        return tmp_path / name
+
+    a = write("a", [(0, "F", 0, 0.0, 1.0), (1, "F", 0, 1.0, 2.0), (0, "F", 1, 1.0, 2.0)])
+    b = write("b", [(0, "F", 0, 0.0, 1.2), (1, "F", 0, 1.5, 2.5), (0, "F", 1, 1.2, 2.0)])  # same order, other times
+    c = write("c", [(0, "F", 0, 0.0, 0.9), (1, "F", 0, 0.9, 2.0), (0, "F", 1, 1.0, 2.0)])  # another order
+    assert schedule_digest(a) == schedule_digest(b) != schedule_digest(c)
+    assert schedule_digest(tmp_path) is None
 
 
 def test_conflict_dense_keeps_fixed_blocks_and_cuts_candidates():

@@ -54,10 +54,23 @@ def run_digest(run_dir: str | Path) -> dict[str, str]:
             "run": run.hexdigest()}
 
 
+def schedule_digest(run_dir: str | Path) -> str | None:
+    """SHA-256 of the order in which a run executed its tasks (``(stage, kind, subnet)`` by start time, from
+    ``trace.json``): jitter changes it, CSP keeps the result anyway. None when the run has no trace."""
+    from naspipe.trace import Trace
+
+    path = Path(run_dir) / "trace.json"
+    if not path.exists():
+        return None
+    events = sorted(Trace.load(path).compute_events(), key=lambda e: (e.start, e.stage, e.kind, e.subnet))
+    return hashlib.sha256(repr([(e.stage, e.kind, e.subnet) for e in events]).encode()).hexdigest()
+
+
 def hash_table(rows: Iterable[Mapping[str, Any]], reference: str | Path | None = None,
                reference_name: str = "reference") -> list[dict[str, Any]]:
     """One row per run: the input row's fields (a ``dir`` key is required), ``hash`` (short run digest),
-    ``losses sha`` / ``params sha`` (short) and, with a ``reference`` directory, ``equal`` (bool) and
+    ``losses sha`` / ``params sha`` (short), ``schedule`` (short ``schedule_digest``, "-" without a trace)
+    and, with a ``reference`` directory, ``equal`` (bool) and
     ``verdict`` ("identical" / "DIFFERS"). The reference row comes first, its ``run`` is ``reference_name``
     (which should start with "reference": ``summary`` skips such rows).
     """
@@ -72,6 +85,7 @@ def hash_table(rows: Iterable[Mapping[str, Any]], reference: str | Path | None =
         dg = run_digest(r["dir"])
         row = {k: v for k, v in r.items() if k != "dir"}
         row.update({"hash": dg["run"][:SHORT], "losses sha": dg["losses"][:SHORT], "params sha": dg["params"][:SHORT]})
+        row["schedule"] = (schedule_digest(r["dir"]) or "-")[:SHORT]
         if ref is not None:
             row["equal"] = dg["run"] == ref["run"]
             row["verdict"] = "identical" if row["equal"] else "DIFFERS"
@@ -221,5 +235,5 @@ def digests_json(table: list[dict[str, Any]], **extra: Any) -> str:
 
 
 __all__ = ["Job", "TrainJob", "conflict_dense", "digests_json", "hash_table", "hash_table_figure", "loss_curves",
-           "run_digest", "start_reference", "start_training", "summary", "write_reference"]
+           "run_digest", "schedule_digest", "start_reference", "start_training", "summary", "write_reference"]
 
