@@ -83,6 +83,8 @@ BAD = [  # (arguments, part of the one-line message)
     (["--subnets", "0"], "--subnets must be >= 1"),
     (["--device", "tpu"], "invalid choice: 'tpu'"),
     (["--micro-batches", "2"], "policy 'csp' takes no option"),
+    (["--checkpoint-every", "0"], "--checkpoint-every must be >= 1"),
+    (["--policy", "bsp:4", "--checkpoint-every", "10"], "multiple of its 4 micro-batches"),
 ]
 
 
@@ -96,19 +98,128 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path, capsys, args,
     assert not _children()
 
 
-def test_malformed_space_file_and_busy_port_are_refused(tmp_path, capsys):
-    assert main(["train", "--space", _bad_space(tmp_path), "--out", str(tmp_path / "o")]) == 2
-    assert "not valid JSON" in capsys.readouterr().err
+def _refused(capsys, argv: list[str], message: str, never: Path | None = None) -> str:
+    """``naspipe ARGV`` exits 2 with one line holding ``message``, creates ``never`` not, leaves no process."""
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert err.startswith("naspipe: error:") and "\n" not in err and message in err, err
+    if never is not None:
+        assert not never.exists()
+    assert not _children()
+    return err
+
+
+def test_malformed_space_json_is_refused(tmp_path, capsys):
+    _refused(capsys, ["train", "--space", _bad_space(tmp_path), "--out", str(tmp_path / "o")], "not valid JSON",
+             tmp_path / "o")
+
+
+def test_schema_violating_space_json_is_refused(tmp_path, capsys):
+    p = tmp_path / "schema.json"
+    p.write_text(json.dumps({"name": "x", "blocks": [{"name": "b0", "candidates": "none"}]}))
+    _refused(capsys, ["train", "--space", str(p), "--out", str(tmp_path / "o")], str(p.name), tmp_path / "o")
+
+
+def test_a_port_in_use_is_refused(tmp_path, capsys):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        assert main(["train", "--subnets", "4", "--port", str(port), "--out", str(tmp_path / "o"),
-                     "--no-progress"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert f"port {port} on 127.0.0.1 is already in use" in err and "\n" not in err
-    assert not (tmp_path / "o").exists()
-    assert not _children()
+        _refused(capsys, ["train", "--subnets", "4", "--port", str(port), "--out", str(tmp_path / "o"),
+                          "--no-progress"], f"port {port} on 127.0.0.1 is already in use", tmp_path / "o")
+
+
+def test_an_output_directory_holding_another_run_is_refused(tmp_path, capsys):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "losses.csv").write_text("subnet,loss\n")
+    _refused(capsys, ["train", "--subnets", "4", "--out", str(out), "--no-progress"],
+             "already holds a run (losses.csv); choose another directory or pass --overwrite")
+    assert sorted(p.name for p in out.iterdir()) == ["losses.csv"]
+
+
+def test_a_run_needs_an_output_directory(tmp_path, capsys):
+    _refused(capsys, ["train", "--subnets", "4", "--no-progress"], "--out is required")
+
+
+@pytest.mark.parametrize("budget,message", [
+    ("1KB", "is smaller than one subnet's layers"),
+    ("-5", "must not be negative"),
+])
+def test_a_memory_budget_below_one_subnet_or_negative_is_refused(capsys, budget, message):
+    """``naspipe train`` has no memory budget; ``naspipe simulate --device-memory`` has."""
+    _refused(capsys, ["simulate", "--space", "tiny-transformer", "--stages", "2", "--subnets", "8",
+                      "--device-memory", budget], message)
+
+
+# ---- checkpoints that cannot be resumed -----------------------------------------------------------------
+CKPT = ["--space", "digits-cnn", "--stages", "2", "--subnets", "12", "--seed", "5", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def checkpointed(tmp_path_factory) -> Path:
+    """A finished run with checkpoints every 4 subnets (the newest complete one: at 8)."""
+    out = tmp_path_factory.mktemp("ckpt") / "run"
+    assert main(["train", *CKPT, "--checkpoint-every", "4", "--out", str(out)]) == 0
+    assert json.loads((out / "checkpoint" / "complete.json").read_text())["position"] == 8
+    return out
+
+
+def _copy(src: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(src, tmp_path / "run"))
+
+
+def test_resume_from_a_path_that_does_not_exist_is_refused(tmp_path, capsys):
+    _refused(capsys, ["train", *CKPT, "--resume", str(tmp_path / "nope")], "no checkpoint to resume: ")
+
+
+def test_resume_from_a_run_without_checkpoints_is_refused(tmp_path, capsys):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "status.json").write_text("{}")
+    _refused(capsys, ["train", *CKPT, "--resume", str(tmp_path / "plain"), "--out", str(tmp_path / "o")],
+             "no checkpoint to resume in", tmp_path / "o")
+
+
+def test_resume_without_a_complete_checkpoint_is_refused(tmp_path, capsys, checkpointed):
+    run = _copy(checkpointed, tmp_path)
+    (run / "checkpoint" / "c000000008" / "stage1.json").unlink()  # stage 1 never finished saving
+    (run / "checkpoint" / "complete.json").unlink()
+    _refused(capsys, ["train", *CKPT, "--resume", str(run)], "no complete checkpoint in")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "sidecar"])
+def test_resume_from_a_corrupted_checkpoint_is_refused(tmp_path, capsys, checkpointed, damage):
+    run = _copy(checkpointed, tmp_path)
+    d = run / "checkpoint" / "c000000008"
+    pt = d / "stage1.pt"
+    if damage == "truncated":
+        pt.write_bytes(pt.read_bytes()[:100])
+        what = str(pt)
+    elif damage == "garbage":
+        pt.write_bytes(b"\x00garbage" * (pt.stat().st_size // 8 + 1))
+        what = str(pt)
+    else:
+        (d / "stage1.json").write_text("{not json")
+        what = str(d / "stage1.json")
+    _refused(capsys, ["train", *CKPT, "--resume", str(run), "--out", str(tmp_path / "o")],
+             f"checkpoint file {what!r} is corrupted", tmp_path / "o")
+
+
+@pytest.mark.parametrize("change,message", [
+    (["--seed", "6"], "was taken with seed 5, but the arguments give seed 6"),
+    (["--space", "tiny-transformer"], "was taken with space 'digits-cnn', but the arguments give space "
+                                      "'tiny-transformer'"),
+    (["--stages", "3"], "was taken with stages 2, but the arguments give stages 3"),
+    (["--optimizer", "adam"], "was taken with optimizer 'sgd', but the arguments give optimizer 'adam'"),
+    (["--subnets", "16"], "was taken with subnets 12, but the arguments give subnets 16"),
+])
+def test_resume_with_other_arguments_is_refused(tmp_path, capsys, checkpointed, change, message):
+    # a later option overrides an earlier one (argparse)
+    _refused(capsys, ["train", *CKPT, *change, "--resume", str(checkpointed), "--out", str(tmp_path / "o")], message,
+             tmp_path / "o")
 
 
 def test_a_crashed_stage_exits_1_naming_the_rank(tmp_path, capsys):
