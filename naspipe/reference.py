@@ -12,6 +12,10 @@ It also *defines* the shared-layer (fixed-block) semantics:
   ``v_max(0, j-D)``, where ``v_k`` holds the weights after the updates of subnets ``< k``. The gradient
   computed at that version is applied to the *current* weights, together with the candidate update
   (delayed SGD). The loop keeps the last ``D + 1`` versions as detached clones.
+* ``delayed:D+predict``: the stored ``v_k`` (``k >= 1``) is the PipeOptim prediction ``predict(w, opt, s=D,
+  last shared gradient)`` made right after subnet ``k-1``'s update; ``delayed:D+t1=K``: the shared update
+  of subnet ``j`` is a separate optimizer step (per-parameter updates, so the bits of the others do not
+  change) with ``lr * t1_multiplier(j, D, K)`` (``naspipe.sched.shared``).
 
 A stream with a ``report(j, loss)`` method (``OnlineStream``, a run-time generated sequence) is told each
 subnet's loss right after that subnet's optimizer step, so later subnets can depend on it.
@@ -42,6 +46,37 @@ class ReferenceResult:
 
 def _snapshot(params: dict[str, torch.nn.Parameter]) -> dict[str, Tensor]:
     return {n: p.detach().clone() for n, p in params.items()}
+
+
+def _predicted(params: dict[str, torch.nn.Parameter], opt: torch.optim.Optimizer, s: int) -> dict[str, Tensor]:
+    """PipeOptim's prediction of the shared weights ``s`` updates ahead, from the state after this update."""
+    from naspipe.corrections.pipeoptim import predict
+
+    names = list(params)
+    grads = [params[n].grad for n in names]
+    return dict(zip(names, predict([params[n] for n in names], opt, s, grads), strict=True))
+
+
+def _t1_steps(opt: torch.optim.Optimizer, model: StageModel, fixed: dict[str, torch.nn.Parameter], j: int,
+              delay: int, anneal: int) -> None:
+    """The candidates' step, then the shared layers' step at the T1-rescaled rate (``tau = D``)."""
+    from naspipe.corrections.pipemare import rescheduled_lr
+
+    shared_ids = {id(p) for p in fixed.values()}
+    held = {n: p.grad for n, p in fixed.items()}
+    for p in fixed.values():
+        p.grad = None
+    opt.step()
+    others = [p for p in model.parameters() if id(p) not in shared_ids and p.grad is not None]
+    saved = [p.grad for p in others]
+    for p in others:
+        p.grad = None
+    for n, p in fixed.items():
+        p.grad = held[n]
+    with rescheduled_lr(opt, j, delay, anneal):
+        opt.step()
+    for p, g in zip(others, saved, strict=True):
+        p.grad = g
 
 
 def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared: SharedLayers,
@@ -78,12 +113,15 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
             for name, p in fixed.items():
                 p.grad = read[name].grad
         # only the candidates this subnet used (and, when trained, the fixed blocks) carry a gradient
-        opt.step()
+        if trains_shared and shared.t1:
+            _t1_steps(opt, model, fixed, j, delay, shared.t1)
+        else:
+            opt.step()
         losses[j] = loss.item()
         if report is not None:
             report(j, losses[j])
         if trains_shared:
-            versions[j + 1] = _snapshot(fixed)
+            versions[j + 1] = _predicted(fixed, opt, delay) if shared.predict else _snapshot(fixed)
             versions.pop(j + 1 - delay - 1, None)  # subnet j+1 and later read v_{>= j+1-D}
         if bar is not None:
             bar.update(1)

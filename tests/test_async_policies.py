@@ -193,3 +193,45 @@ def test_t2_and_t1_and_warmup_change_pipemare_and_warmup_is_synchronous(digits):
     lags = lags_from_reads(execs[0].rule.reads)
     assert all(lags[j] == (0, 0) for j in range(6)) and lags[11] == (3, 0)
     assert all(torch.isfinite(torch.tensor(v)) for v in losses.values())
+
+
+# ---- delayed:D with PipeOptim prediction and PipeMare T1 on the shared layers --------------------------------
+def test_shared_layer_corrections_parse_and_round_trip():
+    for text in ("delayed:4+predict", "delayed:4+t1=200", "delayed:2+predict+t1=5"):
+        sh = parse_shared(text)
+        assert str(sh) == text and parse_shared(str(sh)) == sh and sh.trains_shared
+    assert parse_shared("delayed:3+t1=7").t1 == 7 and not parse_shared("delayed:3+t1=7").predict
+    for bad in ("serial+predict", "frozen+t1=3", "delayed:2+t1", "delayed:2+t1=0", "delayed:2+guess"):
+        with pytest.raises(ValueError):
+            parse_shared(bad)
+
+
+@pytest.mark.parametrize("shared,opt", [("delayed:2+predict", "momentum"), ("delayed:3+t1=6", "sgd"),
+                                        ("delayed:2+predict+t1=4", "adam")])
+def test_corrected_delayed_shared_layers_stay_reproducible(digits, shared, opt):
+    """The reference implements the corrections; csp on 3 stages matches it bit for bit, and the corrections
+    change the result (they are not no-ops)."""
+    sp, subnets = digits
+    for _ in (0,):
+        ref = train_reference(sp, ReplayStream(sp, subnets), 0, parse_shared(shared), optimizer=opt)
+        want = (ref.losses, param_hashes(ref.model.global_named_parameters()))
+        assert replay(sp, 3, "csp", shared, subnets, optimizer=opt)[:2] == want
+        plain = train_reference(sp, ReplayStream(sp, subnets), 0, parse_shared(shared.split("+")[0]), optimizer=opt)
+        assert param_hashes(plain.model.global_named_parameters()) != want[1]
+
+
+def test_corrected_delayed_shared_layers_in_a_real_run(tmp_path):
+    from naspipe.results import verify, write_losses, write_params
+
+    shared = "delayed:2+predict+t1=5"
+    cfg = TrainConfig.create("digits-cnn", tmp_path / "run", stages=2, subnets=8, policy="csp",
+                             shared_layers=shared, optimizer="momentum", progress=False, timeout=60)
+    train(cfg)
+    ref = train_reference(cfg.space, ReplayStream(cfg.space, list(cfg.sequence)), 0, parse_shared(shared),
+                          optimizer="momentum")
+    (tmp_path / "ref").mkdir()
+    write_losses(tmp_path / "ref" / "losses.csv", ref.losses)
+    write_params(tmp_path / "ref" / "params.json", param_hashes(ref.model.global_named_parameters()))
+    ok, msg = verify(cfg.out, tmp_path / "ref")
+    assert ok, msg
+    assert json.loads((cfg.out / "metrics.json").read_text())["config"]["shared_layers"] == shared

@@ -108,13 +108,48 @@ def take_grads(params: Sequence[nn.Parameter]) -> dict[nn.Parameter, Tensor | No
     return out
 
 
+class CorrectedFixedVersions(FixedVersions):
+    """``FixedVersions`` with the ``delayed:D`` corrections (``naspipe.sched.shared``): ``+predict`` stores
+    ``predict(v_k, s = D)`` computed when ``v_k`` is snapshotted (optimizer state and last shared gradient of
+    that moment), ``+t1=K`` scales the shared step of subnet ``j`` by ``t1_multiplier(j, D, K)``."""
+
+    def __init__(self, bank: OptimizerBank, delay: int, n: int, predict: bool, t1: int):
+        self.bank, self.predict, self.t1 = bank, predict, t1
+        self._last: dict[str, Tensor | None] = {}
+        super().__init__(bank.fixed, delay, n, self._step)
+
+    def _step(self, grads: Mapping[str, Tensor | None]) -> None:
+        from naspipe.corrections.pipemare import rescheduled_lr
+
+        opt = self.bank._opt
+        if self.t1 and opt is not None:
+            with rescheduled_lr(opt, self.next, self.delay, self.t1):
+                self.bank.step_fixed(grads)
+        else:
+            self.bank.step_fixed(grads)
+        self._last = dict(grads)
+
+    def _snapshot(self, k: int) -> None:
+        super()._snapshot(k)
+        if k == 0 or not getattr(self, "predict", False) or k not in self._versions or self.bank._opt is None:
+            return
+        from naspipe.corrections.pipeoptim import predict
+
+        names = list(self.live)
+        moved = predict([self.live[n] for n in names], self.bank._opt, self.delay, [self._last.get(n) for n in names])
+        self._versions[k] = dict(zip(names, moved, strict=True))
+
+
 class ExactUpdates:
     """sequential / csp / csp-bw: live weights, one step per subnet at its write task, fixed versions."""
 
     def __init__(self, model: StageModel, bank: OptimizerBank, delay: int | None, n: int):
         self.model, self.bank = model, bank
-        self.versions = (FixedVersions(bank.fixed, delay, n, bank.step_fixed)
-                         if bank.fixed and delay is not None else None)
+        sh = getattr(model, "shared", None)
+        corrected = sh is not None and (getattr(sh, "predict", False) or getattr(sh, "t1", 0))
+        self.versions = (None if not bank.fixed or delay is None else
+                         CorrectedFixedVersions(bank, delay, n, sh.predict, sh.t1) if corrected else
+                         FixedVersions(bank.fixed, delay, n, bank.step_fixed))
         self._grads: dict[int, tuple[list[Key], dict[nn.Parameter, Tensor | None], dict[str, Tensor | None]]] = {}
 
     def forward(self, j: int, x: Tensor, subnet: Sequence[int]) -> tuple[Tensor, ForwardContext]:

@@ -7,6 +7,17 @@ every earlier one. The user picks the semantics explicitly:
 * ``serial``: the exact rule; ``F(j,s)`` waits for every earlier write on a stage with fixed blocks;
 * ``delayed:D``: subnet ``j`` reads the shared weights as they were after subnet ``j-D-1``'s update, a
   version that depends on ``j`` alone, so runs stay reproducible. ``serial`` is ``delayed:0``.
+
+Corrections of the staleness of ``delayed:D``, appended with ``+`` (``delayed:4+predict+t1=200``); both keep
+the run a function of ``j`` alone, so ``verify`` still holds against the reference, which implements them too:
+
+* ``+predict`` (PipeOptim, ``s = D``): subnet ``j`` reads ``v_{j-D} - lr * D * dW`` instead of ``v_{j-D}``,
+  ``dW`` the optimizer's step direction (``naspipe.corrections.pipeoptim``) computed from the optimizer
+  state and the last applied gradient *when ``v_{j-D}`` is snapshotted* (right after subnet ``j-D-1``'s
+  shared update), never at forward time. ``v_0`` is not moved (no optimizer state yet).
+* ``+t1=K`` (PipeMare T1, ``tau = D``): the shared-layer update of subnet ``j`` uses the step size
+  ``lr * t1_multiplier(j, D, K)``: ``lr / D`` at first, the base rate from subnet ``K`` on. Candidates keep
+  their rate.
 """
 
 from __future__ import annotations
@@ -22,6 +33,8 @@ class SharedPolicyError(ValueError):
 class SharedLayers:
     mode: str = "frozen"  # "frozen" | "serial" | "delayed"
     delay: int = 0
+    predict: bool = False  # +predict: read a PipeOptim prediction of the shared weights (s = D)
+    t1: int = 0  # +t1=K: PipeMare T1 on the shared-layer step size (tau = D, anneal over K updates); 0 = off
 
     @property
     def trains_shared(self) -> bool:
@@ -39,13 +52,29 @@ class SharedLayers:
         return max(0, j - self.delay)
 
     def __str__(self) -> str:
-        return self.mode if self.mode != "delayed" else f"delayed:{self.delay}"
+        base = self.mode if self.mode != "delayed" else f"delayed:{self.delay}"
+        return base + ("+predict" if self.predict else "") + (f"+t1={self.t1}" if self.t1 else "")
 
 
 def parse_shared(text: str | SharedLayers) -> SharedLayers:
     if isinstance(text, SharedLayers):
         return text
-    t = text.strip().lower()
+    t, *extras = [x.strip() for x in text.strip().lower().split("+")]
+    if extras:
+        base = parse_shared(t)
+        if base.mode != "delayed":
+            raise SharedPolicyError(f"bad shared-layer policy {text!r}: +predict and +t1=K apply to delayed:D only")
+        predict, t1 = False, 0
+        for x in extras:
+            key, sep, val = x.partition("=")
+            if x == "predict":
+                predict = True
+            elif key == "t1" and sep and val.isdigit() and int(val) > 0:
+                t1 = int(val)
+            else:
+                raise SharedPolicyError(f"bad shared-layer correction {x!r} in {text!r}: use +predict or +t1=K "
+                                        f"with a whole number K >= 1")
+        return SharedLayers("delayed", base.delay, predict, t1)
     if t == "frozen":
         return SharedLayers("frozen")
     if t == "serial":
@@ -55,4 +84,5 @@ def parse_shared(text: str | SharedLayers) -> SharedLayers:
         if not sep or not d.strip().isdigit():
             raise SharedPolicyError(f"bad shared-layer policy {text!r}: use delayed:D with a whole number D >= 0")
         return SharedLayers("delayed", int(d))
-    raise SharedPolicyError(f"unknown shared-layer policy {text!r}; choose frozen, serial or delayed:D")
+    raise SharedPolicyError(f"unknown shared-layer policy {text!r}; choose frozen, serial or delayed:D "
+                            f"(optionally +predict, +t1=K)")
