@@ -172,3 +172,41 @@ def test_start_reference_runs_write_reference_in_the_background(monkeypatch, tmp
     monkeypatch.setattr(repro, "write_reference", lambda cfg, out: Path(out))
     job = start_reference(SimpleNamespace(), tmp_path / "ref")
     assert isinstance(job, Job) and job.wait(5) == tmp_path / "ref"
+
+
+# ---- figures: simulated against measured on one time axis (naspipe.viz.figures, naspipe.viz.svg) ----------
+def test_simulated_twin_rescales_the_cost_model_and_svg_stacks_panels():
+    import xml.etree.ElementTree as ET
+
+    from naspipe.partition import partition
+    from naspipe.sim import simulate
+    from naspipe.trace import Trace, TraceEvent
+    from naspipe.viz.figures import scaled_space, simulated_twin
+    from naspipe.viz.svg import dag_svg, gantt_svg
+
+    sp = preset("digits-cnn")
+    part = partition(sp, 2)
+    stream = UniformStream(sp, 0, 6)
+    sim = simulate(sp, part, stream, "csp").trace
+    # a "measured" trace whose forwards take 3x and backwards 2x the cost model
+    fake = Trace(2, [TraceEvent(e.stage, e.kind, e.subnet, 0.0, (e.end - e.start) * (3 if e.kind == "F" else 2))
+                     for e in sim.events], {})
+    twin = simulated_twin(sp, part, stream, fake)
+    assert twin.meta["scale_f"] == pytest.approx(3) and twin.meta["scale_b"] == pytest.approx(2)
+    dur = lambda t, k: sum(e.end - e.start for e in t.events if e.kind == k)  # noqa: E731
+    assert dur(twin, "F") == pytest.approx(3 * dur(sim, "F")) and dur(twin, "B") == pytest.approx(2 * dur(sim, "B"))
+    assert scaled_space(sp, 1, 1).blocks == sp.blocks
+    svg = gantt_svg({"measured": fake, "simulated": twin}, "m vs s")
+    root = ET.fromstring(svg)
+    texts = [el.text for el in root.iter() if el.tag.endswith("text")]
+    assert "measured" in texts and "simulated" in texts and texts.count("stage 1") == 2
+    assert "pipeline stage" in texts and any(t and t.startswith("time (") for t in texts)
+    rects = [el for el in root.iter() if el.tag.endswith("rect")]
+    assert len(rects) >= len(fake.events) + len(twin.events)
+    single = ET.fromstring(gantt_svg(sim, "one"))
+    assert [el.text for el in single.iter() if el.tag.endswith("text")].count("stage 0") == 1
+    from naspipe.viz.dag import dag_from_trace
+
+    g = dag_from_trace(sim, sp, part, [stream[j] for j in range(6)])
+    dtexts = [el.text for el in ET.fromstring(dag_svg(g, "d")).iter() if el.tag.endswith("text")]
+    assert {"data edge", "causal edge (write -> read)", "critical path"} <= set(dtexts)

@@ -1,22 +1,30 @@
-"""Export the README's pictures: ``python -m naspipe.viz.figures docs/figures`` (or ``make figures``).
+"""Export the README's pictures: ``python -m naspipe.viz.figures [--measured] docs/figures`` (``make figures``).
 
-A Gantt chart of a simulated CSP run (naspipe-k48, 4 stages, 40 subnets), the same run with the split
-backward (``csp-bw``), and the causal DAG of its first 12 subnets. Each picture is written as SVG (always,
-by ``naspipe.viz.svg``), as interactive HTML (plotly.js from its CDN, to keep the files small) and as PNG
-when plotly can render images (kaleido and a headless browser installed).
+A Gantt chart of a simulated CSP run (naspipe-k48, 4 stages, 20 subnets), the same run with the split
+backward (``csp-bw``), and the causal DAG of its first 12 subnets. With ``--measured`` also a real CSP run
+(digits-cnn, 4 stage processes, 16 subnets: about 10 s) drawn above its simulated twin on one time axis
+(``gantt_measured_vs_sim``). Each picture is written as SVG (always, by ``naspipe.viz.svg``), as interactive
+HTML (plotly.js from its CDN, to keep the files small) and as PNG when plotly can render images (kaleido and
+a headless browser installed).
+
+``simulated_twin`` is the simulation of a measured run's sequence with the space's cost model rescaled so
+that its mean forward and backward task times match the measured ones (the cost model is relative).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 import plotly.graph_objects as go
 
 from naspipe.partition import partition
 from naspipe.sequence import UniformStream
 from naspipe.sim import simulate
-from naspipe.space import preset
+from naspipe.space import Block, SearchSpace, preset
+from naspipe.trace import Trace
 from naspipe.viz.dag import critical_path, dag_figure, dag_from_trace
 from naspipe.viz.gantt import gantt
 from naspipe.viz.svg import dag_svg, gantt_svg
@@ -36,9 +44,49 @@ def export(fig: go.Figure, svg: str, out: Path, stem: str) -> list[Path]:
     return paths
 
 
-def make_figures(out: str | Path, space: str = "naspipe-k48", stages: int = 4, subnets: int = 40,
-                 dag_subnets: int = 12, seed: int = 0) -> list[Path]:
-    """Simulate, draw and export; returns the files written."""
+def scaled_space(space: SearchSpace, fwd: float, bwd: float) -> SearchSpace:
+    """``space`` with every candidate's forward cost times ``fwd`` and backward cost times ``bwd``."""
+    blocks = tuple(Block(b.name, tuple(dataclasses.replace(c, fwd=c.fwd * fwd, bwd=c.bwd * bwd) for c in b.candidates),
+                         b.fixed, b.role) for b in space.blocks)
+    return dataclasses.replace(space, blocks=blocks)
+
+
+def simulated_twin(space: SearchSpace, part: Any, stream: Any, measured: Trace, policy: str = "csp",
+                   seed: int = 0) -> Trace:
+    """Simulate ``stream`` with the cost model rescaled to ``measured``'s mean F and B durations."""
+    first = simulate(space, part, stream, policy, seed=seed).trace
+
+    def total(t: Trace, kind: str) -> float:
+        return sum(e.end - e.start for e in t.events if e.kind == kind)
+
+    scale = {k: (total(measured, k) / total(first, k)) if total(first, k) > 0 else 1.0 for k in ("F", "B")}
+    trace = simulate(scaled_space(space, scale["F"], scale["B"]), part, stream, policy, seed=seed).trace
+    trace.meta.update(driver="sim", policy=policy, scale_f=scale["F"], scale_b=scale["B"])
+    return trace
+
+
+def measured_figures(out: Path, space: str = "digits-cnn", stages: int = 4, subnets: int = 16,
+                     seed: int = 0) -> list[Path]:
+    """Train a small CSP run for real and export it above its simulated twin (one time axis)."""
+    import tempfile
+
+    from naspipe.runtime import TrainConfig, train
+
+    with tempfile.TemporaryDirectory(prefix="naspipe-figures-") as tmp:
+        cfg = TrainConfig.create(space, Path(tmp) / "csp", stages=stages, subnets=subnets, seed=seed, policy="csp",
+                                 progress=False)
+        measured = train(cfg).trace
+    twin = simulated_twin(cfg.space, cfg.partition, cfg.stream(), measured, "csp", seed)
+    traces = {"measured: 4 stage processes (runtime)": measured,
+              "simulated: cost model rescaled to the measured mean F / B times": twin}
+    title = (f"CSP on {space}, {stages} stages, {subnets} subnets: measured {max(e.end for e in measured.events):.3f} s"
+             f" vs simulated {max(e.end for e in twin.events):.3f} s")
+    return export(gantt(traces, title=title), gantt_svg(traces, title), out, "gantt_measured_vs_sim")
+
+
+def make_figures(out: str | Path, space: str = "naspipe-k48", stages: int = 4, subnets: int = 20,
+                 dag_subnets: int = 12, seed: int = 0, measured: bool = False) -> list[Path]:
+    """Simulate, draw and export (and with ``measured``, train a small run too); returns the files written."""
     out = Path(out)
     sp = preset(space)
     part = partition(sp, stages)
@@ -53,15 +101,19 @@ def make_figures(out: str | Path, space: str = "naspipe-k48", stages: int = 4, s
     cp = critical_path(g)
     title = f"causal DAG of {dag_subnets} subnets ({space}, {stages} stages): critical path {cp.length * 1e3:.1f} ms"
     written += export(dag_figure(g, title=title), dag_svg(g, title), out, "dag")
+    if measured:
+        written += measured_figures(out, seed=seed)
     return written
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    args = list(sys.argv[1:] if argv is None else argv)
+    measured = "--measured" in args
+    args = [a for a in args if a != "--measured"]
     if len(args) != 1:
-        print("usage: python -m naspipe.viz.figures OUT_DIR", file=sys.stderr)
+        print("usage: python -m naspipe.viz.figures [--measured] OUT_DIR", file=sys.stderr)
         return 2
-    for p in make_figures(args[0]):
+    for p in make_figures(args[0], measured=measured):
         print(p)
     return 0
 
