@@ -1,0 +1,32 @@
+"""notebooks/04_async_corrections.ipynb runs headless with tiny parameters, draws its figures, is committed clean."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+
+sys.path.insert(0, str(Path(__file__).parent))
+from notebook_runner import PLOTLY_MIME, has_outputs, output_mime_types, outputs_of, run_notebook  # noqa: E402
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "04_async_corrections.ipynb"
+
+
+def test_04_async_corrections_is_committed_clean_and_parameterised():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(nb)
+    assert not has_outputs(nb)
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert "parameters" in first_code.metadata.get("tags", [])
+
+
+def test_04_async_corrections_runs_and_plots():
+    nb = run_notebook(NOTEBOOK, {"SUBNETS": 12, "EVAL_SUBNETS": 3, "STAGES": 2}, timeout=60)
+    print(f"\n04_async_corrections: {nb.metadata['naspipe_test']['seconds']:.1f} s")
+    assert output_mime_types(nb)["error"] == 0
+    figs = outputs_of(nb, PLOTLY_MIME)
+    assert len(figs) == 2
+    names = [t.get("name", "") for t in figs[0]["data"]]
+    assert names[0] == "sequential reference" and "pipedream" in names and "pipeoptim" in names
+    assert figs[0]["layout"]["title"]["text"].startswith("training loss")
