@@ -240,9 +240,14 @@ def test_torchrun_entry_point_matches_the_reference(tmp_path):
     common = ["--space", "digits-cnn", "--subnets", "12", "--shared-layers", "serial"]
     p = subprocess.run([str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
                         "--master-port", str(port), "-m", "naspipe.launch", *common, "--out", str(run),
-                        "--no-progress"], capture_output=True, text=True, timeout=240, cwd=ROOT)
+                        "--checkpoint-every", "4", "--no-progress"], capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "csp on digits-cnn, 2 stages, 12 subnets" in p.stdout
     assert main(["reference", *common, "--out", str(ref), "--no-progress"]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
+    # every rank saved its checkpoints and rank 0 marked them complete; the single-machine launcher resumes one
+    assert json.loads((run / "checkpoint" / "complete.json").read_text())["position"] == 8
+    assert main(["train", *common, "--stages", "2", "--resume", str(run), "--out", str(tmp_path / "resumed"),
+                 "--no-progress"]) == 0
+    assert main(["verify", str(tmp_path / "resumed"), str(ref)]) == 0
     assert not _children()

@@ -51,7 +51,10 @@ def write_status(out: Path, complete: bool, error: str | None = None, rank: int 
         data.update(error=error, rank=rank)
     if checkpoint is not None:
         data.update(checkpoint=checkpoint)
-    (out / "status.json").write_text(json.dumps(data, indent=1) + "\n")
+    try:
+        (out / "status.json").write_text(json.dumps(data, indent=1) + "\n")
+    except OSError:  # the directory went away: the error itself is what matters
+        pass
 
 
 def read_parts(out: Path, stages: int) -> list[dict[str, Any]]:
