@@ -240,7 +240,8 @@ def test_torchrun_entry_point_matches_the_reference(tmp_path):
     common = ["--space", "digits-cnn", "--subnets", "12", "--shared-layers", "serial"]
     p = subprocess.run([str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
                         "--master-port", str(port), "-m", "naspipe.launch", *common, "--out", str(run),
-                        "--checkpoint-every", "4", "--no-progress"], capture_output=True, text=True, timeout=240, cwd=ROOT)
+                        "--checkpoint-every", "4", "--no-progress"], capture_output=True, text=True, timeout=240,
+                       cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "csp on digits-cnn, 2 stages, 12 subnets" in p.stdout
     assert main(["reference", *common, "--out", str(ref), "--no-progress"]) == 0
