@@ -5,7 +5,7 @@ backward (``csp-bw``), and the causal DAG of its first 12 subnets. With ``--meas
 (digits-cnn, 4 stage processes, 16 subnets: about 10 s) drawn above its simulated twin on one time axis
 (``gantt_measured_vs_sim``). Each picture is written as SVG (always, by ``naspipe.viz.svg``), as interactive
 HTML (plotly.js from its CDN, to keep the files small) and as PNG when plotly can render images (kaleido and
-a headless browser installed).
+a headless browser installed) or, failing that, when ``rsvg-convert`` (librsvg) can render the SVG.
 
 ``simulated_twin`` is the simulation of a measured run's sequence with the space's cost model rescaled so
 that its mean forward and backward task times match the measured ones (the cost model is relative).
@@ -14,6 +14,8 @@ that its mean forward and backward task times match the measured ones (the cost 
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,11 +38,15 @@ def export(fig: go.Figure, svg: str, out: Path, stem: str) -> list[Path]:
     paths = [out / f"{stem}.svg", out / f"{stem}.html"]
     paths[0].write_text(svg)
     fig.write_html(paths[1], include_plotlyjs="cdn")
+    png = out / f"{stem}.png"
     try:
-        fig.write_image(out / f"{stem}.png", width=1100, height=fig.layout.height or 500, scale=2)
-        paths.append(out / f"{stem}.png")
-    except Exception:  # noqa: BLE001 - no kaleido / browser: SVG and HTML only
-        pass
+        fig.write_image(png, width=1100, height=fig.layout.height or 500, scale=2)
+        paths.append(png)
+    except Exception:  # noqa: BLE001 - no kaleido / browser: the SVG rendered by rsvg-convert, if installed
+        rsvg = shutil.which("rsvg-convert")
+        if rsvg and subprocess.run([rsvg, "-b", "white", "-z", "1.5", str(paths[0]), "-o", str(png)],
+                                   capture_output=True, timeout=60).returncode == 0:
+            paths.append(png)
     return paths
 
 
