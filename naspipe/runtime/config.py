@@ -238,7 +238,8 @@ class TrainConfig:
         if online and getattr(sched, "m", None) and lag < sched.m:  # bsp: a group's forwards precede its B
             raise ConfigError(f"sampler {self.sampler} with policy {self.policy}: the lag must be at least the "
                               f"group of {sched.m} subnets (subnet j needs the loss of j - {lag}, known after B)")
-        if self.policy_name in ("bsp", "asp") and self.shared.mode == "delayed" and self.shared.delay > 0:
+        if self.policy_name in ("bsp", "asp", "pipedream", "2bw", "pipemare", "pipeoptim") and \
+                self.shared.mode == "delayed" and self.shared.delay > 0:
             raise ConfigError(f"policy {self.policy_name} trains shared layers with its own synchronisation "
                               f"(bsp: at the group's flush, asp: stashed like candidates); use shared layers "
                               f"frozen or serial, not {self.shared}")

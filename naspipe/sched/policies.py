@@ -436,9 +436,6 @@ class AsyncScheduler(ASPScheduler):
     text_options = True
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, warmup: int = 0, **base: Any):
-        if spec.shared.mode == "delayed" and spec.shared.delay > 0:
-            raise PolicyError(f"policy {self.name} trains shared layers like candidates; use shared layers "
-                              f"frozen or serial, not {spec.shared}")
         self.warmup = warmup
         super().__init__(spec, stream, window, **base)
 
