@@ -4,6 +4,11 @@ Every argument is validated before any process starts (one line, exit code 2). A
 run with exit code 1 and a line naming the rank. Writes ``losses.csv``, ``params.json``, ``trace.json``,
 ``metrics.json``, ``events.jsonl`` and ``status.json`` to ``--out``; ``naspipe verify OUT REF`` compares
 the run with ``naspipe reference``.
+
+``--checkpoint-every N`` saves every stage's state at subnets N, 2N, ... into ``OUT/checkpoint/``;
+``--resume DIR`` continues such a run from its newest complete checkpoint, bit-identical to an
+uninterrupted run; give the interrupted run's arguments again (``naspipe.runtime.checkpoint`` lists
+which may differ). A missing, corrupted or foreign checkpoint is refused like any bad argument.
 """
 
 from __future__ import annotations

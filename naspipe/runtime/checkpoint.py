@@ -188,10 +188,10 @@ def save_stage(cfg: TrainConfig, rank: int, position: int, ex: Any, root: Path |
 def _stage_count(d: Path) -> int | None:
     """The number of stages recorded in stage 0's sidecar of position directory ``d`` (None if absent)."""
     p = d / "stage0.json"
-    if not p.is_file():
-        return None
     try:
         return int(json.loads(p.read_text())["fingerprint"]["stages"])
+    except FileNotFoundError:  # not saved (yet), or pruned right now
+        return None
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"checkpoint file {str(p)!r} is corrupted ({type(e).__name__})") from None
 
