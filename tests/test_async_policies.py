@@ -116,6 +116,7 @@ def test_bsp_with_m_subnets_is_one_averaged_step_per_group(digits):
     want = (losses, param_hashes(model.global_named_parameters()))
     assert replay(sp, 1, f"bsp:{m}", "frozen", subnets)[:2] == want
     assert replay(sp, 3, f"bsp:{m}", "frozen", subnets)[:2] == want  # the pipeline changes nothing
+    assert replay(sp, 1, f"2bw:{m}", "frozen", subnets)[:2] == want  # 2bw on one stage: no delay, = GPipe
 
 
 def test_pipeoptim_with_s_zero_is_no_stash_asynchrony_and_prediction_changes_it(digits):
