@@ -1,8 +1,8 @@
 """The split backward (``csp-bw``): ``B`` computes the input gradient only, ``W`` the weight gradients.
 
-* unit: on a ``StageModel``, the input gradient from ``B`` and the per-block weight gradients from ``W``
-  equal one full backward bit for bit (both presets, shared layers frozen and delayed:2, a middle stage and
-  the last stage, which ends in the loss);
+* unit: on a ``StageModel``, the input gradient from ``B`` and the weight gradients from ``W`` (per layer
+  call, and the per-block fallback alone) equal one full backward bit for bit (both presets, shared
+  layers frozen and delayed:2, a middle stage and the last stage, which ends in the loss);
 * executor: a split ``B`` leaves every weight gradient untouched, sends the input gradient, and ``W`` does
   the update; the order is enforced;
 * real processes: ``csp-bw`` on 2 and 4 stages, with jitter, passes ``verify`` against the sequential
@@ -22,7 +22,7 @@ from naspipe.partition import partition
 from naspipe.reference import train_reference
 from naspipe.results import param_hashes, verify, write_losses, write_params
 from naspipe.runtime import TrainConfig, train
-from naspipe.runtime.splitgrad import BlockTargets, input_grad, weight_grads
+from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
 from naspipe.runtime.stage_exec import StageExecutor
 from naspipe.sched.shared import parse_shared
 from naspipe.sched.tasks import WEIGHT
@@ -52,6 +52,7 @@ def test_split_gradients_equal_one_full_backward_bit_for_bit(space, shared, wher
     lo, hi = (1, nb - 1) if where == "middle" else (nb // 2, nb)
     model = build_stage(sp, range(lo, hi), seed, sh)
     targets = BlockTargets(model)
+    capture = LayerCapture(model)
     live_fixed = {n: p for n, p in model.fixed_named_parameters().items() if p.requires_grad}
     stream = UniformStream(sp, seed, 2)
     checked = 0
@@ -85,19 +86,24 @@ def test_split_gradients_equal_one_full_backward_bit_for_bit(space, shared, wher
                 t.grad = None
         # split: B then W
         blocks: list = []
+        layers: list = []
+        capture.active = layers
         x, leaves, out = run(blocks)
-        assert len(blocks) == hi - lo
-        gin, block_grads = input_grad(out, x, g_out, blocks)
+        capture.active = None
+        assert len(blocks) == hi - lo and layers
+        gin, seen = input_grad(out, x, g_out, [*blocks, *(t for t, _ in layers)])
+        block_grads, layer_grads = seen[:len(blocks)], seen[len(blocks):]
         assert x.grad is None and all(g is not None for g in block_grads)
         ts_split = targets.targets(subnet, leaves)
         assert all(t.grad is None for ts in ts_split for t in ts)  # B computed no weight gradient
-        got = weight_grads(blocks, block_grads, ts_split)
+        got = weight_grads(blocks, block_grads, ts_split, layers, layer_grads)
+        per_block = weight_grads(blocks, block_grads, ts_split)  # the block-level fallback alone
         assert torch.equal(gin, full_in)
         for ts, fw in zip(ts_split, full_w, strict=True):
             for t, f in zip(ts, fw, strict=True):
                 assert (got[t] is None) == (f is None)
                 if f is not None:
-                    assert torch.equal(got[t], f)
+                    assert torch.equal(got[t], f) and torch.equal(per_block[t], f)
                     checked += 1
     assert checked > 0
     if shared == "delayed:2" and where == "last":

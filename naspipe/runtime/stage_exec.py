@@ -14,12 +14,14 @@ tensor into the tensor to send.
   the parameter gradients to the policy's update rule (``naspipe.runtime.updates``), applies the update
   and drops the stash.
 * ``B(j)`` with a split backward (``csp-bw``, write kind ``W``): only the input gradient,
-  ``torch.autograd.grad(out, x, retain_graph=True)``, while hooks record each block output's gradient
+  ``torch.autograd.grad(out, x, retain_graph=True)``, while hooks record the output gradient of each block
+  and of each weight-owning layer call captured in ``F``
   (``naspipe.runtime.splitgrad``); returns it at once for the upstream stage. Where the input needs no
   gradient (stage 0) ``B`` computes nothing: all of the backward is weight gradients and waits for ``W``.
 * ``W(j)`` (split backward): the weight gradients of the candidates ``j`` used and of the fixed-version
-  leaves (``delayed:D``, ``serial``), one ``torch.autograd.grad`` per block from the recorded output
-  gradient (on stage 0: one plain backward, the cheapest way to get only weight gradients); they are put
+  leaves (``delayed:D``, ``serial``), one ``torch.autograd.grad`` per weight-owning layer call from the
+  output gradient recorded in ``B`` (per block where a layer cannot be used; on stage 0: one plain
+  backward, the cheapest way to get only weight gradients); they are put
   on ``.grad`` where the update rule reads them (``rule.after_backward``), the update is applied
   (``rule.write``) and the stash, graph included, is dropped. Per-block weight gradients are bit-identical
   to one full backward (tests/test_split_backward.py), so ``csp-bw`` reproduces the sequential run.
@@ -35,7 +37,7 @@ import torch
 from torch import Tensor
 
 from naspipe.models import StageModel, input_of, make_batch, target_of
-from naspipe.runtime.splitgrad import BlockTargets, input_grad, weight_grads
+from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
 from naspipe.runtime.updates import ForwardContext, OptimizerBank, make_updates
 from naspipe.sched.tasks import BACKWARD, WEIGHT
 from naspipe.space import Subnet
@@ -48,6 +50,8 @@ class _Stash:
     ctx: ForwardContext
     blocks: list[Tensor] | None = None  # split backward: each block's output, in block order
     block_grads: list[Tensor | None] | None = None  # split backward, after B: their gradients
+    layers: list[tuple[Tensor, list[Tensor]]] | None = None  # split backward: (layer output, weights used)
+    layer_grads: list[Tensor | None] | None = None  # split backward, after B: the layer outputs' gradients
     seed: Tensor | None = None  # split backward, after B: the received output gradient
 
 
@@ -68,6 +72,7 @@ class StageExecutor:
                                  micro_batches=micro_batches, stage=stage, stages=stages, options=policy_options)
         self.split = write_kind == WEIGHT
         self._targets = BlockTargets(model) if self.split else None
+        self._layers = LayerCapture(model) if self.split else None
         self._stash: dict[int, _Stash] = {}
         self.losses: dict[int, float] = {}
         self.peak_stash = 0
@@ -93,9 +98,15 @@ class StageExecutor:
                 x.requires_grad_(True)
             stage_in = x
         blocks: list[Tensor] | None = None
+        layers: list[tuple[Tensor, list[Tensor]]] | None = None
         if self.split and stage_in is not None and stage_in.requires_grad:
-            with self.model.capturing([]) as blocks:
-                out, ctx = self.rule.forward(j, x, self.subnets[j])
+            assert self._layers is not None
+            layers = self._layers.active = []
+            try:
+                with self.model.capturing([]) as blocks:
+                    out, ctx = self.rule.forward(j, x, self.subnets[j])
+            finally:
+                self._layers.active = None
         else:  # no split, or nothing to send upstream: W runs one plain backward
             out, ctx = self.rule.forward(j, x, self.subnets[j])
         if self.last:
@@ -103,9 +114,9 @@ class StageExecutor:
                 batch = make_batch(self.space, self.seed, j)
             loss = self.model.loss(out, target_of(self.space, batch).to(self.device))
             self.losses[j] = loss.item()
-            self._keep(j, _Stash(stage_in, loss, ctx, blocks))
+            self._keep(j, _Stash(stage_in, loss, ctx, blocks, layers=layers))
             return None, False
-        self._keep(j, _Stash(stage_in, out, ctx, blocks))
+        self._keep(j, _Stash(stage_in, out, ctx, blocks, layers=layers))
         return out.detach(), out.requires_grad
 
     def _keep(self, j: int, st: _Stash) -> None:
@@ -142,7 +153,9 @@ class StageExecutor:
         if st.blocks is None or not st.out.requires_grad:  # the input needs no gradient: all is left to W
             st.block_grads = []
             return None
-        gin, st.block_grads = input_grad(st.out, st.x, None if self.last else grad, st.blocks)
+        layer_outs = [t for t, _ in st.layers or ()]
+        gin, seen = input_grad(st.out, st.x, None if self.last else grad, [*st.blocks, *layer_outs])
+        st.block_grads, st.layer_grads = seen[:len(st.blocks)], seen[len(st.blocks):]
         return gin
 
     @contextmanager
@@ -180,7 +193,8 @@ class StageExecutor:
         else:
             assert self._targets is not None
             targets = self._targets.targets(self.subnets[j], st.ctx.leaves)
-            for t, g in weight_grads(st.blocks, st.block_grads, targets).items():
+            for t, g in weight_grads(st.blocks, st.block_grads, targets, st.layers or (),
+                                     st.layer_grads or ()).items():
                 t.grad = g
         self.rule.after_backward(j, st.ctx)
         self.rule.write(j)
