@@ -84,24 +84,27 @@ def test_killed_after_a_checkpoint_then_resumed_equals_an_uninterrupted_run(tmp_
     assert main(["verify", str(run), str(full)]) == 0
 
 
-def test_resume_through_the_api_restores_optimizer_state(tmp_path):
-    """Adam (per-candidate moments and step counts), digits-cnn, serial shared layers; a raise on stage 0."""
+@pytest.mark.parametrize("policy,shared,optimizer,n,every,fault,saved", [
+    ("csp", "serial", "adam", 24, 8, "raise:0:19", 16),  # per-candidate Adam moments and step counts
+    ("csp-bw", "delayed:1", "momentum", 16, 6, "exit:1:14", 12),  # split backward: the write is W
+])
+def test_resume_through_the_api_restores_optimizer_state(tmp_path, policy, shared, optimizer, n, every, fault, saved):
     sp = preset("digits-cnn")
-    kw = dict(stages=2, subnets=24, shared_layers="serial", optimizer="adam", seed=2, progress=False,
-              checkpoint_every=8, timeout=60)
-    with pytest.raises(TrainError, match="last complete checkpoint is at subnet 16"):
-        train(TrainConfig.create(sp, tmp_path / "run", fault="raise:0:19", **kw))
+    kw = dict(stages=2, subnets=n, shared_layers=shared, optimizer=optimizer, seed=2, progress=False,
+              checkpoint_every=every, timeout=60, policy=policy)
+    with pytest.raises(TrainError, match=f"last complete checkpoint is at subnet {saved}"):
+        train(TrainConfig.create(sp, tmp_path / "run", fault=fault, **kw))
     cfg = TrainConfig.create(sp, tmp_path / "resumed", resume=tmp_path / "run", **kw)
-    assert cfg.start == 16 and cfg.resume.endswith("c000000016")
+    assert cfg.start == saved and cfg.resume.endswith(f"c{saved:09d}")
     result = train(cfg)
-    ref = train_reference(sp, UniformStream(sp, 2, 24), 2, parse_shared("serial"), optimizer="adam")
+    ref = train_reference(sp, UniformStream(sp, 2, n), 2, parse_shared(shared), optimizer=optimizer)
     (tmp_path / "ref").mkdir()
     write_losses(tmp_path / "ref" / "losses.csv", ref.losses)
     write_params(tmp_path / "ref" / "params.json", param_hashes(ref.model.global_named_parameters()))
     ok, msg = verify(result.out, tmp_path / "ref")
     assert ok, msg
-    # the source run's checkpoint is untouched; the resumed run (next fence 24 = the end) wrote none
-    assert newest_complete(root_of(tmp_path / "run")) == 16
+    # the source run's checkpoint is untouched; the resumed run (no fence left before the end) wrote none
+    assert newest_complete(root_of(tmp_path / "run")) == saved
     assert not root_of(tmp_path / "resumed").exists()
 
 
