@@ -3,11 +3,13 @@
 The same supernet (digits-cnn, seed 0) is trained on the same subnet sequence with every policy on a real
 pipeline (one process per stage, ``naspipe.runtime``) and once by the sequential reference trainer. One fixed
 set of evaluation subnets (uniform, its own seed) is evaluated on the held-out digits with each run's final
-weights. Reported per policy: mean held-out accuracy and loss over the evaluation subnets, the Kendall tau
-of their accuracy ranking against the reference's (``scipy.stats.kendalltau``; 1 = the search would rank
-subnets identically), whether the run equals the reference bit for bit (``naspipe.results.verify``: every
-loss and every parameter tensor), and the throughput (subnets/s from the run's metrics; the reference's
-is its single-process loop).
+weights (plus csp with ``delayed:D`` shared layers, plain and with the PipeOptim / PipeMare T1 corrections;
+those are checked bit for bit against a reference trained with the same shared-layer policy, and ranked
+against the ``--shared-layers`` reference). Reported per policy: mean held-out accuracy and loss over the
+evaluation subnets, the Kendall tau of their accuracy ranking against the reference's
+(``scipy.stats.kendalltau``; 1 = the search would rank subnets identically), whether the run equals the
+reference bit for bit (``naspipe.results.verify``: every loss and every parameter tensor), and the throughput
+(subnets/s from the run's metrics; the reference's is its single-process loop).
 
 Run: ``.venv/bin/python benchmarks/quality.py`` (``--quick`` for a small smoke run). Prints JSON, then a
 markdown table; writes ``benchmarks/results/quality.json``.
@@ -39,6 +41,9 @@ def main() -> None:
     ap.add_argument("--eval-subnets", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--policies", nargs="*", default=list(POLICIES))
+    ap.add_argument("--shared-variants", nargs="*", default=["delayed:4", "delayed:4+predict", "delayed:4+t1=K"],
+                    help="extra csp runs with these shared-layer policies (K: a third of the subnets); each is "
+                         "checked bit for bit against a reference trained with the same shared-layer policy")
     ap.add_argument("--quick", action="store_true", help="60 subnets, 10 evaluation subnets (smoke test)")
     ap.add_argument("--keep", default=None, help="keep the run directories here")
     args = ap.parse_args()
@@ -101,6 +106,27 @@ def main() -> None:
                      "kendall_tau": None if tau != tau else float(tau), "identical": bool(same),
                      "subnets_per_s": result.metrics["subnets_per_s"], "final_train_loss": losses[-1]})
         print(json.dumps(rows[-1]), flush=True)
+    for variant in args.shared_variants:
+        sh = parse_shared(variant.replace("K", str(anneal)))
+        vref_dir = root / f"reference_{str(sh).replace(':', '').replace('+', '_').replace('=', '')}"
+        vref_dir.mkdir(exist_ok=True)
+        vref = train_reference(space, stream, args.seed, sh, optimizer=args.optimizer, lr=args.lr)
+        write_losses(vref_dir / LOSSES, vref.losses)
+        write_params(vref_dir / PARAMS, param_hashes(vref.model.global_named_parameters()))
+        out = root / f"csp_{vref_dir.name}"
+        cfg = TrainConfig.create(space, out, stages=args.stages, subnets=args.subnets, sequence=sequence,
+                                 shared_layers=sh, policy="csp", optimizer=args.optimizer, lr=args.lr,
+                                 seed=args.seed, progress=False, overwrite=True, timeout=300)
+        result = train(cfg)
+        same, _ = verify(out, vref_dir)  # against the reference with the same shared-layer semantics
+        acc, loss = scores(load_weights(space, out, args.seed, sh))
+        tau = kendalltau(ref_acc, acc).statistic
+        rows.append({"policy": f"csp, shared {sh}", "mean_accuracy": sum(acc) / len(acc),
+                     "mean_loss": sum(loss) / len(loss), "kendall_tau": None if tau != tau else float(tau),
+                     "identical": bool(same), "identical_to": f"reference with shared {sh}",
+                     "subnets_per_s": result.metrics["subnets_per_s"],
+                     "final_train_loss": _read_losses(out)[-1]})
+        print(json.dumps(rows[-1]), flush=True)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     config = {"space": args.space, "subnets": args.subnets, "stages": args.stages, "optimizer": args.optimizer,
@@ -123,7 +149,8 @@ def table(rows: list[dict], config: dict) -> str:
              f"shared layers {config['shared_layers']}; {config['eval_subnets']} evaluation subnets on "
              f"{config['heldout_samples']} held-out samples",
              "",
-             "| policy | mean accuracy | mean loss | Kendall tau vs reference | bit-identical | subnets/s |",
+             "| policy | mean accuracy | mean loss | Kendall tau vs reference | bit-identical to its reference "
+             "| subnets/s |",
              "|---|---:|---:|---:|:---:|---:|"]
     for r in rows:
         tau = "n/a" if r["kendall_tau"] is None else f"{r['kendall_tau']:.3f}"
