@@ -71,6 +71,35 @@ class _Bar:
             self.bar.close()
 
 
+def _record_failure(cfg: Any, rank: int, e: BaseException) -> None:
+    """Keep what was written, mark the run incomplete: every rank leaves ``error-stage<rank>.txt``; rank 0
+    writes ``status.json`` (naming itself only when its failure is not a lost neighbour) and, with
+    checkpoints, marks the newest complete one and says how to resume."""
+    import traceback
+
+    try:
+        (cfg.out / f"error-stage{rank}.txt").write_text("".join(traceback.format_exception(e)))
+    except OSError:
+        pass
+    if rank != 0:
+        return
+    from naspipe.runtime.comm import TransportError
+    from naspipe.runtime.outputs import write_status
+    from naspipe.runtime.worker import PeerLost
+
+    saved = None
+    if cfg.checkpoint_every:
+        from naspipe.runtime.checkpoint import finalize
+
+        saved = finalize(cfg.out)
+        if saved is not None:
+            print(f"naspipe: the last complete checkpoint is at subnet {saved}: continue with --resume {cfg.out}",
+                  file=sys.stderr)
+    primary = not isinstance(e, (PeerLost, TransportError))
+    write_status(cfg.out, False, f"stage 0 (rank 0) failed: {type(e).__name__}: {e}", 0 if primary else None,
+                 checkpoint=saved)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
@@ -105,13 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_stage(rank, world, cfg, bar, local_rank=local_rank, after_barrier=merge)
     except Exception as e:  # noqa: BLE001 - one line; torchrun reports the failed rank and stops the others
         bar.close()
-        if rank == 0 and cfg.checkpoint_every:
-            from naspipe.runtime.checkpoint import finalize
-
-            saved = finalize(cfg.out)
-            if saved is not None:
-                print(f"naspipe: the last complete checkpoint is at subnet {saved}: continue with --resume {cfg.out}",
-                      file=sys.stderr)
+        _record_failure(cfg, rank, e)
         print(f"naspipe: error: stage {rank} (rank {rank}) failed: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     bar.close()
