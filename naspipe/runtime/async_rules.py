@@ -9,7 +9,11 @@ order), so the update applying subnet ``j`` starts from version ``j`` (``j // m`
 
 * ``pipedream`` (PipeDream 1F1B + weight stashing): the forward reads the live weights and runs on a snapshot
   copy of the ones it uses; the backward differentiates that snapshot (stashed version), the gradient is
-  applied to the live weights. Lags: F = B = P-1-i. (Same rule as ``asp``; vertical sync is not implemented.)
+  applied to the live weights. Lags: F = B = P-1-i. (Same rule as ``asp``.) With ``vsync`` (vertical sync)
+  every stage reads version ``max(0, j-P+1)`` for subnet ``j`` (the version stage 0 reads in steady 1F1B)
+  in forward and backward, kept as snapshots (up to P per stage): ``W(j+1) = W(j) - lr * grad(W(j-P+1))``,
+  lags F = B = P-1 on every stage; deterministic, so the run is reproducible (``TwoBWUpdates`` with groups of
+  one subnet and delay P-1).
 * ``2bw`` (PipeDream-2BW): groups of ``m`` subnets (option ``group``, default P); group ``g`` reads version
   ``max(0, g-1)`` (``g`` on one stage) in forward and backward; its gradients are summed in subnet order,
   averaged over ``m`` and applied in one update when the group's last backward ends: ``W(g+1) = W(g) - lr *
@@ -281,6 +285,8 @@ class AsyncUpdates:
 def make_async_updates(policy: str, model: StageModel, bank: OptimizerBank, *, n: int, stage: int, stages: int,
                        options: Mapping[str, Any]) -> PipeDreamUpdates | TwoBWUpdates | AsyncUpdates:
     if policy == "pipedream":
+        if options.get("vsync"):  # vertical sync: v(j) = max(0, j-P+1) on every stage, one update per subnet
+            return TwoBWUpdates(model, bank, 1, stages - 1, n)
         return PipeDreamUpdates(model, bank)
     if policy == "2bw":
         group = int(options.get("group", stages))

@@ -12,13 +12,14 @@ Written in the policy string after a colon, comma separated: ``pipemare:t1=200,t
 * ``pipeoptim``: ``offset`` (added to the version gap), ``s`` (``stage`` = P-1-i+offset per stage;
   ``inflight`` = per candidate, the in-flight earlier subnets on this stage that use it, + offset;
   or a fixed number), ``warmup``.
-* ``pipedream``: ``warmup``.
+* ``pipedream``: ``warmup``; ``vsync`` (vertical sync: every stage reads version ``max(0, j-P+1)`` for
+  subnet ``j``, the one stage 0 reads in steady 1F1B; deterministic, so the run is reproducible).
 """
 
 from __future__ import annotations
 
 ASYNC_OPTIONS: dict[str, dict[str, type]] = {
-    "pipedream": {"warmup": int},
+    "pipedream": {"warmup": int, "vsync": int},
     "2bw": {"group": int},
     "pipemare": {"t1": int, "t2": float, "warmup": int, "tau": str},
     "pipeoptim": {"s": str, "offset": int, "warmup": int},
@@ -38,8 +39,8 @@ def parse_async_options(policy: str) -> dict[str, object]:
     out: dict[str, object] = {}
     for item in filter(None, (a.strip() for a in arg.split(","))):
         key, sep, value = item.partition("=")
-        if not sep:
-            key, value = next(iter(spec)), item
+        if not sep:  # a bare flag (vsync) or the value of the first option (2bw:8)
+            key, value = (item, "1") if item.replace("-", "_") in spec else (next(iter(spec)), item)
         key = key.strip().replace("-", "_")
         if key not in spec:
             raise AsyncOptionError(f"policy {name!r} has no option {key!r}; options: {', '.join(spec)}")
