@@ -26,8 +26,8 @@ from pathlib import Path
 
 from _common import write_result
 
-POLICIES = ("csp", "bsp:4", "pipedream", "2bw", "pipemare", "pipemare:t1=K,t2=0.1,warmup=W", "pipeoptim",
-            "pipeoptim:s=inflight")
+POLICIES = ("csp", "bsp:4", "pipedream", "pipedream:vsync", "2bw", "pipemare", "pipemare:t1=K,t2=0.1,warmup=W",
+            "pipeoptim", "pipeoptim:s=inflight")
 
 
 def main() -> None:
