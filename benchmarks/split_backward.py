@@ -8,10 +8,16 @@ within each repeat (``ratio_paired_median``), utilisation, per-task overhead, an
 utilisation for both policies on the same sequence and cost model. Both runs must pass ``verify`` against
 each other's losses (same bits), which the script checks.
 
-What to expect on a CPU box: the split costs one extra task per subnet and stage (a W task: scheduling,
-one more event line) and, off stage 0, one ``autograd.grad`` call per block instead of one backward; it
-gains where a stage would otherwise idle waiting for a whole downstream backward. With small, cheap models
-the extra per-task overhead can eat the gain.
+What to expect on a CPU box: the split gains where a stage would otherwise idle waiting for a whole
+downstream backward (the simulator's utilisation rises), but it costs one extra task per subnet and stage
+(scheduling, one more event line) and, off stage 0, one ``autograd.grad`` call per weight-owning layer call
+in ``W`` instead of one backward. Each such call walks the whole autograd graph reachable from the layer's
+output (back to the stage input) before running the few kernels it needs: measured with
+``time.process_time`` on tiny-transformer (2 stages, 43 layer calls on the second stage) a call costs
+about 45 us for the first layer and about 215 us for the last, so W costs more CPU than the kernels of a
+whole backward of these tiny models (about 6.5 ms for B + W together with about 10 ms for W alone, against
+about 6.5 ms for one full backward). The presets here are overhead-bound; models with larger layers
+amortise the per-call cost.
 
 Run: ``.venv/bin/python benchmarks/split_backward.py [--spaces sparse-mlp,tiny-transformer] [--subnets 150]
 [--repeats 2]``
