@@ -15,9 +15,8 @@ in ``W`` instead of one backward. Each such call walks the whole autograd graph 
 output (back to the stage input) before running the few kernels it needs: measured with
 ``time.process_time`` on tiny-transformer (2 stages, 43 layer calls on the second stage) a call costs
 about 45 us for the first layer and about 215 us for the last, so W costs more CPU than the kernels of a
-whole backward of these tiny models (about 6.5 ms for B + W together with about 10 ms for W alone, against
-about 6.5 ms for one full backward). The presets here are overhead-bound; models with larger layers
-amortise the per-call cost.
+whole backward of these tiny models (B about 6 ms and W about 10 ms of CPU, against about 6.5 ms for one
+full backward). The presets here are overhead-bound; models with larger layers amortise the per-call cost.
 
 Run: ``.venv/bin/python benchmarks/split_backward.py [--spaces sparse-mlp,tiny-transformer] [--subnets 150]
 [--repeats 2]``
