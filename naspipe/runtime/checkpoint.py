@@ -137,7 +137,7 @@ def _cpu(obj: Any) -> Any:
     return obj
 
 
-def stage_state(cfg: TrainConfig, rank: int, position: int, ex: Any) -> dict[str, Any]:
+def stage_state(cfg: TrainConfig, rank: int, position: int, ex: Any, fp: dict | None = None) -> dict[str, Any]:
     """Everything stage ``rank`` needs to continue after subnet ``position - 1`` (plain data only)."""
     import torch
 
@@ -146,7 +146,7 @@ def stage_state(cfg: TrainConfig, rank: int, position: int, ex: Any) -> dict[str
     bank = ex.bank
     versions = getattr(ex.rule, "versions", None)
     state: dict[str, Any] = {
-        "format": FORMAT, "stage": rank, "position": position, "fingerprint": fingerprint(cfg),
+        "format": FORMAT, "stage": rank, "position": position, "fingerprint": fp or fingerprint(cfg),
         "model": _cpu(ex.model.state_dict()),
         "optimizer": _cpu(bank._opt.state_dict()) if bank._opt is not None else None,
         "steps": int(bank.steps),
@@ -167,19 +167,21 @@ def stage_state(cfg: TrainConfig, rank: int, position: int, ex: Any) -> dict[str
     return state
 
 
-def save_stage(cfg: TrainConfig, rank: int, position: int, ex: Any, root: Path | None = None) -> Path:
+def save_stage(cfg: TrainConfig, rank: int, position: int, ex: Any, root: Path | None = None,
+               fp: dict | None = None) -> Path:
     """Save stage ``rank`` at fence ``position``: ``stage<rank>.pt`` then its sidecar, both atomically."""
     import torch
 
+    fp = fp or fingerprint(cfg)
     d = position_dir(root or root_of(cfg.out), position)
     d.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
-    torch.save(stage_state(cfg, rank, position, ex), buf)
+    torch.save(stage_state(cfg, rank, position, ex, fp), buf)
     data = buf.getvalue()
     pt = d / f"stage{rank}.pt"
     write_atomic(pt, data)
     meta = {"format": FORMAT, "stage": rank, "position": position, "bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(), "fingerprint": fingerprint(cfg)}
+            "sha256": hashlib.sha256(data).hexdigest(), "fingerprint": fp}
     write_atomic(d / f"stage{rank}.json", (json.dumps(meta, indent=1) + "\n").encode())
     return pt
 
@@ -261,6 +263,7 @@ class Checkpointer:
         self.pending: list[int] = []  # saved here, not yet known complete (rank 0)
         self.saved: list[int] = []
         self.seconds = 0.0
+        self._fp: dict | None = None  # computed once (it hashes the whole sequence)
 
     @property
     def fence(self) -> int | None:
@@ -285,7 +288,9 @@ class Checkpointer:
 
             t = time.perf_counter()
             c = sched.fence
-            save_stage(self.cfg, self.rank, c, ex, self.root)
+            if self._fp is None:
+                self._fp = fingerprint(self.cfg)
+            save_stage(self.cfg, self.rank, c, ex, self.root, self._fp)
             self.saved.append(c)
             if self.rank == 0:
                 self.pending.append(c)
