@@ -20,6 +20,10 @@ which weights a forward reads and when the gradients are applied:
   gradient is exact for the weights the forward saw, but it is applied to newer weights. Trainable fixed
   weights (``serial``) are stashed and updated like candidates.
 
+* ``pipedream``, ``2bw``, ``pipemare``, ``pipeoptim``: ``naspipe.runtime.async_rules``.
+* ``delayed:D+predict`` / ``+t1=K`` shared layers: ``CorrectedFixedVersions`` (PipeOptim prediction stored
+  when a version is snapshotted; PipeMare T1 on the shared step), as ``naspipe.reference`` does.
+
 Optimizers (``OptimizerBank``): per-parameter state from ``naspipe.models.make_optimizer``
 (``foreach=False``); an update touches only the candidates used, so per-candidate state (momentum, Adam
 moments, step counts) advances only when that candidate trains.
