@@ -6,6 +6,7 @@ sequences, partitions and traces never import torch; the runtime and models do, 
 
 from naspipe.bound import Bound, lower_bound
 from naspipe.partition import Partition, partition
+from naspipe.runtime import TrainConfig, train
 from naspipe.sched import SharedLayers, make_scheduler, parse_shared, policy_names
 from naspipe.sequence import ReplayStream, UniformStream, Window
 from naspipe.sim import simulate
@@ -17,5 +18,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Block", "Bound", "Candidate", "Partition", "ReplayStream", "SearchSpace", "SharedLayers", "SpaceError", "Trace",
     "TraceEvent", "UniformStream", "Window", "load_space", "lower_bound", "make_scheduler", "parse_shared",
-    "partition", "policy_names", "preset", "preset_names", "resolve_space", "simulate",
+    "partition", "policy_names", "preset", "preset_names", "resolve_space", "simulate", "TrainConfig", "train",
 ]
