@@ -13,18 +13,16 @@ import json
 import pytest
 import torch
 
-from naspipe.models import DEFAULT_LR, build_stage, make_batch, make_optimizer
+from naspipe.models import build_stage, make_batch, make_optimizer
 from naspipe.partition import partition
 from naspipe.reference import train_reference
 from naspipe.results import param_hashes
 from naspipe.runtime import ConfigError, TrainConfig, train
-from naspipe.runtime.async_rules import lags_from_events, lags_from_reads
-from naspipe.runtime.stage_exec import StageExecutor
+from naspipe.runtime.async_rules import lags_from_events, lags_from_reads, replay_schedule
 from naspipe.sched.async_options import AsyncOptionError, parse_async_options
 from naspipe.sched.policies import POLICIES, PolicyError, make_scheduler, stage_specs
 from naspipe.sched.shared import parse_shared
 from naspipe.sequence import ReplayStream, UniformStream
-from naspipe.sim import simulate
 from naspipe.space import preset
 
 ASYNC = ["pipedream", "pipedream:vsync", "2bw", "pipemare:t1=5,t2=0.1,warmup=3", "pipeoptim", "pipeoptim:s=inflight"]
@@ -32,34 +30,11 @@ ASYNC = ["pipedream", "pipedream:vsync", "2bw", "pipemare:t1=5,t2=0.1,warmup=3",
 
 def replay(space, stages: int, policy: str, shared: str, subnets, *, seed: int = 0, optimizer: str = "sgd"):
     """The real executors run in the order of a simulated schedule (one process, tensors by hand)."""
-    sh = parse_shared(shared)
-    part = partition(space, stages)
-    sim = simulate(space, part, ReplayStream(space, subnets), policy, shared=sh, jitter=0.0, seed=seed)
-    sched = sim.schedulers[0]
-    execs = [StageExecutor(build_stage(space, part.blocks(s), seed, sh), subnets, seed=seed,
-                           policy=policy.partition(":")[0], optimizer=optimizer, lr=DEFAULT_LR[optimizer],
-                           shared_delay=sh.delay if sh.trains_shared else None, write_kind=sched.write_kind,
-                           micro_batches=getattr(sched, "m", None), stage=s, stages=stages,
-                           policy_options=parse_async_options(policy)) for s in range(stages)]
-    acts: dict = {}
-    grads: dict = {}
-    for ev in sorted(sim.trace.compute_events(), key=lambda e: (e.start, e.stage)):
-        s, j, ex = ev.stage, ev.subnet, execs[ev.stage]
-        if ev.kind == "F":
-            x, rg = acts.pop((j, s), (None, False))
-            out, rg = ex.forward(j, x, rg)
-            if s + 1 < stages:
-                acts[(j, s + 1)] = (out.clone(), rg)
-        elif ev.kind == "B":
-            gin = ex.backward(j, grads.pop((j, s), None))
-            if s > 0:
-                grads[(j, s - 1)] = gin.clone() if gin is not None else None
-        else:
-            ex.weight(j)
+    losses, execs = replay_schedule(space, stages, policy, subnets, seed=seed, shared=shared, optimizer=optimizer)
     hashes: dict = {}
     for ex in execs:
         hashes.update(param_hashes(ex.model.global_named_parameters()))
-    return execs[-1].losses, hashes, execs
+    return losses, hashes, execs
 
 
 @pytest.fixture(scope="module")

@@ -23,20 +23,18 @@ import psutil
 import pytest
 import torch
 
-from naspipe.models import DEFAULT_LR, build_stage
-from naspipe.partition import partition
+from naspipe.models import DEFAULT_LR
 from naspipe.reference import train_reference
 from naspipe.results import param_hashes, verify, write_losses, write_params
 from naspipe.runtime import ConfigError, TrainConfig, train
+from naspipe.runtime.async_rules import replay_schedule
 from naspipe.runtime.comm import ACTIVATION, GRADIENT, HEADER_LEN, decode_header, encode_header
 from naspipe.runtime.jitter import jitter_seconds
 from naspipe.runtime.launcher import TrainError
-from naspipe.runtime.stage_exec import StageExecutor
 from naspipe.runtime.versions import FixedVersions
 from naspipe.sched.policies import POLICIES
 from naspipe.sched.shared import parse_shared
 from naspipe.sequence import ReplayStream, UniformStream
-from naspipe.sim import simulate
 from naspipe.space import Block, preset
 from naspipe.trace import Trace, check_causal
 
@@ -146,34 +144,12 @@ def test_fixed_versions_apply_in_order_and_drop_old_versions():
 def _replay(space, stages: int, policy: str, shared: str, subnets, *, seed: int = 0, optimizer: str = "sgd",
             jitter: float = 0.5):
     """Run the real executors in the order of a simulated schedule (one process, tensors by hand)."""
-    sh = parse_shared(shared)
-    part = partition(space, stages)
-    stream = ReplayStream(space, subnets)
-    sim = simulate(space, part, stream, policy, shared=sh, jitter=jitter, seed=seed)
-    write_kind = sim.schedulers[0].write_kind
-    execs = [StageExecutor(build_stage(space, part.blocks(s), seed, sh), subnets, seed=seed,
-                           policy=policy.partition(":")[0], optimizer=optimizer, lr=DEFAULT_LR[optimizer],
-                           shared_delay=sh.delay if sh.trains_shared else None, write_kind=write_kind,
-                           micro_batches=getattr(sim.schedulers[0], "m", None)) for s in range(stages)]
-    acts: dict = {}
-    grads: dict = {}
-    for ev in sorted(sim.trace.compute_events(), key=lambda e: (e.start, e.stage)):
-        s, j, ex = ev.stage, ev.subnet, execs[ev.stage]
-        if ev.kind == "F":
-            x, rg = acts.pop((j, s), (None, False))
-            out, rg = ex.forward(j, x, rg)
-            if s + 1 < stages:
-                acts[(j, s + 1)] = (out.clone(), rg)
-        elif ev.kind == "B":
-            gin = ex.backward(j, grads.pop((j, s), None))
-            if s > 0:
-                grads[(j, s - 1)] = gin.clone() if gin is not None else None
-        else:
-            ex.weight(j)
+    losses, execs = replay_schedule(space, stages, policy, subnets, seed=seed, shared=shared, optimizer=optimizer,
+                                    jitter=jitter)
     hashes: dict = {}
     for ex in execs:
         hashes.update(param_hashes(ex.model.global_named_parameters()))
-    return execs[-1].losses, hashes
+    return losses, hashes
 
 
 @pytest.mark.parametrize("space,stages,policy,shared", [
