@@ -143,6 +143,11 @@ def speculative_copy(sched: StageScheduler) -> StageScheduler:
     Behaves exactly like ``sched.clone()`` (same decisions), but the causal tracker's queues are copied on
     write, which makes it cheap enough to run before every task.
     """
+    return _copy(sched, _cheap_tracker)
+
+
+def _copy(sched: StageScheduler, tracker: Callable[[Any], Any]) -> StageScheduler:
+    """A copy of ``sched`` whose containers are copied, helpers cloned and causal tracker made by ``tracker``."""
     other = object.__new__(type(sched))
     d = sched.__dict__.copy()
     for name, how in _plan(sched):
@@ -150,7 +155,7 @@ def speculative_copy(sched: StageScheduler) -> StageScheduler:
         if how == _COPY:
             d[name] = v.copy()
         elif how == _TRACKER:
-            d[name] = _cheap_tracker(v)
+            d[name] = tracker(v)
         elif v is not None:
             d[name] = v.clone()
     other.__dict__ = d
@@ -190,17 +195,7 @@ def peek(sched: StageScheduler) -> Task | None:
     """
     if sched.running is not None:
         return None
-    other = object.__new__(type(sched))
-    d = sched.__dict__.copy()
-    for name, how in _plan(sched):
-        v = d[name]
-        if how == _COPY:
-            d[name] = v.copy()
-        elif how == _TRACKER:
-            d[name] = _ReadOnlyTracker(v)
-        elif v is not None:
-            d[name] = v.clone()
-    other.__dict__ = d
+    other = _copy(sched, _ReadOnlyTracker)
     try:
         return other.next_task()
     except _Mutation:
