@@ -72,6 +72,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how stage processes start (default %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="print metrics.json to stdout")
+    p.add_argument("--device-memory", default=None, metavar="SIZE|P%",
+                   help="context switching: each stage keeps its candidates in host memory and at most SIZE "
+                        "bytes (2GiB) or P%% of its supernet share (25%%) on the device (cpu: a separate buffer pool)")
+    p.add_argument("--swap", choices=("predictive", "on-demand"), default="predictive",
+                   help="with --device-memory: prefetch the forecast tasks' candidates, or load on demand and "
+                        "evict right after use (default predictive)")
+    p.add_argument("--prefetch-depth", type=positive_int("--prefetch-depth"), default=4, metavar="N",
+                   help="with --swap predictive: forwards to prefetch ahead (default 4)")
     p.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # ACTION:STAGE:SUBNET, for tests
 
 
@@ -128,7 +136,9 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             threads=args.threads, device=args.device, timeout=args.timeout, micro_batches=args.micro_batches,
             max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,
             progress=not args.no_progress, fault=args.fault, start_method=args.start_method,
-            checkpoint_every=getattr(args, "checkpoint_every", None))
+            checkpoint_every=getattr(args, "checkpoint_every", None),
+            device_memory=getattr(args, "device_memory", None), swap=getattr(args, "swap", "predictive"),
+            prefetch_depth=getattr(args, "prefetch_depth", 4))
         cfg.validate()
         if getattr(args, "resume", None):
             from naspipe.runtime.checkpoint import apply_resume, resumes_in_place
@@ -147,7 +157,15 @@ def summary_line(m: dict[str, Any]) -> str:
     return (f"{c['policy']} on {c['space']}, {c['stages']} stages, {m['subnets']} subnets, shared layers "
             f"{c['shared_layers']}: {m['subnets_per_s']:.2f} subnets/s ({m['samples_per_s']:.0f} samples/s), "
             f"makespan {m['makespan_s']:.2f} s, utilisation {m['utilization']:.2f}, "
-            f"overhead {100 * m['overhead_share']:.1f}% of compute")
+            f"overhead {100 * m['overhead_share']:.1f}% of compute" + _memory_line(m))
+
+
+def _memory_line(m: dict[str, Any]) -> str:
+    mem = m.get("memory")
+    if not mem:
+        return ""
+    return (f"; swap {mem['swap']}: hit rate {100 * mem['hit_rate']:.1f}%, stall {100 * mem['stall_share']:.1f}% "
+            f"of the loop, {mem['bytes_moved']} bytes moved, peak device bytes {mem['peak_device_bytes']}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -73,6 +73,11 @@ class TrainConfig:
     # ``sequence``; "evolution:LAG" leaves ``sequence`` empty and trains ``subnet_count`` generated subnets
     sampler: str = "uniform"
     subnet_count: int | None = None
+    # context switching (``naspipe.runtime.memory``): None keeps every candidate resident (the default);
+    # a size (``2GiB``) or a share of the stage's candidate parameters (``25%``) per stage
+    device_memory: str | None = None
+    swap: str = "predictive"  # predictive | on-demand (only with device_memory)
+    prefetch_depth: int = 4
 
     # ---- construction --------------------------------------------------------------------------------
     @classmethod
@@ -200,6 +205,8 @@ class TrainConfig:
             "backend": self.backend, "timeout": self.timeout, "micro_batches": self.micro_batches,
             "max_pending_w": self.max_pending_w, "batch_size": self.space.batch_size,
             "start_method": self.start_method, "balance": self.balance, "sampler": self.sampler,
+            **({"device_memory": self.device_memory, "swap": self.swap, "prefetch_depth": self.prefetch_depth}
+               if self.device_memory is not None else {}),
         }
 
     # ---- validation ----------------------------------------------------------------------------------------
@@ -268,6 +275,40 @@ class TrainConfig:
             raise ConfigError(f"port must lie in 1..65535, got {self.port!r}")
         self.fault_spec()
         self._validate_checkpoints()
+        self._validate_memory()
+
+    def _validate_memory(self) -> None:
+        if self.device_memory is None:
+            return
+        from naspipe.memsize import SizeError, parse_budget
+        from naspipe.runtime.memory import SWAPS
+
+        if self.swap not in SWAPS:
+            raise ConfigError(f"unknown swap {self.swap!r}; choose one of {', '.join(SWAPS)}")
+        if not isinstance(self.prefetch_depth, int) or isinstance(self.prefetch_depth, bool) or \
+                self.prefetch_depth < 1:
+            raise ConfigError(f"prefetch_depth must be a whole number >= 1, got {self.prefetch_depth!r}")
+        try:
+            if parse_budget(self.device_memory).unlimited:
+                raise ConfigError("device_memory must be a size (2GiB) or a share (25%), not unlimited")
+        except SizeError as e:
+            raise ConfigError(str(e)) from None
+        if self.online:
+            raise ConfigError("device_memory (context switching) needs a fixed sequence, not a run-time sampler")
+        if self.device != "cpu":
+            raise ConfigError("device_memory (context switching) runs on device cpu only so far")
+        if self.policy_name not in ("csp", "csp-bw"):
+            raise ConfigError(f"device_memory (context switching) needs policy csp or csp-bw, not {self.policy}")
+        from naspipe.models import build_stage
+        from naspipe.runtime.memory import stage_budget
+
+        for s in range(self.stages):
+            model = build_stage(self.space, self.partition.blocks(s), self.seed, self.shared)
+            budget, share, need = stage_budget(self.device_memory, model, self.optimizer)
+            if share and budget < need:
+                raise ConfigError(f"device memory {self.device_memory} gives stage {s} {budget} bytes, less than "
+                                  f"one subnet's candidates there need ({need} bytes with {self.optimizer} state; "
+                                  f"the stage's supernet share is {share} bytes)")
 
     def _validate_checkpoints(self) -> None:
         every = self.checkpoint_every

@@ -127,6 +127,7 @@ class ContextCache:
         self._pins: collections.Counter[Key] = collections.Counter()
         self._dirty: set[Key] = set()
         self._wanted: set[Key] = set()  # prefetched, not yet acquired
+        self._protected: set[Key] = set()  # keys of the caller's forecast: a prefetch never evicts them
         self._last_use: dict[Key, float] = {}
         self._used = 0
         self._pool: dict[tuple[tuple[int, ...], torch.dtype], list[torch.Tensor]] = {}
@@ -167,6 +168,12 @@ class ContextCache:
                     self._wanted.add(k)
                     self._queue.append(("prefetch", k, tag))
             self._lock.notify_all()
+
+    def protect(self, keys: Iterable[Key]) -> None:
+        """Replace the set of keys a forecast will need soon: a prefetch never evicts them to make room
+        (an urgent load evicts them last). Keeps a deep prefetch from evicting what a nearer task needs."""
+        with self._lock:
+            self._protected = set(keys)
 
     def acquire(self, keys: Iterable[Key], tag: int = -1) -> float:
         """Pin ``keys`` and return once all are on the device; missing ones load first (a recorded stall).
@@ -352,8 +359,8 @@ class ContextCache:
             return []
         cands = [k for k, s in self._state.items() if s == RESIDENT and not self._pins[k]]
         if not urgent:
-            cands = [k for k in cands if k not in self._wanted]
-        cands.sort(key=lambda k: (k in self._wanted, self._last_use.get(k, 0.0)))
+            cands = [k for k in cands if k not in self._wanted and k not in self._protected]
+        cands.sort(key=lambda k: (k in self._wanted or k in self._protected, self._last_use.get(k, 0.0)))
         out = []
         for k in cands:
             if free >= n:

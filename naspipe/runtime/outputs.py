@@ -138,6 +138,11 @@ def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: floa
         raise RuntimeError(f"the stages trained different subnet sequences (digests {sorted(map(str, digests))})")
     metrics = run_metrics(cfg, parts, trace, losses, wall_s, startup_s)
     metrics["torch"] = torch.__version__
+    from naspipe.runtime.memory import merge_reports
+
+    memory = merge_reports(parts)
+    if memory is not None:
+        metrics["memory"] = memory
     metrics["config"]["sequence_sha256"] = digests.pop()
     if "subnets" in parts[0]:  # the realized sequence (replayable with --sequence)
         from naspipe.sequence import ReplayStream, save_sequence

@@ -127,17 +127,29 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
     links = Links(rank, world, device, cfg.n - ckpt.start, inbox, cfg.timeout)
     cfg.out.mkdir(parents=True, exist_ok=True)  # (another machine's view of the run directory)
     log = EventLog(rank, cfg.out / "events.jsonl")
+    mem = None
+    if cfg.device_memory is not None:  # context switching (naspipe.runtime.memory); off by default
+        from naspipe.runtime.memory import StageMemory
+
+        mem = StageMemory(model, ex.bank, stream, cfg.n, device_memory=cfg.device_memory, swap=cfg.swap,
+                          depth=cfg.prefetch_depth, optimizer=cfg.optimizer, write_kind=sched.write_kind,
+                          clock=log.now, timeout=cfg.timeout, start=ckpt.start)
     ex.warm_up()
+    if mem is not None:
+        mem.warm_up()  # the first forecast tasks' candidates, before the run's clock starts
     links.start()
     dist.barrier()  # every stage is built and listening: the run starts now
     log.start_clock()
     report("ready", rank)
     try:
         book = LossBook(stream, sched)
-        timing = _loop(rank, cfg, sched, ex, links, inbox, log, report, book, ckpt=ckpt)
+        timing = _loop(rank, cfg, sched, ex, links, inbox, log, report, book, ckpt=ckpt, mem=mem)
         links.flush()
         links.join(cfg.timeout)
     finally:
+        if mem is not None:
+            mem.close()  # every candidate back in host memory before hashes and weights are taken
+            log.events.extend(mem.trace_events(rank))
         log.close()
     result = {
         "stage": rank, "blocks": list(cfg.partition.bounds[rank]), "pid": os.getpid(),
@@ -149,6 +161,8 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
         "updates": ex.updates, "peak_fixed_versions": ex.rule.held_versions(),
         "sequence_sha256": stream.digest(), "losses_learned": book.learned,
     }
+    if mem is not None:
+        result["memory"] = mem.report(timing["loop"])
     if rank == 0:  # the realized sequence (every stage's digest must match it: checked by the merge)
         result["subnets"] = [list(stream[j]) for j in range(cfg.n)]
     save_weights(model, cfg.out / f"weights-stage{rank}.pt")  # naspipe search reads them
@@ -161,7 +175,7 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
 
 
 def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox: queue.Queue, log: EventLog,
-          report: Report, book: LossBook, ckpt: Checkpointer | None = None) -> dict[str, float]:
+          report: Report, book: LossBook, ckpt: Checkpointer | None = None, mem: Any = None) -> dict[str, float]:
     acts: dict[int, tuple[torch.Tensor | None, bool]] = {}
     grads: dict[int, torch.Tensor | None] = {}
     compute = wait = jitter = decide = 0.0
@@ -206,12 +220,16 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
             time.sleep(jitter_seconds(cfg.seed, task.kind, task.subnet, rank, cfg.jitter_ms))
             jitter += clock() - t
         version = ex.updates
+        if mem is not None:  # the task's candidates on the device (a miss: a recorded stall)
+            mem.before(task)
         t0 = log.now()
         _execute(task, ex, links, acts, grads, book)
         t1 = log.now()
         compute += t1 - t0
         t = clock()
         sched.on_finish(task)
+        if mem is not None:  # release at the subnet's write; prefetch the forecast (or evict on demand)
+            mem.after(task)
         if ex.last and task.kind == FORWARD:  # the loss is known at F(j) on the last stage
             book.learn(task.subnet, ex.losses[task.subnet])
         decide += clock() - t

@@ -1,0 +1,200 @@
+"""Context switching in the runtime: a stage's candidates in host memory, a byte-budgeted device cache.
+
+Why it exists: ``naspipe train --device-memory SIZE|P%`` runs each stage with its candidates' parameters
+in a host store and only a working set on the "device" (``naspipe.runtime.context.ContextCache``; on CPU a
+separate buffer pool, so every load and write-back is a real copy). Off by default: without
+``device_memory`` none of this is built.
+
+Wiring (``naspipe.runtime.worker``): before each task ``before(task)``: a forward ``acquire``s the
+candidates its subnet uses on this stage (a miss loads them synchronously and records a ``stall`` event);
+a backward (and ``W``) finds them still pinned. After the subnet's write (``B``, or ``W`` with a split
+backward) ``after(task)`` releases them (dirty: the weights changed). ``--swap predictive`` then prefetches,
+on the cache's background worker, the candidates of the next ``prefetch_depth`` forwards the stage is
+likely to run (the lowest-numbered subnets it has not forwarded yet: CSP runs forwards nearly in sequence
+order; a good-enough forecast, not ``naspipe.sched.predictor``); the cache evicts the least recently used
+unpinned candidates to make room. ``--swap on-demand`` (vPipe-style) prefetches nothing and evicts
+right after the release. Nothing pinned is ever evicted.
+
+Metrics (per stage, merged into ``metrics.json["memory"]``): ``hit_rate`` = share of forward tasks whose
+candidates were all resident at their start (backward tasks always find theirs pinned; ``task_hit_rate``
+counts them too), stall seconds and share of the stage loop, bytes moved each way, peak device bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from naspipe.memsize import parse_budget
+from naspipe.sched.tasks import FORWARD, Task
+
+SWAPS = ("predictive", "on-demand")
+# optimizer state tensors per parameter element (they move with the candidate once created)
+STATE_FACTOR = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "rmsprop": 1}
+
+
+def candidate_modules(model: Any) -> dict[tuple[int, int], nn.Module]:
+    """``(block, choice) -> module`` for every candidate of the stage's choice blocks."""
+    space = model.space
+    return {(b, c): model._module(b, c) for b in model.blocks if not space.blocks[b].fixed
+            for c in range(space.blocks[b].k)}
+
+
+def _nbytes(m: nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in [*m.parameters(), *m.buffers()])
+
+
+def stage_requirements(model: Any, optimizer: str) -> tuple[int, int]:
+    """(the stage's supernet share in candidate bytes, the bytes one subnet's candidates need at most,
+    optimizer state included)."""
+    mods = candidate_modules(model)
+    share = sum(_nbytes(m) for m in mods.values())
+    factor = STATE_FACTOR.get(optimizer, 2)
+    per_block: dict[int, int] = {}
+    for (b, _), m in mods.items():
+        n = _nbytes(m) + (sum(factor * p.numel() * p.element_size() + 8 for p in m.parameters()) if factor else 0)
+        per_block[b] = max(per_block.get(b, 0), n)
+    return share, sum(per_block.values())
+
+
+def stage_budget(device_memory: str, model: Any, optimizer: str) -> tuple[int, int, int]:
+    """(budget bytes, supernet share bytes, one subnet's need) for a stage."""
+    share, need = stage_requirements(model, optimizer)
+    budget = parse_budget(device_memory).resolve(share)
+    return (share if budget is None else budget), share, need
+
+
+class StageMemory:
+    """The worker's side of the context cache for one stage."""
+
+    def __init__(self, model: Any, bank: Any, subnets: Any, n: int, *, device_memory: str, swap: str,
+                 depth: int, optimizer: str, write_kind: str, clock: Any, timeout: float, start: int = 0):
+        from naspipe.runtime.context import ContextCache
+
+        self.model, self.subnets, self.n = model, subnets, n
+        self.swap, self.depth, self.write_kind = swap, depth, write_kind
+        self.budget, self.share, self.need = stage_budget(device_memory, model, optimizer)
+        self.mods = candidate_modules(model)
+        opt = getattr(bank, "_opt", None)
+        params = {k: list(m.parameters()) for k, m in self.mods.items()}
+
+        def state(k: Any) -> list[torch.Tensor]:
+            if opt is None:
+                return []
+            return [v for p in params[k] for v in opt.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
+
+        self.cache = ContextCache(self.mods, device="cpu", budget=self.budget, extra_tensors=state, clock=clock,
+                                  timeout=timeout)
+        self.held: dict[int, list[tuple[int, int]]] = {}
+        self.forwarded: set[int] = set()
+        self.next_unforwarded = start
+        self.tasks = self.task_hits = 0
+        self.closed = False
+
+    def keys(self, j: int) -> list[tuple[int, int]]:
+        sub = self.subnets[j]
+        return [(b, sub[b]) for b in self.model.blocks if (b, sub[b]) in self.mods]
+
+    def before(self, task: Task) -> float:
+        """Make the task's candidates resident (a forward pins them); returns the stall in seconds."""
+        self.tasks += 1
+        if task.kind != FORWARD:
+            self.task_hits += 1  # pinned since the forward
+            return 0.0
+        j = task.subnet
+        keys = self.keys(j)
+        self.held[j] = keys
+        self.forwarded.add(j)
+        while self.next_unforwarded in self.forwarded:
+            self.next_unforwarded += 1
+        from naspipe.runtime.context import CacheError
+
+        try:
+            stall = self.cache.acquire(keys, tag=j) if keys else 0.0
+        except CacheError as e:
+            if "pinned working set" not in str(e):
+                raise
+            raise CacheError(f"F({j}): the candidates of the {len(self.held)} subnets in flight on this stage do "
+                             f"not fit the device budget ({e}); raise --device-memory") from None
+        if stall == 0.0:
+            self.task_hits += 1
+        return stall
+
+    def after(self, task: Task) -> None:
+        """After a task: release at the subnet's write; then prefetch (predictive) or evict (on-demand)."""
+        if task.kind == self.write_kind:
+            keys = self.held.pop(task.subnet, [])
+            if keys:
+                self.cache.release(keys, dirty=True)
+                if self.swap == "on-demand":
+                    self.cache.evict(keys)
+        if self.swap == "predictive":
+            self.prefetch()
+
+    def warm_up(self) -> None:
+        """Prefetch the first forecast forwards and wait for them (before the run's clock starts)."""
+        if self.swap == "predictive":
+            self.prefetch()
+            self.cache.drain()
+
+    def forecast(self) -> list[int]:
+        out, j = [], self.next_unforwarded
+        while len(out) < self.depth and j < self.n:
+            if j not in self.forwarded:
+                out.append(j)
+            j += 1
+        return out
+
+    def prefetch(self) -> None:
+        plan = [(j, self.keys(j)) for j in self.forecast()]
+        self.cache.protect([k for _, ks in plan for k in ks])
+        for j, ks in plan:
+            self.cache.prefetch(ks, tag=j)
+
+    def close(self) -> None:
+        """Write everything back to host memory (the final weights, hashes and checkpoints read them)."""
+        if not self.closed:
+            self.closed = True
+            self.cache.close()
+
+    def trace_events(self, stage: int) -> list[Any]:
+        from naspipe.trace import TraceEvent
+
+        return [TraceEvent(stage, e.kind, e.tag, e.start, e.end, bytes=e.bytes) for e in self.cache.events]
+
+    def report(self, loop_s: float) -> dict[str, Any]:
+        s = self.cache.stats
+        return {
+            "budget_bytes": self.budget, "supernet_share_bytes": self.share, "subnet_need_bytes": self.need,
+            "swap": self.swap, "prefetch_depth": self.depth,
+            "forwards": s.acquires, "forward_hits": s.hits, "hit_rate": s.hit_rate,
+            "tasks": self.tasks, "task_hits": self.task_hits,
+            "task_hit_rate": self.task_hits / self.tasks if self.tasks else 1.0,
+            "stall_s": s.stall_seconds, "stall_share": s.stall_seconds / loop_s if loop_s > 0 else 0.0,
+            "bytes_h2d": s.bytes_h2d, "bytes_d2h": s.bytes_d2h, "bytes_moved": s.bytes_h2d + s.bytes_d2h,
+            "peak_device_bytes": s.peak_bytes, "prefetches": s.prefetches,
+            "prefetches_dropped": s.prefetches_dropped, "evictions": s.evictions,
+        }
+
+
+def merge_reports(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """``metrics.json["memory"]`` from the stages' reports (None when the run did not swap)."""
+    reps = [p.get("memory") for p in parts]
+    if not reps or any(r is None for r in reps):
+        return None
+    fw = sum(r["forwards"] for r in reps)
+    tasks = sum(r["tasks"] for r in reps)
+    loops = sum(p["timing"]["loop"] for p in parts)
+    stall = sum(r["stall_s"] for r in reps)
+    return {
+        "swap": reps[0]["swap"], "prefetch_depth": reps[0]["prefetch_depth"],
+        "hit_rate": sum(r["forward_hits"] for r in reps) / fw if fw else 1.0,
+        "task_hit_rate": sum(r["task_hits"] for r in reps) / tasks if tasks else 1.0,
+        "stall_s": stall, "stall_share": stall / loops if loops > 0 else 0.0,
+        "bytes_moved": sum(r["bytes_moved"] for r in reps),
+        "peak_device_bytes": [r["peak_device_bytes"] for r in reps],
+        "budget_bytes": [r["budget_bytes"] for r in reps],
+        "stages": reps,
+    }

@@ -1,0 +1,42 @@
+"""``naspipe train --device-memory``: candidates in host memory, a byte-budgeted device cache (CPU buffer
+pool), predictive prefetch against on-demand swapping; the run still verifies against the reference."""
+
+from __future__ import annotations
+
+import json
+
+from naspipe.cli import main
+from naspipe.trace import Trace
+
+COMMON = ["--space", "tiny-transformer", "--subnets", "30", "--seed", "3", "--no-progress"]
+
+
+def test_train_under_a_device_budget_verifies_and_prefetches(tmp_path):
+    ref, pred, od = tmp_path / "ref", tmp_path / "pred", tmp_path / "od"
+    assert main(["reference", *COMMON, "--out", str(ref)]) == 0
+    train = ["train", *COMMON, "--stages", "2", "--device-memory", "80%"]
+    assert main([*train, "--swap", "predictive", "--out", str(pred)]) == 0
+    assert main([*train, "--swap", "on-demand", "--out", str(od)]) == 0
+    mems = {}
+    for run in (pred, od):
+        assert main(["verify", str(run), str(ref)]) == 0  # bit-identical to the sequential reference
+        m = json.loads((run / "metrics.json").read_text())["memory"]
+        mems[run.name] = m
+        for s in m["stages"]:  # below the stage's supernet share, and never above the budget
+            assert s["budget_bytes"] < s["supernet_share_bytes"]
+            assert 0 < s["peak_device_bytes"] <= s["budget_bytes"]
+        assert m["bytes_moved"] > 0 and 0 <= m["stall_share"] < 1
+    assert mems["pred"]["hit_rate"] >= 0.95, mems["pred"]
+    assert mems["od"]["hit_rate"] < mems["pred"]["hit_rate"]
+    kinds = {e.kind for e in Trace.load(pred / "trace.json").events}
+    assert "prefetch" in kinds
+    ev = [e for e in Trace.load(od / "trace.json").events if e.kind in ("stall", "evict", "prefetch")]
+    assert any(e.kind == "stall" and e.bytes > 0 for e in ev) and any(e.kind == "evict" for e in ev)
+
+
+def test_a_budget_below_one_subnet_is_refused_before_any_process(tmp_path, capsys):
+    assert main(["train", *COMMON, "--stages", "2", "--device-memory", "5%", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "less than one subnet's candidates" in err[0]
+    assert not (tmp_path / "r").exists()
+    assert main(["train", *COMMON, "--device-memory", "lots", "--out", str(tmp_path / "r")]) == 2
