@@ -40,6 +40,21 @@ def non_negative_float(name: str):  # noqa: ANN201
     return parse
 
 
+def positive_float(name: str, unit: str = ""):  # noqa: ANN201
+    """An argparse type for a finite number > 0 (``unit``, e.g. "seconds", names what it counts)."""
+    what = f"number of {unit}" if unit else "number"
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a {what}, got {text!r}") from None
+        if not 0 < v < float("inf"):
+            raise argparse.ArgumentTypeError(f"{name} must be a finite {what} > 0, got {text}")
+        return v
+    return parse
+
+
 def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-k48",
                       default_subnets: int = 1000, default_policy: str = "csp") -> None:
     p.add_argument("--space", default=default_space, help="preset name or JSON file (default %(default)s)")

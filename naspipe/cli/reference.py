@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from naspipe.cli.common import UsageError, add_run_arguments, resolve_run
+from naspipe.cli.common import UsageError, add_run_arguments, positive_float, resolve_run
 
 if TYPE_CHECKING:
     from naspipe.samplers import SamplerSpec
@@ -24,16 +24,6 @@ HELP = "train subnets one at a time (the sequential oracle) and write losses and
 ORDER = 40
 
 
-def _lr(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--lr must be a number, got {text!r}") from None
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"--lr must be a finite number > 0, got {text}")
-    return v
-
-
 def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
     """``--optimizer`` and ``--lr``, shared with ``naspipe train``."""
     from naspipe.optim_names import DEFAULT_LR, OPTIMIZERS
@@ -41,7 +31,8 @@ def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
                    help="per-parameter optimizer (default %(default)s)")
     defaults = ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items())
-    p.add_argument("--lr", type=_lr, default=None, help=f"learning rate (default per optimizer: {defaults})")
+    p.add_argument("--lr", type=positive_float("--lr"), default=None,
+                   help=f"learning rate (default per optimizer: {defaults})")
 
 
 def add_sampler_argument(p: argparse.ArgumentParser) -> None:

@@ -18,21 +18,18 @@ import json
 import sys
 from typing import Any
 
-from naspipe.cli.common import UsageError, add_run_arguments, non_negative_float, positive_int, resolve_run
+from naspipe.cli.common import (
+    UsageError,
+    add_run_arguments,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    resolve_run,
+)
 
 COMMAND = "train"
 HELP = "train a supernet on one process per pipeline stage (torch.distributed) and record the run"
 ORDER = 30
-
-
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--timeout must be a number of seconds, got {text!r}") from None
-    if not 0 < v < float("inf"):
-        raise argparse.ArgumentTypeError(f"--timeout must be a finite number of seconds > 0, got {text}")
-    return v
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="intra-op threads per stage process (default %(default)s, as the reference)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cpu (gloo) or cuda (NCCL, one GPU per stage); default %(default)s")
-    p.add_argument("--timeout", type=_seconds, default=120.0,
+    p.add_argument("--timeout", type=positive_float("--timeout", "seconds"), default=120.0,
                    help="seconds any wait may last before the run fails (default %(default)s)")
     p.add_argument("--micro-batches", type=positive_int("--micro-batches"), default=None, help="bsp group size M")
     p.add_argument("--max-pending-w", type=positive_int("--max-pending-w"), default=None,
