@@ -55,7 +55,7 @@ from torch.func import functional_call
 from naspipe.corrections.pipemare import DiscrepancyCorrector, rescheduled_lr
 from naspipe.corrections.pipeoptim import predicted_weights, version_gap
 from naspipe.models import StageModel
-from naspipe.runtime.updates import ForwardContext, Key, OptimizerBank, StashedUpdates, take_grads
+from naspipe.runtime.updates import ForwardContext, Key, OptimizerBank, StashedUpdates, snapshot_grads, take_grads
 
 ASYNC_POLICIES = ("pipedream", "2bw", "pipemare", "pipeoptim")
 FIXED = (-1, -1)  # the key of the stage's trainable fixed weights in per-key bookkeeping
@@ -132,11 +132,7 @@ class TwoBWUpdates:
         return functional_call(self.model, leaves, (x, subnet)), ForwardContext(keys, leaves)
 
     def after_backward(self, j: int, ctx: ForwardContext) -> None:
-        assert ctx.leaves is not None
-        snap = ctx.leaves
-        cand = {p: snap[self._qual[id(p)]].grad for k in ctx.keys for p in self.bank.params(k)}
-        fixed = {n: snap[self._qual[id(p)]].grad for n, p in self.bank.fixed.items()}
-        self._grads[j] = (ctx.keys, cand, fixed)
+        self._grads[j] = snapshot_grads(self.bank, self._qual, ctx)
         self.reads[("B", j)] = self.reads[("F", j)]
 
     def write(self, j: int) -> None:

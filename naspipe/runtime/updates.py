@@ -226,6 +226,16 @@ class GroupUpdates:
         return 0
 
 
+def snapshot_grads(bank: OptimizerBank, qual: dict[int, str], ctx: ForwardContext) -> tuple[Any, dict, dict]:
+    """The gradients a backward left on the snapshot leaves of ``ctx``, keyed by live parameter (candidates)
+    and by name (fixed blocks), for a rule that applies them to the live weights later."""
+    assert ctx.leaves is not None
+    snap = ctx.leaves
+    cand = {p: snap[qual[id(p)]].grad for k in ctx.keys for p in bank.params(k)}
+    fixed = {n: snap[qual[id(p)]].grad for n, p in bank.fixed.items()}
+    return ctx.keys, cand, fixed
+
+
 class StashedUpdates:
     """asp: forward on a snapshot copy of the weights it uses; gradients applied to the live weights."""
 
@@ -243,11 +253,7 @@ class StashedUpdates:
         return out, ForwardContext(keys, snap)
 
     def after_backward(self, j: int, ctx: ForwardContext) -> None:
-        assert ctx.leaves is not None
-        snap = ctx.leaves
-        cand = {p: snap[self._qual[id(p)]].grad for k in ctx.keys for p in self.bank.params(k)}
-        fixed = {n: snap[self._qual[id(p)]].grad for n, p in self.bank.fixed.items()}
-        self._grads[j] = (ctx.keys, cand, fixed)
+        self._grads[j] = snapshot_grads(self.bank, self._qual, ctx)
 
     def write(self, j: int) -> None:
         keys, grads, fixed = self._grads.pop(j)
