@@ -6,8 +6,9 @@ Why it exists: the issue's acceptance numbers for the memory model, measured sid
    supernet share: predictive swapping (NASPipe) and on-demand swapping (vPipe-style) beside it, each
    at the batch it can afford; target: predictive hit rate >= 98%, stall time < 2% of the makespan.
 2. ``naspipe-k96`` on 4 stages at 10%: CSP's throughput against its unlimited-memory throughput (batch
-   32, no memory model); target >= 90%. Also without prefetch headroom, at fixed batches (the trade-off
-   behind the automatic choice) and at 12.5%, 15% and 20%.
+   32, no memory model); target >= 90%. Candidates are pinned only while a task uses them (``pin="task"``,
+   the default); beside it ``pin="subnet"`` (pinned from a subnet's forward to its update), no prefetch
+   headroom, fixed batches (the trade-off behind the automatic choice) and 12.5%, 15% and 20%.
 3. The in-flight curve behind ``naspipe.sim.memory.CSP_SLOTS``: CSP with at most n subnets' activations
    per stage (parameters free), against CSP unlimited.
 
@@ -106,16 +107,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     k96 = preset("naspipe-k96")
     base = unlimited(k96, 4, n, args.seed)
     rows = []
-    variants: list[tuple[str, int | None, int]] = [("10%", None, 1)]
-    if not args.quick:  # (budget, batch or None = auto, headroom)
-        variants += [("10%", None, 0), ("10%", 12, 1), ("10%", 20, 1), ("10%", 24, 1), ("10%", 32, 1),
-                     ("12.5%", None, 1), ("15%", None, 1), ("20%", None, 1)]
-    for budget, batch, headroom in variants:
+    variants: list[tuple[str, int | None, int, str]] = [("10%", None, 1, "task")]
+    if not args.quick:  # (budget, batch or None = auto, headroom, pin)
+        variants += [("10%", None, 1, "subnet"), ("10%", None, 0, "task"), ("10%", 16, 1, "task"),
+                     ("10%", 20, 1, "task"), ("10%", 24, 1, "task"), ("10%", 28, 1, "task"), ("10%", 32, 1, "task"),
+                     ("12.5%", None, 1, "task"), ("15%", None, 1, "task"), ("20%", None, 1, "task")]
+    for budget, batch, headroom, pin in variants:
         cfg = MemoryConfig(device_memory=budget, swap="predictive", bandwidth_h2d=bw, prefetch_depth=args.depth,
-                           batch_size=batch, headroom=headroom)
+                           batch_size=batch, headroom=headroom, pin=pin)
         r = swapped(k96, 4, n, args.seed, cfg)
         r["retention"] = r["samples_per_second"] / base["samples_per_second"]
-        r.update(budget=budget, batch_choice="auto" if batch is None else "fixed", headroom=headroom)
+        r.update(budget=budget, batch_choice="auto" if batch is None else "fixed", headroom=headroom, pin=pin)
         rows.append(r)
     res["retention_10"] = {"space": k96.name, "stages": 4, "budget": "10%", "unlimited": base, "runs": rows}
     caps = [2, 4] if args.quick else [1, 2, 3, 4, 5, 6]
@@ -146,10 +148,10 @@ def markdown(res: dict[str, Any]) -> str:
     ret = res["retention_10"]
     lines += [f"\n### {ret['space']}, {ret['stages']} stages, small budgets: throughput against unlimited memory "
               f"({ret['unlimited']['samples_per_second']:.0f} samples/s at batch 32)\n",
-              "| budget | batch | headroom | samples/s | retention | hit rate | stall share | memory wait |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| budget | pin | batch | headroom | samples/s | retention | hit rate | stall share | memory wait |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in ret["runs"]:
-        lines.append(f"| {r['budget']} | {r['batch_size']} ({r['batch_choice']}) | {r['headroom']} "
+        lines.append(f"| {r['budget']} | {r['pin']} | {r['batch_size']} ({r['batch_choice']}) | {r['headroom']} "
                      f"| {r['samples_per_second']:.0f} | {r['retention']:.3f} | {r['hit_rate']:.4f} "
                      f"| {r['stall_share']:.4f} | {r['memory_wait_share']:.3f} |")
     lines += ["\n### CSP throughput with at most n subnets in flight per stage (activations only)\n",

@@ -137,7 +137,7 @@ def test_literal_on_demand_run() -> None:
     part = partition(sp, 1)
     stream = ReplayStream(sp, [(0, 0), (1, 1)])
     r = simulate(sp, part, stream, "csp", memory=MemoryConfig(device_memory="100%", swap="on-demand",
-                                                              bandwidth_h2d=10 * MB))
+                                                              bandwidth_h2d=10 * MB, pin="subnet"))
     m = r.memory
     rows = [(e.kind, e.subnet, e.start, e.end, e.bytes) for e in r.trace.events]
     # F(0) waits 2 s for its two loads; B(0) runs on its pinned candidates; its end evicts them (written back
@@ -153,6 +153,28 @@ def test_literal_on_demand_run() -> None:
     assert m.stall_time == 4.0 and m.stall_share == pytest.approx(4.0 / 10.0)
     assert m.bytes_moved == 80 * MB  # 40 MB in, 40 MB written back
     assert m.stages[0].peak == 32 * MB  # 20 MB being written back + 10 MB loading + 2 MB activation
+
+
+def test_literal_on_demand_run_pinned_per_task() -> None:
+    """``pin="task"``: the forward's clean candidates are dropped when it ends and loaded again for the backward."""
+    sp = _space(k=2, blocks=2, param=10 * MB, act=MB, batch=1, fwd=0.5, bwd=1.0)  # F = 1 s, B = 2 s
+    part = partition(sp, 1)
+    stream = ReplayStream(sp, [(0, 0), (1, 1)])
+    r = simulate(sp, part, stream, "csp", memory=MemoryConfig(device_memory="100%", swap="on-demand",
+                                                              bandwidth_h2d=10 * MB, pin="task"))
+    m = r.memory
+    assert m is not None
+    rows = [(e.kind, e.subnet, e.start, e.end, e.bytes) for e in r.trace.events]
+    assert rows == [
+        ("stall", 0, 0.0, 2.0, 20 * MB), ("F", 0, 2.0, 3.0, 0), ("evict", 0, 3.0, 3.0, 0),
+        ("evict", 0, 3.0, 3.0, 0), ("stall", 0, 3.0, 5.0, 20 * MB), ("B", 0, 5.0, 7.0, 0),
+        ("evict", 0, 7.0, 8.0, 10 * MB), ("evict", 0, 8.0, 9.0, 10 * MB), ("stall", 1, 7.0, 9.0, 20 * MB),
+        ("F", 1, 9.0, 10.0, 0), ("evict", 1, 10.0, 10.0, 0), ("evict", 1, 10.0, 10.0, 0),
+        ("stall", 1, 10.0, 12.0, 20 * MB), ("B", 1, 12.0, 14.0, 0), ("evict", 1, 14.0, 15.0, 10 * MB),
+        ("evict", 1, 15.0, 16.0, 10 * MB),
+    ]
+    assert m.hit_rate == 0.0 and m.stall_time == 8.0
+    assert m.bytes_moved == 120 * MB  # 80 MB in (each candidate twice), 40 MB written back
 
 
 def test_predictive_prefetches_behind_compute() -> None:
@@ -215,37 +237,44 @@ def runs(draw):
     budget = draw(st.sampled_from(["20%", "35%", "50%", "80%", "120%", None]))
     depth = draw(st.integers(1, 6))
     shared = draw(st.sampled_from(["frozen", "delayed:1"]))
-    return sp, stages, n, seed, policy, swap, budget, depth, shared
+    pin = draw(st.sampled_from(["task", "subnet"]))
+    return sp, stages, n, seed, policy, swap, budget, depth, shared, pin
 
 
-def _run(sp, stages, n, seed, policy, swap, budget, depth, shared):
+def _run(sp, stages, n, seed, policy, swap, budget, depth, shared, pin="task"):
     from naspipe.sched.shared import parse_shared
 
     part = partition(sp, stages)
-    cfg = MemoryConfig(device_memory=budget, swap=swap, prefetch_depth=depth, bandwidth_h2d=2e9)
+    cfg = MemoryConfig(device_memory=budget, swap=swap, prefetch_depth=depth, bandwidth_h2d=2e9, pin=pin)
     return simulate(sp, part, UniformStream(sp, seed, n), policy, memory=cfg, shared=parse_shared(shared)), part
 
 
-def _in_use(result, part, sp) -> dict[int, list[tuple[float, float, set]]]:
-    """Per stage: (from, to, candidates) while a subnet holds its candidates there (choice of F to write end)."""
+def _in_use(result, part, sp, pin: str) -> dict[int, list[tuple[float, float, set]]]:
+    """Per stage: (from, to, candidates) while they are in use there: from the choice of ``F`` to the end of
+    the subnet's write (``pin="subnet"``), or from each task's choice (its stall) to its end (``"task"``)."""
     write = WEIGHT if result.schedulers[0].write_kind == WEIGHT else "B"
+    stream = result.schedulers[0].window.stream
+    stall_from = {(e.stage, e.subnet, e.end): e.start for e in result.trace.events if e.kind == "stall"}
+    out: dict[int, list] = {}
+    if pin == "task":
+        for e in result.trace.compute_events():
+            keys = {(b, stream[e.subnet][b]) for b in part.blocks(e.stage)}
+            out.setdefault(e.stage, []).append((stall_from.get((e.stage, e.subnet, e.start), e.start), e.end, keys))
+        return out
     subnets = {}
     for e in result.trace.compute_events():
         subnets.setdefault((e.stage, e.subnet), {})[e.kind] = e
-    stalls = {(e.stage, e.subnet): e.start for e in result.trace.events if e.kind == "stall"}
-    stream = result.schedulers[0].window.stream
-    out: dict[int, list] = {}
     for (s, j), ev in subnets.items():
-        start = min(stalls.get((s, j), ev[FORWARD].start), ev[FORWARD].start)
+        f = ev[FORWARD]
         keys = {(b, stream[j][b]) for b in part.blocks(s)}
-        out.setdefault(s, []).append((start, ev[write].end, keys))
+        out.setdefault(s, []).append((stall_from.get((s, j, f.start), f.start), ev[write].end, keys))
     return out
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs())
 def test_invariants(args) -> None:
-    sp, stages, n, seed, policy, swap, budget, depth, shared = args
+    sp, stages, n, seed, policy, swap, budget, depth, shared, pin = args
     try:
         result, part = _run(*args)
     except MemoryBudgetError:
@@ -259,7 +288,7 @@ def test_invariants(args) -> None:
         if m.budgets[s] is not None:
             assert stats.peak <= m.budgets[s]
     # no candidate in use is evicted
-    uses = _in_use(result, part, sp)
+    uses = _in_use(result, part, sp, pin if swap != "resident" else "subnet")
     for s, intervals in uses.items():
         for decided, freed, key in result.extra["evictions"][s]:
             for a, b, keys in intervals:
@@ -271,10 +300,10 @@ def test_invariants(args) -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs())
 def test_predictive_moves_no_more_bytes_than_on_demand(args) -> None:
-    sp, stages, n, seed, policy, swap, budget, depth, shared = args
+    sp, stages, n, seed, policy, swap, budget, depth, shared, pin = args
     try:
-        pred, _ = _run(sp, stages, n, seed, policy, "predictive", budget, depth, shared)
-        dem, _ = _run(sp, stages, n, seed, policy, "on-demand", budget, depth, shared)
+        pred, _ = _run(sp, stages, n, seed, policy, "predictive", budget, depth, shared, pin)
+        dem, _ = _run(sp, stages, n, seed, policy, "on-demand", budget, depth, shared, pin)
     except MemoryBudgetError:
         return
     unused = sum(s.wasted_prefetch_bytes for s in pred.memory.stages)

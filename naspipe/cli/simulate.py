@@ -44,6 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--headroom", type=int, default=1,
                    help="predictive: room kept for the layers of this many next subnets, so they can be prefetched "
                         "(0 admits more subnets in flight but prefetches less; default 1)")
+    g.add_argument("--pin", default="task", choices=("task", "subnet"),
+                   help="how long a candidate stays pinned on the device: while a task uses it (task, default: a "
+                        "subnet waiting for its backward holds only activations; its layers are fetched again) "
+                        "or from a subnet's forward to its update (subnet)")
     g.add_argument("--batch-size", type=int, default=None,
                    help="batch per subnet (default: the largest the policy can afford, at most the space's)")
     g.add_argument("--batch-alpha", type=float, default=None,
@@ -121,7 +125,8 @@ def memory_config(args: argparse.Namespace) -> Any:
         raise UsageError(f"--batch-alpha must lie in [0, 1), got {alpha}")
     return MemoryConfig(device_memory=budget, swap=args.swap or "predictive", prefetch_depth=args.prefetch_depth,
                         bandwidth_h2d=float(h2d), bandwidth_d2h=float(d2h) if d2h else None,
-                        batch_size=args.batch_size, batch_alpha=alpha, headroom=args.headroom)
+                        batch_size=args.batch_size, batch_alpha=alpha, headroom=args.headroom,
+                        pin=args.pin)
 
 
 def run(args: argparse.Namespace) -> int:

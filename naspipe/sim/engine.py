@@ -192,7 +192,9 @@ class _MemoryRun:
 
         bw_d2h = cfg.bandwidth_d2h or cfg.bandwidth_h2d
         self.mems = [StageMemory(s, plan.budgets[s], cfg.swap, self.fp.key_bytes[s], cfg.bandwidth_h2d, bw_d2h,
-                                 self.trace, self._scheduler_for(s), written) for s in range(P)]
+                                 self.trace, self._scheduler_for(s), written, cfg.pin == "task",
+                                 self.write_kind)
+                     for s in range(P)]
         self.predictive = cfg.swap == "predictive"
         self.predictor = Predictor(costs.duration, cfg.prefetch_depth)
         self.meters = [AccuracyMeter() for _ in range(P)]
@@ -204,7 +206,7 @@ class _MemoryRun:
         self.expected_end = [0.0] * P
         self.headroom = cfg.headroom if cfg.swap == "predictive" else 0
         self.gates = [Gate(s, plan.budgets[s], self.fp, self.subnets, self.write_kind, cfg.swap == "resident",
-                           self.headroom)
+                           self.headroom, cfg.pin == "task")
                       for s in range(P)]
         self.gated_since: list[float | None] = [None] * P
         self.delivered: list[set[tuple[str, int]]] = [set() for _ in range(P)]

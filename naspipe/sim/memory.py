@@ -45,12 +45,13 @@ from typing import Any
 
 from naspipe.memsize import Budget, SizeError, format_bytes, parse_budget
 from naspipe.partition import Partition
-from naspipe.sched.tasks import FORWARD, Task
+from naspipe.sched.tasks import BACKWARD, FORWARD, Task
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
 from naspipe.space import SearchSpace, Subnet
 from naspipe.trace import Trace
 
 SWAP_MODES = ("predictive", "on-demand", "resident")
+PIN_MODES = ("subnet", "task")
 Key = tuple[int, int]  # (block, choice)
 
 # copy-engine default: PCIe 4.0 x16 moves about 25 GB/s host-to-device in practice (32 GB/s raw); PCIe 3.0
@@ -70,7 +71,11 @@ class MemoryConfig:
     ``batch_alpha``: the fixed share of a task's time at the reference batch (see
     ``naspipe.sim.costs.batch_time_scale``). ``bandwidth_d2h`` defaults to ``bandwidth_h2d``. ``headroom``:
     in predictive mode, the gate keeps room for the layers of this many younger subnets, so they can be
-    prefetched while the admitted ones run (0 admits more subnets but prefetches less)."""
+    prefetched while the admitted ones run (0 admits more subnets but prefetches less). ``pin``: how long a
+    candidate must stay on the device: ``"subnet"`` from ``F(j,s)`` until ``j``'s write on ``s`` ends;
+    ``"task"`` only while a task that uses it runs, so between ``F(j,s)`` and its backward a waiting subnet
+    holds just its activations and its (clean) candidates may be dropped and fetched again before the
+    backward (CSP lets no other subnet write them in between, so the copy fetched again is the one read)."""
 
     device_memory: Budget | str | int | Sequence[Budget | str | int | None] | None = None
     swap: str = "predictive"
@@ -80,6 +85,7 @@ class MemoryConfig:
     batch_size: int | None = None
     batch_alpha: float = DEFAULT_BATCH_ALPHA
     headroom: int = 1
+    pin: str = "task"
 
     def stage_budgets(self, shares: Sequence[int]) -> tuple[int | None, ...]:
         """Bytes per stage (None = unlimited); a sequence ``device_memory`` gives one entry per stage."""
@@ -179,16 +185,19 @@ def policy_in_flight(policy: str, stages: int, stage: int, options: dict[str, An
 # little once four fit: with 1 / 2 / 3 / 4 / 5 / 6 subnets in flight, naspipe-k96 on 4 stages keeps
 # 0.38 / 0.67 / 0.87 / 0.96 / 0.98 / 0.99 of its uncapped throughput and naspipe-k48 on 8 stages
 # 0.47 / 0.79 / 0.94 / 0.98 / 0.99 / 0.99 (1,000 subnets; benchmarks/memory.py measures this curve).
+# When a waiting subnet holds only its activations (``pin="task"``) a fifth slot is cheap, so the batch
+# is chosen for five.
 CSP_SLOTS = 4
+CSP_SLOTS_PIN_TASK = 5
 
 
-def csp_target_in_flight(stages: int, stage: int) -> int:
+def csp_target_in_flight(stages: int, stage: int, slots: int = CSP_SLOTS) -> int:
     """How many subnets a CSP stage should be able to hold for a batch to count as affordable.
 
     ``P - s`` is what a 1F1B pipeline keeps in flight on stage ``s``, one more lets CSP run ahead past a
-    causally blocked subnet, and beyond ``CSP_SLOTS`` the measured gain is small.
+    causally blocked subnet, and beyond ``slots`` the measured gain is small.
     """
-    return max(1, min(CSP_SLOTS, stages - stage + 1))
+    return max(1, min(slots, stages - stage + 1))
 
 
 def plan_memory(space: SearchSpace, part: Partition, policy: str, cfg: MemoryConfig,
@@ -196,6 +205,8 @@ def plan_memory(space: SearchSpace, part: Partition, policy: str, cfg: MemoryCon
     """Resolve budgets, validate them and choose the batch; raises ``MemoryBudgetError`` with one clear line."""
     if cfg.swap not in SWAP_MODES:
         raise MemoryBudgetError(f"unknown swap mode {cfg.swap!r}; choose one of {', '.join(SWAP_MODES)}")
+    if cfg.pin not in PIN_MODES:
+        raise MemoryBudgetError(f"unknown pin mode {cfg.pin!r}; choose one of {', '.join(PIN_MODES)}")
     if cfg.prefetch_depth < 1:
         raise MemoryBudgetError(f"prefetch depth must be >= 1, got {cfg.prefetch_depth}")
     for name, bw in (("host-to-device", cfg.bandwidth_h2d), ("device-to-host", cfg.bandwidth_d2h)):
@@ -247,11 +258,15 @@ def plan_memory(space: SearchSpace, part: Partition, policy: str, cfg: MemoryCon
             fit = (B - base) // (inflight * act1) if act1 else bmax
             # room to prefetch the next subnets' layers into (predictive), shared fixed blocks counted once
             prefetch_room = cfg.headroom * fp.mean_choice_params(s) if cfg.swap == "predictive" else 0.0
-            per_subnet, fixed_room = fp.mean_choice_params(s), fp.fixed_params(s) + prefetch_room
+            if cfg.pin == "task":  # a waiting subnet holds only activations; one task's layers are in use
+                per_subnet, fixed_room = 0.0, fp.fixed_params(s) + fp.mean_choice_params(s) + prefetch_room
+            else:
+                per_subnet, fixed_room = fp.mean_choice_params(s), fp.fixed_params(s) + prefetch_room
         if csp_family:
             # CSP adapts its in-flight count to memory (the gate); a batch counts as affordable if the target
             # number of subnets fits (choice blocks at their mean), or else as many as a batch of one allows
-            for n in range(csp_target_in_flight(P, s), 0, -1):
+            slots = CSP_SLOTS_PIN_TASK if cfg.pin == "task" else CSP_SLOTS
+            for n in range(csp_target_in_flight(P, s, slots), 0, -1):
                 b_n = int((B - fixed_room - n * per_subnet) // (n * act1))
                 if b_n >= 1:
                     fit = min(fit, b_n)
@@ -276,17 +291,22 @@ class Gate:
     unfinished subnet ``i`` has not started on ``s``, every committed byte belongs to a younger subnet,
     and the last of those was admitted with ``i``'s need reserved, so ``i`` always fits; a backward or
     weight task never waits for memory, so ``i`` then moves on through the pipeline.
-    In ``resident`` mode every parameter is pinned for good and the reserve counts activations only.
+    In ``resident`` mode every parameter is pinned for good and the reserve counts activations only. With
+    ``pin_task`` only the running task's candidates are pinned: the gate sets aside the largest task's
+    parameters once and counts activations only (a backward then always finds room to fetch its layers).
     """
 
     def __init__(self, stage: int, budget: int | None, fp: Footprint, subnets: Sequence[Subnet],
-                 write_kind: str, resident: bool = False, headroom: int = 0):
+                 write_kind: str, resident: bool = False, headroom: int = 0, pin_task: bool = False):
         self.stage, self.budget, self.fp, self.subnets = stage, budget, fp, subnets
         self.headroom = headroom
         self.write_kind, self.resident = write_kind, resident
+        self.pin_task = pin_task and not resident
+        self.acts_only = resident or self.pin_task  # parameters are not committed per subnet
         self.key_bytes = fp.key_bytes[stage]
         self.pins: dict[Key, int] = {}
         self.pinned_bytes = sum(self.key_bytes.values()) if resident else 0
+        self.task_params: dict[int, int] = {}  # pin_task: parameter bytes of each in-flight subnet here
         self.act: dict[int, int] = {}
         self.act_total = 0
         self.started: set[int] = set()  # forwards started beyond next_unstarted
@@ -302,11 +322,16 @@ class Gate:
         other.act = self.act.copy()
         other.started = self.started.copy()
         other.written = self.written.copy()
+        other.task_params = self.task_params.copy()
         return other
 
     @property
     def committed(self) -> int:
-        return self.pinned_bytes + self.act_total
+        return self.pinned_bytes + self.act_total + (max(self.task_params.values(), default=0) if self.pin_task
+                                                      else 0)
+
+    def _params(self, j: int) -> int:
+        return sum(self.key_bytes[k] for k in set(self.fp.keys(self.stage, self.subnets[j])))
 
     def may_bind(self) -> bool:
         """False when no forward could be refused now (cheap test before a speculative peek)."""
@@ -318,29 +343,40 @@ class Gate:
 
     def _full_need(self, j: int) -> int:
         sub = self.subnets[j]
-        return self.fp.act(self.stage, sub) if self.resident else self.fp.need(self.stage, sub)
+        return self.fp.act(self.stage, sub) if self.acts_only else self.fp.need(self.stage, sub)
 
     def admits(self, task: Task) -> bool:
         if task.kind != FORWARD or self.budget is None:
             return True
         x = task.subnet
         reserve = 0
+        running = max(self.task_params.values(), default=0)  # pin_task: room for the largest task's layers
+        if self.pin_task:
+            running = max(running, self._params(x))
         for y in range(self.next_unstarted, x):
             if y not in self.started:
                 reserve = max(reserve, self._full_need(y))
+                if self.pin_task:
+                    running = max(running, self._params(y))
         y, extra = x + 1, 0
         # headroom: room to prefetch the next forward too; waived for the oldest unfinished subnet (liveness)
         ahead = 0
+        counted = set(self.fp.keys(self.stage, self.subnets[x]))  # shared keys (fixed blocks) count once
         while x != self.lo and extra < self.headroom and y < len(self.subnets):
             if y not in self.started:
-                ahead += sum(self.key_bytes[k] for k in self.fp.keys(self.stage, self.subnets[y]))
+                for k in self.fp.keys(self.stage, self.subnets[y]):
+                    if k not in counted:
+                        counted.add(k)
+                        ahead += self.key_bytes[k]
                 extra += 1
             y += 1
         reserve = max(reserve, ahead)
         sub = self.subnets[x]
         add = self.fp.act(self.stage, sub)
-        if not self.resident:
+        if not self.acts_only:
             add += sum(self.key_bytes[k] for k in set(self.fp.keys(self.stage, sub)) if not self.pins.get(k))
+        if self.pin_task:
+            return self.act_total + add + reserve + running <= self.budget
         return self.committed + add + reserve <= self.budget
 
     def start(self, task: Task) -> None:
@@ -351,7 +387,9 @@ class Gate:
         a = self.fp.act(self.stage, sub)
         self.act[x] = a
         self.act_total += a
-        if not self.resident:
+        if self.pin_task:
+            self.task_params[x] = self._params(x)
+        if not self.acts_only:
             for k in self.fp.keys(self.stage, sub):
                 n = self.pins.get(k, 0)
                 self.pins[k] = n + 1
@@ -371,7 +409,8 @@ class Gate:
             self.written.discard(self.lo)
             self.lo += 1
         self.act_total -= self.act.pop(x, 0)
-        if not self.resident:
+        self.task_params.pop(x, None)
+        if not self.acts_only:
             for k in self.fp.keys(self.stage, self.subnets[x]):
                 n = self.pins[k] - 1
                 if n:
@@ -424,8 +463,12 @@ class StageMemory:
 
     def __init__(self, stage: int, budget: int | None, mode: str, key_bytes: dict[Key, int],
                  bw_h2d: float, bw_d2h: float, trace: Trace, schedule: Callable[[float, int], None],
-                 written: Callable[[Key], bool]):
+                 written: Callable[[Key], bool], pin_task: bool = False, write_kind: str = BACKWARD):
         self.stage, self.budget, self.mode = stage, budget, mode
+        self.write_kind = write_kind
+        self.running: Task | None = None
+        self.pin_task = pin_task and mode != RESIDENT_MODE
+        self.awaited: dict[Key, int] = {}  # pin_task: candidates in-flight subnets will use again (backward)
         self.nbytes = key_bytes
         self.bw_h2d, self.bw_d2h = bw_h2d, bw_d2h
         self.trace, self._schedule, self._written = trace, schedule, written
@@ -500,8 +543,12 @@ class StageMemory:
         if task.kind == FORWARD:
             st.forwards += 1
             st.forward_hits += hit
+        if task.kind == FORWARD or self.pin_task:
             for k in keys:
                 self._pin(k)
+            if self.pin_task and task.kind == FORWARD:
+                for k in keys:
+                    self.awaited[k] = self.awaited.get(k, 0) + 1
         for k in keys:
             self.last_use[k] = now
             self.last_user[k] = task.subnet
@@ -516,6 +563,7 @@ class StageMemory:
         w = self.waiting
         assert w is not None and self.ready()
         self.waiting = None
+        self.running = w.task
         if now > w.since or w.demand_bytes:
             self.stats.stall_time += now - w.since
             self.trace.add(self.stage, "stall", w.task.subnet, w.since, now, bytes=w.demand_bytes)
@@ -523,9 +571,15 @@ class StageMemory:
 
     def finish(self, task: Task, keys: tuple[Key, ...], write: bool, now: float) -> None:
         """A task's compute ended. ``write``: it wrote the subnet's candidates here (B, or W when split)."""
+        self.running = None
         for k in keys:
             self.last_use[k] = now
         if not write:
+            if self.pin_task:  # the layers wait for the backward unpinned (droppable: nobody writes them)
+                released = [k for k in keys if self._unpin(k)]
+                if self.mode == "on-demand":
+                    for k in released:
+                        self._evict(k, now)
             return
         a = self.act.pop(task.subnet, 0)
         self.act_total -= a
@@ -536,6 +590,12 @@ class StageMemory:
                 self.dirty.add(k)
             if self._unpin(k):
                 released.append(k)
+            if self.pin_task:
+                n = self.awaited[k] - 1
+                if n:
+                    self.awaited[k] = n
+                else:
+                    del self.awaited[k]
         if self.mode == "on-demand":
             for k in released:
                 self._evict(k, now)
@@ -554,15 +614,20 @@ class StageMemory:
         counted = {k for k, n in self.pins.items() if n}
         if self.waiting is not None and not self.waiting.act_done:
             proj += self.waiting.act
+        if self.running is not None and self.running.kind == self.write_kind:
+            proj -= self.act.get(self.running.subnet, 0)  # freed when the running write ends
         blocked = False
         for i, (task, keys, act) in enumerate(forecast):
-            if task.kind != FORWARD:
+            if task.kind != FORWARD and not self.pin_task:
                 continue
             for k in keys:
                 rank.setdefault(k, i)
             if blocked:
                 continue
-            proj += act
+            if task.kind == FORWARD:
+                proj += act
+            elif task.kind == self.write_kind:
+                proj -= self.act.get(task.subnet, 0)  # the write frees the subnet's activation here
             for k in keys:
                 if k in counted:
                     continue
@@ -575,7 +640,8 @@ class StageMemory:
         self.rank = rank
         self.prefetch_order = order
         for k, state in list(self.where.items()):
-            if state == RESIDENT and not self.pins.get(k) and k not in rank and k in self.dirty:
+            if (state == RESIDENT and not self.pins.get(k) and k not in rank and k in self.dirty
+                    and k not in self.awaited):
                 self._evict(k, now)
 
     # ---- the copy engines --------------------------------------------------------------------------
@@ -707,8 +773,11 @@ class StageMemory:
         if not urgent:
             victims = [k for k in victims if k not in self.rank and k not in self.dirty]
         far = len(self.rank) + 1
-        victims.sort(key=lambda k: (k in self.rank, k in self.dirty, -self.rank.get(k, far),
-                                    self.last_use.get(k, 0.0), k))
+        # the forecast's candidates last, farthest first; before them those a waiting backward will use
+        # (pin_task), most recently read first (the youngest subnet's backward comes last); else LRU
+        victims.sort(key=lambda k: (k in self.rank, k in self.awaited, k in self.dirty, -self.rank.get(k, far),
+                                    -self.last_use.get(k, 0.0) if k in self.awaited else self.last_use.get(k, 0.0),
+                                    k))
         for k in victims:
             if self.free + coming >= n:
                 break
