@@ -40,3 +40,21 @@ def test_a_budget_below_one_subnet_is_refused_before_any_process(tmp_path, capsy
     assert len(err) == 1 and "less than one subnet's candidates" in err[0]
     assert not (tmp_path / "r").exists()
     assert main(["train", *COMMON, "--device-memory", "lots", "--out", str(tmp_path / "r")]) == 2
+
+
+def test_resident_swap_keeps_the_share_on_the_device_or_refuses(tmp_path, capsys):
+    ref, res = tmp_path / "ref", tmp_path / "res"
+    common = [*COMMON[:3], "12", *COMMON[4:]]
+    assert main(["reference", *common, "--out", str(ref)]) == 0
+    # the whole share plus its sgd state does not fit 80%: refused before any process, one line
+    assert main(["train", *common, "--stages", "2", "--device-memory", "80%", "--swap", "resident",
+                 "--out", str(tmp_path / "no")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--swap resident keeps" in err[0] and not (tmp_path / "no").exists()
+    assert main(["train", *common, "--stages", "2", "--device-memory", "300%", "--swap", "resident",
+                 "--out", str(res)]) == 0
+    assert main(["verify", str(res), str(ref)]) == 0
+    m = json.loads((res / "metrics.json").read_text())["memory"]
+    assert m["swap"] == "resident" and m["hit_rate"] == 1.0 and m["stall_share"] == 0
+    for s in m["stages"]:  # loaded before the clock starts, never moved during the run
+        assert s["peak_device_bytes"] >= s["supernet_share_bytes"] and s["evictions"] == 0

@@ -72,9 +72,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device-memory", default=None, metavar="SIZE|P%",
                    help="context switching: each stage keeps its candidates in host memory and at most SIZE "
                         "bytes (2GiB) or P%% of its supernet share (25%%) on the device (cpu: a separate buffer pool)")
-    p.add_argument("--swap", choices=("predictive", "on-demand"), default="predictive",
-                   help="with --device-memory: prefetch the forecast tasks' candidates, or load on demand and "
-                        "evict right after use (default predictive)")
+    p.add_argument("--swap", choices=("predictive", "on-demand", "resident"), default="predictive",
+                   help="with --device-memory: prefetch the forecast tasks' candidates, load on demand and "
+                        "evict right after use, or keep the whole stage share resident (must fit; default "
+                        "predictive)")
     p.add_argument("--prefetch-depth", type=positive_int("--prefetch-depth"), default=4, metavar="N",
                    help="with --swap predictive: forwards to prefetch ahead (default 4)")
     p.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # ACTION:STAGE:SUBNET, for tests

@@ -76,7 +76,7 @@ class TrainConfig:
     # context switching (``naspipe.runtime.memory``): None keeps every candidate resident (the default);
     # a size (``2GiB``) or a share of the stage's candidate parameters (``25%``) per stage
     device_memory: str | None = None
-    swap: str = "predictive"  # predictive | on-demand (only with device_memory)
+    swap: str = "predictive"  # predictive | on-demand | resident (only with device_memory)
     prefetch_depth: int = 4
 
     # ---- construction --------------------------------------------------------------------------------
@@ -302,11 +302,16 @@ class TrainConfig:
         if self.policy_name not in ("csp", "csp-bw"):
             raise ConfigError(f"device_memory (context switching) needs policy csp or csp-bw, not {self.policy}")
         from naspipe.models import build_stage
-        from naspipe.runtime.memory import stage_budget
+        from naspipe.runtime.memory import resident_bytes, stage_budget
 
         for s in range(self.stages):
             model = build_stage(self.space, self.partition.blocks(s), self.seed, self.shared)
             budget, share, need = stage_budget(self.device_memory, model, self.optimizer)
+            if self.swap == "resident" and budget < resident_bytes(model, self.optimizer):
+                raise ConfigError(f"device memory {self.device_memory} gives stage {s} {budget} bytes, less than its "
+                                  f"whole supernet share with {self.optimizer} state "
+                                  f"({resident_bytes(model, self.optimizer)} bytes) that --swap resident keeps; "
+                                  "use a larger budget or a swapping mode")
             if share and budget < need:
                 raise ConfigError(f"device memory {self.device_memory} gives stage {s} {budget} bytes, less than "
                                   f"one subnet's candidates there need ({need} bytes with {self.optimizer} state; "

@@ -13,7 +13,8 @@ on the cache's background worker, the candidates of the next ``prefetch_depth`` 
 likely to run (the lowest-numbered subnets it has not forwarded yet: CSP runs forwards nearly in sequence
 order; a good-enough forecast, not ``naspipe.sched.predictor``); the cache evicts the least recently used
 unpinned candidates to make room. ``--swap on-demand`` (vPipe-style) prefetches nothing and evicts
-right after the release. Nothing pinned is ever evicted.
+right after the release. ``--swap resident`` loads every candidate before the clock starts and never
+swaps (the stage share and its optimizer state must fit the budget). Nothing pinned is ever evicted.
 
 Metrics (per stage, merged into ``metrics.json["memory"]``): ``hit_rate`` = share of forward tasks whose
 candidates were all resident at their start (backward tasks always find theirs pinned; ``task_hit_rate``
@@ -30,7 +31,7 @@ from torch import nn
 from naspipe.memsize import parse_budget
 from naspipe.sched.tasks import FORWARD, Task
 
-SWAPS = ("predictive", "on-demand")
+SWAPS = ("predictive", "on-demand", "resident")
 # optimizer state tensors per parameter element (they move with the candidate once created)
 STATE_FACTOR = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "rmsprop": 1}
 
@@ -57,6 +58,13 @@ def stage_requirements(model: Any, optimizer: str) -> tuple[int, int]:
         n = _nbytes(m) + (sum(factor * p.numel() * p.element_size() + 8 for p in m.parameters()) if factor else 0)
         per_block[b] = max(per_block.get(b, 0), n)
     return share, sum(per_block.values())
+
+
+def resident_bytes(model: Any, optimizer: str) -> int:
+    """What ``--swap resident`` keeps on the device: every candidate of the stage with its optimizer state."""
+    factor = STATE_FACTOR.get(optimizer, 2)
+    return sum(_nbytes(m) + (sum(factor * p.numel() * p.element_size() + 8 for p in m.parameters()) if factor else 0)
+               for m in candidate_modules(model).values())
 
 
 def stage_budget(device_memory: str, model: Any, optimizer: str) -> tuple[int, int, int]:
@@ -123,7 +131,8 @@ class StageMemory:
         return stall
 
     def after(self, task: Task) -> None:
-        """After a task: release at the subnet's write; then prefetch (predictive) or evict (on-demand)."""
+        """After a task: release at the subnet's write; then prefetch (predictive) or evict (on-demand);
+        ``resident`` keeps everything where the warm-up put it."""
         if task.kind == self.write_kind:
             keys = self.held.pop(task.subnet, [])
             if keys:
@@ -134,9 +143,13 @@ class StageMemory:
             self.prefetch()
 
     def warm_up(self) -> None:
-        """Prefetch the first forecast forwards and wait for them (before the run's clock starts)."""
+        """Prefetch the first forecast forwards (``resident``: every candidate) and wait for them, before the
+        run's clock starts."""
         if self.swap == "predictive":
             self.prefetch()
+            self.cache.drain()
+        elif self.swap == "resident":
+            self.cache.prefetch(list(self.mods), tag=-1)
             self.cache.drain()
 
     def forecast(self) -> list[int]:
