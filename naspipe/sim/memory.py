@@ -13,8 +13,13 @@ What occupies a stage's device (``StageMemory.used``, never above the budget):
   held from the start of ``F(j,s)`` until the write of ``j`` on ``s`` ends (``B``, or ``W`` when the
   backward is split).
 
-A candidate used by an in-flight subnet is *pinned* from ``F(j,s)`` until that write: autograd keeps
-references to the weights, and the update writes them. Pinned candidates are never evicted.
+A candidate is *pinned* while a task that uses it is chosen or running (``pin="task"``, the default), or,
+with ``pin="subnet"``, from ``F(j,s)`` until ``j``'s write (the simple choice when autograd keeps
+references to the weights). Pinned candidates are never evicted. Pinning per task is what lets a stage
+hold many subnets in flight on a small budget: between ``F(j,s)`` and its backward, ``j`` holds only its
+activations; its layers are clean (CSP lets no other subnet write them in between), so they may be
+dropped and fetched again before the backward, which the forecast covers (on the runtime side this is a
+``torch.autograd.graph.saved_tensors_hooks`` pair; the runtime cache pins per subnet so far).
 
 Host <-> device copies run on two copy engines per stage (host-to-device and device-to-host, PCIe is
 full duplex) that overlap compute. A load moves ``param_bytes`` at ``bandwidth_h2d``; evicting a candidate
@@ -33,8 +38,10 @@ Swap modes:
 
 The *admission gate* keeps every schedule live: ``F(x,s)`` may start only if the committed memory
 (pinned parameters + activations) plus what ``x`` adds, plus the largest need of any older subnet that
-has not started its forward on ``s`` yet, fits the budget. The oldest unfinished subnet therefore always
-finds room on every stage, so no causal chain can be starved of memory (see ``StageMemory.admits``).
+has not started its forward on ``s`` yet, fits the budget (with ``pin="task"``: activations plus room for
+the largest in-flight subnet's layers, so a backward can always fetch its own). The oldest unfinished
+subnet therefore always finds room on every stage, so no causal chain can be starved of memory (see
+``Gate.admits``).
 """
 
 from __future__ import annotations
