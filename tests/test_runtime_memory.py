@@ -58,3 +58,17 @@ def test_resident_swap_keeps_the_share_on_the_device_or_refuses(tmp_path, capsys
     assert m["swap"] == "resident" and m["hit_rate"] == 1.0 and m["stall_share"] == 0
     for s in m["stages"]:  # loaded before the clock starts, never moved during the run
         assert s["peak_device_bytes"] >= s["supernet_share_bytes"] and s["evictions"] == 0
+
+
+def test_optimizer_state_stays_inside_the_budget(tmp_path):
+    """Adam creates its state during the first step on the device; the cache sets its room aside up front, so
+    the peak never passes the budget, and the run still verifies."""
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    common = [*COMMON[:3], "16", *COMMON[4:], "--optimizer", "adam"]
+    assert main(["reference", *common, "--out", str(ref)]) == 0
+    assert main(["train", *common, "--stages", "2", "--device-memory", "60%", "--out", str(run)]) == 0
+    assert main(["verify", str(run), str(ref)]) == 0
+    m = json.loads((run / "metrics.json").read_text())["memory"]
+    for s in m["stages"]:
+        assert 0 < s["peak_device_bytes"] <= s["budget_bytes"], s
+    assert m["bytes_moved"] > 0

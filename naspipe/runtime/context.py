@@ -26,7 +26,8 @@ pinned from its forward), ``release`` them after the subnet's write on this stag
 ``cache.events`` to the trace as ``prefetch`` / ``evict`` / ``stall`` events of that stage.
 
 How it works: each key's tensors (parameters, buffers, and optional ``extra_tensors(key)`` such as that
-key's optimizer state) keep their ``nn.Parameter`` objects; only their storage moves, by assigning
+key's optimizer state; ``extra_bytes(key)`` sets room aside for it before it exists) keep their
+``nn.Parameter`` objects; only their storage moves, by assigning
 ``.data``: the host copy when absent, a device buffer when resident. So optimizers and autograd keep the
 same parameter objects. One background worker thread does every copy in queue order; loads that an
 ``acquire`` waits for jump the queue. On CUDA the worker copies on its own stream from pinned memory and
@@ -100,7 +101,7 @@ class ContextCache:
     def __init__(self, modules: Mapping[Key, nn.Module], *, device: str | torch.device = "cpu",
                  budget: int | str | None = None, extra_tensors: Callable[[Key], Iterable[torch.Tensor]] | None = None,
                  clock: Callable[[], float] = time.perf_counter, timeout: float = 120.0,
-                 pin_memory: bool | None = None):
+                 pin_memory: bool | None = None, extra_bytes: Callable[[Key], int] | None = None):
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self.budget = None if budget is None else parse_bytes(budget)
@@ -121,6 +122,11 @@ class ContextCache:
         self._state: dict[Key, str] = dict.fromkeys(self.modules, ABSENT)
         self._bytes: dict[Key, int] = {k: sum(s.host.numel() * s.host.element_size() for s in v)
                                        for k, v in self._slots.items()}
+        # room set aside for tensors a key will gain on the device (optimizer state created by a step), so
+        # the budget holds from the first step on; adopted tensors use it up before they add bytes
+        self._reserve: dict[Key, int] = {k: max(0, int(extra_bytes(k))) if extra_bytes else 0 for k in self.modules}
+        for k, n in self._reserve.items():
+            self._bytes[k] += n
         if self.budget is not None and self._bytes and max(self._bytes.values()) > self.budget:
             big = max(self._bytes, key=self._bytes.__getitem__)
             raise CacheError(f"key {big!r} alone ({self._bytes[big]} bytes) exceeds the budget ({self.budget} bytes)")
@@ -450,6 +456,8 @@ class ContextCache:
             if id(t) in known:
                 continue
             n = t.numel() * t.element_size()
+            covered = min(n, self._reserve[k])  # already counted in the key's bytes
+            self._reserve[k] -= covered
             if on_device:  # it lives in device memory now: give it a home copy
                 slot = _Slot(t, torch.empty_like(t.data, device="cpu", pin_memory=self.cuda))
                 slot.dev = t.data
@@ -459,9 +467,9 @@ class ContextCache:
             self._slots[k].append(slot)
             adopted = True
             with self._lock:
-                self._bytes[k] += n
+                self._bytes[k] += n - covered
                 if on_device:
-                    self._use(n)
+                    self._use(n - covered)
         return adopted
 
     # ---- helpers -------------------------------------------------------------------------------------

@@ -52,19 +52,21 @@ def stage_requirements(model: Any, optimizer: str) -> tuple[int, int]:
     optimizer state included)."""
     mods = candidate_modules(model)
     share = sum(_nbytes(m) for m in mods.values())
-    factor = STATE_FACTOR.get(optimizer, 2)
     per_block: dict[int, int] = {}
     for (b, _), m in mods.items():
-        n = _nbytes(m) + (sum(factor * p.numel() * p.element_size() + 8 for p in m.parameters()) if factor else 0)
-        per_block[b] = max(per_block.get(b, 0), n)
+        per_block[b] = max(per_block.get(b, 0), _nbytes(m) + state_bytes(m, optimizer))
     return share, sum(per_block.values())
+
+
+def state_bytes(m: nn.Module, optimizer: str) -> int:
+    """Bytes the optimizer's state for module ``m`` takes once a step has created it (an upper bound)."""
+    factor = STATE_FACTOR.get(optimizer, 2)
+    return sum(factor * p.numel() * p.element_size() + 8 for p in m.parameters()) if factor else 0
 
 
 def resident_bytes(model: Any, optimizer: str) -> int:
     """What ``--swap resident`` keeps on the device: every candidate of the stage with its optimizer state."""
-    factor = STATE_FACTOR.get(optimizer, 2)
-    return sum(_nbytes(m) + (sum(factor * p.numel() * p.element_size() + 8 for p in m.parameters()) if factor else 0)
-               for m in candidate_modules(model).values())
+    return sum(_nbytes(m) + state_bytes(m, optimizer) for m in candidate_modules(model).values())
 
 
 def stage_budget(device_memory: str, model: Any, optimizer: str) -> tuple[int, int, int]:
@@ -72,6 +74,37 @@ def stage_budget(device_memory: str, model: Any, optimizer: str) -> tuple[int, i
     share, need = stage_requirements(model, optimizer)
     budget = parse_budget(device_memory).resolve(share)
     return (share if budget is None else budget), share, need
+
+
+class _CacheFootprint:
+    """The byte view ``naspipe.sim.memory.Gate`` reads, from the cache's real sizes (optimizer state room
+    included); activations are not part of the runtime's budget, so they count zero."""
+
+    batch = 1
+
+    def __init__(self, stage: int, key_bytes: dict[tuple[int, int], int], blocks: list[int], mods: Any):
+        self.key_bytes = {stage: key_bytes}
+        self._blocks, self._mods = blocks, mods
+        per_block: dict[int, int] = {}
+        for (b, _), n in key_bytes.items():
+            per_block[b] = max(per_block.get(b, 0), n)
+        self._max = sum(per_block.values())
+
+    def keys(self, stage: int, sub: Any) -> tuple[tuple[int, int], ...]:
+        return tuple((b, sub[b]) for b in self._blocks if (b, sub[b]) in self._mods)
+
+    def act(self, stage: int, sub: Any) -> int:
+        return 0
+
+    def need(self, stage: int, sub: Any) -> int:
+        kb = self.key_bytes[stage]
+        return sum(kb[k] for k in set(self.keys(stage, sub)))
+
+    def max_params(self, stage: int) -> int:
+        return self._max
+
+    def act_per_sample(self, stage: int) -> int:
+        return 0
 
 
 class StageMemory:
@@ -94,7 +127,17 @@ class StageMemory:
             return [v for p in params[k] for v in opt.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
 
         self.cache = ContextCache(self.mods, device="cpu", budget=self.budget, extra_tensors=state, clock=clock,
-                                  timeout=timeout)
+                                  timeout=timeout, extra_bytes=lambda k: state_bytes(self.mods[k], optimizer))
+        from naspipe.sim.memory import Gate
+
+        # the admission gate of the simulator over the cache's real bytes: a forward starts only if its
+        # candidates fit next to those pinned by the subnets in flight, keeping room for any older subnet
+        # not started yet (so the oldest always fits and the pipeline stays live)
+        fp = _CacheFootprint(0, {k: self.cache.nbytes(k) for k in self.mods}, list(model.blocks), self.mods)
+        self.gate = Gate(0, self.budget, fp, [subnets[j] for j in range(n)], write_kind,  # type: ignore[arg-type]
+                         resident=swap == "resident")
+        self.gate.next_unstarted = self.gate.lo = start
+        self.refusals = 0
         self.held: dict[int, list[tuple[int, int]]] = {}
         self.forwarded: set[int] = set()
         self.next_unforwarded = start
@@ -104,6 +147,24 @@ class StageMemory:
     def keys(self, j: int) -> list[tuple[int, int]]:
         sub = self.subnets[j]
         return [(b, sub[b]) for b in self.model.blocks if (b, sub[b]) in self.mods]
+
+    def next_task(self, sched: Any) -> Task | None:
+        """``sched.next_task()`` through the admission gate: a refused forward gives way to a pending ``W``
+        or the oldest forward not started here; None: wait for a message (a backward frees room)."""
+        from naspipe.sched.predictor import fallback_task, peek
+
+        if not self.gate.may_bind():
+            return self._chosen(sched.next_task())
+        t = peek(sched)
+        if t is None or self.gate.admits(t):
+            return self._chosen(sched.next_task())
+        self.refusals += 1
+        return self._chosen(fallback_task(sched, self.gate))
+
+    def _chosen(self, task: Task | None) -> Task | None:
+        if task is not None:
+            self.gate.start(task)
+        return task
 
     def before(self, task: Task) -> float:
         """Make the task's candidates resident (a forward pins them); returns the stall in seconds."""
@@ -133,6 +194,7 @@ class StageMemory:
     def after(self, task: Task) -> None:
         """After a task: release at the subnet's write; then prefetch (predictive) or evict (on-demand);
         ``resident`` keeps everything where the warm-up put it."""
+        self.gate.finish(task)
         if task.kind == self.write_kind:
             keys = self.held.pop(task.subnet, [])
             if keys:
@@ -189,6 +251,7 @@ class StageMemory:
             "bytes_h2d": s.bytes_h2d, "bytes_d2h": s.bytes_d2h, "bytes_moved": s.bytes_h2d + s.bytes_d2h,
             "peak_device_bytes": s.peak_bytes, "prefetches": s.prefetches,
             "prefetches_dropped": s.prefetches_dropped, "evictions": s.evictions,
+            "forwards_held_back": self.refusals,
         }
 
 

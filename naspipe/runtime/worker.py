@@ -203,7 +203,7 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
             except queue.Empty:
                 break
         t = clock()
-        task = sched.next_task()
+        task = sched.next_task() if mem is None else mem.next_task(sched)  # (memory: the admission gate)
         decide += clock() - t
         if task is None:
             t = clock()
