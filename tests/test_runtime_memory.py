@@ -72,3 +72,20 @@ def test_optimizer_state_stays_inside_the_budget(tmp_path):
     for s in m["stages"]:
         assert 0 < s["peak_device_bytes"] <= s["budget_bytes"], s
     assert m["bytes_moved"] > 0
+
+
+def test_killed_after_a_checkpoint_then_resumed_under_a_budget(tmp_path):
+    """Context switching with checkpoints: SGD with momentum (its state travels with the candidates), a
+    checkpoint every 8 subnets, stage 1 killed at subnet 20, resumed in place: identical to the reference."""
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    common = [*COMMON[:3], "28", *COMMON[4:], "--optimizer", "momentum"]
+    train = ["train", *common, "--stages", "2", "--device-memory", "70%", "--checkpoint-every", "8"]
+    assert main(["reference", *common, "--out", str(ref)]) == 0
+    assert main([*train, "--out", str(run), "--fault", "kill:1:20"]) == 1
+    assert json.loads((run / "status.json").read_text())["checkpoint"] == 16
+    assert main([*train, "--resume", str(run)]) == 0
+    assert main(["verify", str(run), str(ref)]) == 0
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["config"]["resumed_from"] == 16 and m["memory"]["bytes_moved"] > 0
+    for s in m["memory"]["stages"]:
+        assert s["peak_device_bytes"] <= s["budget_bytes"]

@@ -295,8 +295,6 @@ class TrainConfig:
             raise ConfigError(str(e)) from None
         if self.online:
             raise ConfigError("device_memory (context switching) needs a fixed sequence, not a run-time sampler")
-        if self.checkpoint_every is not None or self.resume is not None:
-            raise ConfigError("device_memory (context switching) cannot be combined with checkpoints yet")
         if self.device != "cpu":
             raise ConfigError("device_memory (context switching) runs on device cpu only so far")
         if self.policy_name not in ("csp", "csp-bw"):

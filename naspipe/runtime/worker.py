@@ -242,6 +242,8 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
                 report("progress", rank, written)
                 last_report = now
         if ckpt is not None:  # at a fence: save this stage's state, then lift the fence
+            if mem is not None and sched.fence is not None and sched.at_fence:
+                mem.cache.drain()  # no copy under way (no buffer reused) while the weights are saved
             ckpt.after_task(sched, ex)
     if ckpt is not None:
         ckpt.finish()
