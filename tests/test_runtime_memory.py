@@ -89,3 +89,33 @@ def test_killed_after_a_checkpoint_then_resumed_under_a_budget(tmp_path):
     assert m["config"]["resumed_from"] == 16 and m["memory"]["bytes_moved"] > 0
     for s in m["memory"]["stages"]:
         assert s["peak_device_bytes"] <= s["budget_bytes"]
+
+
+def test_the_runtime_forecast_runs_the_stage_scheduler_speculatively():
+    """Stage 1 of 2 has the activations of subnets 2 and 5 (not 0, 1): the forecast names the forwards its
+    scheduler would start from what is here first, then the lowest subnets not forwarded yet."""
+    import time
+
+    from naspipe import partition, preset
+    from naspipe.models import build_stage
+    from naspipe.runtime.memory import StageMemory
+    from naspipe.sched.policies import make_scheduler, stage_specs
+    from naspipe.sched.shared import SharedLayers
+    from naspipe.sequence import UniformStream
+
+    sp = preset("tiny-transformer")
+    part = partition(sp, 2)
+    stream = UniformStream(sp, 3, 12)
+    sched = make_scheduler("csp", stage_specs(sp, part)[1], stream)
+    model = build_stage(sp, part.blocks(1), 3, SharedLayers())
+    mem = StageMemory(model, None, stream, 12, device_memory="100%", swap="predictive", depth=4, optimizer="sgd",
+                      write_kind=sched.write_kind, clock=time.perf_counter, timeout=10.0)
+    try:
+        assert mem.forecast(sched) == [0, 1, 2, 3]  # nothing here yet: sequence order
+        for j in (5, 2):
+            sched.on_activation(j)
+        fc = mem.forecast(sched)  # F(2) first; F(5) too unless an older subnet it conflicts with blocks it
+        assert fc in ([2, 5, 0, 1], [2, 0, 1, 3]), fc
+        assert sched.next_task().subnet == 2  # the speculation left the scheduler as it was
+    finally:
+        mem.close()

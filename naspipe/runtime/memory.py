@@ -10,11 +10,13 @@ candidates its subnet uses on this stage (a miss loads them synchronously and re
 a backward (and ``W``) finds them still pinned. After the subnet's write (``B``, or ``W`` with a split
 backward) ``after(task)`` releases them (dirty: the weights changed). ``--swap predictive`` then prefetches,
 on the cache's background worker, the candidates of the next ``prefetch_depth`` forwards the stage is
-likely to run (the lowest-numbered subnets it has not forwarded yet: CSP runs forwards nearly in sequence
-order; a good-enough forecast, not ``naspipe.sched.predictor``); the cache evicts the least recently used
-unpinned candidates to make room. ``--swap on-demand`` (vPipe-style) prefetches nothing and evicts
-right after the release. ``--swap resident`` loads every candidate before the clock starts and never
-swaps (the stage share and its optimizer state must fit the budget). Nothing pinned is ever evicted.
+likely to run (``StageMemory.forecast``: the stage's scheduler run speculatively by
+``naspipe.sched.predictor`` on the messages already delivered, then the lowest-numbered subnets not
+forwarded yet); the cache evicts the least recently used unpinned candidates to make room.
+``--swap on-demand`` (vPipe-style) prefetches nothing and evicts right after the release. ``--swap
+resident`` loads every candidate before the clock starts and never swaps (the stage share and its
+optimizer state must fit the budget). Nothing pinned is ever evicted. ``next_task`` puts the stage's
+decisions through the simulator's admission gate (``naspipe.sim.memory.Gate``) over the cache's bytes.
 
 Metrics (per stage, merged into ``metrics.json["memory"]``): ``hit_rate`` = share of forward tasks whose
 candidates were all resident at their start (backward tasks always find theirs pinned; ``task_hit_rate``
@@ -138,6 +140,10 @@ class StageMemory:
                          resident=swap == "resident")
         self.gate.next_unstarted = self.gate.lo = start
         self.refusals = 0
+        from naspipe.sched.predictor import Predictor
+
+        # without arrival times only the order of tasks matters to the forecast, not their durations
+        self.predictor = Predictor(lambda task: 1.0, depth)
         self.held: dict[int, list[tuple[int, int]]] = {}
         self.forwarded: set[int] = set()
         self.next_unforwarded = start
@@ -191,7 +197,7 @@ class StageMemory:
             self.task_hits += 1
         return stall
 
-    def after(self, task: Task) -> None:
+    def after(self, task: Task, sched: Any = None) -> None:
         """After a task: release at the subnet's write; then prefetch (predictive) or evict (on-demand);
         ``resident`` keeps everything where the warm-up put it."""
         self.gate.finish(task)
@@ -202,7 +208,7 @@ class StageMemory:
                 if self.swap == "on-demand":
                     self.cache.evict(keys)
         if self.swap == "predictive":
-            self.prefetch()
+            self.prefetch(sched)
 
     def warm_up(self) -> None:
         """Prefetch the first forecast forwards (``resident``: every candidate) and wait for them, before the
@@ -214,16 +220,25 @@ class StageMemory:
             self.cache.prefetch(list(self.mods), tag=-1)
             self.cache.drain()
 
-    def forecast(self) -> list[int]:
-        out, j = [], self.next_unforwarded
+    def forecast(self, sched: Any = None) -> list[int]:
+        """The subnets whose forwards this stage is expected to run next, nearest first: what the stage's
+        own scheduler, run speculatively through the gate (``naspipe.sched.predictor``), would start from
+        the messages already here, then the lowest-numbered subnets not forwarded yet (messages on their way
+        are unknown to the stage; CSP runs forwards nearly in sequence order)."""
+        out: list[int] = []
+        if sched is not None:
+            for p in self.predictor.forecast(sched, 0.0, gate=self.gate):
+                if p.task.kind == FORWARD and p.task.subnet not in out:
+                    out.append(p.task.subnet)
+        j = self.next_unforwarded
         while len(out) < self.depth and j < self.n:
-            if j not in self.forwarded:
+            if j not in self.forwarded and j not in out:
                 out.append(j)
             j += 1
-        return out
+        return out[:self.depth]
 
-    def prefetch(self) -> None:
-        plan = [(j, self.keys(j)) for j in self.forecast()]
+    def prefetch(self, sched: Any = None) -> None:
+        plan = [(j, self.keys(j)) for j in self.forecast(sched)]
         self.cache.protect([k for _, ks in plan for k in ks])
         for j, ks in plan:
             self.cache.prefetch(ks, tag=j)

@@ -229,7 +229,7 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
         t = clock()
         sched.on_finish(task)
         if mem is not None:  # release at the subnet's write; prefetch the forecast (or evict on demand)
-            mem.after(task)
+            mem.after(task, sched)
         if ex.last and task.kind == FORWARD:  # the loss is known at F(j) on the last stage
             book.learn(task.subnet, ex.losses[task.subnet])
         decide += clock() - t
