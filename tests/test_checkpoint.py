@@ -7,9 +7,7 @@ the first case goes through the CLI (``naspipe train --resume DIR``), the second
 from __future__ import annotations
 
 import json
-import time
 
-import psutil
 import pytest
 import torch
 
@@ -32,29 +30,7 @@ from naspipe.sched.shared import parse_shared
 from naspipe.sequence import UniformStream
 from naspipe.space import preset
 
-
-def _leftovers() -> list[psutil.Process]:
-    out = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.status() == psutil.STATUS_ZOMBIE:
-                continue
-            cmd = " ".join(p.cmdline())
-        except psutil.NoSuchProcess:
-            continue
-        if ("multiprocessing.forkserver" in cmd and p.ppid() == psutil.Process().pid) or "resource_tracker" in cmd:
-            continue
-        out.append(p)
-    return out
-
-
-@pytest.fixture(autouse=True)
-def no_process_left_behind():
-    yield
-    deadline = time.monotonic() + 5
-    while _leftovers() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _leftovers(), [p.cmdline() for p in _leftovers()]
+pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
 
 def test_killed_after_a_checkpoint_then_resumed_equals_an_uninterrupted_run(tmp_path):

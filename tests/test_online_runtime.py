@@ -24,6 +24,8 @@ from naspipe.samplers import make_stream
 from naspipe.sequence import UniformStream
 from naspipe.space import preset
 
+pytestmark = pytest.mark.usefixtures("no_process_left_behind")
+
 SPACE, SEED, N, SAMPLER = "digits-cnn", 5, 56, "evolution:8"  # warm-up 8 + 32: 16 subnets evolved
 
 

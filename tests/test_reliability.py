@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import alive, descendants
 
 from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.checkpoint import newest_complete, root_of
@@ -28,40 +29,7 @@ from naspipe.runtime.checkpoint import newest_complete, root_of
 BIN = Path(sys.executable).parent
 
 
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _stages(parent: psutil.Process) -> list[psutil.Process]:
-    """Live processes below ``parent`` but its own helpers (fork server, resource tracker): the stages."""
-    out = []
-    for p in parent.children(recursive=True):
-        try:
-            cmd = " ".join(p.cmdline())
-            if not _alive(p) or "resource_tracker" in cmd:
-                continue
-            if "multiprocessing.forkserver" in cmd and p.ppid() == parent.pid:
-                continue  # the session's fork server (its children are the stages)
-        except psutil.NoSuchProcess:
-            continue
-        out.append(p)
-    return sorted(out, key=lambda p: (p.create_time(), p.pid))
-
-
-def _leftovers() -> list[psutil.Process]:
-    return _stages(psutil.Process())
-
-
-@pytest.fixture(autouse=True)
-def no_process_left_behind():
-    yield
-    deadline = time.monotonic() + 5
-    while _leftovers() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _leftovers(), [p.cmdline() for p in _leftovers()]
+pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
 
 def _lines(path: Path) -> int:
@@ -100,13 +68,13 @@ def test_sigkill_of_a_random_stage_mid_run_ends_the_run_naming_it(tmp_path, chec
     if checkpoints:
         while newest_complete(root_of(cfg.out)) is None and time.monotonic() < deadline:
             time.sleep(0.05)
-    procs = _stages(me)
+    procs = descendants(me)
     assert len(procs) == stages and "error" not in box, (procs, box)
     victim = random.Random().choice(procs)
     os.kill(victim.pid, signal.SIGKILL)
     killed = time.monotonic()
     t.join(60)
-    assert not t.is_alive()
+    assert not t.isalive()
     assert box["end"] - killed < 30
     err = box["error"]
     rank = err.rank
@@ -118,8 +86,8 @@ def test_sigkill_of_a_random_stage_mid_run_ends_the_run_naming_it(tmp_path, chec
         assert status["checkpoint"] >= 20 and status["checkpoint"] % 20 == 0
         assert f"--resume {cfg.out}" in str(err)
     for p in procs:
-        p.wait(5) if _alive(p) else None
-        assert not _alive(p)
+        p.wait(5) if alive(p) else None
+        assert not alive(p)
 
 
 def test_a_killed_launcher_leaves_no_stage_behind(tmp_path):
@@ -134,7 +102,7 @@ def test_a_killed_launcher_leaves_no_stage_behind(tmp_path):
         while _lines(out / "events.jsonl") < 10 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert proc.poll() is None, "the run ended before it could be killed"
-        family = [p for p in launcher.children(recursive=True) if _alive(p)]
+        family = [p for p in launcher.children(recursive=True) if alive(p)]
         assert len(family) >= 2
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)

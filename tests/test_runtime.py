@@ -42,35 +42,7 @@ N = 24  # subnets per multi-process run
 
 
 # ---- helpers --------------------------------------------------------------------------------------------
-def _leftovers() -> list[psutil.Process]:
-    """Live descendants of this process, except multiprocessing's long-lived helpers (forkserver,
-    resource tracker), which belong to the session and end with it."""
-    out = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.status() == psutil.STATUS_ZOMBIE:
-                continue
-            cmd = " ".join(p.cmdline())
-        except psutil.NoSuchProcess:
-            continue
-        if "multiprocessing.forkserver" in cmd and p.ppid() == psutil.Process().pid:
-            continue
-        if "resource_tracker" in cmd:
-            continue
-        out.append(p)
-    return out
-
-
-@pytest.fixture(autouse=True)
-def no_process_left_behind():
-    yield
-    import multiprocessing
-
-    deadline = time.monotonic() + 5
-    while (_leftovers() or multiprocessing.active_children()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not multiprocessing.active_children()
-    assert not _leftovers(), [p.cmdline() for p in _leftovers()]
+pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from naspipe.cli import main
 from naspipe.trace import Trace
+
+pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
 COMMON = ["--space", "tiny-transformer", "--subnets", "30", "--seed", "3", "--no-progress"]
 

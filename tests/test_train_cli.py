@@ -14,6 +14,8 @@ import pytest
 from naspipe.cli import main
 from naspipe.trace import Trace
 
+pytestmark = pytest.mark.usefixtures("no_process_left_behind")
+
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
 

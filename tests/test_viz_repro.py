@@ -29,6 +29,8 @@ from naspipe.viz.repro import (
     write_reference,
 )
 
+pytestmark = pytest.mark.usefixtures("no_process_left_behind")
+
 
 def _run(d, losses, params):
     d.mkdir(parents=True)

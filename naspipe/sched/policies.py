@@ -129,6 +129,26 @@ class StageScheduler:
         self._running = t
         return t
 
+    def next_task_forwarding(self, j: int) -> Task | None:
+        """``next_task()`` with ``F(j)`` as the only forward it may choose (None if ``j`` is not ready or a
+        task runs). For a driver whose memory gate refuses the forward the policy prefers: the oldest forward
+        not started always fits, so running it keeps the pipeline live whatever order the policy prefers.
+        The policy may still answer with a backward or weight task."""
+        if self._running is not None or j not in self._f_ready:
+            return None
+        rest = [x for x in self._f_ready if x != j]
+        self._f_ready = [j]
+        try:
+            return self.next_task()
+        finally:
+            self._f_ready = rest + self._f_ready
+            heapq.heapify(self._f_ready)
+
+    def next_weight_task(self) -> Task | None:
+        """Start the oldest pending weight task now (split-backward policies; None here): a driver that
+        refuses a forward for lack of memory must not wait for memory only a pending ``W`` would free."""
+        return None
+
     def on_finish(self, task: Task) -> None:
         if task != self._running:
             raise PolicyError(f"stage {self.spec.stage}: finished {task}, but {self._running} was running")
@@ -337,6 +357,16 @@ class SplitBackwardCSPScheduler(ChainCSPScheduler):
     @property
     def pending_w(self) -> int:
         return len(self._w_ready)
+
+    def next_weight_task(self) -> Task | None:
+        if self._running is not None or not self._w_ready:
+            return None
+        limit = self.max_pending_w
+        self.max_pending_w = 1  # the policy's own rule for a full W queue: the oldest W first
+        try:
+            return self.next_task()
+        finally:
+            self.max_pending_w = limit
 
     def _finished(self, task: Task) -> None:
         if task.kind == BACKWARD:

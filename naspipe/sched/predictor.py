@@ -15,7 +15,6 @@ Pure: no torch, no clocks. Drivers (the simulator, the runtime) supply the durat
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -224,39 +223,13 @@ class SpeculativeGate(Protocol):
 
 
 def drain_weight_task(sched: StageScheduler) -> Task | None:
-    """Start the oldest pending weight task (``W``) of a split-backward scheduler, if it has one.
-
-    A driver that refuses a forward for lack of memory must not wait for memory that only a pending ``W``
-    would free (``W`` releases the subnet's activations and candidates): it runs that ``W`` now, exactly
-    as the policy does when its pending-``W`` limit is reached. None for other schedulers or none pending.
-    """
-    if sched.running is not None or not getattr(sched, "pending_w", 0) or not hasattr(sched, "max_pending_w"):
-        return None
-    limit = sched.max_pending_w
-    sched.max_pending_w = 1
-    try:
-        return sched.next_task()
-    finally:
-        sched.max_pending_w = limit
+    """Start the oldest pending weight task (``W``) now, if the policy has one (``next_weight_task``)."""
+    return sched.next_weight_task()
 
 
 def start_forward(sched: StageScheduler, j: int) -> Task | None:
-    """Ask ``sched`` for its next task with ``F(j)`` as the only ready forward (None if ``j`` is not ready).
-
-    Used when memory forbids the forward the policy prefers: the oldest forward not started on a stage
-    always fits (see ``naspipe.sim.memory.Gate``), so running it keeps the pipeline live whatever order
-    the policy prefers (e.g. ``csp-chain``). The policy may still answer with a backward or weight task.
-    """
-    ready = getattr(sched, "_f_ready", None)
-    if sched.running is not None or not isinstance(ready, list) or j not in ready:
-        return None
-    rest = [x for x in ready if x != j]
-    sched._f_ready = [j]
-    try:
-        return sched.next_task()
-    finally:
-        sched._f_ready = rest + sched._f_ready
-        heapq.heapify(sched._f_ready)
+    """Ask ``sched`` for its next task with ``F(j)`` as the only ready forward (``next_task_forwarding``)."""
+    return sched.next_task_forwarding(j)
 
 
 def fallback_task(sched: StageScheduler, gate: SpeculativeGate) -> Task | None:
