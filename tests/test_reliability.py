@@ -74,7 +74,7 @@ def test_sigkill_of_a_random_stage_mid_run_ends_the_run_naming_it(tmp_path, chec
     os.kill(victim.pid, signal.SIGKILL)
     killed = time.monotonic()
     t.join(60)
-    assert not t.isalive()
+    assert not t.is_alive()
     assert box["end"] - killed < 30
     err = box["error"]
     rank = err.rank
@@ -106,9 +106,9 @@ def test_a_killed_launcher_leaves_no_stage_behind(tmp_path):
         assert len(family) >= 2
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        gone, alive = psutil.wait_procs(family, timeout=20)
+        gone, living = psutil.wait_procs(family, timeout=20)
         # the stages and (with forkserver) the fork server end; the resource tracker ends with its pipe
-        assert not [p for p in alive if "resource_tracker" not in " ".join(p.cmdline())], alive
+        assert not [p for p in living if "resource_tracker" not in " ".join(p.cmdline())], living
     finally:
         if proc.poll() is None:
             proc.kill()
