@@ -155,3 +155,40 @@ def test_training_through_the_cache_is_bit_identical(reserve: bool) -> None:
         assert cache.stats.peak_bytes <= 4 * NB  # each layer's momentum lives in the room set aside for it
     else:
         assert cache.stats.peak_bytes <= 4 * NB + 2 * NB  # momentum adopted during a step counts from then on
+
+
+def test_saved_by_reference_lets_a_key_move_between_forward_and_backward() -> None:
+    """Forward with the key resident, release and evict it (its buffer goes back to the pool and is reused),
+    load it again, backward: the gradients equal an ordinary forward/backward, bit for bit."""
+    plain = _modules(3, seed=5)
+    x = torch.randn(4, D, generator=torch.Generator().manual_seed(2))
+    y = torch.tanh(plain[1](torch.tanh(plain[0](x.clone().requires_grad_())))).pow(2).sum()
+    y.backward()
+    want = [p.grad.clone() for k in (0, 1) for p in plain[k].parameters()]
+
+    mods = _modules(3, seed=5)
+    with ContextCache(mods, budget=3 * NB) as cache:
+        cache.acquire([0, 1])
+        with cache.saved_by_reference([0, 1]):
+            y = torch.tanh(mods[1](torch.tanh(mods[0](x.clone().requires_grad_())))).pow(2).sum()
+        cache.release([0, 1], dirty=False)
+        cache.evict([0, 1])
+        cache.drain()
+        cache.acquire([2])  # loads into a buffer 0 or 1 had at the forward, and keeps it
+        for p in mods[2].parameters():
+            p.data.fill_(1e3)
+        cache.acquire([0, 1])  # one of them lands in a fresh buffer
+        y.backward()
+        got = [p.grad.clone() for k in (0, 1) for p in mods[k].parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+
+
+def test_saved_by_reference_refuses_a_backward_without_its_keys() -> None:
+    mods = _modules(2, seed=1)
+    with ContextCache(mods, budget=2 * NB) as cache:
+        cache.acquire([0])
+        with cache.saved_by_reference([0]):
+            y = torch.tanh(mods[0](torch.randn(2, D, requires_grad=True))).sum()
+        cache.release([0], dirty=False)
+        with pytest.raises(CacheError, match="acquire it before the backward"):
+            y.backward()

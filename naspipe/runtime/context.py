@@ -86,6 +86,17 @@ class CacheStats:
         return self.hits / self.acquires if self.acquires else 1.0
 
 
+@dataclass(frozen=True)
+class _SavedRef:
+    """What autograd keeps of a saved tensor that lives in a key's buffer: where, and the view's geometry."""
+
+    key: Key
+    slot: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+
+
 class _Slot:
     """One tensor whose storage moves: ``host`` is its home copy, ``dev`` its device buffer when resident."""
 
@@ -162,6 +173,37 @@ class ContextCache:
     def resident_keys(self) -> set[Key]:
         with self._lock:
             return {k for k, s in self._state.items() if s == RESIDENT}
+
+    # ---- autograd: saved weights by reference ------------------------------------------------------
+    def saved_by_reference(self, keys: Iterable[Key]) -> Any:
+        """A context for a forward over the acquired ``keys``: autograd saves their tensors (and views of
+        them) as handles and reads the key's *current* device buffer at backward time, so between a forward
+        and its backward the keys may be released, evicted and loaded again (the caller must acquire them
+        before the backward and must not change them in between). Other saved tensors are kept as usual."""
+        table: dict[int, tuple[Key, int]] = {}
+        with self._lock:
+            for k in keys:
+                if self._state[k] != RESIDENT:
+                    raise CacheError(f"saved_by_reference: {k!r} is not resident (acquire it first)")
+                for i, slot in enumerate(self._slots[k]):
+                    table[slot.tensor.data.untyped_storage().data_ptr()] = (k, i)
+
+        def pack(t: torch.Tensor) -> Any:
+            where = table.get(t.untyped_storage().data_ptr()) if t.device == self.device else None
+            if where is None:
+                return t
+            return _SavedRef(where[0], where[1], tuple(t.size()), tuple(t.stride()), t.storage_offset())
+
+        def unpack(h: Any) -> torch.Tensor:
+            if not isinstance(h, _SavedRef):
+                return h
+            with self._lock:
+                if self._state[h.key] != RESIDENT or not self._pins[h.key]:
+                    raise CacheError(f"backward needs {h.key!r}: acquire it before the backward")
+                base = self._slots[h.key][h.slot].tensor.data
+            return base.as_strided(h.size, h.stride, h.offset)
+
+        return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
     # ---- requests ----------------------------------------------------------------------------------
     def prefetch(self, keys: Iterable[Key], tag: int = -1) -> None:
