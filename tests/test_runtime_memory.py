@@ -123,3 +123,21 @@ def test_the_runtime_forecast_runs_the_stage_scheduler_speculatively():
         assert sched.next_task().subnet == 2  # the speculation left the scheduler as it was
     finally:
         mem.close()
+
+
+@pytest.mark.parametrize("policy", ["csp", "csp-bw"])
+def test_pinned_per_task_the_layers_leave_between_forward_and_backward(tmp_path, policy):
+    """``--pin task``: autograd saves the candidates by reference, so they may be evicted while their subnet
+    waits for its backward and loaded again for it; the run stays identical to the reference."""
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    common = [*COMMON[:3], "24", *COMMON[4:]]
+    assert main(["reference", *common, "--out", str(ref)]) == 0
+    assert main(["train", *common, "--stages", "2", "--policy", policy, "--device-memory", "40%", "--pin", "task",
+                 "--jitter-ms", "1", "--out", str(run)]) == 0
+    assert main(["verify", str(run), str(ref)]) == 0
+    m = json.loads((run / "metrics.json").read_text())["memory"]
+    assert all(s["pin"] == "task" for s in m["stages"])
+    backward_misses = sum(s["tasks"] - s["task_hits"] - (s["forwards"] - s["forward_hits"]) for s in m["stages"])
+    assert backward_misses > 0  # some backward found its layers gone and loaded them again
+    for s in m["stages"]:
+        assert s["peak_device_bytes"] <= s["budget_bytes"]

@@ -78,6 +78,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "predictive)")
     p.add_argument("--prefetch-depth", type=positive_int("--prefetch-depth"), default=4, metavar="N",
                    help="with --swap predictive: forwards to prefetch ahead (default 4)")
+    p.add_argument("--pin", choices=("subnet", "task"), default="subnet",
+                   help="with --device-memory: keep a candidate pinned from its subnet's forward to the update "
+                        "(subnet, default: the budget counts candidates only) or only while a task uses it (task: "
+                        "autograd saves it by reference, so it may leave the device between forward and backward, "
+                        "which pays off when activations compete for the device)")
     p.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # ACTION:STAGE:SUBNET, for tests
 
 
@@ -136,7 +141,7 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             progress=not args.no_progress, fault=args.fault, start_method=args.start_method,
             checkpoint_every=getattr(args, "checkpoint_every", None),
             device_memory=getattr(args, "device_memory", None), swap=getattr(args, "swap", "predictive"),
-            prefetch_depth=getattr(args, "prefetch_depth", 4))
+            prefetch_depth=getattr(args, "prefetch_depth", 4), pin=getattr(args, "pin", "subnet"))
         cfg.validate()
         if getattr(args, "resume", None):
             from naspipe.runtime.checkpoint import apply_resume, resumes_in_place

@@ -78,6 +78,7 @@ class TrainConfig:
     device_memory: str | None = None
     swap: str = "predictive"  # predictive | on-demand | resident (only with device_memory)
     prefetch_depth: int = 4
+    pin: str = "subnet"  # subnet | task: how long a candidate stays pinned (only with device_memory)
 
     # ---- construction --------------------------------------------------------------------------------
     @classmethod
@@ -205,8 +206,8 @@ class TrainConfig:
             "backend": self.backend, "timeout": self.timeout, "micro_batches": self.micro_batches,
             "max_pending_w": self.max_pending_w, "batch_size": self.space.batch_size,
             "start_method": self.start_method, "balance": self.balance, "sampler": self.sampler,
-            **({"device_memory": self.device_memory, "swap": self.swap, "prefetch_depth": self.prefetch_depth}
-               if self.device_memory is not None else {}),
+            **({"device_memory": self.device_memory, "swap": self.swap, "prefetch_depth": self.prefetch_depth,
+                "pin": self.pin} if self.device_memory is not None else {}),
         }
 
     # ---- validation ----------------------------------------------------------------------------------------
@@ -285,6 +286,8 @@ class TrainConfig:
 
         if self.swap not in SWAPS:
             raise ConfigError(f"unknown swap {self.swap!r}; choose one of {', '.join(SWAPS)}")
+        if self.pin not in ("task", "subnet"):
+            raise ConfigError(f"unknown pin {self.pin!r}; choose task or subnet")
         if not isinstance(self.prefetch_depth, int) or isinstance(self.prefetch_depth, bool) or \
                 self.prefetch_depth < 1:
             raise ConfigError(f"prefetch_depth must be a whole number >= 1, got {self.prefetch_depth!r}")

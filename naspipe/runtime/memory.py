@@ -8,11 +8,16 @@ separate buffer pool, so every load and write-back is a real copy). Off by defau
 Wiring (``naspipe.runtime.worker``): before each task ``before(task)``: a forward ``acquire``s the
 candidates its subnet uses on this stage (a miss loads them synchronously and records a ``stall`` event);
 a backward (and ``W``) finds them still pinned. After the subnet's write (``B``, or ``W`` with a split
-backward) ``after(task)`` releases them (dirty: the weights changed). ``--swap predictive`` then prefetches,
-on the cache's background worker, the candidates of the next ``prefetch_depth`` forwards the stage is
-likely to run (``StageMemory.forecast``: the stage's scheduler run speculatively by
-``naspipe.sched.predictor`` on the messages already delivered, then the lowest-numbered subnets not
-forwarded yet); the cache evicts the least recently used unpinned candidates to make room.
+backward) ``after(task)`` releases them (dirty: the weights changed). With ``pin="task"`` every task
+acquires and releases its subnet's candidates, and the forward runs inside ``context(task)``, where
+autograd saves them by reference (``ContextCache.saved_by_reference``): between forward and backward
+they may leave the device, and the backward's ``acquire`` brings them back (CSP lets nobody write them
+in between). The budget counts candidates, not activations, so the default pins per subnet.
+``--swap predictive`` then prefetches, on the cache's background worker, the candidates of the next
+``prefetch_depth`` forwards the stage is likely to run (``StageMemory.forecast``: the stage's scheduler
+run speculatively by ``naspipe.sched.predictor`` on the messages already delivered, then the
+lowest-numbered subnets not forwarded yet); the cache evicts the least recently used unpinned candidates
+to make room.
 ``--swap on-demand`` (vPipe-style) prefetches nothing and evicts right after the release. ``--swap
 resident`` loads every candidate before the clock starts and never swaps (the stage share and its
 optimizer state must fit the budget). Nothing pinned is ever evicted. ``next_task`` puts the stage's
@@ -25,6 +30,7 @@ counts them too), stall seconds and share of the stage loop, bytes moved each wa
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -113,11 +119,13 @@ class StageMemory:
     """The worker's side of the context cache for one stage."""
 
     def __init__(self, model: Any, bank: Any, subnets: Any, n: int, *, device_memory: str, swap: str,
-                 depth: int, optimizer: str, write_kind: str, clock: Any, timeout: float, start: int = 0):
+                 depth: int, optimizer: str, write_kind: str, clock: Any, timeout: float, start: int = 0,
+                 pin: str = "subnet"):
         from naspipe.runtime.context import ContextCache
 
         self.model, self.subnets, self.n = model, subnets, n
         self.swap, self.depth, self.write_kind = swap, depth, write_kind
+        self.pin_task = pin == "task" and swap != "resident"
         self.budget, self.share, self.need = stage_budget(device_memory, model, optimizer)
         self.mods = candidate_modules(model)
         opt = getattr(bank, "_opt", None)
@@ -137,7 +145,7 @@ class StageMemory:
         # not started yet (so the oldest always fits and the pipeline stays live)
         fp = _CacheFootprint(0, {k: self.cache.nbytes(k) for k in self.mods}, list(model.blocks), self.mods)
         self.gate = Gate(0, self.budget, fp, [subnets[j] for j in range(n)], write_kind,  # type: ignore[arg-type]
-                         resident=swap == "resident")
+                         resident=swap == "resident", pin_task=self.pin_task)
         self.gate.next_unstarted = self.gate.lo = start
         self.refusals = 0
         from naspipe.sched.predictor import Predictor
@@ -147,7 +155,7 @@ class StageMemory:
         self.held: dict[int, list[tuple[int, int]]] = {}
         self.forwarded: set[int] = set()
         self.next_unforwarded = start
-        self.tasks = self.task_hits = 0
+        self.tasks = self.task_hits = self.forwards = self.forward_hits = 0
         self.closed = False
 
     def keys(self, j: int) -> list[tuple[int, int]]:
@@ -173,17 +181,21 @@ class StageMemory:
         return task
 
     def before(self, task: Task) -> float:
-        """Make the task's candidates resident (a forward pins them); returns the stall in seconds."""
+        """Make the task's candidates resident and pin them (a forward's stay pinned until the subnet's
+        write unless ``pin="task"``); returns the stall in seconds."""
         self.tasks += 1
-        if task.kind != FORWARD:
-            self.task_hits += 1  # pinned since the forward
-            return 0.0
         j = task.subnet
-        keys = self.keys(j)
-        self.held[j] = keys
-        self.forwarded.add(j)
-        while self.next_unforwarded in self.forwarded:
-            self.next_unforwarded += 1
+        if task.kind != FORWARD:
+            if not self.pin_task:
+                self.task_hits += 1  # pinned since the forward
+                return 0.0
+            keys = self.held.get(j, [])
+        else:
+            keys = self.keys(j)
+            self.held[j] = keys
+            self.forwarded.add(j)
+            while self.next_unforwarded in self.forwarded:
+                self.next_unforwarded += 1
         from naspipe.runtime.context import CacheError
 
         try:
@@ -191,20 +203,31 @@ class StageMemory:
         except CacheError as e:
             if "pinned working set" not in str(e):
                 raise
-            raise CacheError(f"F({j}): the candidates of the {len(self.held)} subnets in flight on this stage do "
+            raise CacheError(f"{task}: the candidates of the {len(self.held)} subnets in flight on this stage do "
                              f"not fit the device budget ({e}); raise --device-memory") from None
-        if stall == 0.0:
-            self.task_hits += 1
+        hit = stall == 0.0
+        self.task_hits += hit
+        if task.kind == FORWARD:
+            self.forwards += 1
+            self.forward_hits += hit
         return stall
 
+    def context(self, task: Task) -> Any:
+        """Around the task's compute: with ``pin="task"`` a forward lets autograd save its candidates by
+        reference, so they may leave the device until the backward acquires them again."""
+        if self.pin_task and task.kind == FORWARD and self.held.get(task.subnet):
+            return self.cache.saved_by_reference(self.held[task.subnet])
+        return contextlib.nullcontext()
+
     def after(self, task: Task, sched: Any = None) -> None:
-        """After a task: release at the subnet's write; then prefetch (predictive) or evict (on-demand);
-        ``resident`` keeps everything where the warm-up put it."""
+        """After a task: release its candidates (``pin="task"``: after every task; else at the subnet's
+        write); then prefetch (predictive) or evict (on-demand); ``resident`` keeps everything in place."""
         self.gate.finish(task)
-        if task.kind == self.write_kind:
-            keys = self.held.pop(task.subnet, [])
+        write = task.kind == self.write_kind
+        if write or self.pin_task:
+            keys = self.held.pop(task.subnet, []) if write else self.held.get(task.subnet, [])
             if keys:
-                self.cache.release(keys, dirty=True)
+                self.cache.release(keys, dirty=write)
                 if self.swap == "on-demand":
                     self.cache.evict(keys)
         if self.swap == "predictive":
@@ -226,9 +249,9 @@ class StageMemory:
         the messages already here, then the lowest-numbered subnets not forwarded yet (messages on their way
         are unknown to the stage; CSP runs forwards nearly in sequence order)."""
         out: list[int] = []
-        if sched is not None:
+        if sched is not None:  # (pin="task": a backward's candidates may have to come back too)
             for p in self.predictor.forecast(sched, 0.0, gate=self.gate):
-                if p.task.kind == FORWARD and p.task.subnet not in out:
+                if (p.task.kind == FORWARD or self.pin_task) and p.task.subnet not in out:
                     out.append(p.task.subnet)
         j = self.next_unforwarded
         while len(out) < self.depth and j < self.n:
@@ -259,7 +282,9 @@ class StageMemory:
         return {
             "budget_bytes": self.budget, "supernet_share_bytes": self.share, "subnet_need_bytes": self.need,
             "swap": self.swap, "prefetch_depth": self.depth,
-            "forwards": s.acquires, "forward_hits": s.hits, "hit_rate": s.hit_rate,
+            "pin": "task" if self.pin_task else "subnet",
+            "forwards": self.forwards, "forward_hits": self.forward_hits,
+            "hit_rate": self.forward_hits / self.forwards if self.forwards else 1.0,
             "tasks": self.tasks, "task_hits": self.task_hits,
             "task_hit_rate": self.task_hits / self.tasks if self.tasks else 1.0,
             "stall_s": s.stall_seconds, "stall_share": s.stall_seconds / loop_s if loop_s > 0 else 0.0,

@@ -133,7 +133,7 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
 
         mem = StageMemory(model, ex.bank, stream, cfg.n, device_memory=cfg.device_memory, swap=cfg.swap,
                           depth=cfg.prefetch_depth, optimizer=cfg.optimizer, write_kind=sched.write_kind,
-                          clock=log.now, timeout=cfg.timeout, start=ckpt.start)
+                          clock=log.now, timeout=cfg.timeout, start=ckpt.start, pin=cfg.pin)
     ex.warm_up()
     if mem is not None:
         mem.warm_up()  # the first forecast tasks' candidates, before the run's clock starts
@@ -223,7 +223,11 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
         if mem is not None:  # the task's candidates on the device (a miss: a recorded stall)
             mem.before(task)
         t0 = log.now()
-        _execute(task, ex, links, acts, grads, book)
+        if mem is None:
+            _execute(task, ex, links, acts, grads, book)
+        else:
+            with mem.context(task):
+                _execute(task, ex, links, acts, grads, book)
         t1 = log.now()
         compute += t1 - t0
         t = clock()
