@@ -131,15 +131,18 @@ def test_memory_off_is_the_plain_simulation_and_unlimited_resident_changes_nothi
     assert res.memory.hit_rate == 1.0 and res.memory.bytes_moved == 0 and res.memory.stall_time == 0
 
 
+def _literal_on_demand(pin: str):  # noqa: ANN202
+    """One stage, two subnets with disjoint candidates (2 x 10 MB each), F = 1 s, B = 2 s, 10 MB/s copies."""
+    sp = _space(k=2, blocks=2, param=10 * MB, act=MB, batch=1, fwd=0.5, bwd=1.0)
+    r = simulate(sp, partition(sp, 1), ReplayStream(sp, [(0, 0), (1, 1)]), "csp",
+                 memory=MemoryConfig(device_memory="100%", swap="on-demand", bandwidth_h2d=10 * MB, pin=pin))
+    assert r.memory is not None
+    return r.memory, [(e.kind, e.subnet, e.start, e.end, e.bytes) for e in r.trace.events]
+
+
 def test_literal_on_demand_run() -> None:
-    """One stage, two subnets with disjoint candidates: each forward loads its 2 x 10 MB synchronously."""
-    sp = _space(k=2, blocks=2, param=10 * MB, act=MB, batch=1, fwd=0.5, bwd=1.0)  # F = 1 s, B = 2 s
-    part = partition(sp, 1)
-    stream = ReplayStream(sp, [(0, 0), (1, 1)])
-    r = simulate(sp, part, stream, "csp", memory=MemoryConfig(device_memory="100%", swap="on-demand",
-                                                              bandwidth_h2d=10 * MB, pin="subnet"))
-    m = r.memory
-    rows = [(e.kind, e.subnet, e.start, e.end, e.bytes) for e in r.trace.events]
+    """Pinned per subnet: each forward loads its 2 x 10 MB synchronously."""
+    m, rows = _literal_on_demand("subnet")
     # F(0) waits 2 s for its two loads; B(0) runs on its pinned candidates; its end evicts them (written back
     # at 10 MB/s on the device-to-host engine) while F(1) loads its own: the second load waits for the
     # first write-back to free 10 MB (budget 40 MB = the stage share).
@@ -157,14 +160,7 @@ def test_literal_on_demand_run() -> None:
 
 def test_literal_on_demand_run_pinned_per_task() -> None:
     """``pin="task"``: the forward's clean candidates are dropped when it ends and loaded again for the backward."""
-    sp = _space(k=2, blocks=2, param=10 * MB, act=MB, batch=1, fwd=0.5, bwd=1.0)  # F = 1 s, B = 2 s
-    part = partition(sp, 1)
-    stream = ReplayStream(sp, [(0, 0), (1, 1)])
-    r = simulate(sp, part, stream, "csp", memory=MemoryConfig(device_memory="100%", swap="on-demand",
-                                                              bandwidth_h2d=10 * MB, pin="task"))
-    m = r.memory
-    assert m is not None
-    rows = [(e.kind, e.subnet, e.start, e.end, e.bytes) for e in r.trace.events]
+    m, rows = _literal_on_demand("task")
     assert rows == [
         ("stall", 0, 0.0, 2.0, 20 * MB), ("F", 0, 2.0, 3.0, 0), ("evict", 0, 3.0, 3.0, 0),
         ("evict", 0, 3.0, 3.0, 0), ("stall", 0, 3.0, 5.0, 20 * MB), ("B", 0, 5.0, 7.0, 0),
