@@ -38,6 +38,14 @@ def test_train_under_a_device_budget_verifies_and_prefetches(tmp_path):
     assert any(e.kind == "stall" and e.bytes > 0 for e in ev) and any(e.kind == "evict" for e in ev)
 
 
+@pytest.mark.parametrize("extra", [["--swap", "on-demand"], ["--pin", "task"], ["--prefetch-depth", "2"]])
+def test_swapping_options_without_a_budget_are_refused(tmp_path, capsys, extra):
+    assert main(["train", *COMMON, "--stages", "2", *extra, "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{extra[0]} only apply with --device-memory" in err[0], err
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_budget_below_one_subnet_is_refused_before_any_process(tmp_path, capsys):
     assert main(["train", *COMMON, "--stages", "2", "--device-memory", "5%", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -72,13 +72,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device-memory", default=None, metavar="SIZE|P%",
                    help="context switching: each stage keeps its candidates in host memory and at most SIZE "
                         "bytes (2GiB) or P%% of its supernet share (25%%) on the device (cpu: a separate buffer pool)")
-    p.add_argument("--swap", choices=("predictive", "on-demand", "resident"), default="predictive",
+    p.add_argument("--swap", choices=("predictive", "on-demand", "resident"), default=None,
                    help="with --device-memory: prefetch the forecast tasks' candidates, load on demand and "
                         "evict right after use, or keep the whole stage share resident (must fit; default "
                         "predictive)")
-    p.add_argument("--prefetch-depth", type=positive_int("--prefetch-depth"), default=4, metavar="N",
+    p.add_argument("--prefetch-depth", type=positive_int("--prefetch-depth"), default=None, metavar="N",
                    help="with --swap predictive: forwards to prefetch ahead (default 4)")
-    p.add_argument("--pin", choices=("subnet", "task"), default="subnet",
+    p.add_argument("--pin", choices=("subnet", "task"), default=None,
                    help="with --device-memory: keep a candidate pinned from its subnet's forward to the update "
                         "(subnet, default: the budget counts candidates only) or only while a task uses it (task: "
                         "autograd saves it by reference, so it may leave the device between forward and backward, "
@@ -113,6 +113,10 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
     from naspipe.cli.reference import sampler_from_args
 
     spec = sampler_from_args(args)
+    swapping = {f"--{k.replace('_', '-')}": getattr(args, k, None) for k in ("swap", "prefetch_depth", "pin")}
+    if getattr(args, "device_memory", None) is None and any(v is not None for v in swapping.values()):
+        given = ", ".join(k for k, v in swapping.items() if v is not None)
+        raise UsageError(f"{given} only apply with --device-memory SIZE|P%")
     if getattr(args, "out", None) is None:
         if not getattr(args, "resume", None):
             raise UsageError("--out is required (or --resume DIR to continue the run in DIR)")
@@ -140,8 +144,8 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,
             progress=not args.no_progress, fault=args.fault, start_method=args.start_method,
             checkpoint_every=getattr(args, "checkpoint_every", None),
-            device_memory=getattr(args, "device_memory", None), swap=getattr(args, "swap", "predictive"),
-            prefetch_depth=getattr(args, "prefetch_depth", 4), pin=getattr(args, "pin", "subnet"))
+            device_memory=getattr(args, "device_memory", None), swap=getattr(args, "swap", None) or "predictive",
+            prefetch_depth=getattr(args, "prefetch_depth", None) or 4, pin=getattr(args, "pin", None) or "subnet")
         cfg.validate()
         if getattr(args, "resume", None):
             from naspipe.runtime.checkpoint import apply_resume, resumes_in_place
