@@ -28,49 +28,14 @@ from typing import Any
 
 from _common import write_result
 
-from naspipe import partition, preset
-from naspipe.sequence import UniformStream
-from naspipe.sim import simulate
-from naspipe.sim.memory import MemoryBudgetError, MemoryConfig
+from naspipe.sim.memory import MemoryConfig
+from naspipe.viz.memory import trend_row
 
 KS = (12, 24, 48, 96)
 PAPER = {"smallest space": 1.1, "largest space": 6.8}
 SETTINGS = ({"stages": 4, "device_memory": "32GiB"}, {"stages": 8, "device_memory": "16GiB"},
             {"stages": 4, "device_memory": "28GiB"})
 BANDWIDTH = 25e9
-
-
-def run(k: int, stages: int, budget: str, n: int, seed: int, bsp_groups: tuple[int, ...]) -> dict[str, Any]:
-    space = preset(f"naspipe-k{k}")
-    part = partition(space, stages)
-    stream = UniformStream(space, seed, n)
-    out: dict[str, Any] = {"k": k, "space": space.name, "bsp": {}}
-    r = simulate(space, part, stream, "csp",
-                 memory=MemoryConfig(device_memory=budget, swap="predictive", bandwidth_h2d=BANDWIDTH))
-    m = r.memory
-    assert m is not None
-    out["csp"] = {"batch_size": m.batch_size, "samples_per_second": n * m.batch_size / r.makespan,
-                  "utilization": r.utilization, "hit_rate": m.hit_rate, "stall_share": m.stall_share}
-    for g in bsp_groups:
-        try:
-            rb = simulate(space, part, stream, f"bsp:{g}",
-                          memory=MemoryConfig(device_memory=budget, swap="resident", bandwidth_h2d=BANDWIDTH))
-        except MemoryBudgetError as e:
-            out["bsp"][g] = {"fits": False, "why": str(e)}
-            continue
-        mb = rb.memory
-        assert mb is not None
-        out["bsp"][g] = {"fits": True, "batch_size": mb.batch_size, "samples_per_second": n * mb.batch_size /
-                         rb.makespan, "utilization": rb.utilization}
-    fits = {g: v for g, v in out["bsp"].items() if v["fits"]}
-    if fits:
-        best = max(fits, key=lambda g: fits[g]["samples_per_second"])
-        out["bsp_best"] = {"micro_batches": best, **fits[best]}
-        out["ratio"] = out["csp"]["samples_per_second"] / fits[best]["samples_per_second"]
-    else:
-        out["bsp_best"] = None
-        out["ratio"] = None  # the baseline cannot run at all: the stage share does not fit
-    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -83,7 +48,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     res: dict[str, Any] = {"subnets": n, "seed": args.seed, "bandwidth_h2d": BANDWIDTH, "paper": PAPER,
                            "batch_alpha": MemoryConfig().batch_alpha, "settings": []}
     for st in SETTINGS[:1] if args.quick else SETTINGS:
-        rows = [run(k, st["stages"], st["device_memory"], n, args.seed, (4, 8, 16)) for k in KS]
+        rows = [trend_row(k, st["stages"], st["device_memory"], n, args.seed, (4, 8, 16), BANDWIDTH) for k in KS]
         ratios = [r["ratio"] for r in rows]
         known = [x for x in ratios if x is not None]
         grows = all(b > a for a, b in zip(known, known[1:], strict=False)) and (

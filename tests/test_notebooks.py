@@ -20,7 +20,7 @@ from notebook_runner import (  # noqa: E402
 )
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-MINE = ("02_csp_explained.ipynb", "05_scaling.ipynb")
+MINE = ("02_csp_explained.ipynb", "05_scaling.ipynb", "07_context_switching.ipynb")
 
 
 @pytest.mark.parametrize("name", MINE)
@@ -69,6 +69,20 @@ def test_05_scaling():
     assert mimes[PLOTLY_MIME] >= 4  # a figure and a table per space family
     figs = outputs_of(nb, PLOTLY_MIME)
     assert any(any(d.get("name", "").startswith("paper") for d in f["data"]) for f in figs)
+
+
+def test_07_context_switching():
+    params = {"SUBNETS": 40, "BUDGETS": ["25%", "10%"], "TREND_KS": [12, 96], "TREND_SUBNETS": 30}
+    nb = run_notebook(NOTEBOOKS / "07_context_switching.ipynb", params, timeout=180)
+    print(f"\n07_context_switching: {nb.metadata['naspipe_test']['seconds']:.1f} s")
+    mimes = output_mime_types(nb)
+    assert mimes["error"] == 0
+    assert mimes[PLOTLY_MIME] >= 6  # budgets, their table, two hit-rate figures, the Gantt, the trend table
+    figs = outputs_of(nb, PLOTLY_MIME)
+    titles = [(f.get("layout", {}).get("title") or {}).get("text", "") for f in figs]
+    assert any("hit rate and stalls" in t for t in titles)
+    kinds = {d.get("name") for f in figs for d in f["data"]}
+    assert {"prefetch", "stall"} & kinds, kinds
 
 
 def test_live_monitor_in_a_headless_kernel(tmp_path):

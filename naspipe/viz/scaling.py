@@ -6,9 +6,9 @@ ratio of each policy to ``bsp`` over K, one line per (policy, stages).
 
 Reference: the paper's unit-time bubble model (4 stages, 8 blocks per stage, window 200) gives CSP a
 utilisation of 0.32 / 0.42 / 0.56 / 0.81 at K = 12 / 24 / 48 / 96 (``PAPER_UNIT_UTILIZATION``); compare
-it with ``space="unit-k{k}"``. The simulator does not model device memory, so the paper's large
-speed-ups over BSP (which come from the small batches a whole-supernet-on-device baseline must use) do
-not show here: the ratio isolates the scheduling effect.
+it with ``space="unit-k{k}"``. These sweeps leave device memory out, so the paper's large speed-ups over
+BSP (which come from the small batches a whole-supernet-on-device baseline must use) do not show here: the
+ratio isolates the scheduling effect (``naspipe.viz.memory.trend_row`` adds memory).
 """
 
 from __future__ import annotations
