@@ -138,3 +138,8 @@ def outputs_of(nb: Any, mime: str) -> list[Any]:
 def has_outputs(nb: Any) -> bool:
     """Whether any code cell holds outputs or an execution count (notebooks are committed clean)."""
     return any(c.cell_type == "code" and (c.get("outputs") or c.get("execution_count")) for c in nb.cells)
+
+
+def plotly_titles(nb: Any) -> list[str]:
+    """The titles of the plotly figures a run notebook displayed, in order ("" for an untitled one)."""
+    return [(f.get("layout", {}).get("title") or {}).get("text", "") for f in outputs_of(nb, PLOTLY_MIME)]

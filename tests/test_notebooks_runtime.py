@@ -11,14 +11,17 @@ import json
 import sys
 from pathlib import Path
 
-import nbformat
-import pytest
-
 sys.path.insert(0, str(Path(__file__).parent))
-from notebook_runner import PLOTLY_MIME, WIDGET_MIME, has_outputs, output_mime_types, outputs_of, run_notebook  # noqa: E402
+from notebook_runner import (  # noqa: E402
+    PLOTLY_MIME,
+    WIDGET_MIME,
+    output_mime_types,
+    outputs_of,
+    plotly_titles,
+    run_notebook,
+)
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-MINE = ("01_quickstart.ipynb", "03_reproducibility.ipynb")
 
 
 def last_json(nb) -> dict:
@@ -26,19 +29,6 @@ def last_json(nb) -> dict:
     cell = [c for c in nb.cells if c.cell_type == "code"][-1]
     text = "".join(o.text for o in cell.outputs if o.output_type == "stream")
     return json.loads(text.strip().splitlines()[-1])
-
-
-def titles(nb) -> list[str]:
-    return [(f.get("layout", {}).get("title") or {}).get("text", "") for f in outputs_of(nb, PLOTLY_MIME)]
-
-
-@pytest.mark.parametrize("name", MINE)
-def test_notebook_is_committed_clean_and_parameterised(name):
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    nbformat.validate(nb)
-    assert not has_outputs(nb), f"{name} must be committed without outputs"
-    first_code = next(c for c in nb.cells if c.cell_type == "code")
-    assert "parameters" in first_code.metadata.get("tags", [])
 
 
 def test_01_quickstart(tmp_path):
@@ -49,7 +39,7 @@ def test_01_quickstart(tmp_path):
     assert mimes["error"] == 0
     assert mimes[WIDGET_MIME] >= 1  # the live monitor
     assert mimes[PLOTLY_MIME] >= 2  # the hash table and the measured-vs-simulated Gantt
-    t = titles(nb)
+    t = plotly_titles(nb)
     assert any(x.startswith("run digests") for x in t)
     assert any("measured vs simulated" in x for x in t)
     gantt = next(f for f in outputs_of(nb, PLOTLY_MIME) if "measured vs simulated" in f["layout"]["title"]["text"])
