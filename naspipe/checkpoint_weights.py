@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from naspipe.models import StageModel, build_stage
+from naspipe.results import merge_disjoint
 from naspipe.sched.shared import SharedLayers
 from naspipe.space import SearchSpace
 
@@ -82,10 +83,7 @@ def read_weights(path: str | Path) -> dict[str, Tensor]:
             raise WeightsError(f"{f}: not a readable weights file ({type(e).__name__}: {str(e)[:120]})") from None
         if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, Tensor) for k, v in data.items()):
             raise WeightsError(f"{f}: must hold a dict of parameter name -> tensor")
-        for name, t in data.items():
-            if name in out:
-                raise WeightsError(f"{f}: parameter {name!r} appears in more than one weights file")
-            out[name] = t
+        merge_disjoint(out, data, f, "weights", WeightsError)
     return out
 
 

@@ -92,11 +92,18 @@ def read_params(run_dir: str | Path) -> dict[str, str]:
         data = _read_json(f)
         if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
             raise ResultsError(f"{f}: must be an object of parameter name -> hash")
-        for name, h in data.items():
-            if name in out:
-                raise ResultsError(f"{f}: parameter {name!r} appears in more than one params file")
-            out[name] = h
+        merge_disjoint(out, data, f, "params", ResultsError)
     return out
+
+
+def merge_disjoint(into: dict[str, Any], part: Mapping[str, Any], source: str | Path, kind: str,
+                   error: type[Exception] = ValueError) -> None:
+    """Add ``part`` (one stage's file ``source``) to ``into``: each parameter lives on exactly one stage, so a
+    name already there raises ``error`` naming the file and the ``kind`` of file."""
+    for name, value in part.items():
+        if name in into:
+            raise error(f"{source}: parameter {name!r} appears in more than one {kind} file")
+        into[name] = value
 
 
 def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> None:
