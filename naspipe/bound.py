@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from naspipe.partition import Partition
 from naspipe.sched.shared import SharedLayers
@@ -39,6 +40,15 @@ class Bound:
     @property
     def tight_bound(self) -> float:
         return max(self.stage_bound, self.lower_bound)
+
+
+def result_bound(result: Any, space: SearchSpace, part: Partition, subnets: Sequence[Subnet],
+                 shared: SharedLayers | None = None) -> Bound:
+    """The bound matching a simulated run (``naspipe.sim.SimResult``): its durations and message hop, split
+    when its policy splits the backward (the scheduler writes at ``W``)."""
+    split = result.schedulers[0].write_kind == WEIGHT
+    return lower_bound(space, part, subnets, result.costs.duration, shared=shared, split_backward=split,
+                       hop=result.costs.transfer())
 
 
 def lower_bound(space: SearchSpace, part: Partition, subnets: Sequence[Subnet],

@@ -90,6 +90,8 @@ def test_footprint_and_resident_batch_arithmetic() -> None:
     # with room to spare the batch stays the space's
     assert plan_memory(sp, part, "bsp:2", MemoryConfig(device_memory="1GB", swap="resident")).batch_size == 8
     assert policy_in_flight("bsp:3", 4, 0) == 3 and policy_in_flight("asp", 4, 1) == 3
+    # the asynchronous baselines are 1F1B too, whatever their name
+    assert [policy_in_flight(p, 4, 1) for p in ("pipedream", "2bw", "pipemare", "pipeoptim")] == [3, 3, 3, 3]
     assert policy_in_flight("csp", 4, 0) == 1 and csp_target_in_flight(4, 0) == 4 and csp_target_in_flight(4, 3) == 2
 
 

@@ -59,13 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def summarize(cfg: Any, result: Any) -> dict[str, Any]:
     """The metrics of one simulation: makespan, utilisation, bound and efficiency, throughput."""
-    from naspipe.bound import lower_bound
-    from naspipe.sched.tasks import WEIGHT
+    from naspipe.bound import result_bound
 
     subnets = [cfg.stream[j] for j in range(len(cfg.stream))]
-    split = result.schedulers[0].write_kind == WEIGHT
-    b = lower_bound(cfg.space, cfg.partition, subnets, result.costs.duration, shared=cfg.shared,
-                    split_backward=split, hop=result.costs.transfer())
+    b = result_bound(result, cfg.space, cfg.partition, subnets, cfg.shared)
     ms = result.makespan
     n = len(subnets)
     return {

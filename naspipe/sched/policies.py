@@ -505,13 +505,25 @@ def policy_names() -> list[str]:
     return list(POLICIES)
 
 
+def policy_class(policy: str) -> type[StageScheduler]:
+    """The scheduler class of ``policy`` (``bsp:8``, ``pipemare:t1=4`` name it before the colon)."""
+    cls = POLICIES.get(policy.partition(":")[0])
+    if cls is None:
+        raise PolicyError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    return cls
+
+
+def follows_causal_rule(policy: str) -> bool:
+    """True for the CSP family (sequential, csp, csp-chain, csp-bw): sequential semantics, so the causal
+    lower bound binds it and its traces must pass ``naspipe.trace.check_causal``."""
+    return issubclass(policy_class(policy), CSPScheduler)
+
+
 def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: int = 200, *, start: int = 0,
                    fence: int | None = None, **options: int) -> StageScheduler:
     """A fresh scheduler of ``policy`` for one stage. Options: ``micro_batches`` (bsp), ``max_pending_w``."""
     name, _, arg = policy.partition(":")
-    cls = POLICIES.get(name)
-    if cls is None:
-        raise PolicyError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    cls = policy_class(policy)
     if getattr(cls, "text_options", False):  # asynchronous baselines: key=value options in the policy string
         from naspipe.sched.async_options import AsyncOptionError, parse_async_options
 

@@ -52,6 +52,7 @@ from typing import Any
 
 from naspipe.memsize import Budget, SizeError, format_bytes, parse_budget
 from naspipe.partition import Partition
+from naspipe.sched.policies import ASPScheduler, BSPScheduler, policy_class
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
 from naspipe.space import SearchSpace, Subnet
@@ -176,14 +177,15 @@ class MemoryPlan:
 def policy_in_flight(policy: str, stages: int, stage: int, options: dict[str, Any] | None = None) -> int:
     """Subnets a static policy must hold in flight on ``stage`` to make progress at full speed.
 
-    ``bsp``: the whole group of ``M`` micro-batches (all forwards before any backward); ``asp`` (1F1B):
-    ``P - s``; the CSP family adapts to memory through the admission gate and needs only one.
+    ``bsp``: the whole group of ``M`` micro-batches (all forwards before any backward); 1F1B (``asp``,
+    ``pipedream``, ``2bw``, ``pipemare``, ``pipeoptim``): ``P - s``; the CSP family adapts to memory through
+    the admission gate and needs only one.
     """
-    name, _, arg = policy.partition(":")
-    if name == "bsp":
-        m = int(arg) if arg else int((options or {}).get("micro_batches") or 4)
-        return m
-    if name == "asp":
+    cls = policy_class(policy)
+    if issubclass(cls, BSPScheduler):
+        arg = policy.partition(":")[2]
+        return int(arg) if arg else int((options or {}).get("micro_batches") or 4)
+    if issubclass(cls, ASPScheduler):  # 1F1B, the asynchronous baselines included
         return stages - stage
     return 1
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from naspipe.bound import lower_bound
+from naspipe.bound import result_bound
 from naspipe.partition import Partition
+from naspipe.sched.policies import follows_causal_rule
 from naspipe.sched.shared import SharedLayers
 from naspipe.sched.tasks import BACKWARD, WEIGHT
 from naspipe.sequence import SubnetStream
@@ -22,7 +23,6 @@ from naspipe.space import SearchSpace
 from naspipe.trace import check_causal
 
 DEFAULT_POLICIES = ("csp", "csp-bw", "bsp", "asp")
-CAUSAL_POLICIES = ("sequential", "csp", "csp-bw")  # the CSP lower bound binds only these
 
 
 def compare_policies(space: SearchSpace, part: Partition, stream: SubnetStream,
@@ -48,9 +48,8 @@ def summary_rows(results: Mapping[str, SimResult], space: SearchSpace, part: Par
     rows = []
     for name, r in results.items():
         split = r.schedulers[0].write_kind == WEIGHT
-        causal = name.partition(":")[0] in CAUSAL_POLICIES
-        b = lower_bound(space, part, subnets, r.costs.duration, shared=shared, split_backward=split,
-                        hop=r.costs.transfer())
+        causal = follows_causal_rule(name)
+        b = result_bound(r, space, part, subnets, shared)
         ms = r.makespan
         rows.append({
             "policy": name, "space": space.name, "stages": part.stages, "subnets": len(subnets),
