@@ -45,3 +45,29 @@ def percentile(values: list[float], q: float) -> float:
     s = sorted(values)
     k = max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))
     return s[k]
+
+
+def bounded_run(space: str, stages: int, policy: str, *, subnets: int, seed: int = 0, window: int = 200,
+                policy_options: dict[str, int] | None = None) -> tuple[Any, Any, dict[str, Any]]:
+    """One simulation of ``policy`` on preset ``space`` and its causal lower bound (split when the policy
+    splits the backward): ``(result, bound, row)``, the row holding makespan, utilisation, the bound, its
+    critical path, the largest stage's work, efficiency (bound / makespan), the tight bound and the
+    utilisation the bound allows."""
+    from naspipe.bound import result_bound
+    from naspipe.partition import partition
+    from naspipe.sequence import UniformStream
+    from naspipe.sim import simulate
+    from naspipe.space import preset
+
+    sp = preset(space)
+    part = partition(sp, stages)
+    stream = UniformStream(sp, seed, subnets)
+    r = simulate(sp, part, stream, policy, window=window, policy_options=policy_options)
+    b = result_bound(r, sp, part, list(stream))
+    return r, b, {
+        "makespan": r.makespan, "utilization": r.utilization, "lower_bound": b.lower_bound,
+        "critical_path": b.critical_path, "max_stage_work": max(b.stage_work),
+        "efficiency": b.lower_bound / r.makespan, "tight_bound": b.tight_bound,
+        "tight_efficiency": b.tight_bound / r.makespan,
+        "bound_utilization": sum(b.stage_work) / (stages * b.lower_bound),
+    }

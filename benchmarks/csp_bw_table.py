@@ -18,13 +18,7 @@ from __future__ import annotations
 
 import time
 
-from _common import write_result
-
-from naspipe.bound import lower_bound
-from naspipe.partition import partition
-from naspipe.sequence import UniformStream
-from naspipe.sim import simulate
-from naspipe.space import preset
+from _common import bounded_run, write_result
 
 KS = (12, 24, 48, 96)
 STAGES = (4, 8)
@@ -34,24 +28,16 @@ SEED = 0
 
 
 def row(space_name: str, stages: int) -> dict:
-    sp = preset(space_name)
-    part = partition(sp, stages)
-    stream = UniformStream(sp, SEED, SUBNETS)
-    subnets = list(stream)
-    csp = simulate(sp, part, stream, "csp", window=WINDOW)
-    bw = simulate(sp, part, stream, "csp-bw", window=WINDOW)
-    b_csp = lower_bound(sp, part, subnets, csp.costs.duration)
-    b_bw = lower_bound(sp, part, subnets, bw.costs.duration, split_backward=True)
+    _, _, csp = bounded_run(space_name, stages, "csp", subnets=SUBNETS, seed=SEED, window=WINDOW)
+    _, b_bw, bw = bounded_run(space_name, stages, "csp-bw", subnets=SUBNETS, seed=SEED, window=WINDOW)
     return {
-        "space": sp.name, "stages": stages, "subnets": SUBNETS, "window": WINDOW, "seed": SEED,
-        "csp_utilization": csp.utilization, "csp-bw_utilization": bw.utilization,
-        "ratio": bw.utilization / csp.utilization,
-        "csp_makespan": csp.makespan, "csp-bw_makespan": bw.makespan,
-        "csp_efficiency": b_csp.lower_bound / csp.makespan,
-        "csp-bw_efficiency": b_bw.lower_bound / bw.makespan,
-        "csp_bound_utilization": sum(b_csp.stage_work) / (stages * b_csp.lower_bound),
-        "split_bound_utilization": sum(b_bw.stage_work) / (stages * b_bw.lower_bound),
-        "split_lower_bound": b_bw.lower_bound, "split_critical_path": b_bw.critical_path,
+        "space": space_name, "stages": stages, "subnets": SUBNETS, "window": WINDOW, "seed": SEED,
+        "csp_utilization": csp["utilization"], "csp-bw_utilization": bw["utilization"],
+        "ratio": bw["utilization"] / csp["utilization"],
+        "csp_makespan": csp["makespan"], "csp-bw_makespan": bw["makespan"],
+        "csp_efficiency": csp["efficiency"], "csp-bw_efficiency": bw["efficiency"],
+        "csp_bound_utilization": csp["bound_utilization"], "split_bound_utilization": bw["bound_utilization"],
+        "split_lower_bound": bw["lower_bound"], "split_critical_path": bw["critical_path"],
         "max_stage_work": max(b_bw.stage_work),
     }
 

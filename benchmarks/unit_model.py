@@ -12,12 +12,9 @@ Run: ``.venv/bin/python benchmarks/unit_model.py``
 
 from __future__ import annotations
 
-from _common import write_result
+from _common import bounded_run, write_result
 
-from naspipe.bound import lower_bound
 from naspipe.partition import partition
-from naspipe.sequence import UniformStream
-from naspipe.sim import simulate
 from naspipe.space import preset
 
 AUTHORS = {12: 0.32, 24: 0.42, 48: 0.56, 96: 0.81}
@@ -28,16 +25,9 @@ SEED = 0
 
 
 def run(space_name: str, policy: str) -> dict:
-    sp = preset(space_name)
-    part = partition(sp, STAGES)
-    stream = UniformStream(sp, SEED, SUBNETS)
-    r = simulate(sp, part, stream, policy, window=WINDOW)
-    b = lower_bound(sp, part, list(stream), r.costs.duration, split_backward=policy == "csp-bw")
-    return {"space": space_name, "policy": policy, "makespan": r.makespan, "utilization": r.utilization,
-            "lower_bound": b.lower_bound, "efficiency": b.lower_bound / r.makespan,
-            "tight_bound": b.tight_bound, "tight_efficiency": b.tight_bound / r.makespan,
-            "bound_utilization": sum(b.stage_work) / (STAGES * b.lower_bound),
-            "stage_blocks": [len(part.blocks(s)) for s in range(STAGES)]}
+    _, _, row = bounded_run(space_name, STAGES, policy, subnets=SUBNETS, seed=SEED, window=WINDOW)
+    part = partition(preset(space_name), STAGES)
+    return {"space": space_name, "policy": policy, **row, "stage_blocks": [len(part.blocks(s)) for s in range(STAGES)]}
 
 
 def main() -> None:
