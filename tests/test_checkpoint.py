@@ -115,3 +115,6 @@ def test_fences_and_refusals_without_processes(tmp_path):
         TrainConfig.create("digits-cnn", tmp_path / "o", stages=2, subnets=25, policy="bsp:4", checkpoint_every=10)
     with pytest.raises(Exception, match="checkpoint_every must be"):
         TrainConfig.create("digits-cnn", tmp_path / "o", stages=2, subnets=25, checkpoint_every=0)
+    for policy in ("pipedream", "2bw", "pipemare", "pipeoptim"):  # their update rules' state is not saved
+        with pytest.raises(Exception, match="cannot checkpoint yet"):
+            TrainConfig.create("digits-cnn", tmp_path / "o", stages=2, subnets=25, policy=policy, checkpoint_every=8)

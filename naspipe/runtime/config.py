@@ -330,6 +330,11 @@ class TrainConfig:
             raise ConfigError(f"start must lie in [0, {self.n}), got {self.start!r}")
         if self.start and self.resume is None:
             raise ConfigError("start > 0 needs the checkpoint to resume from (resume)")
+        from naspipe.sched.policies import AsyncScheduler, policy_class
+
+        if issubclass(policy_class(self.policy), AsyncScheduler):
+            raise ConfigError(f"policy {self.policy} cannot checkpoint yet: its update rule's state (weight "
+                              "versions, pending updates, corrections) is not saved")
         try:
             spec = StageSpec(0, self.stages, (), False, self.shared)
             sched = make_scheduler(self.policy, spec, self.stream(), self.window, start=self.start,
