@@ -173,8 +173,6 @@ class AsyncUpdates:
     """pipemare / pipeoptim: no stash; the backward recomputes the stage at the current (or T2-corrected)
     weights; T1 rescales each step; pipeoptim predicts the weights before the forward."""
 
-    recomputes = True
-
     def __init__(self, model: StageModel, bank: OptimizerBank, *, stage: int, stages: int,
                  options: Mapping[str, Any], predict: bool):
         self.model, self.bank = model, bank

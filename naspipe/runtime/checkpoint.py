@@ -261,8 +261,6 @@ class Checkpointer:
         self.root = root_of(cfg.out)
         self.start = int(getattr(cfg, "start", 0) or 0)
         self.pending: list[int] = []  # saved here, not yet known complete (rank 0)
-        self.saved: list[int] = []
-        self.seconds = 0.0
         self._fp: dict | None = None  # computed once (it hashes the whole sequence)
 
     @property
@@ -281,21 +279,19 @@ class Checkpointer:
         if getattr(self.cfg, "resume", None):
             load_stage(self.cfg, self.rank, ex)
 
-    def after_task(self, sched: Any, ex: Any) -> None:
-        """Call after every finished task: save at a fence and move it on; rank 0 marks completion."""
+    def after_task(self, sched: Any, ex: Any, quiesce: Any = None) -> None:
+        """Call after every finished task: save at a fence and move it on; rank 0 marks completion.
+        ``quiesce()``, if given, runs before a save (e.g. the context cache finishing its copies)."""
         if sched.fence is not None and sched.at_fence:
-            import time
-
-            t = time.perf_counter()
             c = sched.fence
             if self._fp is None:
                 self._fp = fingerprint(self.cfg)
+            if quiesce is not None:
+                quiesce()
             save_stage(self.cfg, self.rank, c, ex, self.root, self._fp)
-            self.saved.append(c)
             if self.rank == 0:
                 self.pending.append(c)
             sched.set_fence(self._next(c))
-            self.seconds += time.perf_counter() - t
         if self.pending:
             self.poll()
 

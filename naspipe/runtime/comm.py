@@ -127,7 +127,6 @@ class Links:
         self._pending: deque[tuple[dist.Work, Tensor]] = deque()  # the tensor stays alive until sent
         self._threads: list[threading.Thread] = []
         self.received = {ACTIVATION: 0, GRADIENT: 0}
-        self.sent = {ACTIVATION: 0, GRADIENT: 0}
         self.bytes_sent = 0
 
     # ---- receiving -------------------------------------------------------------------------------------
@@ -183,7 +182,6 @@ class Links:
             payload = tensor.detach().contiguous()
             self._pending.append((dist.isend(payload, dst=dst, group=group), payload))
             self.bytes_sent += payload.numel() * payload.element_size()
-        self.sent[kind] += 1
 
     def _reap(self) -> None:
         """Drop completed sends (re-raising a failed one)."""

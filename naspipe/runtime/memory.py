@@ -156,7 +156,6 @@ class StageMemory:
         self.forwarded: set[int] = set()
         self.next_unforwarded = start
         self.tasks = self.task_hits = self.forwards = self.forward_hits = 0
-        self.closed = False
 
     def keys(self, j: int) -> list[tuple[int, int]]:
         sub = self.subnets[j]
@@ -266,11 +265,13 @@ class StageMemory:
         for j, ks in plan:
             self.cache.prefetch(ks, tag=j)
 
+    def quiesce(self) -> None:
+        """Let the cache finish every copy (no buffer is reused while a checkpoint reads the weights)."""
+        self.cache.drain()
+
     def close(self) -> None:
         """Write everything back to host memory (the final weights, hashes and checkpoints read them)."""
-        if not self.closed:
-            self.closed = True
-            self.cache.close()
+        self.cache.close()  # (a second call does nothing)
 
     def trace_events(self, stage: int) -> list[Any]:
         from naspipe.trace import TraceEvent

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from naspipe.checkpoint_weights import save_weights
 from naspipe.models import build_stage
 from naspipe.results import param_hashes
-from naspipe.runtime.checkpoint import Checkpointer
+from naspipe.runtime.checkpoint import Checkpointer, write_atomic
 from naspipe.runtime.comm import ACTIVATION, GRADIENT, ChannelFailure, Links, Message, TransportError
 from naspipe.runtime.config import TrainConfig
 from naspipe.runtime.jitter import jitter_seconds
@@ -128,20 +128,20 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
     cfg.out.mkdir(parents=True, exist_ok=True)  # (another machine's view of the run directory)
     log = EventLog(rank, cfg.out / "events.jsonl")
     mem = None
-    if cfg.device_memory is not None:  # context switching (naspipe.runtime.memory); off by default
-        from naspipe.runtime.memory import StageMemory
+    try:  # from here on the event log (and the cache's copy thread) are closed whatever happens
+        if cfg.device_memory is not None:  # context switching (naspipe.runtime.memory); off by default
+            from naspipe.runtime.memory import StageMemory
 
-        mem = StageMemory(model, ex.bank, stream, cfg.n, device_memory=cfg.device_memory, swap=cfg.swap,
-                          depth=cfg.prefetch_depth, optimizer=cfg.optimizer, write_kind=sched.write_kind,
-                          clock=log.now, timeout=cfg.timeout, start=ckpt.start, pin=cfg.pin)
-    ex.warm_up()
-    if mem is not None:
-        mem.warm_up()  # the first forecast tasks' candidates, before the run's clock starts
-    links.start()
-    dist.barrier()  # every stage is built and listening: the run starts now
-    log.start_clock()
-    report("ready", rank)
-    try:
+            mem = StageMemory(model, ex.bank, stream, cfg.n, device_memory=cfg.device_memory, swap=cfg.swap,
+                              depth=cfg.prefetch_depth, optimizer=cfg.optimizer, write_kind=sched.write_kind,
+                              clock=log.now, timeout=cfg.timeout, start=ckpt.start, pin=cfg.pin)
+        ex.warm_up()
+        if mem is not None:
+            mem.warm_up()  # the first forecast tasks' candidates, before the run's clock starts
+        links.start()
+        dist.barrier()  # every stage is built and listening: the run starts now
+        log.start_clock()
+        report("ready", rank)
         book = LossBook(stream, sched)
         timing = _loop(rank, cfg, sched, ex, links, inbox, log, report, book, ckpt=ckpt, mem=mem)
         links.flush()
@@ -168,9 +168,7 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
     save_weights(model, cfg.out / f"weights-stage{rank}.pt")  # naspipe search reads them
     parts = cfg.out / "parts"
     parts.mkdir(exist_ok=True)
-    tmp = parts / f".stage{rank}.json.tmp"
-    tmp.write_text(json.dumps(result))
-    tmp.replace(parts / f"stage{rank}.json")
+    write_atomic(parts / f"stage{rank}.json", json.dumps(result).encode())
     return result
 
 
@@ -246,9 +244,7 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
                 report("progress", rank, written)
                 last_report = now
         if ckpt is not None:  # at a fence: save this stage's state, then lift the fence
-            if mem is not None and sched.fence is not None and sched.at_fence:
-                mem.cache.drain()  # no copy under way (no buffer reused) while the weights are saved
-            ckpt.after_task(sched, ex)
+            ckpt.after_task(sched, ex, None if mem is None else mem.quiesce)
     if ckpt is not None:
         ckpt.finish()
     loop = clock() - start

@@ -117,7 +117,7 @@ def _cheap_tracker(t: CausalTracker) -> CausalTracker:
 
 
 _PLANS: dict[tuple[type, tuple[str, ...]], tuple[tuple[str, int], ...]] = {}
-_KEEP, _COPY, _CLONE, _TRACKER = 0, 1, 2, 3
+_COPY, _CLONE, _TRACKER = 1, 2, 3  # how _copy treats an attribute (the rest is shared)
 
 
 def _plan(sched: StageScheduler) -> tuple[tuple[str, int], ...]:

@@ -46,7 +46,7 @@ subnet therefore always finds room on every stage, so no causal chain can be sta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,10 +145,6 @@ class Footprint:
 
     def max_params(self, s: int) -> int:
         return sum(max(c.param_bytes for c in self.space.blocks[b].candidates) for b in self.blocks[s])
-
-    def mean_params(self, s: int) -> float:
-        return sum(sum(c.param_bytes for c in self.space.blocks[b].candidates) / self.space.blocks[b].k
-                   for b in self.blocks[s])
 
     def fixed_params(self, s: int) -> int:
         return sum(self.space.blocks[b].candidates[0].param_bytes for b in self.blocks[s] if self.space.blocks[b].fixed)
@@ -521,16 +517,6 @@ class StageMemory:
     @property
     def free(self) -> float:
         return float("inf") if self.budget is None else self.budget - self.used
-
-    def need(self, keys: Iterable[Key], act: int) -> int:
-        """What starting a forward with ``keys`` and ``act`` adds to the committed memory."""
-        return act + sum(self.nbytes[k] for k in set(keys) if not self.pins.get(k))
-
-    def admits(self, keys: Sequence[Key], act: int, reserve: int = 0) -> bool:
-        """The admission gate: may a forward with ``keys``/``act`` start, keeping ``reserve`` bytes for the
-        largest older subnet that has not started here? (Liveness: the oldest unfinished subnet always
-        finds its reserve, since every committed byte belongs to a younger subnet admitted with it.)"""
-        return self.budget is None or self.committed + self.need(keys, act) + reserve <= self.budget
 
     def resident(self, k: Key) -> bool:
         """On the device and readable (a candidate being written back is still readable)."""
