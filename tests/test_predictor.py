@@ -21,7 +21,6 @@ from naspipe.sched.predictor import (
     fallback_task,
     peek,
     speculative_copy,
-    start_forward,
 )
 from naspipe.sched.tasks import B, F, Task
 from naspipe.sequence import ReplayStream, UniformStream
@@ -125,10 +124,10 @@ def test_start_forward_steers_a_chain_policy_and_restores_the_rest() -> None:
     s = _sched(sp, [(0, 0), (1, 1), (2, 2), (3, 3)], policy="csp-chain")
     ready = sorted(s._f_ready)
     assert ready == [0, 1, 2, 3]
-    assert start_forward(s, 2) == F(2, 0)
+    assert s.next_task_forwarding(2) == F(2, 0)
     assert sorted(s._f_ready) == [0, 1, 3]
     s.on_finish(F(2, 0))
-    assert start_forward(s, 7) is None  # not ready: nothing started
+    assert s.next_task_forwarding(7) is None  # not ready: nothing started
 
     class Prefer:
         def preferred_forward(self) -> int:

@@ -37,7 +37,9 @@ import torch
 from torch import nn
 
 from naspipe.memsize import parse_budget
+from naspipe.sched.predictor import Predictor, gated_next_task
 from naspipe.sched.tasks import FORWARD, Task
+from naspipe.sim.memory import Gate
 
 SWAPS = ("predictive", "on-demand", "resident")
 # optimizer state tensors per parameter element (they move with the candidate once created)
@@ -138,8 +140,6 @@ class StageMemory:
 
         self.cache = ContextCache(self.mods, device="cpu", budget=self.budget, extra_tensors=state, clock=clock,
                                   timeout=timeout, extra_bytes=lambda k: state_bytes(self.mods[k], optimizer))
-        from naspipe.sim.memory import Gate
-
         # the admission gate of the simulator over the cache's real bytes: a forward starts only if its
         # candidates fit next to those pinned by the subnets in flight, keeping room for any older subnet
         # not started yet (so the oldest always fits and the pipeline stays live)
@@ -148,8 +148,6 @@ class StageMemory:
                          resident=swap == "resident", pin_task=self.pin_task)
         self.gate.next_unstarted = self.gate.lo = start
         self.refusals = 0
-        from naspipe.sched.predictor import Predictor
-
         # without arrival times only the order of tasks matters to the forecast, not their durations
         self.predictor = Predictor(lambda task: 1.0, depth)
         self.held: dict[int, list[tuple[int, int]]] = {}
@@ -164,15 +162,9 @@ class StageMemory:
     def next_task(self, sched: Any) -> Task | None:
         """``sched.next_task()`` through the admission gate: a refused forward gives way to a pending ``W``
         or the oldest forward not started here; None: wait for a message (a backward frees room)."""
-        from naspipe.sched.predictor import fallback_task, peek
-
-        if not self.gate.may_bind():
-            return self._chosen(sched.next_task())
-        t = peek(sched)
-        if t is None or self.gate.admits(t):
-            return self._chosen(sched.next_task())
-        self.refusals += 1
-        return self._chosen(fallback_task(sched, self.gate))
+        task, refused = gated_next_task(sched, self.gate)
+        self.refusals += refused
+        return self._chosen(task)
 
     def _chosen(self, task: Task | None) -> Task | None:
         if task is not None:

@@ -25,7 +25,6 @@ from naspipe.sequence import WindowError
 
 ACTIVATION = "activation"
 GRADIENT = "gradient"
-_NOTHING = Task("-", -1, -1)  # what a gate is asked about when nothing is runnable (it admits it)
 
 
 class Arrival(NamedTuple):
@@ -222,26 +221,30 @@ class SpeculativeGate(Protocol):
     def preferred_forward(self) -> int | None: ...
 
 
-def drain_weight_task(sched: StageScheduler) -> Task | None:
-    """Start the oldest pending weight task (``W``) now, if the policy has one (``next_weight_task``)."""
-    return sched.next_weight_task()
-
-
-def start_forward(sched: StageScheduler, j: int) -> Task | None:
-    """Ask ``sched`` for its next task with ``F(j)`` as the only ready forward (``next_task_forwarding``)."""
-    return sched.next_task_forwarding(j)
-
-
 def fallback_task(sched: StageScheduler, gate: SpeculativeGate) -> Task | None:
     """What a driver starts when ``gate`` refuses the forward the policy offers: a pending ``W`` (it frees
     memory), else the gate's preferred forward if it is ready and admitted; None: wait for an event."""
-    t = drain_weight_task(sched)
+    t = sched.next_weight_task()
     if t is not None:
         return t
     j = gate.preferred_forward()
     if j is not None and gate.admits(Task(FORWARD, j, sched.spec.stage)):
-        return start_forward(sched, j)
+        return sched.next_task_forwarding(j)
     return None
+
+
+def gated_next_task(sched: StageScheduler, gate: SpeculativeGate | None) -> tuple[Task | None, bool]:
+    """``sched.next_task()`` through an admission ``gate``: ``(task, refused)``. When the gate refuses the
+    forward the policy offers, the task is ``fallback_task``'s (None: wait for an event). The one decision
+    rule of every memory-aware driver: the simulator, the predictor's speculation and the runtime."""
+    if gate is None or not gate.may_bind():
+        return sched.next_task(), False
+    t = peek(sched)
+    if t is None:
+        return None, False
+    if gate.admits(t):
+        return sched.next_task(), False
+    return fallback_task(sched, gate), True
 
 
 # ---- the forecast ---------------------------------------------------------------------------------
@@ -288,11 +291,7 @@ class Predictor:
                 while i < len(pending) and pending[i].time <= t:
                     self._deliver(spec, pending[i], seen)
                     i += 1
-                task = None
-                if g is None or not g.may_bind() or g.admits(peek(spec) or _NOTHING):
-                    task = spec.next_task()
-                else:
-                    task = fallback_task(spec, g)  # the policy's forward is refused
+                task, _ = gated_next_task(spec, g)
                 if task is None:
                     if i >= len(pending):
                         break

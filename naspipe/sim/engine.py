@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from naspipe.partition import Partition
 from naspipe.sched.policies import StageScheduler, make_scheduler, stage_specs
+from naspipe.sched.predictor import gated_next_task
 from naspipe.sched.shared import SharedLayers
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.sequence import ReplayStream, SubnetStream
@@ -270,23 +271,11 @@ class _MemoryRun:
         sched = self.scheds[s]
         gate = self.gates[s]
         t0 = time.perf_counter()
-        task: Task | None = None
-        refused = False
-        if gate.may_bind():
-            from naspipe.sched.predictor import fallback_task, peek
-
-            t = peek(sched)
-            if t is None:
-                return False
-            if not gate.admits(t):
-                refused = True
-                task = fallback_task(sched, gate)  # a pending W, or the oldest forward; else wait
-                if task is None:
-                    if self.gated_since[s] is None:
-                        self.gated_since[s] = now
-                    return False
-        if not refused:
-            task = sched.next_task()
+        task, refused = gated_next_task(sched, gate)  # refused: a pending W, the oldest forward, or wait
+        if task is None and refused:
+            if self.gated_since[s] is None:
+                self.gated_since[s] = now
+            return False
         self.decision_time += time.perf_counter() - t0
         self.decisions += 1
         if task is None:
