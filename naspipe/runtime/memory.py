@@ -92,23 +92,35 @@ class _CacheFootprint:
 
     batch = 1
 
-    def __init__(self, stage: int, key_bytes: dict[tuple[int, int], int], blocks: list[int], mods: Any):
+    def __init__(self, stage: int, key_bytes: dict[tuple[int, int], int], blocks: list[int]):
         self.key_bytes = {stage: key_bytes}
-        self._blocks, self._mods = blocks, mods
+        self._blocks = blocks
         per_block: dict[int, int] = {}
         for (b, _), n in key_bytes.items():
             per_block[b] = max(per_block.get(b, 0), n)
         self._max = sum(per_block.values())
+        self._cache: dict[Any, tuple[tuple[tuple[int, int], ...], int]] = {}
+
+    def _entry(self, sub: Any) -> tuple[tuple[tuple[int, int], ...], int]:
+        e = self._cache.get(sub)
+        if e is None:
+            kb = next(iter(self.key_bytes.values()))
+            keys = tuple((b, sub[b]) for b in self._blocks if (b, sub[b]) in kb)
+            e = self._cache[sub] = (keys, sum(kb[k] for k in keys))
+        return e
 
     def keys(self, stage: int, sub: Any) -> tuple[tuple[int, int], ...]:
-        return tuple((b, sub[b]) for b in self._blocks if (b, sub[b]) in self._mods)
+        """The subnet's candidates on this stage (one per choice block), computed once per subnet."""
+        return self._entry(sub)[0]
 
     def act(self, stage: int, sub: Any) -> int:
         return 0
 
+    def params(self, stage: int, sub: Any) -> int:
+        return self._entry(sub)[1]
+
     def need(self, stage: int, sub: Any) -> int:
-        kb = self.key_bytes[stage]
-        return sum(kb[k] for k in set(self.keys(stage, sub)))
+        return self._entry(sub)[1]
 
     def max_params(self, stage: int) -> int:
         return self._max
@@ -143,7 +155,7 @@ class StageMemory:
         # the admission gate of the simulator over the cache's real bytes: a forward starts only if its
         # candidates fit next to those pinned by the subnets in flight, keeping room for any older subnet
         # not started yet (so the oldest always fits and the pipeline stays live)
-        fp = _CacheFootprint(0, {k: self.cache.nbytes(k) for k in self.mods}, list(model.blocks), self.mods)
+        self.fp = fp = _CacheFootprint(0, {k: self.cache.nbytes(k) for k in self.mods}, list(model.blocks))
         self.gate = Gate(0, self.budget, fp, [subnets[j] for j in range(n)], write_kind,  # type: ignore[arg-type]
                          resident=swap == "resident", pin_task=self.pin_task)
         self.gate.next_unstarted = self.gate.lo = start
@@ -156,8 +168,7 @@ class StageMemory:
         self.tasks = self.task_hits = self.forwards = self.forward_hits = 0
 
     def keys(self, j: int) -> list[tuple[int, int]]:
-        sub = self.subnets[j]
-        return [(b, sub[b]) for b in self.model.blocks if (b, sub[b]) in self.mods]
+        return list(self.fp.keys(0, self.gate.subnets[j]))
 
     def next_task(self, sched: Any) -> Task | None:
         """``sched.next_task()`` through the admission gate: a refused forward gives way to a pending ``W``

@@ -116,27 +116,32 @@ class Footprint:
         self.key_bytes: list[dict[Key, int]] = [
             {(b, c): space.candidate(b, c).param_bytes for b in bl for c in range(space.blocks[b].k)}
             for bl in self.blocks]
-        self._cache: dict[tuple[int, int, Subnet], tuple[tuple[Key, ...], int]] = {}
+        self._cache: dict[tuple[int, Subnet], tuple[tuple[Key, ...], int, int]] = {}
 
     def keys(self, s: int, sub: Subnet) -> tuple[Key, ...]:
+        """The subnet's candidates on stage ``s``, one per block (so no key repeats)."""
         return self._entry(s, sub)[0]
 
     def act(self, s: int, sub: Subnet) -> int:
         return self._entry(s, sub)[1]
 
+    def params(self, s: int, sub: Subnet) -> int:
+        """Parameter bytes of the subnet's candidates on stage ``s``."""
+        return self._entry(s, sub)[2]
+
     def need(self, s: int, sub: Subnet) -> int:
         """Parameters plus activation of one subnet on stage ``s``."""
-        keys, act = self._entry(s, sub)
-        kb = self.key_bytes[s]
-        return act + sum(kb[k] for k in keys)
+        _, act, params = self._entry(s, sub)
+        return act + params
 
-    def _entry(self, s: int, sub: Subnet) -> tuple[tuple[Key, ...], int]:
-        ck = (s, self.batch, sub)
+    def _entry(self, s: int, sub: Subnet) -> tuple[tuple[Key, ...], int, int]:
+        ck = (s, sub)
         e = self._cache.get(ck)
         if e is None:
             keys = tuple((b, sub[b]) for b in self.blocks[s])
             act = self.batch * sum(self.space.candidate(b, sub[b]).act_bytes for b in self.blocks[s])
-            e = self._cache[ck] = (keys, act)
+            kb = self.key_bytes[s]
+            e = self._cache[ck] = (keys, act, sum(kb[k] for k in keys))
         return e
 
     # worst cases over the candidates of each block (the stream is produced at run time)
@@ -336,7 +341,7 @@ class Gate:
                                                       else 0)
 
     def _params(self, j: int) -> int:
-        return sum(self.key_bytes[k] for k in set(self.fp.keys(self.stage, self.subnets[j])))
+        return self.fp.params(self.stage, self.subnets[j])
 
     def may_bind(self) -> bool:
         """False when no forward could be refused now (cheap test before a speculative peek)."""
@@ -379,7 +384,7 @@ class Gate:
         sub = self.subnets[x]
         add = self.fp.act(self.stage, sub)
         if not self.acts_only:
-            add += sum(self.key_bytes[k] for k in set(self.fp.keys(self.stage, sub)) if not self.pins.get(k))
+            add += sum(self.key_bytes[k] for k in self.fp.keys(self.stage, sub) if not self.pins.get(k))
         if self.pin_task:
             return self.act_total + add + reserve + running <= self.budget
         return self.committed + add + reserve <= self.budget
