@@ -21,7 +21,6 @@ import argparse
 import json
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 from _common import write_result
@@ -53,10 +52,10 @@ def main() -> None:
     import torch
     from scipy.stats import kendalltau
 
-    from naspipe.checkpoint_weights import WEIGHTS, load_weights, save_weights
+    from naspipe.checkpoint_weights import load_weights
     from naspipe.models import evaluate, heldout_batches
     from naspipe.reference import train_reference
-    from naspipe.results import LOSSES, PARAMS, param_hashes, verify, write_losses, write_params
+    from naspipe.results import verify
     from naspipe.runtime import TrainConfig, train
     from naspipe.sched.shared import parse_shared
     from naspipe.sequence import UniformStream
@@ -78,14 +77,9 @@ def main() -> None:
         res = [evaluate(model, s, batches) for s in eval_subnets]
         return [r["accuracy"] for r in res], [r["loss"] for r in res]
 
-    ref_dir = root / "reference"
-    ref_dir.mkdir(exist_ok=True)
-    t = time.perf_counter()
     ref = train_reference(space, stream, args.seed, shared, optimizer=args.optimizer, lr=args.lr)
-    ref_wall = time.perf_counter() - t
-    write_losses(ref_dir / LOSSES, ref.losses)
-    write_params(ref_dir / PARAMS, param_hashes(ref.model.global_named_parameters()))
-    save_weights(ref.model, ref_dir / WEIGHTS)
+    ref_dir = ref.save(root / "reference", weights=True)
+    ref_wall = ref.wall_s
     ref_acc, ref_loss = scores(ref.model)
     rows = [{"policy": "reference (sequential, 1 process)", "mean_accuracy": sum(ref_acc) / len(ref_acc),
              "mean_loss": sum(ref_loss) / len(ref_loss), "kendall_tau": 1.0, "identical": True,
@@ -109,10 +103,7 @@ def main() -> None:
     for variant in args.shared_variants:
         sh = parse_shared(variant.replace("K", str(anneal)))
         vref_dir = root / f"reference_{str(sh).replace(':', '').replace('+', '_').replace('=', '')}"
-        vref_dir.mkdir(exist_ok=True)
-        vref = train_reference(space, stream, args.seed, sh, optimizer=args.optimizer, lr=args.lr)
-        write_losses(vref_dir / LOSSES, vref.losses)
-        write_params(vref_dir / PARAMS, param_hashes(vref.model.global_named_parameters()))
+        train_reference(space, stream, args.seed, sh, optimizer=args.optimizer, lr=args.lr).save(vref_dir)
         out = root / f"csp_{vref_dir.name}"
         cfg = TrainConfig.create(space, out, stages=args.stages, subnets=args.subnets, sequence=sequence,
                                  shared_layers=sh, policy="csp", optimizer=args.optimizer, lr=args.lr,

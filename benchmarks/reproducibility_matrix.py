@@ -26,7 +26,7 @@ from typing import Any
 from _common import write_result
 
 from naspipe.reference import train_reference
-from naspipe.results import param_hashes, verify, write_losses, write_params
+from naspipe.results import verify
 from naspipe.runtime import TrainConfig, train
 from naspipe.sched.shared import parse_shared
 from naspipe.sequence import UniformStream
@@ -39,12 +39,9 @@ STAGES = (1, 2, 3, 4)
 
 def reference(space: str, shared: str, n: int, seed: int, out: Path) -> float:
     sp = preset(space)
-    t = time.perf_counter()
     res = train_reference(sp, UniformStream(sp, seed, n), seed, parse_shared(shared))
-    out.mkdir(parents=True)
-    write_losses(out / "losses.csv", res.losses)
-    write_params(out / "params.json", param_hashes(res.model.global_named_parameters()))
-    return time.perf_counter() - t
+    res.save(out)
+    return res.wall_s
 
 
 def main() -> int:

@@ -26,6 +26,8 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -42,6 +44,25 @@ class ReferenceResult:
     model: StageModel
     wall_s: float = 0.0
     config: dict[str, object] = field(default_factory=dict)
+
+    def save(self, out: str | Path, *, weights: bool = False, metrics: dict[str, Any] | None = None) -> Path:
+        """Write the run directory ``naspipe verify`` compares: ``losses.csv`` and ``params.json``, with
+        ``weights.pt`` if ``weights`` and ``metrics.json`` (command, wall time, subnets, ``metrics``) if
+        ``metrics`` is given."""
+        from naspipe.checkpoint_weights import WEIGHTS, save_weights
+        from naspipe.results import LOSSES, METRICS, PARAMS, param_hashes, write_losses, write_metrics, write_params
+
+        d = Path(out)
+        d.mkdir(parents=True, exist_ok=True)
+        write_losses(d / LOSSES, self.losses)
+        write_params(d / PARAMS, param_hashes(self.model.global_named_parameters()))
+        if weights:
+            save_weights(self.model, d / WEIGHTS)
+        if metrics is not None:
+            n = len(self.losses)
+            write_metrics(d / METRICS, {"command": "reference", "wall_s": self.wall_s, "subnets": n,
+                                        "subnets_per_s": n / self.wall_s if self.wall_s > 0 else None, **metrics})
+        return d
 
 
 def _snapshot(params: dict[str, torch.nn.Parameter]) -> dict[str, Tensor]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
 
     from naspipe.reference import train_reference
-    from naspipe.results import LOSSES, METRICS, PARAMS, param_hashes, write_losses, write_metrics, write_params
     from naspipe.runtime import TrainError, train
     from naspipe.viz import gantt
     from naspipe.viz.report import write_report
@@ -77,14 +75,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"naspipe: error: {e}", file=sys.stderr)
         return 1
     say("[3/3] the independent sequential reference trainer (the oracle)")
-    ref_dir = out / "reference"
-    ref_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
     ref = train_reference(csp_cfg.space, csp_cfg.stream(), args.seed, csp_cfg.shared, progress=True)
-    wall = time.perf_counter() - t0
-    write_losses(ref_dir / LOSSES, ref.losses)
-    write_params(ref_dir / PARAMS, param_hashes(ref.model.global_named_parameters()))
-    write_metrics(ref_dir / METRICS, {"command": "reference", "wall_s": wall, "subnets_per_s": args.subnets / wall})
+    ref_dir = ref.save(out / "reference", metrics={})
 
     ok_csp, msg_csp = csp.verify(ref_dir)
     ok_seq, msg_seq = seq.verify(ref_dir)

@@ -77,9 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {str(out)!r} exists and is not a directory")
 
-    from naspipe.checkpoint_weights import WEIGHTS, save_weights
     from naspipe.reference import train_reference
-    from naspipe.results import LOSSES, METRICS, PARAMS, param_hashes, write_losses, write_metrics, write_params
     from naspipe.samplers import make_stream
     from naspipe.sequence import save_sequence
 
@@ -88,23 +86,16 @@ def run(args: argparse.Namespace) -> int:
 
     result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
                              lr=args.lr, progress=not args.no_progress)
-    out.mkdir(parents=True, exist_ok=True)
-    write_losses(out / LOSSES, result.losses)
-    hashes = param_hashes(result.model.global_named_parameters())
-    write_params(out / PARAMS, hashes)
-    save_weights(result.model, out / WEIGHTS)
-    if spec.online:
-        save_sequence(cfg.stream, out / "sequence.json")
     n = len(result.losses)
     digest = getattr(cfg.stream, "digest", None)
-    write_metrics(out / METRICS, {
+    result.save(out, weights=True, metrics={
         "command": COMMAND,
-        "wall_s": result.wall_s,
-        "subnets_per_s": n / result.wall_s if result.wall_s > 0 else None,
         "final_loss": result.losses[n - 1] if n else None,
         "config": {**result.config, "sequence_sha256": digest() if digest else None,
                    "sequence": args.sequence, "sampler": str(spec)},
     })
+    if spec.online:
+        save_sequence(cfg.stream, out / "sequence.json")
     print(f"reference: {n} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
           f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")
     return 0

@@ -18,7 +18,6 @@ import dataclasses
 import hashlib
 import json
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -136,18 +135,10 @@ def loss_curves(runs: Mapping[str, str | Path], title: str = "training loss per 
 def write_reference(config: Any, out: str | Path, progress: bool = False) -> Path:
     """Train ``config``'s sequence with the sequential reference trainer; write losses and params to ``out``."""
     from naspipe.reference import train_reference
-    from naspipe.results import param_hashes, write_losses, write_metrics, write_params
 
-    d = Path(out)
-    d.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
     ref = train_reference(config.space, config.stream(), config.seed, config.shared, optimizer=config.optimizer,
                           lr=config.lr, progress=progress)
-    wall = time.perf_counter() - t0
-    write_losses(d / LOSSES, ref.losses)
-    write_params(d / PARAMS, param_hashes(ref.model.global_named_parameters()))
-    write_metrics(d / "metrics.json", {"command": "reference", "wall_s": wall, "subnets": len(ref.losses)})
-    return d
+    return ref.save(out, metrics={})
 
 
 def conflict_dense(space: SearchSpace | str, k: int = 1) -> SearchSpace:
