@@ -98,12 +98,12 @@ def make_figures(out: str | Path, space: str = "naspipe-k48", stages: int = 4, s
     part = partition(sp, stages)
     stream = UniformStream(sp, seed, subnets)
     written = []
+    traces = {}
     for policy in ("csp", "csp-bw"):
-        trace = simulate(sp, part, stream, policy, seed=seed).trace
+        trace = traces[policy] = simulate(sp, part, stream, policy, seed=seed).trace
         title = (f"{policy} on {space}: {stages} stages, {subnets} subnets, utilisation {trace.utilization():.2f}")
         written += export(gantt(trace, title=title), gantt_svg(trace, title), out, f"gantt_{policy.replace('-', '_')}")
-    trace = simulate(sp, part, stream, "csp", seed=seed).trace
-    g = dag_from_trace(trace, sp, part, [stream[j] for j in range(dag_subnets)])
+    g = dag_from_trace(traces["csp"], sp, part, [stream[j] for j in range(dag_subnets)])
     cp = critical_path(g)
     title = f"causal DAG of {dag_subnets} subnets ({space}, {stages} stages): critical path {cp.length * 1e3:.1f} ms"
     written += export(dag_figure(g, title=title), dag_svg(g, title), out, "dag")
