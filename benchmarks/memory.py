@@ -6,9 +6,10 @@ Why it exists: the issue's acceptance numbers for the memory model, measured sid
    supernet share: predictive swapping (NASPipe) and on-demand swapping (vPipe-style) beside it, each
    at the batch it can afford; target: predictive hit rate >= 98%, stall time < 2% of the makespan.
 2. ``naspipe-k96`` on 4 stages at 10%: CSP's throughput against its unlimited-memory throughput (batch
-   32, no memory model); target >= 90%; the default configuration also on three more seeds. Candidates are pinned only while a task uses them (``pin="task"``,
-   the default); beside it ``pin="subnet"`` (pinned from a subnet's forward to its update), no prefetch
-   headroom, fixed batches (the trade-off behind the automatic choice) and 12.5%, 15% and 20%.
+   32, no memory model); target >= 90%; the default configuration also on three more seeds. Candidates
+   are pinned only while a task uses them (``pin="task"``, the default); beside it ``pin="subnet"``
+   (pinned from a subnet's forward to its update), no prefetch headroom, fixed batches (the trade-off
+   behind the automatic choice) and 12.5%, 15% and 20%.
 3. The in-flight curve behind ``naspipe.sim.memory.CSP_SLOTS``: CSP with at most n subnets' activations
    per stage (parameters free), against CSP unlimited.
 
