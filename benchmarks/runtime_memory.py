@@ -70,6 +70,7 @@ def main() -> dict[str, Any]:
             mem = m.get("memory") or {}
             runs[name].append({
                 "subnets_per_s": m["subnets_per_s"], "identical": verify(out, ref)[0],
+                "per_task_overhead_us": m["per_task_overhead_us"],
                 "hit_rate": mem.get("hit_rate"), "task_hit_rate": mem.get("task_hit_rate"),
                 "stall_share": mem.get("stall_share"), "bytes_moved": mem.get("bytes_moved"),
                 "peak_within_budget": all(s["peak_device_bytes"] <= s["budget_bytes"] for s in mem.get("stages", [])),
@@ -90,6 +91,7 @@ def main() -> dict[str, Any]:
                      if v[0]["task_hit_rate"] is not None else None,
                      "stall_share": statistics.median(x["stall_share"] for x in v)
                      if v[0]["stall_share"] is not None else None,
+                     "per_task_overhead_us": statistics.median(x["per_task_overhead_us"] for x in v),
                      "peak_within_budget": all(x["peak_within_budget"] for x in v), "runs": v})
     res = {"space": args.space, "stages": args.stages, "subnets": args.subnets, "repeats": args.repeats,
            "seed": args.seed, "rows": rows}
@@ -102,7 +104,7 @@ def markdown(res: dict[str, Any]) -> str:
     lines = [f"\n### naspipe train, {res['space']}, {res['stages']} stages, {res['subnets']} subnets "
              f"(best of {res['repeats']})\n",
              "| configuration | subnets/s | vs no budget | forward hit rate | task hit rate | stall share "
-             "| identical |", "|---|---|---|---|---|---|---|"]
+             "| overhead per task | identical |", "|---|---|---|---|---|---|---|---|"]
 
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
@@ -110,7 +112,7 @@ def markdown(res: dict[str, Any]) -> str:
     for r in res["rows"]:
         lines.append(f"| {r['config']} | {r['best_subnets_per_s']:.1f} | {r['vs_unlimited']:.2f} "
                      f"| {pct(r['hit_rate'])} | {pct(r['task_hit_rate'])} | {pct(r['stall_share'])} "
-                     f"| {r['identical']} |")
+                     f"| {r['per_task_overhead_us']:.0f} µs | {r['identical']} |")
     return "\n".join(lines)
 
 

@@ -74,11 +74,16 @@ def remember_grads(params: Sequence[Tensor]) -> list[Tensor | None]:
     return [None if p.grad is None else p.grad.detach().clone() for p in params]
 
 
-def _group_of(optimizer: torch.optim.Optimizer, p: Tensor) -> dict:
-    for g in optimizer.param_groups:
-        if any(q is p for q in g["params"]):
-            return g
-    raise ValueError("parameter is not managed by this optimizer")
+def _groups(optimizer: torch.optim.Optimizer) -> dict[int, dict]:
+    """Each managed parameter's group, by ``id`` (one pass, not one scan per parameter)."""
+    return {id(q): g for g in optimizer.param_groups for q in g["params"]}
+
+
+def _group_of(optimizer: torch.optim.Optimizer, p: Tensor, groups: dict[int, dict] | None = None) -> dict:
+    g = (groups if groups is not None else _groups(optimizer)).get(id(p))
+    if g is None:
+        raise ValueError("parameter is not managed by this optimizer")
+    return g
 
 
 def _scalar(x: float | Tensor) -> float:
@@ -86,9 +91,11 @@ def _scalar(x: float | Tensor) -> float:
 
 
 def prediction_direction(p: Tensor, optimizer: torch.optim.Optimizer,
-                         grad: Tensor | None = None) -> Tensor | None:
-    """``dW`` for one parameter (see the module docstring); None when there is nothing to predict from."""
-    group = _group_of(optimizer, p)
+                         grad: Tensor | None = None, group: dict | None = None) -> Tensor | None:
+    """``dW`` for one parameter (see the module docstring); None when there is nothing to predict from.
+    ``group``: the parameter's param group, if the caller has it."""
+    if group is None:
+        group = _group_of(optimizer, p)
     state = optimizer.state.get(p, {})
     sign = -1.0 if group.get("maximize", False) else 1.0
     with torch.no_grad():
@@ -138,9 +145,11 @@ def _moves(params: list[Tensor], optimizer: torch.optim.Optimizer, s: int,
     gs = [p.grad for p in params] if grads is None else list(grads)
     if len(gs) != len(params):
         raise ValueError("grads must match params one to one")
+    groups = _groups(optimizer)
     for p, g in zip(params, gs, strict=True):
-        d = prediction_direction(p, optimizer, g) if s != 0 else None
-        yield p, None if d is None else d.mul_(_scalar(_group_of(optimizer, p)["lr"]) * s)
+        group = _group_of(optimizer, p, groups)
+        d = prediction_direction(p, optimizer, g, group) if s != 0 else None
+        yield p, None if d is None else d.mul_(_scalar(group["lr"]) * s)
 
 
 def predict(params: Sequence[Tensor], optimizer: torch.optim.Optimizer, s: int,

@@ -54,6 +54,7 @@ from torch.func import functional_call
 
 from naspipe.corrections.pipemare import DiscrepancyCorrector, rescheduled_lr
 from naspipe.corrections.pipeoptim import predicted_weights, version_gap
+from naspipe.corrections.stashing import two_bw_delay
 from naspipe.models import StageModel
 from naspipe.runtime.updates import ForwardContext, Key, OptimizerBank, StashedUpdates, snapshot_grads, take_grads
 
@@ -284,7 +285,7 @@ def make_async_updates(policy: str, model: StageModel, bank: OptimizerBank, *, n
         return PipeDreamUpdates(model, bank)
     if policy == "2bw":
         group = int(options.get("group", stages))
-        delay = 1 if stages > 1 else 0
+        delay = two_bw_delay(stages)
         if delay and group < stages:
             raise ValueError(f"2bw needs a group of at least the number of stages ({stages}), got {group}")
         return TwoBWUpdates(model, bank, group, delay, n)
