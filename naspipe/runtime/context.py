@@ -324,6 +324,8 @@ class ContextCache:
             self._queue.clear()
             self._lock.notify_all()
         self._worker.join(timeout=self.timeout)
+        if self._worker.is_alive():  # a copy still running: moving the tensors now could race it
+            raise CacheError(f"context cache: the copy worker did not stop within {self.timeout} s")
         if self.cuda:
             torch.cuda.synchronize(self.device)
         for k, slots in self._slots.items():
