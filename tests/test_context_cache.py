@@ -155,6 +155,13 @@ def test_training_through_the_cache_is_bit_identical(reserve: bool) -> None:
         assert cache.stats.peak_bytes <= 4 * NB  # each layer's momentum lives in the room set aside for it
     else:
         assert cache.stats.peak_bytes <= 4 * NB + 2 * NB  # momentum adopted during a step counts from then on
+    # the momentum travels with its layer: adopted (a layer's bytes now count it too), and every momentum
+    # buffer is back in host memory the cache owns, not in a device buffer
+    assert all(cache.nbytes(k) == 2 * NB for k in mods)
+    homes = {s.host.data_ptr() for slots in cache._slots.values() for s in slots}
+    momenta = [v for opt in opts_holder.values() for st in opt.state.values() for v in st.values()
+               if isinstance(v, torch.Tensor)]
+    assert len(momenta) == 10 and all(v.data_ptr() in homes for v in momenta)
 
 
 def test_saved_by_reference_lets_a_key_move_between_forward_and_backward() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from naspipe.cli import main
@@ -238,7 +238,7 @@ def test_bsp_resident_batch_shrinks_with_a_smaller_device() -> None:
 # ---- invariants over random small runs -----------------------------------------------------------
 @st.composite
 def runs(draw):
-    k = draw(st.integers(1, 4))
+    k = draw(st.integers(1, 6))
     blocks = draw(st.integers(1, 4))
     cands = []
     for _ in range(blocks):
@@ -258,17 +258,33 @@ def runs(draw):
     seed = draw(st.integers(0, 10**6))
     policy = draw(st.sampled_from(["csp", "csp-bw", "csp-chain", "sequential", "asp", "bsp", "bsp:3"]))
     swap = draw(st.sampled_from(["predictive", "on-demand", "resident"]))
-    budget = draw(st.sampled_from(["20%", "35%", "50%", "80%", "120%", None]))
+    # room over the least each stage must hold (None: unlimited): 1.0 is exactly the minimum the plan accepts
+    budget = draw(st.sampled_from([1.0, 1.15, 1.5, 2.5, 5.0, None]))
     depth = draw(st.integers(1, 6))
     shared = draw(st.sampled_from(["frozen", "delayed:1"]))
     pin = draw(st.sampled_from(["task", "subnet"]))
     return sp, stages, n, seed, policy, swap, budget, depth, shared, pin
 
 
+def _budgets(sp, part, policy: str, swap: str, room: float) -> list[int]:
+    """Per stage, ``room`` x the least the plan accepts: one sample's activations for each subnet the policy
+    holds in flight, plus their layers (or the whole share in resident mode)."""
+    fp = Footprint(sp, part, 1)
+    out = []
+    for s in range(part.stages):
+        inflight = policy_in_flight(policy, part.stages, s)
+        act = inflight * fp.act_per_sample(s)
+        params = fp.share(s) if swap == "resident" else fp.fixed_params(s) + inflight * fp.max_choice_params(s)
+        out.append(int(room * (params + act)))
+    return out
+
+
 def _run(sp, stages, n, seed, policy, swap, budget, depth, shared, pin="task"):
     from naspipe.sched.shared import parse_shared
 
     part = partition(sp, stages)
+    if isinstance(budget, float):
+        budget = _budgets(sp, part, policy, swap, budget)
     cfg = MemoryConfig(device_memory=budget, swap=swap, prefetch_depth=depth, bandwidth_h2d=2e9, pin=pin)
     return simulate(sp, part, UniformStream(sp, seed, n), policy, memory=cfg, shared=parse_shared(shared)), part
 
@@ -301,8 +317,29 @@ def test_invariants(args) -> None:
     sp, stages, n, seed, policy, swap, budget, depth, shared, pin = args
     try:
         result, part = _run(*args)
-    except MemoryBudgetError:
-        return  # a budget that cannot work is rejected before the run, never deadlocks
+    except MemoryBudgetError:  # the budgets are sized to be accepted; a rejection shows in the statistics
+        assume(False)
+    event(f"budget {budget}")
+    event("evictions" if any(result.extra["evictions"]) else "no eviction")
+    _check_invariants(result, part, sp, n, stages, pin if swap != "resident" else "subnet")
+
+
+@pytest.mark.parametrize("policy", ["csp", "csp-bw"])
+@pytest.mark.parametrize("swap", ["predictive", "on-demand"])
+@pytest.mark.parametrize("pin", ["task", "subnet"])
+def test_invariants_under_memory_pressure(policy: str, swap: str, pin: str) -> None:
+    """The same checks on runs known to evict (so they cannot pass vacuously): 6 candidates per block,
+    15% above the least budget the plan accepts."""
+    cands = tuple(Candidate(f"c{i}", fwd=1e-3 * (1 + i % 3), bwd=2e-3, param_bytes=(1 + i % 3) * MB,
+                            act_bytes=10**4, bwd_input_share=0.5) for i in range(6))
+    sp = SearchSpace("pressure", tuple(Block(f"b{i}", cands) for i in range(4)), batch_size=4)
+    result, part = _run(sp, 2, 30, 7, policy, swap, 1.15, 3, "frozen", pin)
+    assert sum(len(e) for e in result.extra["evictions"]) > 10
+    assert all(s.peak > 0.8 * b for s, b in zip(result.memory.stages, result.memory.budgets, strict=True))
+    _check_invariants(result, part, sp, 30, 2, pin)
+
+
+def _check_invariants(result, part, sp, n: int, stages: int, pin: str) -> None:
     m = result.memory
     # every schedule completes: each subnet ran F and B (and W when split) on every stage
     kinds = 3 if result.schedulers[0].write_kind == WEIGHT else 2
@@ -312,7 +349,7 @@ def test_invariants(args) -> None:
         if m.budgets[s] is not None:
             assert stats.peak <= m.budgets[s]
     # no candidate in use is evicted
-    uses = _in_use(result, part, sp, pin if swap != "resident" else "subnet")
+    uses = _in_use(result, part, sp, pin)
     for s, intervals in uses.items():
         for decided, freed, key in result.extra["evictions"][s]:
             for a, b, keys in intervals:
@@ -324,12 +361,13 @@ def test_invariants(args) -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs())
 def test_predictive_moves_no_more_bytes_than_on_demand(args) -> None:
-    sp, stages, n, seed, policy, swap, budget, depth, shared, pin = args
+    sp, stages, n, seed, policy, _, budget, depth, shared, pin = args
     try:
         pred, _ = _run(sp, stages, n, seed, policy, "predictive", budget, depth, shared, pin)
         dem, _ = _run(sp, stages, n, seed, policy, "on-demand", budget, depth, shared, pin)
     except MemoryBudgetError:
-        return
+        assume(False)
+    event(f"budget {budget}")
     unused = sum(s.wasted_prefetch_bytes for s in pred.memory.stages)
     assert pred.memory.bytes_moved - unused <= dem.memory.bytes_moved
 
