@@ -41,13 +41,14 @@ def test_search_reads_a_runtime_run(run_dir, capsys):
     assert (run_dir / "search.json").is_file()
 
 
-def test_overwrite_clears_the_weights_of_the_earlier_run(run_dir, tmp_path):
+def test_overwrite_clears_the_weights_of_the_earlier_run(tmp_path):
     out = tmp_path / "again"
     out.mkdir()
     (out / "params.json").write_text("{}")
     (out / "weights-stage3.pt").write_bytes(b"old")
     prepare_out_dir(out, overwrite=True)
     assert not list(out.glob("weights-stage*.pt"))
+    assert not (out / "params.json").exists() and (out / "parts").is_dir()
 
 
 def weights_space(run_dir):
