@@ -83,9 +83,8 @@ def _record_failure(cfg: Any, rank: int, e: BaseException) -> None:
         pass
     if rank != 0:
         return
-    from naspipe.runtime.comm import TransportError
     from naspipe.runtime.outputs import write_status
-    from naspipe.runtime.worker import PeerLost
+    from naspipe.runtime.worker import is_root_cause
 
     saved = None
     if cfg.checkpoint_every:
@@ -95,7 +94,7 @@ def _record_failure(cfg: Any, rank: int, e: BaseException) -> None:
         if saved is not None:
             print(f"naspipe: the last complete checkpoint is at subnet {saved}: continue with --resume {cfg.out}",
                   file=sys.stderr)
-    primary = not isinstance(e, (PeerLost, TransportError))
+    primary = is_root_cause(e)
     write_status(cfg.out, False, f"stage 0 (rank 0) failed: {type(e).__name__}: {e}", 0 if primary else None,
                  checkpoint=saved)
 

@@ -272,6 +272,11 @@ def _execute(task: Task, ex: Any, links: Links, acts: dict, grads: dict, book: L
         raise RuntimeError(f"unknown task kind {task.kind!r}")
 
 
+def is_root_cause(e: BaseException) -> bool:
+    """False for errors that only report another stage's failure (a lost peer, a broken transport)."""
+    return not isinstance(e, (PeerLost, TransportError, dist.DistError))
+
+
 def _stuck(rank: int, cfg: TrainConfig, sched: Any, links: Links) -> str:
     need = []
     if rank > 0:
@@ -312,7 +317,7 @@ def spawn_entry(rank: int, world: int, cfg: TrainConfig, addr: str, port: int, c
         text = f"{type(e).__name__}: {e}"
         try:
             (cfg.out / f"error-stage{rank}.txt").write_text(traceback.format_exc())
-            primary = not isinstance(e, (PeerLost, TransportError, dist.DistError))
+            primary = is_root_cause(e)
             conn.send(("error", rank, text, time.time(), primary))
         except Exception:  # noqa: BLE001
             pass
