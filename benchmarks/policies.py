@@ -60,8 +60,8 @@ def _plain(name: str, stages: int, policy: str, opts: dict[str, int] | None) -> 
 
 
 def markdown(rows: list[dict]) -> str:
-    head = ("| space | P | CSP util | bound | efficiency | tight eff. | csp-chain eff. | sequential | csp-bw | bsp | asp |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|")
+    head = ("| space | P | CSP util | bound | efficiency | tight eff. | csp-chain eff. | sequential | csp-bw | bsp "
+            "| asp |\n|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         lines.append(
