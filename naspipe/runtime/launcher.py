@@ -34,6 +34,7 @@ from naspipe.runtime.outputs import RunResult, merge_outputs, write_status
 HOST = "127.0.0.1"
 KILL_GRACE_S = 3.0  # SIGTERM, then SIGKILL after this long
 FAILURE_GRACE_S = 0.5  # after a first failure, collect the other stages' reports this long
+REAP_S = 5.0  # a stage whose pipes closed reports its exit status within this long
 
 
 class TrainError(RuntimeError):
@@ -152,7 +153,7 @@ def _supervise(cfg: TrainConfig, stages: list[_Stage], bar: Any, t_start: float)
                 startup = _handle(msg, s, stages, bar, t_start, startup)
             else:
                 s = sentinels.pop(obj)
-                s.proc.join(0)
+                _reap(s.proc)
                 s.exited_at = now
                 _drain(s, conns, stages, bar, t_start)
                 if s.proc.exitcode != 0 or not s.done:
@@ -162,6 +163,15 @@ def _supervise(cfg: TrainConfig, stages: list[_Stage], bar: Any, t_start: float)
         if now - last_news > stall_limit:
             raise TrainError(f"no stage reported anything for {stall_limit:g} s; stopped the run")
     return startup
+
+
+def _reap(proc: Any) -> None:
+    """Wait (at most ``REAP_S``) for the exit status of a stage whose sentinel fired.
+
+    Under ``spawn`` the sentinel is a pipe the child closes as it exits, a moment before the kernel can
+    report its status: ``join(0)`` would read ``exitcode`` as None and a clean exit would look like a failure.
+    """
+    proc.join(REAP_S)
 
 
 def _handle(msg: tuple, s: _Stage, stages: list[_Stage], bar: Any, t_start: float,
