@@ -3,7 +3,8 @@
 A run directory holds ``losses.csv`` (``subnet,loss`` with the loss as ``float.hex``, exact),
 ``params.json`` (global parameter name -> SHA-256 of dtype, shape and bytes) and ``metrics.json``.
 A pipeline run may instead write one ``params-stage<S>.json`` per stage; ``read_params`` merges them.
-``verify`` says whether two runs are identical and, if not, names the first difference.
+``verify`` says whether two runs are identical and, if not, names the first difference: first in what
+produced them (``naspipe.runs``: seed, space, optimizer, lr, threads, ...), then in their numbers.
 """
 
 from __future__ import annotations
@@ -37,21 +38,33 @@ def write_losses(path: str | Path, losses: Mapping[int, float]) -> None:
 
 
 def read_losses(path: str | Path) -> dict[int, float]:
+    """``losses.csv`` as ``{subnet: loss}``; ResultsError (naming the file and line) for a file that is not
+    UTF-8, a malformed or truncated line, a subnet listed twice, or no subnet at all."""
     p = Path(path)
     try:
-        with open(p, newline="") as f:
-            rows = list(csv.reader(f))
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ResultsError(f"cannot read {str(p)!r}: {e.strerror}") from None
-    if not rows or rows[0] != ["subnet", "loss"]:
+    except UnicodeDecodeError as e:
+        raise ResultsError(f"{p}: not a UTF-8 text file (byte {e.start})") from None
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "subnet,loss":
         raise ResultsError(f"{p}: first line must be 'subnet,loss'")
+    if not text.endswith("\n"):
+        raise ResultsError(f"{p}: line {len(lines)} is truncated (no end of line): {lines[-1]!r}")
     out: dict[int, float] = {}
-    for i, row in enumerate(rows[1:], start=2):
+    first: dict[int, int] = {}
+    for i, row in enumerate(csv.reader(lines[1:]), start=2):
         try:
-            j, text = row
-            out[int(j)] = float.fromhex(text)
+            j, hex_loss = row
+            j, loss = int(j), float.fromhex(hex_loss)
         except ValueError:
             raise ResultsError(f"{p}: line {i} is not 'subnet,hex-float': {row!r}") from None
+        if j in out:
+            raise ResultsError(f"{p}: line {i}: subnet {j} appears twice (first on line {first[j]})")
+        out[j], first[j] = loss, i
+    if not out:
+        raise ResultsError(f"{p}: holds no subnet (an empty run proves nothing)")
     return out
 
 
@@ -72,13 +85,30 @@ def write_params(path: str | Path, hashes: Mapping[str, str]) -> None:
     Path(path).write_text(json.dumps(dict(sorted(hashes.items())), indent=1) + "\n")
 
 
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in seen:
+            raise ValueError(f"key {k!r} appears twice")
+        seen[k] = v
+    return seen
+
+
 def _read_json(path: Path) -> Any:
+    """A JSON file; ResultsError for an unreadable, non-UTF-8, malformed or too deeply nested file or a
+    key that appears twice in one object."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicates)
     except OSError as e:
         raise ResultsError(f"cannot read {str(path)!r}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ResultsError(f"{path}: not a UTF-8 text file (byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise ResultsError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    except RecursionError:
+        raise ResultsError(f"{path}: nested too deeply") from None
+    except ValueError as e:
+        raise ResultsError(f"{path}: {e}") from None
 
 
 def read_params(run_dir: str | Path) -> dict[str, str]:
@@ -110,24 +140,63 @@ def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> None:
     Path(path).write_text(json.dumps(dict(metrics), indent=1, sort_keys=True, default=str) + "\n")
 
 
-def verify(dir_a: str | Path, dir_b: str | Path) -> tuple[bool, str]:
-    """Compare two run directories; ``(True, summary)`` when identical, else the first difference.
+def run_identity(run_dir: str | Path) -> dict[str, Any] | None:
+    """What produced a run: ``run.json``'s identity, else the identity fields of ``metrics.json``'s config
+    (runs from before ``run.json``), else None. ResultsError for a malformed file."""
+    from naspipe import runs
 
-    Raises ResultsError when a file is missing or malformed.
+    d = Path(run_dir)
+    try:
+        data = runs.read_run(d)
+    except runs.RunFileError as e:
+        raise ResultsError(str(e)) from None
+    if data is not None:
+        return dict(data["identity"])
+    if not (d / METRICS).exists():
+        return None
+    metrics = _read_json(d / METRICS)
+    config = metrics.get("config") if isinstance(metrics, dict) else None
+    if not isinstance(config, dict):
+        return None
+    return {k: config[k] for k in runs.IDENTITY if k in config}
+
+
+def verify(dir_a: str | Path, dir_b: str | Path) -> tuple[bool, str]:
+    """Compare two run directories; ``(True, summary)`` when identical, else what differs.
+
+    What produced the runs comes first: when their identities (``naspipe.runs``: space, seed, sequence,
+    optimizer, lr, threads, shared-layer policy) differ, the runs are not comparable and the answer says how,
+    with the first difference of numbers. Raises ResultsError when a file is missing or malformed (a
+    duplicated or truncated row, an empty run).
     """
+    from naspipe import runs
+
     a, b = Path(dir_a), Path(dir_b)
     la, lb = read_losses(a / LOSSES), read_losses(b / LOSSES)
     pa, pb = read_params(a), read_params(b)
+    ia, ib = run_identity(a), run_identity(b)
+    diffs = runs.differences(ia, ib) if ia is not None and ib is not None else []
+    numbers = _first_difference(a, b, la, lb, pa, pb)
+    if diffs:
+        tail = f"; first difference: {numbers}" if numbers else "; their numbers agree nevertheless"
+        return False, f"the runs were made with different configurations: {runs.describe_differences(diffs)}{tail}"
+    if numbers:
+        return False, numbers
+    return True, f"identical: {len(la)} subnets, {len(pa)} tensors"
+
+
+def _first_difference(a: Path, b: Path, la: dict[int, float], lb: dict[int, float], pa: dict[str, str],
+                      pb: dict[str, str]) -> str | None:
     for j in sorted(set(la) | set(lb)):
         if j not in la or j not in lb:
             where = a if j not in la else b
-            return False, f"subnet {j}: no loss in {where}"
+            return f"subnet {j}: no loss in {where}"
         if la[j].hex() != lb[j].hex():
-            return False, f"subnet {j}: loss {la[j]!r} ({la[j].hex()}) != {lb[j]!r} ({lb[j].hex()})"
+            return f"subnet {j}: loss {la[j]!r} ({la[j].hex()}) != {lb[j]!r} ({lb[j].hex()})"
     for name in sorted(set(pa) | set(pb)):
         if name not in pa or name not in pb:
             where = a if name not in pa else b
-            return False, f"tensor {name}: missing in {where}"
+            return f"tensor {name}: missing in {where}"
         if pa[name] != pb[name]:
-            return False, f"tensor {name}: hash {pa[name][:12]}... != {pb[name][:12]}..."
-    return True, f"identical: {len(la)} subnets, {len(pa)} tensors"
+            return f"tensor {name}: hash {pa[name][:12]}... != {pb[name][:12]}..."
+    return None

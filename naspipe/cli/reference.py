@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from naspipe.cli.common import UsageError, add_run_arguments, positive_float, resolve_run
+from naspipe.cli.common import UsageError, add_run_arguments, positive_float, positive_int, resolve_run
 
 if TYPE_CHECKING:
     from naspipe.samplers import SamplerSpec
@@ -60,7 +60,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_optimizer_arguments(p)
     add_sampler_argument(p)
     p.add_argument("--out", required=True,
-                   help="directory for losses.csv, params.json, metrics.json, weights.pt")
+                   help="directory for losses.csv, params.json, metrics.json, weights.pt (refused if it holds "
+                        "a train run)")
+    p.add_argument("--overwrite", action="store_true", help="clear a run already in --out first")
+    p.add_argument("--threads", type=positive_int("--threads"), default=1,
+                   help="intra-op threads (default %(default)s); compare with train runs of the same --threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -76,7 +80,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {str(out)!r} exists and is not a directory")
+    _check_out(out, args.overwrite)
 
+    from naspipe import runs
+    from naspipe.optim_names import DEFAULT_LR
     from naspipe.reference import train_reference
     from naspipe.samplers import make_stream
     from naspipe.sequence import save_sequence
@@ -84,10 +91,22 @@ def run(args: argparse.Namespace) -> int:
     if spec.online:
         cfg.stream = make_stream(cfg.space, cfg.seed, len(cfg.stream), spec)
 
-    result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
-                             lr=args.lr, progress=not args.no_progress)
-    n = len(result.losses)
+    def ident(digest: str | None) -> dict:
+        return runs.identity(space=cfg.space, seed=cfg.seed, subnets=len(cfg.stream), sampler=str(spec),
+                             sequence_sha256=digest, optimizer=args.optimizer,
+                             lr=DEFAULT_LR[args.optimizer] if args.lr is None else args.lr, threads=args.threads,
+                             shared_layers=str(cfg.shared))
+
     digest = getattr(cfg.stream, "digest", None)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        runs.clear(out)
+        runs.write_run(out, "reference", ident(None if spec.online else digest() if digest else None))
+    except OSError as e:
+        raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
+    result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
+                             lr=args.lr, progress=not args.no_progress, threads=args.threads)
+    n = len(result.losses)
     result.save(out, weights=True, metrics={
         "command": COMMAND,
         "final_loss": result.losses[n - 1] if n else None,
@@ -96,6 +115,22 @@ def run(args: argparse.Namespace) -> int:
     })
     if spec.online:
         save_sequence(cfg.stream, out / "sequence.json")
+        runs.write_run(out, "reference", ident(digest() if digest else None))
     print(f"reference: {n} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
           f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")
     return 0
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse a folder that holds a train run (unless ``overwrite``) or cannot be written."""
+    from naspipe import runs
+    from naspipe.runtime.config import ConfigError, check_writable
+
+    kind = runs.kind_of(out)
+    if kind not in (None, "reference") and not overwrite:
+        raise UsageError(f"output directory {str(out)!r} holds a {kind} run ({runs.held_file(out)}); choose "
+                         "another directory or pass --overwrite (which clears it first)")
+    try:
+        check_writable(out)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None

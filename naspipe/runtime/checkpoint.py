@@ -31,11 +31,12 @@ restored anyway), the position and the run's fingerprint. The scheduler needs no
 pure function of the task). Files are read with ``torch.load(weights_only=True)`` only.
 
 Resume (``naspipe train --resume DIR``) takes the run's arguments again (the same as the interrupted
-run's; only ``--out``, ``--checkpoint-every``, ``--timeout``, ``--threads``, ``--jitter-ms``, ``--window``,
-``--port``, the start method and progress may differ) and refuses, before any process starts, a missing
-checkpoint, a corrupted file (size or sha256 differ from the sidecar, unreadable sidecar) and a
+run's; only ``--out``, ``--checkpoint-every``, ``--timeout``, ``--jitter-ms``, ``--window``, ``--port``, the
+start method and progress may differ: none of them changes a number) and refuses, before any process starts, a
+missing checkpoint, a corrupted file (size or sha256 differ from the sidecar, unreadable sidecar) and a
 fingerprint that differs from the arguments (space and its JSON, seed, policy, stages, partition, shared
-layers, optimizer, lr, subnets, sequence digest).
+layers, optimizer, lr, subnets, sequence digest, device, threads: another intra-op thread count changes the
+order of reductions inside an operation, hence the bits).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
         "sampler": str(getattr(cfg, "sampler", "uniform")),
         "sequence_sha256": hashlib.sha256(seq.encode()).hexdigest(),
         "device": cfg.device,
+        "threads": cfg.threads,
     }
 
 
@@ -445,10 +447,12 @@ def resumes_in_place(cfg: TrainConfig) -> bool:
 def prepare_run_dir(cfg: TrainConfig) -> None:
     """Prepare ``cfg.out`` for a run: a fresh run clears an earlier one (with overwrite), including its
     checkpoints; a run resuming in place keeps its checkpoints up to the resume position."""
+    from naspipe import runs
     from naspipe.runtime.config import prepare_out_dir
 
     in_place = resumes_in_place(cfg)
     prepare_out_dir(cfg.out, cfg.overwrite or in_place)
+    runs.write_run(cfg.out, "train", runs.train_identity(cfg))
     root = root_of(cfg.out)
     if in_place:
         for c in _positions(root):

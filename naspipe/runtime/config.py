@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from naspipe import runs
 from naspipe.partition import Partition
 from naspipe.partition import partition as make_partition
 from naspipe.samplers import SamplerError, make_stream, parse_sampler
@@ -27,8 +28,7 @@ START_METHODS = ("forkserver", "spawn")
 BALANCES = ("cost", "measured")
 FAULT_ACTIONS = ("raise", "kill", "exit", "hang")
 # files that mark a directory as holding a run (refused unless overwrite=True)
-RUN_FILES = ("losses.csv", "params.json", "trace.json", "metrics.json", "events.jsonl", "status.json", "parts",
-             "sequence.json")
+RUN_FILES = runs.RUN_FILES
 
 
 class ConfigError(ValueError):
@@ -379,22 +379,32 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
     if held and not overwrite:
         raise ConfigError(f"output directory {str(out)!r} already holds a run ({held[0]}); "
                           "choose another directory or pass --overwrite")
+    check_writable(out)
+
+
+def check_writable(out: Path) -> None:
+    """Refuse an output directory that cannot be created or written (probed with a temporary folder in
+    ``out`` or its nearest existing parent, removed again: nothing is left behind)."""
+    import os
+    import tempfile
+
+    out = Path(out)
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"output directory {str(out)!r} cannot be created: {str(probe)!r} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".naspipe-probe", dir=probe))
+    except OSError as e:
+        raise ConfigError(f"output directory {str(out)!r} cannot be written: {e.strerror or e}") from None
 
 
 def prepare_out_dir(out: Path, overwrite: bool) -> None:
     """Create ``out`` and clear the files of an earlier run (only with ``overwrite``)."""
-    import shutil
-
     check_out_dir(out, overwrite)
     out.mkdir(parents=True, exist_ok=True)
-    for f in RUN_FILES:
-        p = out / f
-        if p.is_dir():
-            shutil.rmtree(p)
-        elif p.exists():
-            p.unlink()
-    for p in [*out.glob("error-stage*.txt"), *out.glob("weights-stage*.pt")]:
-        p.unlink()
+    runs.clear(out, checkpoints=False)
     (out / "parts").mkdir()
 
 

@@ -144,6 +144,9 @@ def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: floa
     if memory is not None:
         metrics["memory"] = memory
     metrics["config"]["sequence_sha256"] = digests.pop()
+    from naspipe import runs
+
+    runs.write_run(out, "train", runs.train_identity(cfg, metrics["config"]["sequence_sha256"]))
     if "subnets" in parts[0]:  # the realized sequence (replayable with --sequence)
         from naspipe.sequence import ReplayStream, save_sequence
 
