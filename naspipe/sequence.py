@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from naspipe.space import SearchSpace, SpaceError, Subnet
+from naspipe.space import SearchSpace, SpaceError, Subnet, load_json_text
 
 
 class WindowError(LookupError):
@@ -100,15 +100,26 @@ class ReplayStream(_ListLike):
 
     @classmethod
     def from_file(cls, space: SearchSpace, path: str | Path) -> ReplayStream:
+        """Load a sequence file (``save_sequence``'s format); SpaceError (one line) for an unreadable, non-UTF-8,
+        malformed or too deeply nested file, another space, an invalid subnet, or a ``sha256`` that does not
+        match the subnets."""
         try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise SpaceError(f"cannot read sequence file {str(path)!r}: {e}") from None
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as e:
+            raise SpaceError(f"cannot read sequence file {str(path)!r}: {e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise SpaceError(f"sequence file {str(path)!r}: not a UTF-8 text file (byte {e.start})") from None
+        data = load_json_text(text, f"sequence file {str(path)!r}")
         if not isinstance(data, dict) or not isinstance(data.get("subnets"), list):
             raise SpaceError(f"{path}: a sequence file is an object with a 'subnets' list")
         if data.get("space") not in (None, space.name):
             raise SpaceError(f"{path}: sequence was recorded for space {data.get('space')!r}, not {space.name!r}")
-        return cls(space, data["subnets"])
+        stream = cls(space, data["subnets"])
+        recorded = data.get("sha256")
+        if recorded is not None and recorded != stream.digest():
+            raise SpaceError(f"{path}: its sha256 {str(recorded)[:12]}... does not match its subnets "
+                             f"({stream.digest()[:12]}...): the file was changed after it was written")
+        return stream
 
 
 def save_sequence(stream: SubnetStream, path: str | Path) -> str:

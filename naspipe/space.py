@@ -228,11 +228,31 @@ def load_space(path: str | Path) -> SearchSpace:
         raise SpaceError(f"cannot read space file {str(p)!r}: {e.strerror}") from None
     except UnicodeDecodeError:
         raise SpaceError(f"{p.name}: not a UTF-8 text file (expected JSON)") from None
+    data = load_json_text(text, p.name)
+    return space_from_dict(data, source=p.name)
+
+
+MAX_JSON_DEPTH = 32  # a space or sequence nests 5 levels; deeper is a mistake (and would recurse in Python)
+
+
+def load_json_text(text: str, source: str) -> Any:
+    """Parse JSON ``text`` (from file ``source``); SpaceError for malformed or too deeply nested JSON."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise SpaceError(f"{p.name}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    return space_from_dict(data, source=p.name)
+        raise SpaceError(f"{source}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise SpaceError(f"{source}: JSON nested more than {MAX_JSON_DEPTH} levels deep") from None
+    stack = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise SpaceError(f"{source}: JSON nested more than {MAX_JSON_DEPTH} levels deep")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+    return data
 
 
 # ---- presets -------------------------------------------------------------------------------------

@@ -71,11 +71,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     spec = sampler_from_args(args)
     cfg = resolve_run(args)
-    from naspipe.models import model_kind
+    from naspipe.validate import ModelCheckError, check_model
 
     try:
-        model_kind(cfg.space)
-    except ValueError as e:
+        check_model(cfg.space, cfg.seed, cfg.shared)
+    except ModelCheckError as e:
         raise UsageError(str(e)) from None
     out = Path(args.out)
     if out.exists() and not out.is_dir():

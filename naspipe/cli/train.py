@@ -129,9 +129,17 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             raise UsageError(str(e)) from None
     run = resolve_run(args)
     policy = with_policy_options(run.policy, args.policy_option)
-    from naspipe.runtime.config import ConfigError, TrainConfig, check_out_dir, measured_partition
+    from naspipe.runtime.config import (
+        ConfigError,
+        TrainConfig,
+        check_out_dir,
+        check_sequence_size,
+        measured_partition,
+    )
 
     try:
+        if not spec.online:
+            check_sequence_size(run.space, len(run.stream), run.partition.stages)
         part = run.partition
         if args.balance == "measured" and part.stages > 1:
             part = measured_partition(run.space, part.stages, run.seed)

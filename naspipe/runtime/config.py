@@ -125,6 +125,7 @@ class TrainConfig:
                 subs = ()
                 options["subnet_count"] = subnets
             elif sequence is None:
+                check_sequence_size(sp, subnets, part.stages)
                 stream = UniformStream(sp, seed, subnets)
                 subs = tuple(stream[j] for j in range(subnets))
             else:
@@ -358,13 +359,42 @@ class _TupleStream:
         return self._s[j]
 
 
+SEQUENCE_MEMORY_SHARE = 0.25  # the fixed sequence's copies (launcher and every stage) may take this share of memory
+
+
+def check_sequence_size(space: SearchSpace, subnets: int, stages: int) -> None:
+    """Refuse a fixed sequence too large to hold before anything is built: every stage process and the launcher
+    keep one copy (a tuple of ``num_blocks`` small ints per subnet, about ``64 + 8 * num_blocks`` bytes)."""
+    import psutil
+
+    per = 64 + 8 * space.num_blocks
+    need = subnets * per * (stages + 1)
+    total = int(psutil.virtual_memory().total)
+    if need > SEQUENCE_MEMORY_SHARE * total:
+        most = int(SEQUENCE_MEMORY_SHARE * total // (per * (stages + 1)))
+        raise ConfigError(f"{subnets} subnets would need about {need / 2**30:.1f} GiB to hold the sequence in the "
+                          f"launcher and {stages} stage processes, more than {SEQUENCE_MEMORY_SHARE:.0%} of this "
+                          f"machine's {total / 2**30:.1f} GiB; train at most {most} subnets per run")
+
+
+def check_model_of(cfg: TrainConfig) -> None:
+    """Build the run's model block by block and run every candidate on a probe batch (``naspipe.validate``);
+    ConfigError naming the block and candidate when it cannot be built or run."""
+    from naspipe.validate import ModelCheckError, check_model
+
+    try:
+        check_model(cfg.space, cfg.seed, cfg.shared)
+    except ModelCheckError as e:
+        raise ConfigError(str(e)) from None
+
+
 def measured_partition(space: SearchSpace, stages: int, seed: int = 0) -> Partition:
     """A partition balanced on block costs measured on this machine (builds the model: needs torch)."""
-    try:
-        from naspipe.models import model_kind
+    from naspipe.validate import ModelCheckError, check_model
 
-        model_kind(space)
-    except ValueError as e:
+    try:
+        check_model(space, seed)
+    except ModelCheckError as e:
         raise ConfigError(str(e)) from None
     from naspipe.runtime.profile import measure_block_costs
 

@@ -28,7 +28,7 @@ from multiprocessing.connection import wait as mp_wait
 from typing import Any
 
 from naspipe.runtime import checkpoint
-from naspipe.runtime.config import ConfigError, TrainConfig, free_port, port_free
+from naspipe.runtime.config import ConfigError, TrainConfig, check_model_of, free_port, port_free
 from naspipe.runtime.outputs import RunResult, merge_outputs, write_status
 
 HOST = "127.0.0.1"
@@ -81,6 +81,7 @@ class _Stage:
 def train(config: TrainConfig) -> RunResult:
     """Run ``config`` on one process per stage and return the merged result; raises TrainError on failure."""
     config.validate()
+    check_model_of(config)
     port = config.port
     if port is not None and not port_free(port, HOST):
         raise ConfigError(f"port {port} on {HOST} is already in use; choose another --port or leave it out")

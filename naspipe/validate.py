@@ -1,0 +1,129 @@
+"""Can this space's model be built and run? Checked before any process starts.
+
+Why it exists: a space JSON can satisfy the schema (``naspipe.space``) and still name a model that cannot be
+built (an attention candidate whose head count does not divide ``d_model``, an unknown op, a zero kernel or
+vocabulary, a fixed block in the wrong place, an absurd batch). Found inside the stage processes, such a
+space ends a run with a C++ stack dump; here it becomes one line naming the block, the candidate and what is
+wrong (``ModelCheckError``, which the CLI reports with exit code 2).
+
+``check_model(space, seed, shared)`` makes one probe batch of two samples, then, block by block, builds the
+block (all its candidates) and runs every candidate on the previous block's probe output; the candidates of a
+block must agree on the output's shape and dtype, and the last block's output must fit the loss. Finally a
+full batch is sized against this machine's memory. Results are cached per (space, seed, shared layers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from naspipe.sched.shared import SharedLayers
+from naspipe.space import SearchSpace
+
+PROBE_SAMPLES = 2
+MEMORY_SHARE = 0.5  # a batch's activations over all blocks may take at most this share of the machine's memory
+_checked: set[tuple[str, int, str]] = set()
+
+
+class ModelCheckError(ValueError):
+    """The space's model cannot be built or run (one line naming the block, the candidate and the reason)."""
+
+
+def _line(e: BaseException) -> str:
+    """The first line of an exception's message (torch's C++ errors carry a stack below it)."""
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def _where(space: SearchSpace, b: int, c: int | None) -> str:
+    blk = space.blocks[b]
+    if c is None:
+        return f"space {space.name!r}: block {b} ({blk.name!r})"
+    cand = blk.candidates[c]
+    args = json.dumps(dict(cand.args), sort_keys=True) if cand.args else "{}"
+    return f"space {space.name!r}: block {b} ({blk.name!r}), candidate {c} ({cand.name!r}, op {cand.op!r}, args {args})"
+
+
+def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None = None) -> None:
+    """Build every block of ``space`` and run every candidate on a probe batch; ModelCheckError if anything fails."""
+    shared = shared or SharedLayers()
+    key = (space.to_json(), int(seed), str(shared))
+    if key in _checked:
+        return
+    import torch
+
+    from naspipe.models import build_stage, make_batch, model_kind
+    from naspipe.models.data import input_of, target_of
+
+    try:
+        kind = model_kind(space)
+    except ValueError as e:
+        raise ModelCheckError(str(e)) from None
+    probe_space = dataclasses.replace(space, batch_size=min(space.batch_size, PROBE_SAMPLES))
+    try:
+        batch = make_batch(probe_space, seed, 0)
+        x, target = input_of(probe_space, batch), target_of(probe_space, batch)
+    except Exception as e:  # noqa: BLE001 - any failure of the model description is the user's to fix
+        raise ModelCheckError(f"space {space.name!r}: its {kind} model cannot make a batch: {_line(e)}") from None
+    nb = space.num_blocks
+    per_sample = 0
+    with torch.no_grad():
+        for b, blk in enumerate(space.blocks):
+            try:
+                model = build_stage(space, range(b, b + 1), seed, shared)
+            except Exception as e:  # noqa: BLE001
+                raise ModelCheckError(_blame_build(space, b, e)) from None
+            outs = []
+            for c in range(blk.k):
+                sub = [0] * nb
+                sub[b] = c
+                try:
+                    y = model(x, sub)
+                except Exception as e:  # noqa: BLE001
+                    raise ModelCheckError(f"{_where(space, b, c)}: fails on a probe batch: {_line(e)}") from None
+                if not isinstance(y, torch.Tensor):
+                    raise ModelCheckError(f"{_where(space, b, c)}: returns {type(y).__name__}, not a tensor")
+                if outs and (y.shape != outs[0].shape or y.dtype != outs[0].dtype):
+                    raise ModelCheckError(f"{_where(space, b, c)}: gives {tuple(y.shape)} {y.dtype}, but candidate 0 "
+                                          f"gives {tuple(outs[0].shape)} {outs[0].dtype}: the candidates of a block "
+                                          "must agree")
+                outs.append(y)
+            x = outs[0]
+            per_sample = max(per_sample, x.element_size() * x.numel() // max(1, x.shape[0] if x.dim() else 1))
+        try:
+            model.loss(x, target)
+        except Exception as e:  # noqa: BLE001
+            raise ModelCheckError(f"{_where(space, nb - 1, None)}: its output {tuple(x.shape)} does not fit the "
+                                  f"loss: {_line(e)}") from None
+    _check_batch_memory(space, per_sample)
+    _checked.add(key)
+
+
+def _blame_build(space: SearchSpace, b: int, error: BaseException) -> str:
+    """Name the candidate of block ``b`` whose construction fails (the block's own error if none alone does)."""
+    from naspipe.models import FAMILIES, model_kind
+
+    family: Any = FAMILIES[model_kind(space)]
+    blk = space.blocks[b]
+    for c, cand in enumerate(blk.candidates):
+        try:
+            family.fixed_block(space, b) if blk.fixed else family.candidate(space, b, cand)
+        except Exception as e:  # noqa: BLE001
+            return f"{_where(space, b, c)}: cannot be built: {_line(e)}"
+    return f"{_where(space, b, None)}: cannot be built: {_line(error)}"
+
+
+def _check_batch_memory(space: SearchSpace, per_sample: int) -> None:
+    """Refuse a batch whose block outputs alone would not fit in ``MEMORY_SHARE`` of this machine's memory."""
+    try:
+        import psutil
+
+        total = int(psutil.virtual_memory().total)
+    except Exception:  # noqa: BLE001 - no way to know: do not refuse
+        return
+    need = space.batch_size * per_sample * space.num_blocks
+    if need > MEMORY_SHARE * total:
+        raise ModelCheckError(f"space {space.name!r}: field 'batch_size' {space.batch_size} needs about {need} bytes "
+                              f"of activations per subnet ({per_sample} bytes per sample and block), more than "
+                              f"{MEMORY_SHARE:.0%} of this machine's {total} bytes; use a smaller batch_size")
