@@ -114,13 +114,20 @@ def _blame_build(space: SearchSpace, b: int, error: BaseException) -> str:
     return f"{_where(space, b, None)}: cannot be built: {_line(error)}"
 
 
+def machine_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the platform does not say)."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 def _check_batch_memory(space: SearchSpace, per_sample: int) -> None:
     """Refuse a batch whose block outputs alone would not fit in ``MEMORY_SHARE`` of this machine's memory."""
-    try:
-        import psutil
-
-        total = int(psutil.virtual_memory().total)
-    except Exception:  # noqa: BLE001 - no way to know: do not refuse
+    total = machine_memory()
+    if total is None:
         return
     need = space.batch_size * per_sample * space.num_blocks
     if need > MEMORY_SHARE * total:

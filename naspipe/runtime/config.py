@@ -365,12 +365,12 @@ SEQUENCE_MEMORY_SHARE = 0.25  # the fixed sequence's copies (launcher and every 
 def check_sequence_size(space: SearchSpace, subnets: int, stages: int) -> None:
     """Refuse a fixed sequence too large to hold before anything is built: every stage process and the launcher
     keep one copy (a tuple of ``num_blocks`` small ints per subnet, about ``64 + 8 * num_blocks`` bytes)."""
-    import psutil
+    from naspipe.validate import machine_memory
 
     per = 64 + 8 * space.num_blocks
     need = subnets * per * (stages + 1)
-    total = int(psutil.virtual_memory().total)
-    if need > SEQUENCE_MEMORY_SHARE * total:
+    total = machine_memory()
+    if total is not None and need > SEQUENCE_MEMORY_SHARE * total:
         most = int(SEQUENCE_MEMORY_SHARE * total // (per * (stages + 1)))
         raise ConfigError(f"{subnets} subnets would need about {need / 2**30:.1f} GiB to hold the sequence in the "
                           f"launcher and {stages} stage processes, more than {SEQUENCE_MEMORY_SHARE:.0%} of this "

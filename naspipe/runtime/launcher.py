@@ -219,9 +219,13 @@ def _fail(stages: list[_Stage], conns: dict, bar: Any, t_start: float) -> None:
     # 1. a stage that died without a word (signal, os._exit) is the cause; 2. the earliest primary error;
     # 3. the earliest error of any kind (a lost peer, a transport failure).
     silent = [s for s in stages if s.error is None and s.proc.exitcode not in (None, 0) and not s.done]
+    stopped = [s for s in stages if s.proc.exitcode is None and _is_stopped(s.proc.pid)]
     if silent:
         s = min(silent, key=lambda x: x.exited_at or 0.0)
         reason = _describe_exit(s.proc.exitcode)
+    elif stopped:  # its peers timed out waiting for it: they report errors, but it is the cause
+        s = stopped[0]
+        reason = "was stopped (e.g. SIGSTOP) and did not answer"
     else:
         errs = [s for s in stages if s.error is not None]
         prim = [s for s in errs if s.error[2]] or errs
@@ -235,6 +239,15 @@ def _fail(stages: list[_Stage], conns: dict, bar: Any, t_start: float) -> None:
     tail = f" (stages {others} reported errors after it)" if others else ""
     raise TrainError(f"stage {s.rank} (rank {s.rank}, pid {s.proc.pid}) {reason}; stopped the other stages{tail}",
                      s.rank)
+
+
+def _is_stopped(pid: int | None) -> bool:
+    """Whether process ``pid`` is stopped by a signal (Linux ``/proc``; False where that cannot be read)."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] in (["T"], ["t"])
 
 
 def _stop(stages: list[_Stage]) -> None:

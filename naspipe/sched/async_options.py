@@ -24,6 +24,7 @@ ASYNC_OPTIONS: dict[str, dict[str, type]] = {
     "pipemare": {"t1": int, "t2": float, "warmup": int, "tau": str},
     "pipeoptim": {"s": str, "offset": int, "warmup": int},
 }
+FLAGS = frozenset({"vsync"})  # options that may stand alone (meaning 1)
 
 
 class AsyncOptionError(ValueError):
@@ -40,7 +41,10 @@ def parse_async_options(policy: str) -> dict[str, object]:
     for item in filter(None, (a.strip() for a in arg.split(","))):
         key, sep, value = item.partition("=")
         if not sep:  # a bare flag (vsync) or the value of the first option (2bw:8)
-            key, value = (item, "1") if item.replace("-", "_") in spec else (next(iter(spec)), item)
+            bare = item.replace("-", "_")
+            if bare in spec and bare not in FLAGS:
+                raise AsyncOptionError(f"{name} option {bare!r} needs a value: {bare}=VALUE")
+            key, value = (item, "1") if bare in FLAGS else (next(iter(spec)), item)
         key = key.strip().replace("-", "_")
         if key not in spec:
             raise AsyncOptionError(f"policy {name!r} has no option {key!r}; options: {', '.join(spec)}")

@@ -56,6 +56,9 @@ class SharedLayers:
         return base + ("+predict" if self.predict else "") + (f"+t1={self.t1}" if self.t1 else "")
 
 
+MAX_DELAY = 100_000  # far beyond any window; a larger D is a typo, not a policy
+
+
 def parse_shared(text: str | SharedLayers) -> SharedLayers:
     if isinstance(text, SharedLayers):
         return text
@@ -83,6 +86,9 @@ def parse_shared(text: str | SharedLayers) -> SharedLayers:
         _, sep, d = t.partition(":")
         if not sep or not d.strip().isdigit():
             raise SharedPolicyError(f"bad shared-layer policy {text!r}: use delayed:D with a whole number D >= 0")
+        if int(d) > MAX_DELAY:
+            raise SharedPolicyError(f"bad shared-layer policy {text!r}: the delay D must lie in 0..{MAX_DELAY} "
+                                    "(a delay beyond the subnets in flight only makes the shared layers staler)")
         return SharedLayers("delayed", int(d))
     raise SharedPolicyError(f"unknown shared-layer policy {text!r}; choose frozen, serial or delayed:D "
                             f"(optionally +predict, +t1=K)")
