@@ -5,7 +5,10 @@ the reference has one stage and no schedule) and writes ``losses.csv``, ``params
 ``metrics.json`` to ``--out``, the files ``naspipe verify`` compares, and ``weights.pt`` (the trained supernet,
 ``naspipe.checkpoint_weights``), which ``naspipe search`` reads. ``--sampler evolution[:LAG]`` generates the
 sequence at run time from the training losses (``naspipe.samplers``); the sequence it produced is also
-written to ``sequence.json`` (replayable with ``--sequence``).
+written to ``sequence.json`` (replayable with ``--sequence``). ``run.json`` records the run's kind and identity
+(``naspipe.runs``, threads included: compare ``train --threads N`` with ``reference --threads N``); a folder holding
+a train run is refused unless ``--overwrite``, which clears it first. The model is checked before training
+(``naspipe.validate``).
 """
 
 from __future__ import annotations

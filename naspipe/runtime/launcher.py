@@ -3,12 +3,13 @@
 Why it exists: a pipeline run is P cooperating processes, and a research run that hangs or leaves
 orphans is worse than none. The launcher
 
-* validates everything first (``TrainConfig.validate``, the output directory, an explicit port), so a
-  bad run starts no process;
+* validates everything first (``TrainConfig.validate``, the model, built block by block and probed, the output
+  directory, an explicit port), so a bad run starts no process;
 * starts the stages with ``torch.multiprocessing``. The default start method is ``forkserver``: a clean
   server process (never touched by CUDA or the caller's threads) imports torch and the worker once, and
   every stage is forked from it, which makes the second and later runs of a session start in ~0.1 s
-  instead of P parallel torch imports. ``start_method="spawn"`` is the plain alternative;
+  instead of P parallel torch imports. ``start_method="spawn"`` is the plain alternative (its sentinels fire a
+  moment before the exit status is readable, so the supervisor waits for the status: ``_reap``);
 * rendezvouses them on 127.0.0.1 and a free port (``env://``, gloo on CPU, NCCL on CUDA);
 * supervises: every stage reports ready / progress / done / error through its own pipe, and
   ``multiprocessing.connection.wait`` wakes on those messages *and* on any process exit. If a stage dies
