@@ -108,8 +108,9 @@ class ReplayStream(_ListLike):
         except OSError as e:
             raise SpaceError(f"cannot read sequence file {str(path)!r}: {e.strerror or e}") from None
         except UnicodeDecodeError as e:
-            raise SpaceError(f"sequence file {str(path)!r}: not a UTF-8 text file (byte {e.start})") from None
-        data = load_json_text(text, f"sequence file {str(path)!r}")
+            raise SpaceError(f"cannot read sequence file {str(path)!r}: not a UTF-8 text file (byte {e.start})") \
+                from None
+        data = load_json_text(text, f"cannot read sequence file {str(path)!r}")
         if not isinstance(data, dict) or not isinstance(data.get("subnets"), list):
             raise SpaceError(f"{path}: a sequence file is an object with a 'subnets' list")
         if data.get("space") not in (None, space.name):
