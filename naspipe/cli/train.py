@@ -132,6 +132,7 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
     from naspipe.runtime.config import (
         ConfigError,
         TrainConfig,
+        check_model_of,
         check_out_dir,
         check_sequence_size,
         measured_partition,
@@ -155,6 +156,7 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             device_memory=getattr(args, "device_memory", None), swap=getattr(args, "swap", None) or "predictive",
             prefetch_depth=getattr(args, "prefetch_depth", None) or 4, pin=getattr(args, "pin", None) or "subnet")
         cfg.validate()
+        check_model_of(cfg)
         if getattr(args, "resume", None):
             from naspipe.runtime.checkpoint import apply_resume, resumes_in_place
 
