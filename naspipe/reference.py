@@ -46,9 +46,9 @@ class ReferenceResult:
     config: dict[str, object] = field(default_factory=dict)
 
     def save(self, out: str | Path, *, weights: bool = False, metrics: dict[str, Any] | None = None) -> Path:
-        """Write the run directory ``naspipe verify`` compares: ``losses.csv`` and ``params.json``, with
-        ``weights.pt`` if ``weights`` and ``metrics.json`` (command, wall time, subnets, ``metrics``) if
-        ``metrics`` is given."""
+        """Write the run directory ``naspipe verify`` compares: ``losses.csv``, ``params.json`` and ``run.json``
+        (kind and identity, ``naspipe.runs``), with ``weights.pt`` if ``weights`` and ``metrics.json`` (command,
+        wall time, subnets, ``metrics``) if ``metrics`` is given."""
         from naspipe.checkpoint_weights import WEIGHTS, save_weights
         from naspipe.results import LOSSES, METRICS, PARAMS, param_hashes, write_losses, write_metrics, write_params
 
@@ -62,7 +62,18 @@ class ReferenceResult:
             n = len(self.losses)
             write_metrics(d / METRICS, {"command": "reference", "wall_s": self.wall_s, "subnets": n,
                                         "subnets_per_s": n / self.wall_s if self.wall_s > 0 else None, **metrics})
+        self._write_run(d, (metrics or {}).get("config") or {})
         return d
+
+    def _write_run(self, d: Path, extra: dict[str, Any]) -> None:
+        """``run.json`` (``naspipe.runs``): kind reference and the identity ``naspipe verify`` compares."""
+        from naspipe import runs
+
+        c = {**self.config, **extra}
+        runs.write_run(d, "reference", runs.identity(
+            space=self.model.space, seed=int(c["seed"]), subnets=len(self.losses), sampler=c.get("sampler"),
+            sequence_sha256=c.get("sequence_sha256"), optimizer=str(c["optimizer"]), lr=float(c["lr"]),
+            threads=int(c["threads"]), shared_layers=str(c["shared_layers"])))
 
 
 def _snapshot(params: dict[str, torch.nn.Parameter]) -> dict[str, Tensor]:
@@ -151,7 +162,8 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
     wall = time.perf_counter() - start
     if bar is not None:
         bar.close()
+    digest = getattr(stream, "digest", None)
     config = {"space": space.name, "subnets": n, "seed": int(seed), "shared_layers": str(shared),
               "optimizer": optimizer, "lr": opt.param_groups[0]["lr"], "threads": threads,
-              "torch": torch.__version__}
+              "torch": torch.__version__, "sequence_sha256": digest() if digest is not None else None}
     return ReferenceResult(losses, model, wall, config)

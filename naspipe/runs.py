@@ -40,14 +40,15 @@ class RunFileError(ValueError):
     """``run.json`` is malformed (the message names the file)."""
 
 
-def identity(*, space: Any, seed: int, subnets: int, sampler: str, sequence_sha256: str | None, optimizer: str,
+def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequence_sha256: str | None, optimizer: str,
              lr: float, threads: int, shared_layers: str) -> dict[str, Any]:
     """A run's identity (JSON-ready). ``space``: a ``SearchSpace``; ``lr``: the learning rate actually used."""
     import hashlib
 
     return {
         "space": space.name, "space_sha256": hashlib.sha256(space.to_json().encode()).hexdigest(),
-        "seed": int(seed), "subnets": int(subnets), "sampler": str(sampler), "sequence_sha256": sequence_sha256,
+        "seed": int(seed), "subnets": int(subnets), "sampler": None if sampler is None else str(sampler),
+        "sequence_sha256": sequence_sha256,
         "optimizer": str(optimizer), "lr": float(lr), "threads": int(threads), "shared_layers": str(shared_layers),
     }
 

@@ -294,3 +294,17 @@ def test_a_stopped_stage_is_named_not_the_peers_that_timed_out(tmp_path, victim)
 def _rank_of(procs: list, pid: int) -> int:
     """Stages are started in rank order: the oldest is rank 0."""
     return [p.pid for p in procs].index(pid)
+
+
+def test_the_python_reference_records_its_identity_too(tmp_path):
+    from naspipe.reference import train_reference
+    from naspipe.sched.shared import SharedLayers
+    from naspipe.sequence import UniformStream
+
+    space = preset("digits-cnn")
+    stream = UniformStream(space, 0, 3)
+    train_reference(space, stream, 0, SharedLayers(), threads=2).save(tmp_path / "r")
+    data = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert data["kind"] == "reference"
+    ident = data["identity"]
+    assert ident["threads"] == 2 and ident["subnets"] == 3 and ident["sequence_sha256"] == stream.digest()

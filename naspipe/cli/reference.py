@@ -118,7 +118,6 @@ def run(args: argparse.Namespace) -> int:
     })
     if spec.online:
         save_sequence(cfg.stream, out / "sequence.json")
-        runs.write_run(out, "reference", ident(digest() if digest else None))
     print(f"reference: {n} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
           f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")
     return 0

@@ -137,7 +137,7 @@ def write_reference(config: Any, out: str | Path, progress: bool = False) -> Pat
     from naspipe.reference import train_reference
 
     ref = train_reference(config.space, config.stream(), config.seed, config.shared, optimizer=config.optimizer,
-                          lr=config.lr, progress=progress)
+                          lr=config.lr, progress=progress, threads=getattr(config, "threads", 1))
     return ref.save(out, metrics={})
 
 
