@@ -157,10 +157,15 @@ def test_a_sequence_file_that_is_not_utf8_or_nested_too_deeply_is_one_line(tmp_p
              "deep.json: JSON nested more than 32 levels deep", never=tmp_path / "o")
 
 
-def test_a_sequence_too_large_for_memory_is_refused_at_once(tmp_path, capsys):
+@pytest.mark.parametrize("command,processes", [("train", "5 processes"), ("reference", "1 process")])
+def test_a_sequence_too_large_for_memory_is_refused_at_once(tmp_path, capsys, monkeypatch, command, processes):
+    import naspipe.validate
+
+    monkeypatch.setattr(naspipe.validate, "machine_memory", lambda: 16 * 2**30)  # the same answer on any machine
     t0 = time.monotonic()
-    _refused(capsys, ["train", "--subnets", "100000000", "--out", str(tmp_path / "o"), "--no-progress"],
-             "100000000 subnets would need about", never=tmp_path / "o")
+    err = _refused(capsys, [command, "--subnets", "100000000", "--out", str(tmp_path / "o"), "--no-progress"],
+                   "100000000 subnets would need about", never=tmp_path / "o")
+    assert f"to hold the sequence in {processes}, more than 25% of this machine's 16.0 GiB" in err
     assert time.monotonic() - t0 < 30  # it used to build the whole sequence first (minutes, 4 GB)
 
 

@@ -84,6 +84,12 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {str(out)!r} exists and is not a directory")
     _check_out(out, args.overwrite)
+    from naspipe.runtime.config import ConfigError, check_sequence_size
+
+    try:
+        check_sequence_size(cfg.space, len(cfg.stream), 1)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
 
     from naspipe import runs
     from naspipe.optim_names import DEFAULT_LR

@@ -125,7 +125,7 @@ class TrainConfig:
                 subs = ()
                 options["subnet_count"] = subnets
             elif sequence is None:
-                check_sequence_size(sp, subnets, part.stages)
+                check_sequence_size(sp, subnets, part.stages + 1)
                 stream = UniformStream(sp, seed, subnets)
                 subs = tuple(stream[j] for j in range(subnets))
             else:
@@ -362,19 +362,21 @@ class _TupleStream:
 SEQUENCE_MEMORY_SHARE = 0.25  # the fixed sequence's copies (launcher and every stage) may take this share of memory
 
 
-def check_sequence_size(space: SearchSpace, subnets: int, stages: int) -> None:
-    """Refuse a fixed sequence too large to hold before anything is built: every stage process and the launcher
-    keep one copy (a tuple of ``num_blocks`` small ints per subnet, about ``64 + 8 * num_blocks`` bytes)."""
+def check_sequence_size(space: SearchSpace, subnets: int, processes: int) -> None:
+    """Refuse a fixed sequence too large to hold before anything is built: each of ``processes`` processes (a
+    training run: the launcher and every stage) keeps one copy, a tuple of ``num_blocks`` small ints per subnet
+    (about ``64 + 8 * num_blocks`` bytes)."""
     from naspipe.validate import machine_memory
 
     per = 64 + 8 * space.num_blocks
-    need = subnets * per * (stages + 1)
+    need = subnets * per * processes
     total = machine_memory()
     if total is not None and need > SEQUENCE_MEMORY_SHARE * total:
-        most = int(SEQUENCE_MEMORY_SHARE * total // (per * (stages + 1)))
-        raise ConfigError(f"{subnets} subnets would need about {need / 2**30:.1f} GiB to hold the sequence in the "
-                          f"launcher and {stages} stage processes, more than {SEQUENCE_MEMORY_SHARE:.0%} of this "
-                          f"machine's {total / 2**30:.1f} GiB; train at most {most} subnets per run")
+        most = int(SEQUENCE_MEMORY_SHARE * total // (per * processes))
+        raise ConfigError(f"{subnets} subnets would need about {need / 2**30:.1f} GiB to hold the sequence in "
+                          f"{processes} process{'es' if processes > 1 else ''}, more than "
+                          f"{SEQUENCE_MEMORY_SHARE:.0%} of this machine's {total / 2**30:.1f} GiB; train at most "
+                          f"{most} subnets per run")
 
 
 def check_model_of(cfg: TrainConfig) -> None:
