@@ -259,12 +259,13 @@ def test_an_absurd_delay_is_refused(tmp_path, capsys):
              "the delay D must lie in 0..100000", never=tmp_path / "o")
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="stopped processes are seen through /proc")
 @pytest.mark.parametrize("victim", [0, 2])
 def test_a_stopped_stage_is_named_not_the_peers_that_timed_out(tmp_path, victim):
     from naspipe.runtime import TrainConfig, train
 
     cfg = TrainConfig.create("digits-cnn", tmp_path / "run", stages=3, subnets=400, jitter_ms=3.0, progress=False,
-                             timeout=3.0)
+                             timeout=5.0)
     box: dict = {}
 
     def target() -> None:
