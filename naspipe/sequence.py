@@ -115,12 +115,31 @@ class ReplayStream(_ListLike):
             raise SpaceError(f"{path}: a sequence file is an object with a 'subnets' list")
         if data.get("space") not in (None, space.name):
             raise SpaceError(f"{path}: sequence was recorded for space {data.get('space')!r}, not {space.name!r}")
-        stream = cls(space, data["subnets"])
+        subnets = []
+        for i, sub in enumerate(data["subnets"]):
+            if not isinstance(sub, list):
+                raise SpaceError(f"{path}: subnet {i} must be a list of choices, got {sub!r}")
+            try:
+                subnets.append(space.validate_subnet(sub))
+            except SpaceError as e:
+                raise SpaceError(f"{path}: subnet {i}: {e}") from None
+        stream = cls.materialize(_Listed(space, subnets))
         recorded = data.get("sha256")
         if recorded is not None and recorded != stream.digest():
             raise SpaceError(f"{path}: its sha256 {str(recorded)[:12]}... does not match its subnets "
                              f"({stream.digest()[:12]}...): the file was changed after it was written")
         return stream
+
+
+class _Listed:
+    def __init__(self, space: SearchSpace, subnets: list[Subnet]):
+        self.space, self._s = space, subnets
+
+    def __len__(self) -> int:
+        return len(self._s)
+
+    def __getitem__(self, j: int) -> Subnet:
+        return self._s[j]
 
 
 def save_sequence(stream: SubnetStream, path: str | Path) -> str:

@@ -157,6 +157,18 @@ def test_a_sequence_file_that_is_not_utf8_or_nested_too_deeply_is_one_line(tmp_p
              "deep.json: JSON nested more than 32 levels deep", never=tmp_path / "o")
 
 
+@pytest.mark.parametrize("content,message", [
+    ('{"subnets": [5]}', "subnet 0 must be a list of choices, got 5"),
+    ('{"subnets": [null]}', "subnet 0 must be a list of choices, got None"),
+    ('{"subnets": [[0, 1]]}', "subnet 0: subnet has 2 choices, space 'tiny-transformer' has 10 blocks"),
+])
+def test_a_sequence_file_with_malformed_subnets_is_one_line(tmp_path, capsys, content, message):
+    p = tmp_path / "seq.json"
+    p.write_text(content)
+    _refused(capsys, ["train", *TINY, "--sequence", str(p), "--out", str(tmp_path / "o")], f"{p}: {message}",
+             never=tmp_path / "o")
+
+
 @pytest.mark.parametrize("command,processes", [("train", "5 processes"), ("reference", "1 process")])
 def test_a_sequence_too_large_for_memory_is_refused_at_once(tmp_path, capsys, monkeypatch, command, processes):
     import naspipe.validate
