@@ -68,7 +68,7 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
         raise ModelCheckError(f"space {space.name!r}: its {kind} model cannot make a batch: {_line(e)}") from None
     nb = space.num_blocks
     per_sample = 0
-    with torch.no_grad():
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):  # the caller's random state stays as it was
         for b, blk in enumerate(space.blocks):
             try:
                 model = build_stage(space, range(b, b + 1), seed, shared)
