@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -386,13 +386,32 @@ def preset(name: str) -> SearchSpace:
             if k < 1:
                 raise SpaceError(f"preset {name!r}: K must be >= 1")
             return make(k)
-    raise SpaceError(f"unknown space {name!r}; presets: {', '.join(preset_names())} (or a path to a JSON file)")
+    raise SpaceError(f"unknown space {name!r}; presets: {', '.join(preset_names())} "
+                     "(or a path to a JSON file, or module:function)")
 
 
-def resolve_space(name_or_path: str | SearchSpace) -> SearchSpace:
-    """A preset name, a path to a JSON file, or a SearchSpace (returned as is)."""
+_RESOLVERS: list[Callable[[Any], SearchSpace | None]] = []
+
+
+def register_resolver(fn: Callable[[Any], SearchSpace | None]) -> None:
+    """Let ``resolve_space`` accept more: ``fn(x)`` returns a space or None (``naspipe.supernet`` registers
+    ``module:function`` and Supernet objects, so this torch-free module never imports them)."""
+    if fn not in _RESOLVERS:
+        _RESOLVERS.append(fn)
+
+
+def resolve_space(name_or_path: Any) -> SearchSpace:
+    """A preset name, a path to a JSON file, a SearchSpace (returned as is), or what a registered resolver
+    accepts (``module:function``, a ``naspipe.Supernet``)."""
     if isinstance(name_or_path, SearchSpace):
         return name_or_path
+    for fn in _RESOLVERS:
+        sp = fn(name_or_path)
+        if sp is not None:
+            return sp
+    if not isinstance(name_or_path, str):
+        raise SpaceError(f"a space is a preset name, a JSON file, module:function or a naspipe.Supernet, "
+                         f"got {type(name_or_path).__name__}")
     if name_or_path.endswith(".json") or Path(name_or_path).is_file():
         return load_space(name_or_path)
     return preset(name_or_path)

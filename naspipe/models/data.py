@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from naspipe.models.seeding import hashed_generator
-from naspipe.models.stage import model_kind
+from naspipe.models.stage import USER_KIND, model_kind
 from naspipe.models.transformer import BOS, PAD
 from naspipe.space import SearchSpace
 
@@ -45,6 +45,10 @@ def target_of(space: SearchSpace, batch: Batch) -> Tensor:
 
 def make_batch(space: SearchSpace, seed: int, j: int) -> Batch:
     """Training batch ``j`` of a run with ``seed`` (``space.batch_size`` samples)."""
+    if space.model.get("kind") == USER_KIND:
+        from naspipe.models.user import user_batch
+
+        return Batch(*user_batch(space, seed, j))
     if model_kind(space) == "transformer":
         return _reverse_batch(space, hashed_generator("data-reverse", int(seed), int(j)))
     if model_kind(space) == "mlp":
@@ -58,8 +62,13 @@ def heldout_batches(space: SearchSpace, n: int | None = None) -> list[Batch]:
     """``n`` evaluation batches that no training batch draws from (same for every seed).
 
     Transformer: freshly generated batches (default 8). Digits: the held-out split in order, in batches
-    of ``space.batch_size`` (default: all of it; asking for more is a ValueError).
+    of ``space.batch_size`` (default: all of it; asking for more is a ValueError). A user supernet: its
+    held-out source (``naspipe.models.user.user_heldout``).
     """
+    if space.model.get("kind") == USER_KIND:
+        from naspipe.models.user import user_heldout
+
+        return [Batch(*b) for b in user_heldout(space, n)]
     if model_kind(space) == "transformer":
         return [_reverse_batch(space, hashed_generator("heldout-reverse", i)) for i in range(8 if n is None else n)]
     if model_kind(space) == "mlp":

@@ -22,14 +22,19 @@ from torch.func import functional_call
 from naspipe.models import cnn, mlp, transformer
 from naspipe.models.seeding import candidate_generator, init_module
 from naspipe.sched.shared import SharedLayers
-from naspipe.space import SearchSpace
+from naspipe.space import Candidate, SearchSpace
 
 FAMILIES: dict[str, ModuleType] = {"transformer": transformer, "cnn": cnn, "mlp": mlp}
+
+
+USER_KIND = "supernet"  # a naspipe.Supernet (naspipe.models.user)
 
 
 def model_kind(space: SearchSpace) -> str:
     """The space's ``model.kind`` if naspipe can build it, else a ValueError saying what is possible."""
     kind = space.model.get("kind", "cost-only")
+    if kind == USER_KIND:
+        return kind
     if kind not in FAMILIES:
         raise ValueError(f"space {space.name!r} has model kind {kind!r}, which has no torch model; "
                          f"trainable kinds: {', '.join(FAMILIES)} (e.g. tiny-transformer, digits-cnn)")
@@ -51,7 +56,13 @@ class StageModel(nn.Module):
         self.blocks = blocks
         self.seed = int(seed)
         self.shared = shared
-        self.family = FAMILIES[model_kind(space)]
+        kind = model_kind(space)
+        if kind == USER_KIND:
+            from naspipe.models.user import UserFamily
+
+            self.family = UserFamily(space)
+        else:
+            self.family = FAMILIES[kind]
         self._capture: list[Tensor] | None = None  # set only inside ``capturing``
         self.layers = nn.ModuleDict()
         # per block: (index, fixed, module or {choice: module}, [(global name, local name)] for fixed)
@@ -63,8 +74,7 @@ class StageModel(nn.Module):
             bkey = _key(blk.name, "block")
             try:
                 if blk.fixed:
-                    mod = self.family.fixed_block(space, b)
-                    init_module(mod, candidate_generator(seed, b, 0), self.family.INIT_GAIN)
+                    mod = self._make(b, 0)
                     self.layers[bkey] = mod
                     names = [(f"{bkey}.{n}", n) for n, _ in mod.named_parameters()]
                     self._plan.append((b, True, mod, names))
@@ -75,8 +85,7 @@ class StageModel(nn.Module):
                         ckey = _key(cand.name, f"block {blk.name!r}: candidate")
                         if ckey in cands:
                             raise ValueError(f"block {blk.name!r}: duplicate candidate name {ckey!r}")
-                        mod = self.family.candidate(space, b, cand)
-                        init_module(mod, candidate_generator(seed, b, c), self.family.INIT_GAIN)
+                        mod = self._make(b, c, cand)
                         cands[ckey] = mod
                         mods.append(mod)
                     self.layers[bkey] = cands
@@ -86,6 +95,15 @@ class StageModel(nn.Module):
         if not shared.trains_shared:
             for p in self.fixed_named_parameters().values():
                 p.requires_grad_(False)
+
+    def _make(self, b: int, c: int, cand: Candidate | None = None) -> nn.Module:
+        """Candidate ``c`` of block ``b``, its weights a function of (seed, b, c) alone."""
+        if isinstance(self.family, ModuleType):  # a built-in family: build, then initialise from the generator
+            fam = self.family
+            mod = fam.fixed_block(self.space, b) if cand is None else fam.candidate(self.space, b, cand)
+            init_module(mod, candidate_generator(self.seed, b, c), fam.INIT_GAIN)
+            return mod
+        return self.family.make(self.space, b, c, self.seed)
 
     # ---- running ------------------------------------------------------------------------------
     @property

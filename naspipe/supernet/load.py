@@ -1,0 +1,209 @@
+"""From a ``Supernet`` to the plain-data ``SearchSpace`` and back, in any process.
+
+Why it exists: the scheduler, the simulator and every stage process read a ``SearchSpace`` (plain,
+picklable data); only the torch side needs the user's factories. A space made from a supernet records
+where to find it again in ``space.model``:
+
+* ``{"kind": "supernet", "source": "module:function"}`` for ``--space module:function``: every process
+  imports the module itself and calls the function, so it works with every start method and torchrun;
+* a supernet defined in a notebook (``__main__``) travels by value: the space's ``model`` mapping carries
+  the supernet pickled with ``cloudpickle`` as an attribute (not an item: it never reaches a JSON file),
+  and each stage process unpickles it once.
+
+``supernet_of(space)`` returns the Supernet in any process (cached). ``space_of(supernet)`` builds the
+space, with measured costs when the supernet has a profile (``naspipe profile``), unit costs otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from naspipe.space import Block, Candidate, SearchSpace, register_resolver
+from naspipe.supernet.declare import Supernet, SupernetError, subnet_from_dict, subnet_to_dict
+
+KIND = "supernet"
+COSTS_SUFFIX = ".costs.json"
+
+
+class ModelInfo(dict):
+    """``space.model`` of a supernet space: plain items, plus the pickled supernet as an attribute."""
+
+    payload: bytes | None = None
+
+
+_CACHE: dict[Any, Supernet] = {}  # source or payload digest -> supernet (one import/unpickle per process)
+_BY_ID: dict[int, tuple[Any, Supernet]] = {}  # id(space.model) -> (model, supernet): per-task lookups
+
+
+def is_spec(text: str) -> bool:
+    """True for ``module:function`` (a dotted module path, one colon, an identifier)."""
+    mod, sep, fn = text.partition(":")
+    return bool(sep) and fn.isidentifier() and all(p.isidentifier() for p in mod.split(".")) and "/" not in text
+
+
+def load_spec(spec: str, probe: bool = True) -> Supernet:
+    """Import ``module`` and call ``function()``; SupernetError (one line) when any of it fails."""
+    if spec in _CACHE:
+        return _CACHE[spec]
+    mod_name, _, fn_name = spec.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except Exception as e:  # noqa: BLE001 - the user's module: any error is reported in one line
+        raise SupernetError(f"--space {spec}: module {mod_name!r} does not import ({type(e).__name__}: "
+                            f"{_first_line(e)}); is its folder on PYTHONPATH?") from None
+    fn = getattr(mod, fn_name, None)
+    if not callable(fn):
+        raise SupernetError(f"--space {spec}: module {mod_name!r} has no function {fn_name!r}")
+    try:
+        sn = fn()
+    except SupernetError as e:
+        raise SupernetError(f"--space {spec}: {e}") from None
+    except Exception as e:  # noqa: BLE001
+        raise SupernetError(f"--space {spec}: {fn_name}() raised {type(e).__name__}: {_first_line(e)}") from None
+    if not isinstance(sn, Supernet):
+        raise SupernetError(f"--space {spec}: {fn_name}() returned {type(sn).__name__}, not a naspipe.Supernet")
+    if probe:
+        from naspipe.supernet.validate import probe_supernet
+
+        probe_supernet(sn, where=f"--space {spec}: ")
+    if sn.costs is None:  # a profile stored next to the module (naspipe profile's default place)
+        default = default_costs_path(spec)
+        if default is not None and default.is_file():
+            sn = _with_costs(sn, str(default))
+    _CACHE[spec] = sn
+    return sn
+
+
+def _with_costs(sn: Supernet, costs: Any) -> Supernet:
+    import dataclasses
+
+    return dataclasses.replace(sn, costs=costs)
+
+
+def default_costs_path(spec: str) -> Path | None:
+    """``<module folder>/<function>.costs.json``: where ``naspipe profile`` stores a module's profile."""
+    mod_name, _, fn_name = spec.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except Exception:  # noqa: BLE001
+        return None
+    f = getattr(mod, "__file__", None)
+    return Path(f).with_name(f"{Path(f).stem}.{fn_name}{COSTS_SUFFIX}") if f else None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def read_costs(costs: Any) -> dict[str, Any] | None:
+    if costs is None:
+        return None
+    if isinstance(costs, Mapping):
+        return dict(costs)
+    try:
+        return json.loads(Path(costs).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SupernetError(f"cannot read the cost profile {str(costs)!r}: {e}") from None
+
+
+def space_of(sn: Supernet, source: str | None = None) -> SearchSpace:
+    """The plain-data space of ``sn``: blocks named by labels, costs from its profile (or unit costs).
+
+    ``source``: ``module:function`` (also the space's name, so run folders name it); None ships ``sn``
+    by value (cloudpickle) to the stage processes.
+    """
+    prof = read_costs(sn.costs) or {}
+    pc = prof.get("candidates", {})
+    blocks = []
+    for b in sn.blocks:
+        cands = []
+        for name in b.candidates:
+            c = pc.get(b.label, {}).get(name, {})
+            cands.append(Candidate(name=name, op="user", **{k: c[k] for k in
+                                                            ("fwd", "bwd", "param_bytes", "act_bytes") if k in c}))
+        blocks.append(Block(b.label, tuple(cands), fixed=b.fixed, role="fixed" if b.fixed else "choice"))
+    model = ModelInfo(kind=KIND, costs="profiled" if prof else "unit")
+    if source is not None:
+        model["source"] = source
+        name = source
+    else:
+        model["name"] = sn.name or "supernet"
+        model.payload = _pickle(sn)
+        model["payload_sha256"] = hashlib.sha256(model.payload).hexdigest()
+        name = sn.name or "supernet"
+    _BY_ID[id(model)] = (model, sn)
+    return SearchSpace(name=name, blocks=tuple(blocks), model=model, batch_size=sn.batch_size,
+                       message_bytes=int(prof.get("message_bytes", 0)))
+
+
+def _pickle(sn: Supernet) -> bytes:
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(sn)
+    except Exception as e:  # noqa: BLE001
+        raise SupernetError(f"the supernet cannot be shipped to the stage processes: {type(e).__name__}: "
+                            f"{_first_line(e)}; define it in a module and pass 'module:function' instead, or "
+                            "keep open files, locks and generators out of its factories, data and loss") from None
+
+
+def supernet_of(space: SearchSpace) -> Supernet:
+    """The Supernet behind a supernet space, in this process (imported or unpickled once)."""
+    m = space.model
+    hit = _BY_ID.get(id(m))
+    if hit is not None and hit[0] is m:
+        return hit[1]
+    if m.get("kind") != KIND:
+        raise SupernetError(f"space {space.name!r} is not a user supernet (model kind {m.get('kind')!r})")
+    if "source" in m:
+        sn = load_spec(str(m["source"]), probe=False)
+    else:
+        payload = getattr(m, "payload", None)
+        if payload is None:
+            raise SupernetError(f"space {space.name!r}: the supernet was defined in another process and did not "
+                                "travel with the space; pass a module:function")
+        key = m.get("payload_sha256")
+        if key not in _CACHE:
+            import cloudpickle
+
+            _CACHE[key] = cloudpickle.loads(payload)
+        sn = _CACHE[key]
+    _BY_ID[id(m)] = (m, sn)
+    return sn
+
+
+def to_space(obj: Any) -> SearchSpace | None:
+    """The space resolver hooked into ``naspipe.space.resolve_space``: a Supernet or a ``module:function``."""
+    if isinstance(obj, Supernet):
+        from naspipe.supernet.validate import probe_supernet
+
+        probe_supernet(obj)
+        return space_of(obj)
+    if isinstance(obj, str) and is_spec(obj) and not Path(obj).exists():
+        return space_of(load_spec(obj), source=obj)
+    return None
+
+
+register_resolver(to_space)
+
+
+# ---- subnets as label dicts, for any space (presets too) -------------------------------------------------
+def subnet_dict(space: SearchSpace, subnet: Sequence[int]) -> dict[str, str]:
+    """``{label: candidate name}`` of ``subnet`` (choice blocks only)."""
+    return subnet_to_dict([b.name for b in space.blocks], [[c.name for c in b.candidates] for b in space.blocks],
+                          [b.fixed for b in space.blocks], subnet)
+
+
+def subnet_tuple(space: SearchSpace, subnet: Mapping[str, str] | Sequence[int]) -> tuple[int, ...]:
+    """The tuple of indices of a label dict (a tuple or list of indices is validated and returned)."""
+    if isinstance(subnet, Mapping):
+        return subnet_from_dict([b.name for b in space.blocks],
+                                [[c.name for c in b.candidates] for b in space.blocks],
+                                [b.fixed for b in space.blocks], subnet)
+    return space.validate_subnet(list(subnet))
