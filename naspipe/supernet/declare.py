@@ -68,6 +68,16 @@ class Choice:
 
     def __post_init__(self) -> None:
         _check_name(self.label, "label")
+        cands = self.candidates
+        if isinstance(cands, (list, tuple)):  # (name, factory) pairs: duplicates are refused, not merged
+            names = [p[0] if isinstance(p, (list, tuple)) and len(p) == 2 else None for p in cands]
+            if None in names:
+                raise SupernetError(f"block {self.label!r}: candidates must be a dict name -> factory "
+                                    "or a list of (name, factory) pairs")
+            dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
+            if dup is not None:
+                raise SupernetError(f"block {self.label!r}: duplicate candidate name {dup!r}")
+            object.__setattr__(self, "candidates", dict(cands))
         if not isinstance(self.candidates, Mapping):
             raise SupernetError(f"block {self.label!r}: candidates must be a dict name -> factory")
         if not self.candidates:
@@ -134,6 +144,12 @@ class Supernet:
         n = self.heldout_batches
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise SupernetError(f"heldout_batches must be a whole number >= 1, got {n!r}")
+
+    def with_costs(self, costs: Any) -> Supernet:
+        """The same supernet with a cost profile (``naspipe.measure_costs`` or the path of its JSON file)."""
+        import dataclasses
+
+        return dataclasses.replace(self, costs=costs)
 
     # ---- structure -------------------------------------------------------------------------------
     @property

@@ -31,9 +31,26 @@ COSTS_SUFFIX = ".costs.json"
 
 
 class ModelInfo(dict):
-    """``space.model`` of a supernet space: plain items, plus the pickled supernet as an attribute."""
+    """``space.model`` of a supernet space: plain items; for a supernet defined in this process it also holds
+    the supernet, which travels pickled by value (cloudpickle) when the space is pickled for a stage process."""
 
+    supernet: Supernet | None = None
     payload: bytes | None = None
+
+    def shippable(self) -> bytes | None:
+        """The supernet pickled by value (once); SupernetError saying what could not be pickled."""
+        if self.payload is None and self.supernet is not None:
+            self.payload = _pickle(self.supernet)
+        return self.payload
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (dict(self), self.shippable()))
+
+
+def _restore(items: dict[str, Any], payload: bytes | None) -> ModelInfo:
+    m = ModelInfo(items)
+    m.payload = payload
+    return m
 
 
 _CACHE: dict[Any, Supernet] = {}  # source or payload digest -> supernet (one import/unpickle per process)
@@ -74,15 +91,9 @@ def load_spec(spec: str, probe: bool = True) -> Supernet:
     if sn.costs is None:  # a profile stored next to the module (naspipe profile's default place)
         default = default_costs_path(spec)
         if default is not None and default.is_file():
-            sn = _with_costs(sn, str(default))
+            sn = sn.with_costs(str(default))
     _CACHE[spec] = sn
     return sn
-
-
-def _with_costs(sn: Supernet, costs: Any) -> Supernet:
-    import dataclasses
-
-    return dataclasses.replace(sn, costs=costs)
 
 
 def default_costs_path(spec: str) -> Path | None:
@@ -133,10 +144,8 @@ def space_of(sn: Supernet, source: str | None = None) -> SearchSpace:
         model["source"] = source
         name = source
     else:
-        model["name"] = sn.name or "supernet"
-        model.payload = _pickle(sn)
-        model["payload_sha256"] = hashlib.sha256(model.payload).hexdigest()
-        name = sn.name or "supernet"
+        model["name"] = name = sn.name or "supernet"
+        model.supernet = sn
     _BY_ID[id(model)] = (model, sn)
     return SearchSpace(name=name, blocks=tuple(blocks), model=model, batch_size=sn.batch_size,
                        message_bytes=int(prof.get("message_bytes", 0)))
@@ -148,14 +157,24 @@ def _pickle(sn: Supernet) -> bytes:
     try:
         return cloudpickle.dumps(sn)
     except Exception as e:  # noqa: BLE001
-        raise SupernetError(f"the supernet cannot be shipped to the stage processes: {type(e).__name__}: "
-                            f"{_first_line(e)}; define it in a module and pass 'module:function' instead, or "
-                            "keep open files, locks and generators out of its factories, data and loss") from None
+        raise SupernetError(f"supernet {sn.name or 'supernet'!r} cannot be shipped to the stage processes "
+                            f"(cloudpickle: {type(e).__name__}: {_first_line(e)}); keep open files, locks, "
+                            "threads and generators out of its factories, data and loss, or define it in a module "
+                            "and pass 'module:function'") from None
+
+
+def check_shippable(space: SearchSpace) -> None:
+    """Pickle a notebook-defined supernet now (before any process starts); SupernetError if it cannot be."""
+    m = space.model
+    if isinstance(m, ModelInfo) and "source" not in m:
+        m.shippable()
 
 
 def supernet_of(space: SearchSpace) -> Supernet:
     """The Supernet behind a supernet space, in this process (imported or unpickled once)."""
     m = space.model
+    if isinstance(m, ModelInfo) and m.supernet is not None:
+        return m.supernet
     hit = _BY_ID.get(id(m))
     if hit is not None and hit[0] is m:
         return hit[1]
@@ -168,7 +187,7 @@ def supernet_of(space: SearchSpace) -> Supernet:
         if payload is None:
             raise SupernetError(f"space {space.name!r}: the supernet was defined in another process and did not "
                                 "travel with the space; pass a module:function")
-        key = m.get("payload_sha256")
+        key = hashlib.sha256(payload).hexdigest()
         if key not in _CACHE:
             import cloudpickle
 
