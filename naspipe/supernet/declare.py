@@ -139,8 +139,10 @@ class Supernet:
             raise SupernetError("data must be a function (j, generator) -> (input, target) or a map-style Dataset")
         if not callable(self.loss):
             raise SupernetError("loss must be a function (output, target) -> scalar tensor")
-        if self.name is not None and (not isinstance(self.name, str) or not self.name):
-            raise SupernetError(f"name must be a non-empty string, got {self.name!r}")
+        if self.name is not None and (not isinstance(self.name, str) or not self.name or ":" in self.name):
+            raise SupernetError(f"name must be a non-empty string without ':', got {self.name!r}")
+        if self.name is not None and _is_preset(self.name):
+            raise SupernetError(f"name {self.name!r} is a preset's; choose another name for your supernet")
         n = self.heldout_batches
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise SupernetError(f"heldout_batches must be a whole number >= 1, got {n!r}")
@@ -172,6 +174,16 @@ class Supernet:
         """The tuple of candidate indices of ``{label: candidate name}`` (every choice block named once)."""
         return subnet_from_dict(self.labels, [self.candidate_names(i) for i in range(len(self.blocks))],
                                 [b.fixed for b in self.blocks], subnet)
+
+
+def _is_preset(name: str) -> bool:
+    from naspipe.space import preset
+
+    try:
+        preset(name)
+    except SpaceError:
+        return False
+    return True
 
 
 def _is_dataset(obj: Any) -> bool:

@@ -55,6 +55,7 @@ def _restore(items: dict[str, Any], payload: bytes | None) -> ModelInfo:
 
 _CACHE: dict[Any, Supernet] = {}  # source or payload digest -> supernet (one import/unpickle per process)
 _BY_ID: dict[int, tuple[Any, Supernet]] = {}  # id(space.model) -> (model, supernet): per-task lookups
+_BY_NAME: dict[str, SearchSpace] = {}  # supernets defined in this process, by name (latest wins)
 
 
 def is_spec(text: str) -> bool:
@@ -147,8 +148,11 @@ def space_of(sn: Supernet, source: str | None = None) -> SearchSpace:
         model["name"] = name = sn.name or "supernet"
         model.supernet = sn
     _BY_ID[id(model)] = (model, sn)
-    return SearchSpace(name=name, blocks=tuple(blocks), model=model, batch_size=sn.batch_size,
-                       message_bytes=int(prof.get("message_bytes", 0)))
+    space = SearchSpace(name=name, blocks=tuple(blocks), model=model, batch_size=sn.batch_size,
+                        message_bytes=int(prof.get("message_bytes", 0)))
+    if source is None:  # run folders name it: reports and search in this process find it by name
+        _BY_NAME[name] = space
+    return space
 
 
 def _pickle(sn: Supernet) -> bytes:
@@ -206,6 +210,8 @@ def to_space(obj: Any) -> SearchSpace | None:
         return space_of(obj)
     if isinstance(obj, str) and is_spec(obj) and not Path(obj).exists():
         return space_of(load_spec(obj), source=obj)
+    if isinstance(obj, str) and obj in _BY_NAME:
+        return _BY_NAME[obj]
     return None
 
 
