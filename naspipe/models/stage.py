@@ -13,21 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from types import ModuleType
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from naspipe.models import cnn, mlp, transformer
-from naspipe.models.seeding import candidate_generator, init_module
 from naspipe.sched.shared import SharedLayers
-from naspipe.space import Candidate, SearchSpace
+from naspipe.space import SearchSpace
 
-FAMILIES: dict[str, ModuleType] = {"transformer": transformer, "cnn": cnn, "mlp": mlp}
-
-
-USER_KIND = "supernet"  # a naspipe.Supernet (naspipe.models.user)
+USER_KIND = "supernet"  # a naspipe.Supernet declared by the user; the presets' kinds: naspipe.models.presets
+PRESET_KINDS = ("transformer", "cnn", "mlp")
 
 
 def model_kind(space: SearchSpace) -> str:
@@ -35,9 +30,10 @@ def model_kind(space: SearchSpace) -> str:
     kind = space.model.get("kind", "cost-only")
     if kind == USER_KIND:
         return kind
-    if kind not in FAMILIES:
+    if kind not in PRESET_KINDS:
         raise ValueError(f"space {space.name!r} has model kind {kind!r}, which has no torch model; "
-                         f"trainable kinds: {', '.join(FAMILIES)} (e.g. tiny-transformer, digits-cnn)")
+                         f"trainable kinds: {', '.join(PRESET_KINDS)} (e.g. tiny-transformer, digits-cnn) "
+                         "or your own naspipe.Supernet (--space module:function)")
     return kind
 
 
@@ -56,13 +52,10 @@ class StageModel(nn.Module):
         self.blocks = blocks
         self.seed = int(seed)
         self.shared = shared
-        kind = model_kind(space)
-        if kind == USER_KIND:
-            from naspipe.models.user import UserFamily
+        model_kind(space)
+        from naspipe.models.user import UserFamily
 
-            self.family = UserFamily(space)
-        else:
-            self.family = FAMILIES[kind]
+        self.family = UserFamily(space)
         self._capture: list[Tensor] | None = None  # set only inside ``capturing``
         self.layers = nn.ModuleDict()
         # per block: (index, fixed, module or {choice: module}, [(global name, local name)] for fixed)
@@ -74,7 +67,7 @@ class StageModel(nn.Module):
             bkey = _key(blk.name, "block")
             try:
                 if blk.fixed:
-                    mod = self._make(b, 0)
+                    mod = self.family.make(space, b, 0, self.seed)
                     self.layers[bkey] = mod
                     names = [(f"{bkey}.{n}", n) for n, _ in mod.named_parameters()]
                     self._plan.append((b, True, mod, names))
@@ -85,7 +78,7 @@ class StageModel(nn.Module):
                         ckey = _key(cand.name, f"block {blk.name!r}: candidate")
                         if ckey in cands:
                             raise ValueError(f"block {blk.name!r}: duplicate candidate name {ckey!r}")
-                        mod = self._make(b, c, cand)
+                        mod = self.family.make(space, b, c, self.seed)
                         cands[ckey] = mod
                         mods.append(mod)
                     self.layers[bkey] = cands
@@ -95,15 +88,6 @@ class StageModel(nn.Module):
         if not shared.trains_shared:
             for p in self.fixed_named_parameters().values():
                 p.requires_grad_(False)
-
-    def _make(self, b: int, c: int, cand: Candidate | None = None) -> nn.Module:
-        """Candidate ``c`` of block ``b``, its weights a function of (seed, b, c) alone."""
-        if isinstance(self.family, ModuleType):  # a built-in family: build, then initialise from the generator
-            fam = self.family
-            mod = fam.fixed_block(self.space, b) if cand is None else fam.candidate(self.space, b, cand)
-            init_module(mod, candidate_generator(self.seed, b, c), fam.INIT_GAIN)
-            return mod
-        return self.family.make(self.space, b, c, self.seed)
 
     # ---- running ------------------------------------------------------------------------------
     @property

@@ -1,8 +1,9 @@
-"""The torch side of a user's supernet (``naspipe.Supernet``): candidates built per stage, batches, loss.
+"""The torch side of a supernet (``naspipe.Supernet``): candidates built per stage, batches, loss.
 
-Why it exists: ``naspipe.models.stage`` builds any supernet through one small interface (``make``, ``loss``,
-``accuracy``); this module gives a user's supernet that interface. Weights depend on the run's seed, the
-block and the candidate alone: each factory runs under torch's random state seeded from those three, so
+Why it exists: ``naspipe.models.stage`` builds every supernet, the presets included (``naspipe.models.presets``
+declares them), through one small interface (``make``, ``loss``, ``accuracy``); this module is it.
+Weights depend on the run's seed, the block and the candidate alone: each factory runs under torch's
+random state seeded from those three, so
 every partition and the reference build the same tensors from the user's own default initialisation.
 Batch ``j`` is ``data(j, generator)`` with the generator seeded from the run's seed and ``j``.
 """
@@ -67,7 +68,7 @@ def _draw(src: Any, batch_size: int, g: torch.Generator, j: int | None) -> tuple
 def user_batch(space: SearchSpace, seed: int, j: int) -> tuple[Tensor, Any]:
     """Training batch ``j`` of a run with ``seed``."""
     sn = supernet_of(space)
-    return _draw(sn.data, sn.batch_size, hashed_generator("data-user", int(seed), int(j)), int(j))
+    return _draw(sn.data, sn.batch_size, hashed_generator(f"data-{sn.seed_domain}", int(seed), int(j)), int(j))
 
 
 def user_heldout(space: SearchSpace, n: int | None) -> list[tuple[Tensor, Any]]:
@@ -80,15 +81,17 @@ def user_heldout(space: SearchSpace, n: int | None) -> list[tuple[Tensor, Any]]:
 
         bs = sn.batch_size
         avail = (len(src) + bs - 1) // bs
+        n = avail if n is None else n
         if n > avail:
             raise ValueError(f"the held-out set has {len(src)} samples = {avail} batches of {bs}; asked for {n}")
         return [tuple(default_collate([src[i] for i in range(k * bs, min(len(src), (k + 1) * bs))]))
                 for k in range(n)]
-    return [_draw(src, sn.batch_size, hashed_generator("heldout-user", i), i) for i in range(n)]
+    return [_draw(src, sn.batch_size, hashed_generator(f"heldout-{sn.seed_domain}", i), i)
+            for i in range(8 if n is None else n)]
 
 
 class UserFamily:
-    """The interface ``naspipe.models.stage`` builds a model through, for one user supernet."""
+    """The interface ``naspipe.models.stage`` builds every model through (presets are supernets too)."""
 
     def __init__(self, space: SearchSpace):
         self.sn = supernet_of(space)

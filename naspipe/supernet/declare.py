@@ -13,14 +13,12 @@ line naming the block and the candidate. Nothing here imports torch.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from naspipe.space import SpaceError
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # names nn.ModuleDict cannot hold (its own attributes) are refused up front
 _RESERVED = {"training", "forward", "parameters", "modules", "children", "type", "cuda", "cpu", "to", "eval",
              "train", "state_dict", "load_state_dict", "keys", "items", "values", "update", "pop", "clear"}
@@ -31,9 +29,9 @@ class SupernetError(SpaceError):
 
 
 def _check_name(name: Any, what: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name) or name in _RESERVED:
-        raise SupernetError(f"{what} {name!r} cannot name a torch module: use letters, digits and _ "
-                            "(not starting with a digit, no '.', not a torch attribute name)")
+    if not isinstance(name, str) or not name or "." in name or name in _RESERVED or not name.isprintable():
+        raise SupernetError(f"{what} {name!r} cannot name a torch module: use a non-empty name without '.' "
+                            "that is not a torch attribute name")
     return name
 
 
@@ -103,10 +101,12 @@ class Supernet:
     ``torch.utils.data.Dataset`` (batch ``j``'s indices are drawn from that generator). ``loss(output,
     target)`` returns a scalar tensor. ``heldout``: the evaluation source for search and reports, a function
     ``(i, generator)`` or a Dataset (default: ``data`` with generators of their own); ``heldout_batches``
-    of them are used. ``accuracy(output, target) -> float`` (default: argmax accuracy for class targets).
+    of them are used (default: all of a held-out Dataset, else 8). ``accuracy(output, target) -> float``
+    (default: argmax accuracy for class targets).
     ``init(module, generator)``: optional, overwrites a freshly built candidate's weights; by default each
     factory's own initialisation runs under torch's random state seeded from (seed, block, candidate).
-    ``costs``: a profile (``naspipe profile``) as a dict or the path of its JSON file.
+    ``costs``: a profile (``naspipe profile``) as a dict or the path of its JSON file. ``seed_domain``
+    names the random streams of the batches (``data-<domain>``, ``heldout-<domain>``; the presets keep theirs).
     """
 
     blocks: Sequence[Fixed | Choice]
@@ -115,10 +115,11 @@ class Supernet:
     batch_size: int
     name: str | None = None
     heldout: Any = None
-    heldout_batches: int = 8
+    heldout_batches: int | None = None
     accuracy: Callable[[Any, Any], float] | None = None
     init: Callable[[Any, Any], None] | None = None
     costs: Any = None
+    seed_domain: str = "user"
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -144,7 +145,7 @@ class Supernet:
         if self.name is not None and _is_preset(self.name):
             raise SupernetError(f"name {self.name!r} is a preset's; choose another name for your supernet")
         n = self.heldout_batches
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise SupernetError(f"heldout_batches must be a whole number >= 1, got {n!r}")
 
     def with_costs(self, costs: Any) -> Supernet:

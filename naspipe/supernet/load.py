@@ -182,9 +182,13 @@ def supernet_of(space: SearchSpace) -> Supernet:
     hit = _BY_ID.get(id(m))
     if hit is not None and hit[0] is m:
         return hit[1]
-    if m.get("kind") != KIND:
-        raise SupernetError(f"space {space.name!r} is not a user supernet (model kind {m.get('kind')!r})")
-    if "source" in m:
+    if m.get("kind") != KIND:  # a preset family: declared from the space itself
+        from naspipe.models.presets import KINDS, declare
+
+        if m.get("kind") not in KINDS:
+            raise SupernetError(f"space {space.name!r} has no torch model (model kind {m.get('kind')!r})")
+        sn = declare(space)
+    elif "source" in m:
         sn = load_spec(str(m["source"]), probe=False)
     else:
         payload = getattr(m, "payload", None)
