@@ -92,6 +92,34 @@ class SearchSpace:
                 raise SpaceError(f"subnet choice {c!r} for block {i} ({b.name}) must be an integer in [0, {b.k})")
         return tuple(subnet)
 
+    def subnet_dict(self, subnet: Sequence[int]) -> dict[str, str]:
+        """A subnet as users write it: ``{block name: candidate name}`` for the choice blocks."""
+        sub = self.validate_subnet(list(subnet))
+        return {b.name: b.candidates[c].name for b, c in zip(self.blocks, sub, strict=True) if not b.fixed}
+
+    def subnet_from_dict(self, labels: Mapping[str, str]) -> Subnet:
+        """The index tuple of ``{block name: candidate name}`` (every choice block named once)."""
+        if not isinstance(labels, Mapping):
+            raise SpaceError(f"a subnet is a dict {{label: candidate}}, got {type(labels).__name__}")
+        unknown = set(labels) - {b.name for b in self.blocks}
+        if unknown:
+            raise SpaceError(f"subnet names unknown label(s) {sorted(unknown)} of space {self.name!r}")
+        out = []
+        for b in self.blocks:
+            names = [c.name for c in b.candidates]
+            if b.fixed:
+                if b.name in labels and labels[b.name] != names[0]:
+                    raise SpaceError(f"block {b.name!r} is fixed; its only candidate is {names[0]!r}")
+                out.append(0)
+            elif b.name not in labels:
+                raise SpaceError(f"subnet lacks block {b.name!r} (choose one of {', '.join(names)})")
+            elif labels[b.name] not in names:
+                raise SpaceError(f"block {b.name!r} has no candidate {labels[b.name]!r}; choose one of "
+                                 f"{', '.join(names)}")
+            else:
+                out.append(names.index(labels[b.name]))
+        return tuple(out)
+
     def subnet_cost(self, subnet: Subnet, blocks: Iterable[int] | None = None) -> dict[str, float]:
         """Summed costs of a subnet over ``blocks`` (all blocks by default)."""
         idx = range(self.num_blocks) if blocks is None else blocks

@@ -14,7 +14,6 @@ import naspipe
 from naspipe.cli import main
 from naspipe.models import build_stage, heldout_batches, make_batch
 from naspipe.sched.shared import SharedLayers
-from naspipe.supernet import SupernetError
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -33,10 +32,18 @@ def test_subnets_are_label_dicts_at_the_boundary():
     d = naspipe.subnet_dict(sp, (0, 2, 0, 1, 2, 0))
     assert d == {"b0": "h24", "b1": "h8", "b2": "h16", "b3": "h24"}
     assert naspipe.subnet_tuple(sp, d) == (0, 2, 0, 1, 2, 0)
-    with pytest.raises(SupernetError, match="block 'b1' has no candidate 'h9'"):
+    with pytest.raises(naspipe.SpaceError, match="block 'b1' has no candidate 'h9'"):
         naspipe.subnet_tuple(sp, {**d, "b1": "h9"})
-    with pytest.raises(SupernetError, match="subnet lacks block 'b3'"):
+    with pytest.raises(naspipe.SpaceError, match="subnet lacks block 'b3'"):
         naspipe.subnet_tuple(sp, {k: v for k, v in d.items() if k != "b3"})
+
+
+def test_preset_subnets_convert_too():
+    sp = naspipe.preset("digits-cnn")
+    sub = naspipe.UniformStream(sp, 0, 1)[0]
+    d = sp.subnet_dict(sub)
+    assert list(d) == [f"cell{i}" for i in range(6)] and sp.subnet_from_dict(d) == sub
+    assert naspipe.ReplayStream(sp, [d, list(sub)])[0] == sub
 
 
 def test_weights_depend_on_seed_block_and_candidate_alone():

@@ -6,6 +6,8 @@ In-process ``naspipe`` calls (the session's fork server has ``tests/`` on its pa
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from naspipe.cli import main
@@ -65,3 +67,9 @@ def test_run_time_generated_sequences(tmp_path):
     assert main(["train", *_common(12, "--sampler", "evolution:4"), "--stages", "2", "--out", str(a)]) == 0
     assert main(["reference", *_common(12, "--sampler", "evolution:4"), "--out", str(b)]) == 0
     assert main(["verify", str(a), str(b)]) == 0
+    # the sequence file speaks label dicts, and replays
+    seq = json.loads((a / "sequence.json").read_text())["subnets"]
+    assert len(seq) == 12 and all(set(s) == {"b0", "b1", "b2", "b3"} for s in seq)
+    c = tmp_path / "c"
+    assert main(["reference", *_common(12, "--sequence", str(a / "sequence.json")), "--out", str(c)]) == 0
+    assert main(["verify", str(a), str(c)]) == 0

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from naspipe.space import Block, Candidate, SearchSpace, register_resolver
-from naspipe.supernet.declare import Supernet, SupernetError, subnet_from_dict, subnet_to_dict
+from naspipe.supernet.declare import Supernet, SupernetError
 
 KIND = "supernet"
 COSTS_SUFFIX = ".costs.json"
@@ -225,14 +225,11 @@ register_resolver(to_space)
 # ---- subnets as label dicts, for any space (presets too) -------------------------------------------------
 def subnet_dict(space: SearchSpace, subnet: Sequence[int]) -> dict[str, str]:
     """``{label: candidate name}`` of ``subnet`` (choice blocks only)."""
-    return subnet_to_dict([b.name for b in space.blocks], [[c.name for c in b.candidates] for b in space.blocks],
-                          [b.fixed for b in space.blocks], subnet)
+    return space.subnet_dict(subnet)
 
 
 def subnet_tuple(space: SearchSpace, subnet: Mapping[str, str] | Sequence[int]) -> tuple[int, ...]:
     """The tuple of indices of a label dict (a tuple or list of indices is validated and returned)."""
     if isinstance(subnet, Mapping):
-        return subnet_from_dict([b.name for b in space.blocks],
-                                [[c.name for c in b.candidates] for b in space.blocks],
-                                [b.fixed for b in space.blocks], subnet)
+        return space.subnet_from_dict(subnet)
     return space.validate_subnet(list(subnet))
