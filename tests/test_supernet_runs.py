@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,15 @@ def test_your_own_supernet_from_a_module_on_pythonpath(tmp_path):
     assert _naspipe(["verify", "csp3", "ref"], env, tmp_path).startswith("identical: 24 subnets")
     assert _naspipe(["verify", "bw2", "ref"], env, tmp_path).startswith("identical: 24 subnets")
     assert _naspipe(["verify", "asp3", "ref"], env, tmp_path, ok=(1,)).startswith("differ")
+    # torchrun: every rank imports the module itself
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.run([str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                        "--master-port", str(port), "-m", "naspipe.launch", *common, "--out", "torchrun"],
+                       capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert _naspipe(["verify", "torchrun", "ref"], env, tmp_path).startswith("identical: 24 subnets")
     res = json.loads(_naspipe(["search", "csp3", "--json", "--budget", "5", "--heldout", "2"], env, tmp_path))
     best = res["best"]["subnet"]
     assert res["space"] == SPEC and set(best) == {f"layer{i}" for i in range(4)}
