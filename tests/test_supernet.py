@@ -144,3 +144,27 @@ def test_a_notebook_supernet_that_cannot_be_pickled_is_refused_before_start(tmp_
     assert "\n" not in msg and "supernet 'locked' cannot be shipped to the stage processes (cloudpickle: " in msg
     assert "lock" in msg and "module:function" in msg
     assert not (tmp_path / "o").exists()
+
+
+def test_measured_costs_become_the_space_costs(tmp_path, capsys):
+    from naspipe.supernet import load_spec
+
+    sn = load_spec(GOOD)
+    costs = naspipe.measure_costs(sn, repeats=1)
+    assert set(costs["candidates"]) == {"inp", "b0", "b1", "b2", "b3", "out"}
+    h8 = costs["candidates"]["b0"]["h8"]
+    assert h8["param_bytes"] == (12 * 8 + 8 + 8 * 12 + 12) * 4 and h8["act_bytes"] > 0 and h8["fwd"] > 0
+    assert costs["message_bytes"] == 12 * 4
+    sp = naspipe.resolve_space(sn.with_costs(costs))
+    assert sp.model["costs"] == "profiled" and sp.blocks[1].candidates[0].fwd == h8["fwd"]
+    assert sp.message_bytes == 48
+    # the CLI: unit costs are named, a profile file is read back by Supernet(costs=path)
+    assert main(["simulate", "--space", GOOD, "--stages", "2", "--subnets", "10"]) == 0
+    assert "unit costs; measure them with naspipe profile --space user_supernets:good" in capsys.readouterr().err
+    out = tmp_path / "p.json"
+    assert main(["profile", "--space", GOOD, "--repeats", "1", "--out", str(out)]) == 0
+    sp2 = naspipe.resolve_space(sn.with_costs(str(out)))
+    assert sp2.model["costs"] == "profiled" and sp2.blocks[1].candidates[0].param_bytes == h8["param_bytes"]
+    if not torch.cuda.is_available():
+        assert main(["profile", "--space", GOOD, "--device", "cuda", "--out", str(out)]) == 2
+        assert "no CUDA device" in capsys.readouterr().err

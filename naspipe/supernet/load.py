@@ -89,10 +89,6 @@ def load_spec(spec: str, probe: bool = True) -> Supernet:
         from naspipe.supernet.validate import probe_supernet
 
         probe_supernet(sn, where=f"--space {spec}: ")
-    if sn.costs is None:  # a profile stored next to the module (naspipe profile's default place)
-        default = default_costs_path(spec)
-        if default is not None and default.is_file():
-            sn = sn.with_costs(str(default))
     _CACHE[spec] = sn
     return sn
 
@@ -213,7 +209,11 @@ def to_space(obj: Any) -> SearchSpace | None:
         probe_supernet(obj)
         return space_of(obj)
     if isinstance(obj, str) and is_spec(obj) and not Path(obj).exists():
-        return space_of(load_spec(obj), source=obj)
+        sn = load_spec(obj)
+        default = default_costs_path(obj)
+        if sn.costs is None and default is not None and default.is_file():  # where naspipe profile stores it
+            sn = sn.with_costs(str(default))
+        return space_of(sn, source=obj)
     if isinstance(obj, str) and obj in _BY_NAME:
         return _BY_NAME[obj]
     return None
