@@ -24,7 +24,7 @@ def test_a_module_function_resolves_to_a_space_named_by_the_spec():
     sp = naspipe.resolve_space(GOOD)
     assert sp.name == GOOD and sp.num_blocks == 6 and sp.fixed_blocks == (0, 5)
     assert [c.name for c in sp.blocks[1].candidates] == ["h8", "h16", "h24"]
-    assert dict(sp.model) == {"kind": "supernet", "costs": "unit", "source": GOOD}
+    assert dict(sp.model) == {"kind": "supernet", "source": GOOD} and not sp.model.profiled
 
 
 def test_subnets_are_label_dicts_at_the_boundary():
@@ -156,7 +156,7 @@ def test_measured_costs_become_the_space_costs(tmp_path, capsys):
     assert h8["param_bytes"] == (12 * 8 + 8 + 8 * 12 + 12) * 4 and h8["act_bytes"] > 0 and h8["fwd"] > 0
     assert costs["message_bytes"] == 12 * 4
     sp = naspipe.resolve_space(sn.with_costs(costs))
-    assert sp.model["costs"] == "profiled" and sp.blocks[1].candidates[0].fwd == h8["fwd"]
+    assert sp.model.profiled and sp.blocks[1].candidates[0].fwd == h8["fwd"]
     assert sp.message_bytes == 48
     # the CLI: unit costs are named, a profile file is read back by Supernet(costs=path)
     assert main(["simulate", "--space", GOOD, "--stages", "2", "--subnets", "10"]) == 0
@@ -164,7 +164,7 @@ def test_measured_costs_become_the_space_costs(tmp_path, capsys):
     out = tmp_path / "p.json"
     assert main(["profile", "--space", GOOD, "--repeats", "1", "--out", str(out)]) == 0
     sp2 = naspipe.resolve_space(sn.with_costs(str(out)))
-    assert sp2.model["costs"] == "profiled" and sp2.blocks[1].candidates[0].param_bytes == h8["param_bytes"]
+    assert sp2.model.profiled and sp2.blocks[1].candidates[0].param_bytes == h8["param_bytes"]
     if not torch.cuda.is_available():
         assert main(["profile", "--space", GOOD, "--device", "cuda", "--out", str(out)]) == 2
         assert "no CUDA device" in capsys.readouterr().err

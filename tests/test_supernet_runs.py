@@ -76,6 +76,9 @@ def test_your_own_supernet_from_a_module_on_pythonpath(tmp_path):
                        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert _naspipe(["verify", "torchrun", "ref"], env, tmp_path).startswith("identical: 24 subnets")
+    _naspipe(["report", "csp3"], env, tmp_path)
+    html = (tmp_path / "csp3" / "report.html").read_text()
+    assert SPEC in html and "DAG excerpt unavailable" not in html
     res = json.loads(_naspipe(["search", "csp3", "--json", "--budget", "5", "--heldout", "2"], env, tmp_path))
     best = res["best"]["subnet"]
     assert res["space"] == SPEC and set(best) == {f"layer{i}" for i in range(4)}

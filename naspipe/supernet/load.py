@@ -36,6 +36,7 @@ class ModelInfo(dict):
 
     supernet: Supernet | None = None
     payload: bytes | None = None
+    profiled: bool = False  # its costs come from a measurement (naspipe profile), not unit costs
 
     def shippable(self) -> bytes | None:
         """The supernet pickled by value (once); SupernetError saying what could not be pickled."""
@@ -94,7 +95,7 @@ def load_spec(spec: str, probe: bool = True) -> Supernet:
 
 
 def default_costs_path(spec: str) -> Path | None:
-    """``<module folder>/<function>.costs.json``: where ``naspipe profile`` stores a module's profile."""
+    """``<module folder>/<module>.<function>.costs.json``: where ``naspipe profile`` stores its profile."""
     mod_name, _, fn_name = spec.partition(":")
     try:
         mod = importlib.import_module(mod_name)
@@ -136,7 +137,8 @@ def space_of(sn: Supernet, source: str | None = None) -> SearchSpace:
             cands.append(Candidate(name=name, op="user", **{k: c[k] for k in
                                                             ("fwd", "bwd", "param_bytes", "act_bytes") if k in c}))
         blocks.append(Block(b.label, tuple(cands), fixed=b.fixed, role="fixed" if b.fixed else "choice"))
-    model = ModelInfo(kind=KIND, costs="profiled" if prof else "unit")
+    model = ModelInfo(kind=KIND)
+    model.profiled = bool(prof)  # an attribute, not an item: costs never change what a run computes
     if source is not None:
         model["source"] = source
         name = source
