@@ -6,7 +6,8 @@ alone and parameter names are global (``"<block>.<candidate>.<param>"`` for choi
 ``"<block>.<param>"`` for fixed ones), so any partition yields the same tensors under the same names.
 
 The message between stages is one tensor: a block maps it to the next block's input. The first block
-takes the batch's input tensor, the head block returns the logits.
+takes the batch's input tensor, the head block returns the logits. Every supernet, preset or the user's, is
+a ``naspipe.Supernet``; its candidates are built by ``naspipe.models.user.SupernetBuilder``.
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ class StageModel(nn.Module):
         self.seed = int(seed)
         self.shared = shared
         model_kind(space)
-        from naspipe.models.user import UserFamily
+        from naspipe.models.user import SupernetBuilder
 
-        self.family = UserFamily(space)
+        self.family = SupernetBuilder(space)
         self._capture: list[Tensor] | None = None  # set only inside ``capturing``
         self.layers = nn.ModuleDict()
         # per block: (index, fixed, module or {choice: module}, [(global name, local name)] for fixed)

@@ -90,7 +90,7 @@ def user_heldout(space: SearchSpace, n: int | None) -> list[tuple[Tensor, Any]]:
             for i in range(8 if n is None else n)]
 
 
-class UserFamily:
+class SupernetBuilder:
     """The interface ``naspipe.models.stage`` builds every model through (presets are supernets too)."""
 
     def __init__(self, space: SearchSpace):
