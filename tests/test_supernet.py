@@ -92,6 +92,7 @@ BAD = [
     ("duplicate_candidates", "block 'b0': duplicate candidate name 'h8'"),
     ("bad_label", "label 'in.put' cannot name a torch module"),
     ("empty_choice", "block 'b3': a Choice needs at least one candidate"),
+    ("attribute_label", "block 'b1': candidate 'add_module' cannot name a torch module: it is an attribute of"),
     ("not_a_supernet", "not_a_supernet() returned dict, not a naspipe.Supernet"),
 ]
 

@@ -97,3 +97,8 @@ def empty_choice() -> naspipe.Supernet:
 
 def not_a_supernet() -> dict:
     return {"blocks": []}
+
+
+def attribute_label() -> naspipe.Supernet:
+    return naspipe.Supernet(_blocks(b1={"h8": lambda: Res(8), "add_module": lambda: Res(16)}), data=data,
+                            loss=F.cross_entropy, batch_size=16)

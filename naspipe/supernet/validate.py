@@ -53,6 +53,12 @@ def _probe(sn: Supernet) -> None:
         except Exception as e:  # noqa: BLE001
             raise SupernetError(f"data raised {type(e).__name__} drawing batch 0: {_line(e)}") from None
 
+    holder = torch.nn.ModuleDict()
+    for blk in sn.blocks:  # names nn.ModuleDict cannot hold (its own attributes)
+        for what, name in (("label", blk.label), *((f"block {blk.label!r}: candidate", n) for n in blk.candidates)):
+            if hasattr(holder, name):
+                raise SupernetError(f"{what} {name!r} cannot name a torch module: it is an attribute of "
+                                    "nn.ModuleDict; choose another name")
     x, target = draw()
     x2, target2 = draw()
     if not (_same(x, x2) and _same(target, target2)):
