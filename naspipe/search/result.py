@@ -13,7 +13,6 @@ from typing import Any
 
 from naspipe.search.constraints import Constraint, format_cost
 from naspipe.space import SearchSpace, Subnet
-from naspipe.supernet.load import subnet_dict
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ class SearchResult:
 
     def record(self, e: Evaluated, rank: int | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {} if rank is None else {"rank": rank}
-        out.update({"order": e.order, "subnet": subnet_dict(self.space, e.subnet), "indices": list(e.subnet),
+        out.update({"order": e.order, "subnet": self.space.subnet_dict(e.subnet), "indices": list(e.subnet),
                     "names": subnet_names(self.space, e.subnet),
                     "accuracy": e.accuracy, "loss": e.loss, "params": e.params, "latency_s": e.latency})
         return out
@@ -101,6 +100,6 @@ class SearchResult:
             head += "; no further feasible subnet found"
         if best is None:
             return head + "\nno subnet satisfies the constraints"
-        return (f"{head}\nbest: {subnet_dict(self.space, best.subnet)}\n"
+        return (f"{head}\nbest: {self.space.subnet_dict(best.subnet)}\n"
                 f"      accuracy {best.accuracy:.4f}, loss {best.loss:.4f}, params "
                 f"{format_cost('params', best.params)}, latency {format_cost('latency', best.latency)}")
