@@ -66,9 +66,20 @@ def is_spec(text: str) -> bool:
 
 
 def load_spec(spec: str, probe: bool = True) -> Supernet:
-    """Import ``module`` and call ``function()``; SupernetError (one line) when any of it fails."""
-    if spec in _CACHE:
-        return _CACHE[spec]
+    """Import ``module`` and call ``function()`` (once per process); SupernetError (one line) when any of it
+    fails. ``probe``: also run every candidate once on batch 0 (``naspipe.supernet.validate``)."""
+    sn = _CACHE.get(spec)
+    if sn is None:
+        sn = _call_spec(spec)
+        _CACHE[spec] = sn
+    if probe:
+        from naspipe.supernet.validate import probe_supernet
+
+        probe_supernet(sn, where=f"--space {spec}: ")
+    return sn
+
+
+def _call_spec(spec: str) -> Supernet:
     mod_name, _, fn_name = spec.partition(":")
     try:
         mod = importlib.import_module(mod_name)
@@ -86,11 +97,6 @@ def load_spec(spec: str, probe: bool = True) -> Supernet:
         raise SupernetError(f"--space {spec}: {fn_name}() raised {type(e).__name__}: {_first_line(e)}") from None
     if not isinstance(sn, Supernet):
         raise SupernetError(f"--space {spec}: {fn_name}() returned {type(sn).__name__}, not a naspipe.Supernet")
-    if probe:
-        from naspipe.supernet.validate import probe_supernet
-
-        probe_supernet(sn, where=f"--space {spec}: ")
-    _CACHE[spec] = sn
     return sn
 
 
