@@ -14,6 +14,7 @@ import naspipe
 from naspipe.cli import main
 from naspipe.models import build_stage, heldout_batches, make_batch
 from naspipe.sched.shared import SharedLayers
+from naspipe.space import SpaceError as SpaceErr
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -169,3 +170,28 @@ def test_measured_costs_become_the_space_costs(tmp_path, capsys):
     if not torch.cuda.is_available():
         assert main(["profile", "--space", GOOD, "--device", "cuda", "--out", str(out)]) == 2
         assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_declaration_errors_raise_at_once_in_python():
+    lin = lambda: nn.Linear(2, 2)  # noqa: E731
+    with pytest.raises(SpaceErr, match="block 'c': a Choice needs at least one candidate"):
+        naspipe.Choice("c", {})
+    with pytest.raises(SpaceErr, match="label 'a.b' cannot name a torch module"):
+        naspipe.Fixed("a.b", lin)
+    with pytest.raises(SpaceErr, match="block 'c', candidate 'x': the factory must be a zero-argument callable"):
+        naspipe.Choice("c", {"x": nn.Linear(2, 2)})
+    with pytest.raises(SpaceErr, match="name 'digits-cnn' is a preset's"):
+        naspipe.Supernet([naspipe.Fixed("a", lin)], data=lambda j, g: None, loss=lambda o, t: o, batch_size=2,
+                         name="digits-cnn")
+    with pytest.raises(SpaceErr, match="batch_size must be a whole number >= 1"):
+        naspipe.Supernet([naspipe.Fixed("a", lin)], data=lambda j, g: None, loss=lambda o, t: o, batch_size=0)
+
+
+def test_profile_of_a_preset_needs_an_out_file(tmp_path, capsys):
+    assert main(["profile", "--space", "digits-cnn"]) == 2
+    assert "--out is needed" in capsys.readouterr().err
+    assert main(["profile", "--space", "naspipe-k12", "--out", str(tmp_path / "p.json")]) == 2
+    assert "no torch model" in capsys.readouterr().err
+    out = str(tmp_path / "p.json")
+    assert main(["profile", "--space", "digits-cnn", "--repeats", "1", "--out", out, "--json"]) == 0
+    assert '"cell0"' in capsys.readouterr().out

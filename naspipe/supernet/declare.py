@@ -28,6 +28,11 @@ class SupernetError(SpaceError):
     """A supernet declaration or its user code is unusable; the message is one line naming block and candidate."""
 
 
+def _is_module(obj: Any) -> bool:
+    """An nn.Module instance (passed where a factory belongs), told without importing torch."""
+    return hasattr(obj, "forward") and hasattr(obj, "parameters") and not isinstance(obj, type)
+
+
 def _check_name(name: Any, what: str) -> str:
     if not isinstance(name, str) or not name or "." in name or name in _RESERVED or not name.isprintable():
         raise SupernetError(f"{what} {name!r} cannot name a torch module: use a non-empty name without '.' "
@@ -44,9 +49,10 @@ class Fixed:
 
     def __post_init__(self) -> None:
         _check_name(self.label, "label")
-        if not callable(self.factory):
+        if not callable(self.factory) or _is_module(self.factory):
             raise SupernetError(f"block {self.label!r}: the factory must be a zero-argument callable returning "
-                                f"an nn.Module, got {type(self.factory).__name__}")
+                                f"an nn.Module (e.g. lambda: {type(self.factory).__name__}(...)), got "
+                                f"{type(self.factory).__name__}")
 
     @property
     def candidates(self) -> dict[str, Callable[[], Any]]:
@@ -82,9 +88,10 @@ class Choice:
             raise SupernetError(f"block {self.label!r}: a Choice needs at least one candidate")
         for name, f in self.candidates.items():
             _check_name(name, f"block {self.label!r}: candidate")
-            if not callable(f):
+            if not callable(f) or _is_module(f):
                 raise SupernetError(f"block {self.label!r}, candidate {name!r}: the factory must be a "
-                                    f"zero-argument callable returning an nn.Module, got {type(f).__name__}")
+                                    f"zero-argument callable returning an nn.Module (e.g. lambda: "
+                                    f"{type(f).__name__}(...)), got {type(f).__name__}")
         object.__setattr__(self, "candidates", dict(self.candidates))
 
     @property
