@@ -79,7 +79,8 @@ def test_your_own_supernet_from_a_module_on_pythonpath(tmp_path):
     _naspipe(["report", "csp3"], env, tmp_path)
     html = (tmp_path / "csp3" / "report.html").read_text()
     assert SPEC in html and "DAG excerpt unavailable" not in html
-    res = json.loads(_naspipe(["search", "csp3", "--json", "--budget", "5", "--heldout", "2"], env, tmp_path))
+    res = json.loads(_naspipe(["search", "csp3", "--space", SPEC, "--json", "--budget", "5", "--heldout", "2"], env,
+                              tmp_path))
     best = res["best"]["subnet"]
     assert res["space"] == SPEC and set(best) == {f"layer{i}" for i in range(4)}
     assert set(best.values()) <= {"shuffle3", "shuffle5", "shuffle7", "xception"}

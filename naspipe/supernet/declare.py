@@ -2,9 +2,10 @@
 
 Why it exists: a researcher arrives with their own ``nn.Module`` candidates, a stem and a head, their own
 data and loss. These three classes are all they write; naspipe turns a ``Supernet`` into the plain-data
-``SearchSpace`` the scheduler, simulator and partitioner read (``Supernet.space()``), and builds the torch
-modules per stage from the factories (``naspipe.models``). A subnet is a plain dict ``{label: candidate}``
-at every public boundary; ``to_dict`` / ``from_dict`` convert it to and from the internal tuple of indices.
+``SearchSpace`` the scheduler, simulator and partitioner read (``naspipe.resolve_space(supernet)``), and
+builds the torch modules per stage from the factories (``naspipe.models``). A subnet is a plain dict
+``{label: candidate}`` at every public boundary; ``to_dict`` / ``from_dict`` convert it to and from the
+internal tuple of indices.
 
 Declaration errors (duplicate labels or candidate names, a label that cannot name a torch module, a
 ``Choice`` without candidates, a factory that is not callable) raise ``SupernetError`` at once, with one
@@ -19,7 +20,7 @@ from typing import Any
 
 from naspipe.space import SpaceError
 
-# names nn.ModuleDict cannot hold (its own attributes) are refused up front
+# common names nn.ModuleDict cannot hold (its attributes), refused here; the probe checks all of them
 _RESERVED = {"training", "forward", "parameters", "modules", "children", "type", "cuda", "cpu", "to", "eval",
              "train", "state_dict", "load_state_dict", "keys", "items", "values", "update", "pop", "clear"}
 
