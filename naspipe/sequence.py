@@ -18,7 +18,7 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from naspipe.space import SearchSpace, SpaceError, Subnet, load_json_text
 
@@ -80,9 +80,11 @@ class UniformStream(_ListLike):
 class ReplayStream(_ListLike):
     """A recorded sequence (from ``save_sequence`` or any list of subnets)."""
 
-    def __init__(self, space: SearchSpace, subnets: Sequence[Sequence[int]]):
+    def __init__(self, space: SearchSpace, subnets: Sequence[Sequence[int] | Mapping[str, str]]):
+        """``subnets``: index lists or ``{label: candidate}`` dicts."""
         self.space = space
-        self._subnets = [space.validate_subnet(list(s)) for s in subnets]
+        self._subnets = [space.subnet_from_dict(s) if isinstance(s, Mapping) else space.validate_subnet(list(s))
+                         for s in subnets]
 
     def __len__(self) -> int:
         return len(self._subnets)
@@ -143,10 +145,13 @@ class _Listed:
 
 
 def save_sequence(stream: SubnetStream, path: str | Path) -> str:
-    """Write a stream as JSON; returns its digest."""
+    """Write a stream as JSON; returns its digest. A user supernet's subnets are written as label dicts."""
     subnets = [list(stream[j]) for j in range(len(stream))]
     digest = sequence_digest(stream.space.name, subnets)
-    Path(path).write_text(json.dumps({"space": stream.space.name, "sha256": digest, "subnets": subnets}))
+    rows: list[Any] = subnets
+    if stream.space.model.get("kind") == "supernet":
+        rows = [stream.space.subnet_dict(s) for s in subnets]
+    Path(path).write_text(json.dumps({"space": stream.space.name, "sha256": digest, "subnets": rows}))
     return digest
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,34 @@ class SearchSpace:
             if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < b.k:
                 raise SpaceError(f"subnet choice {c!r} for block {i} ({b.name}) must be an integer in [0, {b.k})")
         return tuple(subnet)
+
+    def subnet_dict(self, subnet: Sequence[int]) -> dict[str, str]:
+        """A subnet as users write it: ``{block name: candidate name}`` for the choice blocks."""
+        sub = self.validate_subnet(list(subnet))
+        return {b.name: b.candidates[c].name for b, c in zip(self.blocks, sub, strict=True) if not b.fixed}
+
+    def subnet_from_dict(self, labels: Mapping[str, str]) -> Subnet:
+        """The index tuple of ``{block name: candidate name}`` (every choice block named once)."""
+        if not isinstance(labels, Mapping):
+            raise SpaceError(f"a subnet is a dict {{label: candidate}}, got {type(labels).__name__}")
+        unknown = set(labels) - {b.name for b in self.blocks}
+        if unknown:
+            raise SpaceError(f"subnet names unknown label(s) {sorted(unknown)} of space {self.name!r}")
+        out = []
+        for b in self.blocks:
+            names = [c.name for c in b.candidates]
+            if b.fixed:
+                if b.name in labels and labels[b.name] != names[0]:
+                    raise SpaceError(f"block {b.name!r} is fixed; its only candidate is {names[0]!r}")
+                out.append(0)
+            elif b.name not in labels:
+                raise SpaceError(f"subnet lacks block {b.name!r} (choose one of {', '.join(names)})")
+            elif labels[b.name] not in names:
+                raise SpaceError(f"block {b.name!r} has no candidate {labels[b.name]!r}; choose one of "
+                                 f"{', '.join(names)}")
+            else:
+                out.append(names.index(labels[b.name]))
+        return tuple(out)
 
     def subnet_cost(self, subnet: Subnet, blocks: Iterable[int] | None = None) -> dict[str, float]:
         """Summed costs of a subnet over ``blocks`` (all blocks by default)."""
@@ -406,13 +434,32 @@ def preset(name: str) -> SearchSpace:
             if k < 1:
                 raise SpaceError(f"preset {name!r}: K must be >= 1")
             return make(k)
-    raise SpaceError(f"unknown space {name!r}; presets: {', '.join(preset_names())} (or a path to a JSON file)")
+    raise SpaceError(f"unknown space {name!r}; presets: {', '.join(preset_names())} "
+                     "(or a path to a JSON file, or module:function)")
 
 
-def resolve_space(name_or_path: str | SearchSpace) -> SearchSpace:
-    """A preset name, a path to a JSON file, or a SearchSpace (returned as is)."""
+_RESOLVERS: list[Callable[[Any], SearchSpace | None]] = []
+
+
+def register_resolver(fn: Callable[[Any], SearchSpace | None]) -> None:
+    """Let ``resolve_space`` accept more: ``fn(x)`` returns a space or None (``naspipe.supernet`` registers
+    ``module:function`` and Supernet objects, so this torch-free module never imports them)."""
+    if fn not in _RESOLVERS:
+        _RESOLVERS.append(fn)
+
+
+def resolve_space(name_or_path: Any) -> SearchSpace:
+    """A preset name, a path to a JSON file, a SearchSpace (returned as is), or what a registered resolver
+    accepts (``module:function``, a ``naspipe.Supernet``)."""
     if isinstance(name_or_path, SearchSpace):
         return name_or_path
+    for fn in _RESOLVERS:
+        sp = fn(name_or_path)
+        if sp is not None:
+            return sp
+    if not isinstance(name_or_path, str):
+        raise SpaceError(f"a space is a preset name, a JSON file, module:function or a naspipe.Supernet, "
+                         f"got {type(name_or_path).__name__}")
     if name_or_path.endswith(".json") or Path(name_or_path).is_file():
         return load_space(name_or_path)
     return preset(name_or_path)

@@ -57,7 +57,8 @@ def positive_float(name: str, unit: str = ""):  # noqa: ANN201
 
 def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-k48",
                       default_subnets: int = 1000, default_policy: str = "csp") -> None:
-    p.add_argument("--space", default=default_space, help="preset name or JSON file (default %(default)s)")
+    p.add_argument("--space", default=default_space,
+                   help="preset name, JSON file, or module:function returning a naspipe.Supernet (default %(default)s)")
     p.add_argument("--stages", type=int, default=4, help="pipeline stages P (default %(default)s)")
     p.add_argument("--policy", default=default_policy,
                    help=f"scheduling policy: {', '.join(POLICIES)} (bsp:M sets the group size)")

@@ -36,7 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="evolution: population size (default budget/4, at most 20)")
     p.add_argument("--sample-size", type=positive_int("--sample-size"), default=None,
                    help="evolution: tournament size (default population/4, at least 2)")
-    p.add_argument("--space", default=None, help="the run's space (JSON file) when its name is not a preset")
+    p.add_argument("--space", default=None, help="the run's space (JSON file or module:function) when its name "
+                                                   "cannot be resolved")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 

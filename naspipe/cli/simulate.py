@@ -172,4 +172,6 @@ def run(args: argparse.Namespace) -> int:
               f"(forwards {out['memory']['forward_hit_rate']:.4f}), stall {100 * out['stall_share']:.2f}%, "
               f"moved {format_bytes(out['bytes_moved'])}, peak "
               + " ".join(format_bytes(b) for b in out["peak_device_bytes"]) + "\n")
+    if getattr(cfg.space.model, "profiled", None) is False:  # a user supernet not profiled yet
+        print(f"naspipe: note: unit costs; measure them with naspipe profile --space {args.space}", file=sys.stderr)
     return 0

@@ -9,9 +9,14 @@ No batch norm: running statistics would be state outside the optimizer.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from typing import Any
+
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from naspipe.models.seeding import hashed_generator
 from naspipe.space import Candidate, SearchSpace
 
 INIT_GAIN = 1.0  # weights ~ U(+-1/sqrt(fan_in)), torch's default (He gain trained worse here)
@@ -93,6 +98,45 @@ def candidate(space: SearchSpace, index: int, cand: Candidate) -> nn.Module:
     if cand.op == "identity":
         return Skip()
     raise ValueError(f"candidate {cand.name!r}: cnn op {cand.op!r} is not one of conv, dwsep, pointwise, identity")
+
+
+DOMAIN = "digits"
+HELDOUT_FRACTION = 0.2
+DIGITS_MEAN, DIGITS_STD = 0.3, 0.4  # of load_digits / 16, rounded: inputs are standardised
+
+
+@lru_cache(maxsize=2)
+def digits_split(train: bool) -> tuple[Tensor, Tensor]:
+    """scikit-learn's ``load_digits`` (ships with the package), standardised, split once into a fixed train
+    and held-out part. Input ``(N, 1, 8, 8)`` float32, target ``(N,)`` int64."""
+    from sklearn.datasets import load_digits
+
+    data, labels = load_digits(return_X_y=True)
+    x = torch.tensor(data, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
+    x = (x - DIGITS_MEAN) / DIGITS_STD
+    y = torch.tensor(labels, dtype=torch.int64)
+    order = torch.randperm(len(y), generator=hashed_generator("digits-split"))
+    n_hold = int(len(y) * HELDOUT_FRACTION)
+    idx = order[n_hold:] if train else order[:n_hold]
+    return x[idx].contiguous(), y[idx].contiguous()
+
+
+def batch(space: SearchSpace, j: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
+    """A seeded sample of ``space.batch_size`` images of the train part."""
+    x, y = digits_split(train=True)
+    idx = torch.randperm(len(y), generator=g)[: space.batch_size]
+    return x[idx], y[idx]
+
+
+def heldout(space: SearchSpace) -> Any:
+    """The held-out part, in order (all of it by default)."""
+    from torch.utils.data import TensorDataset
+
+    return TensorDataset(*digits_split(train=False))
+
+
+def check(space: SearchSpace) -> None:
+    _dims(space)
 
 
 def loss(out: Tensor, target: Tensor) -> Tensor:

@@ -11,9 +11,14 @@ by candidate, fixed head (``width -> classes``). Message ``(B, width)``.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from typing import Any
+
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from naspipe.models.seeding import hashed_generator
 from naspipe.space import Candidate, SearchSpace
 
 INIT_GAIN = 1.0
@@ -53,6 +58,30 @@ def candidate(space: SearchSpace, index: int, cand: Candidate) -> nn.Module:
     if hidden < 1:
         raise ValueError(f"candidate {cand.name!r}: hidden must be >= 1")
     return Block(width, hidden)
+
+
+DOMAIN = "teacher"
+
+
+def batch(space: SearchSpace, j: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Gaussian inputs ``(B, in)`` labelled by the frozen random teacher, targets ``(B,)`` int64."""
+    n_in, classes = int(space.model["in"]), int(space.model.get("classes", 10))
+    x = torch.randn(space.batch_size, n_in, generator=g)
+    return x, (torch.tanh(x) @ _teacher(n_in, classes)).argmax(-1)
+
+
+@lru_cache(maxsize=4)
+def _teacher(n_in: int, classes: int) -> Tensor:
+    return torch.randn(n_in, classes, generator=hashed_generator("teacher", n_in, classes))
+
+
+def heldout(space: SearchSpace) -> Any:
+    """Freshly drawn batches (8 by default), from generators of their own."""
+    return lambda i, g: batch(space, i, g)
+
+
+def check(space: SearchSpace) -> None:
+    _dims(space)
 
 
 def loss(out: Tensor, target: Tensor) -> Tensor:

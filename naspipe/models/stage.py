@@ -6,33 +6,35 @@ alone and parameter names are global (``"<block>.<candidate>.<param>"`` for choi
 ``"<block>.<param>"`` for fixed ones), so any partition yields the same tensors under the same names.
 
 The message between stages is one tensor: a block maps it to the next block's input. The first block
-takes the batch's input tensor, the head block returns the logits.
+takes the batch's input tensor, the head block returns the logits. Every supernet, preset or the user's, is
+a ``naspipe.Supernet``; its candidates are built by ``naspipe.models.user.SupernetBuilder``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from types import ModuleType
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from naspipe.models import cnn, mlp, transformer
-from naspipe.models.seeding import candidate_generator, init_module
 from naspipe.sched.shared import SharedLayers
 from naspipe.space import SearchSpace
 
-FAMILIES: dict[str, ModuleType] = {"transformer": transformer, "cnn": cnn, "mlp": mlp}
+USER_KIND = "supernet"  # a naspipe.Supernet declared by the user; the presets' kinds: naspipe.models.presets
+PRESET_KINDS = ("transformer", "cnn", "mlp")
 
 
 def model_kind(space: SearchSpace) -> str:
     """The space's ``model.kind`` if naspipe can build it, else a ValueError saying what is possible."""
     kind = space.model.get("kind", "cost-only")
-    if kind not in FAMILIES:
+    if kind == USER_KIND:
+        return kind
+    if kind not in PRESET_KINDS:
         raise ValueError(f"space {space.name!r} has model kind {kind!r}, which has no torch model; "
-                         f"trainable kinds: {', '.join(FAMILIES)} (e.g. tiny-transformer, digits-cnn)")
+                         f"trainable kinds: {', '.join(PRESET_KINDS)} (e.g. tiny-transformer, digits-cnn) "
+                         "or your own naspipe.Supernet (--space module:function)")
     return kind
 
 
@@ -51,7 +53,10 @@ class StageModel(nn.Module):
         self.blocks = blocks
         self.seed = int(seed)
         self.shared = shared
-        self.family = FAMILIES[model_kind(space)]
+        model_kind(space)
+        from naspipe.models.user import SupernetBuilder
+
+        self.family = SupernetBuilder(space)
         self._capture: list[Tensor] | None = None  # set only inside ``capturing``
         self.layers = nn.ModuleDict()
         # per block: (index, fixed, module or {choice: module}, [(global name, local name)] for fixed)
@@ -63,8 +68,7 @@ class StageModel(nn.Module):
             bkey = _key(blk.name, "block")
             try:
                 if blk.fixed:
-                    mod = self.family.fixed_block(space, b)
-                    init_module(mod, candidate_generator(seed, b, 0), self.family.INIT_GAIN)
+                    mod = self.family.make(space, b, 0, self.seed)
                     self.layers[bkey] = mod
                     names = [(f"{bkey}.{n}", n) for n, _ in mod.named_parameters()]
                     self._plan.append((b, True, mod, names))
@@ -75,8 +79,7 @@ class StageModel(nn.Module):
                         ckey = _key(cand.name, f"block {blk.name!r}: candidate")
                         if ckey in cands:
                             raise ValueError(f"block {blk.name!r}: duplicate candidate name {ckey!r}")
-                        mod = self.family.candidate(space, b, cand)
-                        init_module(mod, candidate_generator(seed, b, c), self.family.INIT_GAIN)
+                        mod = self.family.make(space, b, c, self.seed)
                         cands[ckey] = mod
                         mods.append(mod)
                     self.layers[bkey] = cands

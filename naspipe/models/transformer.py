@@ -228,6 +228,39 @@ def candidate(space: SearchSpace, index: int, cand: Candidate) -> nn.Module:
                      f"got {block.role!r}")
 
 
+DOMAIN = "reverse"  # batch j ~ hashed_generator("data-reverse", seed, j); held-out i: "heldout-reverse"
+
+
+def batch(space: SearchSpace, j: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Random token sequences of random length (tokens ``2..vocab-1``, padded with 0 at the end); the target
+    is the reversed source, the decoder input is ``BOS`` then the target shifted right. Input ``(2, B, T)``
+    int64 = [source, decoder input], target ``(B, T)`` int64 (0 = pad, ignored by the loss)."""
+    m = space.model
+    if m.get("task", "reverse") != "reverse":
+        raise ValueError(f"space {space.name!r}: unknown transformer task {m.get('task')!r} (known: reverse)")
+    b, t, vocab = space.batch_size, int(m["seq_len"]), int(m["vocab"])
+    if vocab < 3:
+        raise ValueError(f"space {space.name!r}: vocab must be >= 3 (0 = pad, 1 = BOS), got {vocab}")
+    lengths = torch.randint(max(1, t // 4), t + 1, (b,), generator=g)
+    tokens = torch.randint(2, vocab, (b, t), generator=g)
+    real = torch.arange(t).unsqueeze(0) < lengths.unsqueeze(1)
+    src = tokens.masked_fill(~real, PAD)
+    target = torch.full_like(src, PAD)
+    for i, n in enumerate(lengths.tolist()):
+        target[i, :n] = src[i, :n].flip(0)
+    dec_in = torch.cat([torch.full((b, 1), BOS, dtype=src.dtype), target[:, :-1]], dim=1)
+    return torch.stack([src, dec_in]), target
+
+
+def heldout(space: SearchSpace) -> Any:
+    """Freshly generated batches (8 by default), from generators of their own."""
+    return lambda i, g: batch(space, i, g)
+
+
+def check(space: SearchSpace) -> None:
+    _dims(space)
+
+
 def loss(out: Tensor, target: Tensor) -> Tensor:
     """Mean token cross-entropy over non-pad target positions."""
     return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1), ignore_index=PAD)

@@ -220,6 +220,12 @@ class TrainConfig:
             model_kind(self.space)
         except ValueError as e:
             raise ConfigError(f"{e}; cost-only spaces (naspipe-kK, unit-kK) can only be simulated") from None
+        from naspipe.supernet.load import check_shippable  # a notebook-defined supernet must pickle
+
+        try:
+            check_shippable(self.space)
+        except SpaceError as e:
+            raise ConfigError(str(e)) from None
         nb = self.space.num_blocks
         bounds = self.partition.bounds
         if not bounds or bounds[0][0] != 0 or bounds[-1][1] != nb or any(

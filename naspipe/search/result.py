@@ -62,7 +62,8 @@ class SearchResult:
 
     def record(self, e: Evaluated, rank: int | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {} if rank is None else {"rank": rank}
-        out.update({"order": e.order, "subnet": list(e.subnet), "names": subnet_names(self.space, e.subnet),
+        out.update({"order": e.order, "subnet": self.space.subnet_dict(e.subnet), "indices": list(e.subnet),
+                    "names": subnet_names(self.space, e.subnet),
                     "accuracy": e.accuracy, "loss": e.loss, "params": e.params, "latency_s": e.latency})
         return out
 
@@ -99,6 +100,6 @@ class SearchResult:
             head += "; no further feasible subnet found"
         if best is None:
             return head + "\nno subnet satisfies the constraints"
-        return (f"{head}\nbest: {list(best.subnet)} ({' '.join(subnet_names(self.space, best.subnet))})\n"
+        return (f"{head}\nbest: {self.space.subnet_dict(best.subnet)}\n"
                 f"      accuracy {best.accuracy:.4f}, loss {best.loss:.4f}, params "
                 f"{format_cost('params', best.params)}, latency {format_cost('latency', best.latency)}")

@@ -1,0 +1,64 @@
+"""``naspipe profile --space ...``: measure each candidate's costs on a device and store them with the space.
+
+For ``--space module:function`` the profile goes next to the module (``<module>.<function>.costs.json``),
+where ``--space module:function`` finds it again, so ``simulate``, ``partition``, the memory plan and the
+simulated twin use the measured numbers; ``--out`` writes it elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from naspipe.cli.common import UsageError, positive_int
+
+COMMAND = "profile"
+HELP = "measure each candidate's forward/backward time and bytes on a device (costs for simulate and partition)"
+ORDER = 15
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--space", required=True, help="module:function (your supernet) or a trainable preset")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="device to measure on (default cpu)")
+    p.add_argument("--repeats", type=positive_int("--repeats"), default=5, help="timed runs per candidate")
+    p.add_argument("--threads", type=positive_int("--threads"), default=1, help="intra-op threads (default 1)")
+    p.add_argument("--out", default=None, help="profile JSON (default: next to the module of module:function)")
+    p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from naspipe.space import SpaceError, resolve_space
+    from naspipe.supernet.load import default_costs_path, is_spec
+
+    try:
+        space = resolve_space(args.space)
+    except SpaceError as e:
+        raise UsageError(str(e)) from None
+    from naspipe.models import model_kind
+
+    try:
+        model_kind(space)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    out = args.out
+    if out is None:
+        out = default_costs_path(args.space) if is_spec(args.space) else None
+        if out is None:
+            raise UsageError("--out is needed for a space that is not module:function")
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda was asked for, but torch sees no CUDA device; use --device cpu")
+    from naspipe.supernet.profile import measure_costs, save_costs
+
+    costs = measure_costs(space, device=args.device, repeats=args.repeats, threads=args.threads)
+    path = save_costs(costs, out)
+    if args.json:
+        print(json.dumps(costs))
+        return 0
+    n = sum(len(v) for v in costs["candidates"].values())
+    print(f"profiled {n} candidates of {space.name} on {args.device} ({args.repeats} runs each); wrote {path}")
+    for label, cands in costs["candidates"].items():
+        row = ", ".join(f"{k} {v['fwd'] * 1e3:.3f}+{v['bwd'] * 1e3:.3f} ms" for k, v in cands.items())
+        print(f"  {label}: {row}")
+    return 0

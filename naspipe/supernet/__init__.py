@@ -1,0 +1,13 @@
+"""Your own supernet: ``Fixed`` and ``Choice`` blocks of your own ``nn.Module`` factories, data and loss.
+
+``Supernet``, ``Fixed`` and ``Choice`` (``declare``) are plain declarations; ``load`` turns a supernet or
+``module:function`` into the plain-data ``SearchSpace`` every other part of naspipe reads (importing this
+package registers that resolver with ``naspipe.space.resolve_space``); ``validate`` probes user code
+before any process starts; ``profile`` measures each candidate's costs on a device.
+"""
+
+from naspipe.supernet.declare import Choice, Fixed, Supernet, SupernetError
+from naspipe.supernet.load import load_spec, space_of, subnet_dict, subnet_tuple, supernet_of
+
+__all__ = ["Choice", "Fixed", "Supernet", "SupernetError", "load_spec", "space_of", "subnet_dict", "subnet_tuple",
+           "supernet_of"]

@@ -1,0 +1,243 @@
+"""From a ``Supernet`` to the plain-data ``SearchSpace`` and back, in any process.
+
+Why it exists: the scheduler, the simulator and every stage process read a ``SearchSpace`` (plain,
+picklable data); only the torch side needs the user's factories. A space made from a supernet records
+where to find it again in ``space.model``:
+
+* ``{"kind": "supernet", "source": "module:function"}`` for ``--space module:function``: every process
+  imports the module itself and calls the function, so it works with every start method and torchrun;
+* a supernet defined in a notebook (``__main__``) travels by value: the space's ``model`` mapping carries
+  the supernet pickled with ``cloudpickle`` as an attribute (not an item: it never reaches a JSON file),
+  and each stage process unpickles it once.
+
+``supernet_of(space)`` returns the Supernet in any process (cached). ``space_of(supernet)`` builds the
+space, with measured costs when the supernet has a profile (``naspipe profile``), unit costs otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from naspipe.space import Block, Candidate, SearchSpace, register_resolver
+from naspipe.supernet.declare import Supernet, SupernetError
+
+KIND = "supernet"
+COSTS_SUFFIX = ".costs.json"
+
+
+class ModelInfo(dict):
+    """``space.model`` of a supernet space: plain items; for a supernet defined in this process it also holds
+    the supernet, which travels pickled by value (cloudpickle) when the space is pickled for a stage process."""
+
+    supernet: Supernet | None = None
+    payload: bytes | None = None
+    profiled: bool = False  # its costs come from a measurement (naspipe profile), not unit costs
+
+    def shippable(self) -> bytes | None:
+        """The supernet pickled by value (once); SupernetError saying what could not be pickled."""
+        if self.payload is None and self.supernet is not None:
+            self.payload = _pickle(self.supernet)
+        return self.payload
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (dict(self), self.shippable()))
+
+
+def _restore(items: dict[str, Any], payload: bytes | None) -> ModelInfo:
+    m = ModelInfo(items)
+    m.payload = payload
+    return m
+
+
+_CACHE: dict[Any, Supernet] = {}  # source or payload digest -> supernet (one import/unpickle per process)
+_BY_ID: dict[int, tuple[Any, Supernet]] = {}  # id(space.model) -> (model, supernet): per-task lookups
+_BY_NAME: dict[str, SearchSpace] = {}  # supernets defined in this process, by name (latest wins)
+
+
+def is_spec(text: str) -> bool:
+    """True for ``module:function`` (a dotted module path, one colon, an identifier)."""
+    mod, sep, fn = text.partition(":")
+    return bool(sep) and fn.isidentifier() and all(p.isidentifier() for p in mod.split(".")) and "/" not in text
+
+
+def load_spec(spec: str, probe: bool = True) -> Supernet:
+    """Import ``module`` and call ``function()`` (once per process); SupernetError (one line) when any of it
+    fails. ``probe``: also run every candidate once on batch 0 (``naspipe.supernet.validate``)."""
+    sn = _CACHE.get(spec)
+    if sn is None:
+        sn = _call_spec(spec)
+        _CACHE[spec] = sn
+    if probe:
+        from naspipe.supernet.validate import probe_supernet
+
+        probe_supernet(sn, where=f"--space {spec}: ")
+    return sn
+
+
+def _call_spec(spec: str) -> Supernet:
+    mod_name, _, fn_name = spec.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except Exception as e:  # noqa: BLE001 - the user's module: any error is reported in one line
+        raise SupernetError(f"--space {spec}: module {mod_name!r} does not import ({type(e).__name__}: "
+                            f"{_first_line(e)}); is its folder on PYTHONPATH?") from None
+    fn = getattr(mod, fn_name, None)
+    if not callable(fn):
+        raise SupernetError(f"--space {spec}: module {mod_name!r} has no function {fn_name!r}")
+    try:
+        sn = fn()
+    except SupernetError as e:
+        raise SupernetError(f"--space {spec}: {e}") from None
+    except Exception as e:  # noqa: BLE001
+        raise SupernetError(f"--space {spec}: {fn_name}() raised {type(e).__name__}: {_first_line(e)}") from None
+    if not isinstance(sn, Supernet):
+        raise SupernetError(f"--space {spec}: {fn_name}() returned {type(sn).__name__}, not a naspipe.Supernet")
+    return sn
+
+
+def default_costs_path(spec: str) -> Path | None:
+    """``<module folder>/<module>.<function>.costs.json``: where ``naspipe profile`` stores its profile."""
+    mod_name, _, fn_name = spec.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except Exception:  # noqa: BLE001
+        return None
+    f = getattr(mod, "__file__", None)
+    return Path(f).with_name(f"{Path(f).stem}.{fn_name}{COSTS_SUFFIX}") if f else None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def read_costs(costs: Any) -> dict[str, Any] | None:
+    if costs is None:
+        return None
+    if isinstance(costs, Mapping):
+        return dict(costs)
+    try:
+        return json.loads(Path(costs).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SupernetError(f"cannot read the cost profile {str(costs)!r}: {e}") from None
+
+
+def space_of(sn: Supernet, source: str | None = None) -> SearchSpace:
+    """The plain-data space of ``sn``: blocks named by labels, costs from its profile (or unit costs).
+
+    ``source``: ``module:function`` (also the space's name, so run folders name it); None ships ``sn``
+    by value (cloudpickle) to the stage processes.
+    """
+    prof = read_costs(sn.costs) or {}
+    pc = prof.get("candidates", {})
+    blocks = []
+    for b in sn.blocks:
+        cands = []
+        for name in b.candidates:
+            c = pc.get(b.label, {}).get(name, {})
+            cands.append(Candidate(name=name, op="user", **{k: c[k] for k in
+                                                            ("fwd", "bwd", "param_bytes", "act_bytes") if k in c}))
+        blocks.append(Block(b.label, tuple(cands), fixed=b.fixed, role="fixed" if b.fixed else "choice"))
+    model = ModelInfo(kind=KIND)
+    model.profiled = bool(prof)  # an attribute, not an item: costs never change what a run computes
+    if source is not None:
+        model["source"] = source
+        name = source
+    else:
+        model["name"] = name = sn.name or "supernet"
+        model.supernet = sn
+    _BY_ID[id(model)] = (model, sn)
+    space = SearchSpace(name=name, blocks=tuple(blocks), model=model, batch_size=sn.batch_size,
+                        message_bytes=int(prof.get("message_bytes", 0)))
+    if source is None:  # run folders name it: reports and search in this process find it by name
+        _BY_NAME[name] = space
+    return space
+
+
+def _pickle(sn: Supernet) -> bytes:
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(sn)
+    except Exception as e:  # noqa: BLE001
+        raise SupernetError(f"supernet {sn.name or 'supernet'!r} cannot be shipped to the stage processes "
+                            f"(cloudpickle: {type(e).__name__}: {_first_line(e)}); keep open files, locks, "
+                            "threads and generators out of its factories, data and loss, or define it in a module "
+                            "and pass 'module:function'") from None
+
+
+def check_shippable(space: SearchSpace) -> None:
+    """Pickle a notebook-defined supernet now (before any process starts); SupernetError if it cannot be."""
+    m = space.model
+    if isinstance(m, ModelInfo) and "source" not in m:
+        m.shippable()
+
+
+def supernet_of(space: SearchSpace) -> Supernet:
+    """The Supernet behind a supernet space, in this process (imported or unpickled once)."""
+    m = space.model
+    if isinstance(m, ModelInfo) and m.supernet is not None:
+        return m.supernet
+    hit = _BY_ID.get(id(m))
+    if hit is not None and hit[0] is m:
+        return hit[1]
+    if m.get("kind") != KIND:  # a preset family: declared from the space itself
+        from naspipe.models.presets import KINDS, declare
+
+        if m.get("kind") not in KINDS:
+            raise SupernetError(f"space {space.name!r} has no torch model (model kind {m.get('kind')!r})")
+        sn = declare(space)
+    elif "source" in m:
+        sn = load_spec(str(m["source"]), probe=False)
+    else:
+        payload = getattr(m, "payload", None)
+        if payload is None:
+            raise SupernetError(f"space {space.name!r}: the supernet was defined in another process and did not "
+                                "travel with the space; pass a module:function")
+        key = hashlib.sha256(payload).hexdigest()
+        if key not in _CACHE:
+            import cloudpickle
+
+            _CACHE[key] = cloudpickle.loads(payload)
+        sn = _CACHE[key]
+    _BY_ID[id(m)] = (m, sn)
+    return sn
+
+
+def to_space(obj: Any) -> SearchSpace | None:
+    """The space resolver hooked into ``naspipe.space.resolve_space``: a Supernet or a ``module:function``."""
+    if isinstance(obj, Supernet):
+        from naspipe.supernet.validate import probe_supernet
+
+        probe_supernet(obj)
+        return space_of(obj)
+    if isinstance(obj, str) and is_spec(obj) and not Path(obj).exists():
+        sn = load_spec(obj)
+        default = default_costs_path(obj)
+        if sn.costs is None and default is not None and default.is_file():  # where naspipe profile stores it
+            sn = sn.with_costs(str(default))
+        return space_of(sn, source=obj)
+    if isinstance(obj, str) and obj in _BY_NAME:
+        return _BY_NAME[obj]
+    return None
+
+
+register_resolver(to_space)
+
+
+# ---- subnets as label dicts, for any space (presets too) -------------------------------------------------
+def subnet_dict(space: SearchSpace, subnet: Sequence[int]) -> dict[str, str]:
+    """``{label: candidate name}`` of ``subnet`` (choice blocks only)."""
+    return space.subnet_dict(subnet)
+
+
+def subnet_tuple(space: SearchSpace, subnet: Mapping[str, str] | Sequence[int]) -> tuple[int, ...]:
+    """The tuple of indices of a label dict (a tuple or list of indices is validated and returned)."""
+    if isinstance(subnet, Mapping):
+        return space.subnet_from_dict(subnet)
+    return space.validate_subnet(list(subnet))

@@ -1,0 +1,96 @@
+"""Costs from measurement: each candidate's forward and backward time, parameter and activation bytes.
+
+Why it exists: the scheduler, the partitioner, the memory plan and the simulated Gantt twin all read a
+space's per-candidate costs; for a user's own supernet only a measurement on the chosen device can give
+them. ``measure_costs`` builds every block alone (exactly as a one-block stage would), feeds each candidate
+the previous block's output, and times ``repeats`` forwards and backwards after a warm-up (the median; on
+CUDA with synchronisation). Activation bytes are the bytes autograd saves for the backward, counted with
+``torch.autograd.graph.saved_tensors_hooks``, per sample; ``message_bytes`` is the largest block output
+per sample. The result is plain JSON (``save_costs``) that ``Supernet(costs=...)`` and
+``--space module:function`` (from ``<module>.<function>.costs.json``) read back.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from naspipe.space import SearchSpace, resolve_space
+
+
+def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: int = 1,
+                  seed: int = 0) -> dict[str, Any]:
+    """``{"candidates": {label: {name: {fwd, bwd, param_bytes, act_bytes}}}, "message_bytes": ..., ...}``."""
+    import torch
+
+    from naspipe.models import build_stage, input_of, make_batch, target_of
+    from naspipe.sched.shared import SharedLayers
+
+    sp: SearchSpace = resolve_space(space)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda was asked for, but torch sees no CUDA device")
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    try:
+        batch = make_batch(sp, seed, 0)
+        x = input_of(sp, batch).to(device)
+        target = target_of(sp, batch)
+        target = target.to(device) if isinstance(target, torch.Tensor) else target
+        bs = max(1, sp.batch_size)
+        out: dict[str, dict[str, dict[str, float | int]]] = {}
+        message = 0
+        last = sp.num_blocks - 1
+        for b, blk in enumerate(sp.blocks):
+            stage = build_stage(sp, range(b, b + 1), seed, SharedLayers("serial")).to(device)
+            nxt = None
+            for c, cand in enumerate(blk.candidates):
+                mod = stage._module(b, c)
+                fwd, bwd, saved = [], [], 0
+                for r in range(repeats + 1):
+                    xin = x.detach().requires_grad_(x.is_floating_point())
+                    sizes: list[int] = []
+
+                    def pack(t: torch.Tensor, sizes: list[int] = sizes) -> torch.Tensor:
+                        sizes.append(t.numel() * t.element_size())
+                        return t
+
+                    sync()
+                    t0 = time.perf_counter()
+                    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                        y = mod(xin)
+                        res = stage.loss(y, target) if b == last else y
+                    sync()
+                    t1 = time.perf_counter()
+                    if res.requires_grad:
+                        res.backward(None if res.dim() == 0 else torch.ones_like(res))
+                    sync()
+                    t2 = time.perf_counter()
+                    if r:  # the first run warms up
+                        fwd.append(t1 - t0)
+                        bwd.append(t2 - t1)
+                        saved = sum(sizes)
+                    mod.zero_grad(set_to_none=True)
+                if nxt is None:
+                    nxt = y.detach()
+                params = sum(p.numel() * p.element_size() for p in mod.parameters())
+                out.setdefault(blk.name, {})[cand.name] = {
+                    "fwd": statistics.median(fwd), "bwd": statistics.median(bwd),
+                    "param_bytes": int(params), "act_bytes": int(saved // bs)}
+            if b < last:
+                message = max(message, nxt.numel() * nxt.element_size() // bs)
+            x = nxt
+        return {"space": sp.name, "device": device, "threads": threads, "repeats": repeats,
+                "batch_size": sp.batch_size, "message_bytes": int(message), "candidates": out}
+    finally:
+        torch.set_num_threads(old)
+
+
+def save_costs(costs: dict[str, Any], path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(costs, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return p

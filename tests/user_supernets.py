@@ -1,0 +1,104 @@
+"""Small user supernets for the tests, imported by ``--space user_supernets:NAME`` as a new user's module would be.
+
+``good`` is a working residual MLP; every other function declares one kind of bad user code that naspipe
+must refuse before any process starts (exit 2, one line naming the block and the candidate).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import naspipe
+
+WIDTH = 12
+
+
+class Res(nn.Module):
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.up, self.down = nn.Linear(WIDTH, hidden), nn.Linear(hidden, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.relu(self.up(x)))
+
+
+def data(j: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(16, 6, generator=g)
+    return x, (x[:, 0] + x[:, 1] > 0).long() + (x[:, 2] > 1).long()
+
+
+def _blocks(**over: object) -> list:
+    cands = {"h8": lambda: Res(8), "h16": lambda: Res(16), "h24": lambda: Res(24)}
+    blocks = [naspipe.Fixed("inp", lambda: nn.Linear(6, WIDTH))]
+    blocks += [naspipe.Choice(f"b{i}", over.get(f"b{i}", cands)) for i in range(4)]
+    blocks.append(naspipe.Fixed("out", lambda: nn.Linear(WIDTH, 3)))
+    return blocks
+
+
+def good() -> naspipe.Supernet:
+    return naspipe.Supernet(_blocks(), data=data, loss=F.cross_entropy, batch_size=16, name="user-mlp")
+
+
+def _boom() -> nn.Module:
+    raise RuntimeError("out of ideas")
+
+
+def factory_raises() -> naspipe.Supernet:
+    return naspipe.Supernet(_blocks(b2={"h8": lambda: Res(8), "broken": _boom}), data=data, loss=F.cross_entropy,
+                            batch_size=16)
+
+
+class Wide(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(WIDTH, WIDTH + 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+def shape_mismatch() -> naspipe.Supernet:
+    return naspipe.Supernet(_blocks(b1={"h8": lambda: Res(8), "wide": Wide}), data=data, loss=F.cross_entropy,
+                            batch_size=16)
+
+
+def loss_not_scalar() -> naspipe.Supernet:
+    return naspipe.Supernet(_blocks(), data=data, batch_size=16,
+                            loss=lambda out, y: F.cross_entropy(out, y, reduction="none"))
+
+
+def data_random() -> naspipe.Supernet:
+    def noisy(j: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(16, 6)  # torch's global random state, not the generator naspipe passes
+        return x, (x[:, 0] > 0).long()
+    return naspipe.Supernet(_blocks(), data=noisy, loss=F.cross_entropy, batch_size=16)
+
+
+def duplicate_labels() -> naspipe.Supernet:
+    b = _blocks()
+    return naspipe.Supernet([*b[:2], b[1], *b[2:]], data=data, loss=F.cross_entropy, batch_size=16)
+
+
+def duplicate_candidates() -> naspipe.Supernet:
+    return naspipe.Supernet(_blocks(b0=[("h8", lambda: Res(8)), ("h8", lambda: Res(16))]), data=data,
+                            loss=F.cross_entropy, batch_size=16)
+
+
+def bad_label() -> naspipe.Supernet:
+    return naspipe.Supernet([naspipe.Fixed("in.put", lambda: nn.Linear(6, WIDTH))], data=data,
+                            loss=F.cross_entropy, batch_size=16)
+
+
+def empty_choice() -> naspipe.Supernet:
+    return naspipe.Supernet(_blocks(b3={}), data=data, loss=F.cross_entropy, batch_size=16)
+
+
+def not_a_supernet() -> dict:
+    return {"blocks": []}
+
+
+def attribute_label() -> naspipe.Supernet:
+    return naspipe.Supernet(_blocks(b1={"h8": lambda: Res(8), "add_module": lambda: Res(16)}), data=data,
+                            loss=F.cross_entropy, batch_size=16)
