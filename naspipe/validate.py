@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
 
 from naspipe.sched.shared import SharedLayers
 from naspipe.space import SearchSpace
@@ -102,13 +101,19 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
 
 def _blame_build(space: SearchSpace, b: int, error: BaseException) -> str:
     """Name the candidate of block ``b`` whose construction fails (the block's own error if none alone does)."""
-    from naspipe.models import FAMILIES, model_kind
+    import torch
 
-    family: Any = FAMILIES[model_kind(space)]
+    from naspipe.models.user import supernet_of
+
+    try:
+        sn = supernet_of(space)
+    except Exception as e:  # noqa: BLE001
+        return f"{_where(space, b, None)}: cannot be built: {_line(e)}"
     blk = space.blocks[b]
-    for c, cand in enumerate(blk.candidates):
+    for c in range(blk.k):
         try:
-            family.fixed_block(space, b) if blk.fixed else family.candidate(space, b, cand)
+            with torch.random.fork_rng(devices=[]):
+                sn.factory(b, c)()
         except Exception as e:  # noqa: BLE001
             return f"{_where(space, b, c)}: cannot be built: {_line(e)}"
     return f"{_where(space, b, None)}: cannot be built: {_line(error)}"
