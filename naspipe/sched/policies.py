@@ -67,6 +67,10 @@ class StageScheduler:
     name = "base"
     options: tuple[str, ...] = ()  # keyword options the policy takes (e.g. "policy:N" sets the first)
     write_kind = BACKWARD  # the task whose completion releases this stage's candidates
+    # the write of subnet j waits for the forwards of its whole aligned group [g*G, (g+1)*G) on every stage
+    # (BSP's flush: G = micro_batches); 1: a subnet's write waits for no younger subnet's forward. A memory
+    # gate must admit those forwards, or the oldest subnet never finishes (naspipe.sim.memory.Gate)
+    flush_group = 1
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, *, start: int = 0,
                  fence: int | None = None):
@@ -426,7 +430,7 @@ class BSPScheduler(StageScheduler):
             raise PolicyError("bsp needs micro_batches >= 1")
         if base.get("start", 0) % micro_batches:
             raise PolicyError(f"bsp resumes only at a group boundary (a multiple of {micro_batches})")
-        self.m = micro_batches
+        self.m = self.flush_group = micro_batches
         self._f_done_in_group: dict[int, int] = {}
         self._held_b: list[int] = []
         super().__init__(spec, stream, max(window, micro_batches), **base)

@@ -207,7 +207,7 @@ class _MemoryRun:
         self.expected_end = [0.0] * P
         self.headroom = cfg.headroom if cfg.swap == "predictive" else 0
         self.gates = [Gate(s, plan.budgets[s], self.fp, self.subnets, self.write_kind, cfg.swap == "resident",
-                           self.headroom, cfg.pin == "task")
+                           self.headroom, cfg.pin == "task", self.scheds[s].flush_group)
                       for s in range(P)]
         self.gated_since: list[float | None] = [None] * P
         self.delivered: list[set[tuple[str, int]]] = [set() for _ in range(P)]

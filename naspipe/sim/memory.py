@@ -41,7 +41,7 @@ The *admission gate* keeps every schedule live: ``F(x,s)`` may start only if the
 has not started its forward on ``s`` yet, fits the budget (with ``pin="task"``: activations plus room for
 the largest in-flight subnet's layers, so a backward can always fetch its own). The oldest unfinished
 subnet therefore always finds room on every stage, so no causal chain can be starved of memory (see
-``Gate.admits``).
+``Gate.admits``); under BSP so does the rest of its group, whose forwards its backward waits for.
 """
 
 from __future__ import annotations
@@ -304,12 +304,19 @@ class Gate:
     In ``resident`` mode every parameter is pinned for good and the reserve counts activations only. With
     ``pin_task`` only the running task's candidates are pinned: the gate sets aside the largest task's
     parameters once and counts activations only (a backward then always finds room to fetch its layers).
+    ``group``: the scheduler's ``flush_group``. Under BSP the oldest subnet's write waits for the forwards
+    of its whole group, so those forwards are as vital as its own: the headroom (room to prefetch a
+    younger subnet) is waived for every subnet of the oldest unfinished subnet's group, not only for the
+    oldest itself; ``plan_memory`` sized the budget for the group (``policy_in_flight``), so they all fit.
     """
 
     def __init__(self, stage: int, budget: int | None, fp: Footprint, subnets: Sequence[Subnet],
-                 write_kind: str, resident: bool = False, headroom: int = 0, pin_task: bool = False):
+                 write_kind: str, resident: bool = False, headroom: int = 0, pin_task: bool = False,
+                 group: int = 1):
+        if group < 1:
+            raise ValueError(f"group must be >= 1, got {group}")
         self.stage, self.budget, self.fp, self.subnets = stage, budget, fp, subnets
-        self.headroom = headroom
+        self.headroom, self.group = headroom, group
         self.write_kind, self.resident = write_kind, resident
         self.pin_task = pin_task and not resident
         self.acts_only = resident or self.pin_task  # parameters are not committed per subnet
@@ -369,10 +376,12 @@ class Gate:
                 if self.pin_task:
                     running = max(running, self._params(y))
         y, extra = x + 1, 0
-        # headroom: room to prefetch the next forward too; waived for the oldest unfinished subnet (liveness)
+        # headroom: room to prefetch the next forward too; waived for the oldest unfinished subnet and the
+        # rest of its flush group, whose forwards its write waits for (liveness)
         ahead = 0
         counted = set(self.fp.keys(self.stage, self.subnets[x]))  # shared keys (fixed blocks) count once
-        while x != self.lo and extra < self.headroom and y < len(self.subnets):
+        vital = (self.lo // self.group + 1) * self.group  # forwards below it: the oldest's group
+        while x >= vital and extra < self.headroom and y < len(self.subnets):
             if y not in self.started:
                 for k in self.fp.keys(self.stage, self.subnets[y]):
                     if k not in counted:
