@@ -18,12 +18,13 @@ from hypothesis import strategies as st
 from naspipe.cli import main
 from naspipe.memsize import Budget, SizeError, format_bytes, parse_budget, parse_bytes
 from naspipe.partition import partition
-from naspipe.sched.tasks import FORWARD, WEIGHT
+from naspipe.sched.tasks import FORWARD, WEIGHT, Task
 from naspipe.sequence import ReplayStream, UniformStream
 from naspipe.sim import simulate
 from naspipe.sim.costs import batch_time_scale
 from naspipe.sim.memory import (
     Footprint,
+    Gate,
     MemoryBudgetError,
     MemoryConfig,
     csp_target_in_flight,
@@ -322,6 +323,39 @@ def test_invariants(args) -> None:
     event(f"budget {budget}")
     event("evictions" if any(result.extra["evictions"]) else "no eviction")
     _check_invariants(result, part, sp, n, stages, pin if swap != "resident" else "subnet")
+
+
+def _bsp_space(params: list[int], blocks: int = 1) -> SearchSpace:
+    cands = tuple(Candidate(f"c{i}", fwd=1e-3, bwd=2e-3, param_bytes=p, act_bytes=10**4, bwd_input_share=0.5)
+                  for i, p in enumerate(params))
+    embed = Block("embed", (Candidate("e", fwd=1e-3, bwd=2e-3, param_bytes=MB, act_bytes=10**4),), fixed=True)
+    return SearchSpace("r", (embed, *(Block(f"b{i}", cands) for i in range(blocks))), batch_size=4)
+
+
+@pytest.mark.parametrize("params,blocks,stages,n,seed,policy", [
+    ([MB, 2 * MB, MB, 2 * MB], 1, 1, 4, 80, "bsp:3"),  # found by hypothesis (test_invariants)
+    ([2 * MB, MB, 2 * MB, 2 * MB], 1, 1, 16, 184344, "bsp"),
+    ([MB, 2 * MB, MB, 2 * MB], 2, 2, 7, 1, "bsp:2"),
+])
+def test_bsp_group_fits_the_least_budget_with_prefetch_headroom(params, blocks, stages, n, seed, policy) -> None:
+    """BSP's oldest subnet writes only after its whole group's forwards, so the gate's prefetch headroom must
+    not refuse the group's last forward at the least budget the plan accepts (pinned per subnet, the
+    predictive run deadlocked there)."""
+    sp = _bsp_space(params, blocks)
+    result, part = _run(sp, stages, n, seed, policy, "predictive", 1.0, 1, "frozen", "subnet")
+    _check_invariants(result, part, sp, n, stages, "subnet")
+
+
+def test_gate_waives_headroom_for_the_oldest_subnets_flush_group() -> None:
+    sp = _bsp_space([MB, 2 * MB])
+    part = partition(sp, 1)
+    fp = Footprint(sp, part, 1)
+    subnets = [(0, 1), (0, 0), (0, 1), (0, 0)]  # no two neighbours share a choice
+    budget = MB + 2 * (2 * MB) + 2 * 2 * 10**4  # bsp:2's least: the fixed block, two subnets and activations
+    for group, admitted in ((1, False), (2, True)):
+        gate = Gate(0, budget, fp, subnets, "B", headroom=1, group=group)
+        gate.start(Task(FORWARD, 0, 0))
+        assert gate.admits(Task(FORWARD, 1, 0)) is admitted
 
 
 @pytest.mark.parametrize("policy", ["csp", "csp-bw"])
