@@ -55,6 +55,8 @@ def _restore(items: dict[str, Any], payload: bytes | None) -> ModelInfo:
 
 
 _CACHE: dict[Any, Supernet] = {}  # source or payload digest -> supernet (one import/unpickle per process)
+# id(space) -> (space, supernet) for presets: two spaces may share one model dict but differ in batch size
+_PRESETS: dict[int, tuple[SearchSpace, Supernet]] = {}
 _BY_ID: dict[int, tuple[Any, Supernet]] = {}  # id(space.model) -> (model, supernet): per-task lookups
 _BY_NAME: dict[str, SearchSpace] = {}  # supernets defined in this process, by name (latest wins)
 
@@ -183,16 +185,20 @@ def supernet_of(space: SearchSpace) -> Supernet:
     m = space.model
     if isinstance(m, ModelInfo) and m.supernet is not None:
         return m.supernet
-    hit = _BY_ID.get(id(m))
-    if hit is not None and hit[0] is m:
-        return hit[1]
-    if m.get("kind") != KIND:  # a preset family: declared from the space itself
+    if m.get("kind") != KIND:  # a preset family: declared from the whole space (its batch size, its data)
+        preset = _PRESETS.get(id(space))
+        if preset is not None and preset[0] is space:
+            return preset[1]
         from naspipe.models.presets import KINDS, declare
 
         if m.get("kind") not in KINDS:
             raise SupernetError(f"space {space.name!r} has no torch model (model kind {m.get('kind')!r})")
-        sn = declare(space)
-    elif "source" in m:
+        _PRESETS[id(space)] = (space, declare(space))
+        return _PRESETS[id(space)][1]
+    hit = _BY_ID.get(id(m))
+    if hit is not None and hit[0] is m:
+        return hit[1]
+    if "source" in m:
         sn = load_spec(str(m["source"]), probe=False)
     else:
         payload = getattr(m, "payload", None)
