@@ -119,10 +119,11 @@ class ReplayStream(_ListLike):
             raise SpaceError(f"{path}: sequence was recorded for space {data.get('space')!r}, not {space.name!r}")
         subnets = []
         for i, sub in enumerate(data["subnets"]):
-            if not isinstance(sub, list):
-                raise SpaceError(f"{path}: subnet {i} must be a list of choices, got {sub!r}")
+            if not isinstance(sub, (list, dict)):
+                raise SpaceError(f"{path}: subnet {i} must be a list of choices or a {{label: candidate}} object, "
+                                 f"got {sub!r}")
             try:
-                subnets.append(space.validate_subnet(sub))
+                subnets.append(space.subnet_from_dict(sub) if isinstance(sub, dict) else space.validate_subnet(sub))
             except SpaceError as e:
                 raise SpaceError(f"{path}: subnet {i}: {e}") from None
         stream = cls.materialize(_Listed(space, subnets))

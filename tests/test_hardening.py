@@ -158,8 +158,8 @@ def test_a_sequence_file_that_is_not_utf8_or_nested_too_deeply_is_one_line(tmp_p
 
 
 @pytest.mark.parametrize("content,message", [
-    ('{"subnets": [5]}', "subnet 0 must be a list of choices, got 5"),
-    ('{"subnets": [null]}', "subnet 0 must be a list of choices, got None"),
+    ('{"subnets": [5]}', "subnet 0 must be a list of choices or a {label: candidate} object, got 5"),
+    ('{"subnets": [null]}', "subnet 0 must be a list of choices or a {label: candidate} object, got None"),
     ('{"subnets": [[0, 1]]}', "subnet 0: subnet has 2 choices, space 'tiny-transformer' has 10 blocks"),
 ])
 def test_a_sequence_file_with_malformed_subnets_is_one_line(tmp_path, capsys, content, message):
