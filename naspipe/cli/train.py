@@ -83,6 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(subnet, default: the budget counts candidates only) or only while a task uses it (task: "
                         "autograd saves it by reference, so it may leave the device between forward and backward, "
                         "which pays off when activations compete for the device)")
+    p.add_argument("--replicas", type=positive_int("--replicas"), default=1, metavar="R",
+                   help="data-parallel replicas of every stage: stages x R processes, each batch split into R "
+                        "shards, gradients combined in replica order (default %(default)s)")
     p.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # ACTION:STAGE:SUBNET, for tests
 
 
@@ -154,7 +157,8 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             progress=not args.no_progress, fault=args.fault, start_method=args.start_method,
             checkpoint_every=getattr(args, "checkpoint_every", None),
             device_memory=getattr(args, "device_memory", None), swap=getattr(args, "swap", None) or "predictive",
-            prefetch_depth=getattr(args, "prefetch_depth", None) or 4, pin=getattr(args, "pin", None) or "subnet")
+            prefetch_depth=getattr(args, "prefetch_depth", None) or 4, pin=getattr(args, "pin", None) or "subnet",
+            replicas=getattr(args, "replicas", 1))
         cfg.validate()
         check_model_of(cfg)
         if getattr(args, "resume", None):

@@ -96,11 +96,11 @@ def train(config: TrainConfig) -> RunResult:
     try:
         from naspipe.runtime.worker import spawn_entry
 
-        for rank in range(config.stages):
+        for rank in range(config.world):  # stages x replicas (replica r of stage s: rank r * stages + s)
             recv_end, send_end = ctx.Pipe(duplex=False)
             life_read, life_write = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=spawn_entry, name=f"naspipe-stage{rank}", daemon=True,
-                               args=(rank, config.stages, config, HOST, port, send_end, life_read))
+                               args=(rank, config.world, config, HOST, port, send_end, life_read))
             proc.start()
             send_end.close()
             life_read.close()
