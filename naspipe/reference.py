@@ -212,5 +212,6 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
     digest = getattr(stream, "digest", None)
     config = {"space": space.name, "subnets": n, "seed": int(seed), "shared_layers": str(shared),
               "optimizer": optimizer, "lr": opt.param_groups[0]["lr"], "threads": threads,
-              "torch": torch.__version__, "replicas": replicas, "sequence_sha256": digest() if digest is not None else None}
+              "torch": torch.__version__, "replicas": replicas,
+              "sequence_sha256": digest() if digest is not None else None}
     return ReferenceResult(losses, model, wall, config)

@@ -175,7 +175,8 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
 
 def summary_line(m: dict[str, Any]) -> str:
     c = m["config"]
-    return (f"{c['policy']} on {c['space']}, {c['stages']} stages, {m['subnets']} subnets, shared layers "
+    reps = f" x {c['replicas']} replicas" if c.get("replicas", 1) != 1 else ""
+    return (f"{c['policy']} on {c['space']}, {c['stages']} stages{reps}, {m['subnets']} subnets, shared layers "
             f"{c['shared_layers']}: {m['subnets_per_s']:.2f} subnets/s ({m['samples_per_s']:.0f} samples/s), "
             f"makespan {m['makespan_s']:.2f} s, utilisation {m['utilization']:.2f}, "
             f"overhead {100 * m['overhead_share']:.1f}% of compute" + _memory_line(m))
