@@ -96,18 +96,18 @@ def test_bad_replicas_are_one_line_exit_2(tmp_path, capsys, args, message):
 class _FakeScheduler:
     write_kind = "B"
 
-    def __init__(self, lo: int, ready: list[int]):
-        self.lo, self._b_ready = lo, ready
+    def __init__(self, ready: list[int]):
+        self._b_ready = ready
 
     def next_task(self):
         return min(self._b_ready, default=None)
 
 
-def test_replicas_start_only_the_write_of_the_oldest_unwritten_subnet():
-    from naspipe.runtime.replicas import next_task_in_write_order
+def test_a_follower_starts_only_the_write_its_leader_announced():
+    from naspipe.sched.ordered import next_task_writing
 
-    s = _FakeScheduler(0, [2, 1])
-    assert next_task_in_write_order(s) is None  # B(1), B(2) wait for B(0): every replica writes in order
+    s = _FakeScheduler([2, 1])
+    assert next_task_writing(s, None) is None  # nothing announced: no write starts
+    assert next_task_writing(s, 0) is None  # B(0) announced, not ready here yet: B(1), B(2) wait
     assert sorted(s._b_ready) == [1, 2]
-    s.lo = 1
-    assert next_task_in_write_order(s) == 1
+    assert next_task_writing(s, 2) == 2  # the leader wrote 2 first: so does the follower

@@ -10,16 +10,20 @@ replica order with ``naspipe.models.shards.combine``, the function the reference
 the shard losses ride in the same tensor and are combined the same way (the run's loss of a subnet).
 
 The gather is a collective, so every replica of a stage must reach the writes of its subnets in the same
-order: ``next_task_in_write_order`` lets a stage's scheduler start only the write (``B``, or ``W`` with a
-split backward) of its oldest unwritten subnet. Every replica then writes in subnet order, which the exact
-policies allow (a later forward waits on earlier writes anyway); their other choices may differ freely.
+order: replica 0 (the leader) schedules freely and announces each write as it starts it (``announce``, one
+int64 per write on a channel per follower); a follower's receiver thread puts each announcement into its
+inbox as a ``WriteOrder`` and its loop lets a write start only when it is the next one announced
+(``naspipe.sched.ordered.next_task_writing``). Every other choice of a follower stays free.
 """
 
 from __future__ import annotations
 
 import datetime
-import heapq
+import queue
+import threading
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,7 +31,17 @@ import torch.distributed as dist
 from torch import Tensor
 
 from naspipe.models.shards import combine
-from naspipe.sched.tasks import WEIGHT, Task
+from naspipe.runtime.comm import ChannelFailure, TransportError
+from naspipe.sched.ordered import next_task_writing
+
+__all__ = ["ReplicaGroup", "ReplicaMismatch", "WriteOrder", "next_task_writing", "stage_and_replica"]
+
+
+@dataclass
+class WriteOrder:
+    """The leader of a follower's stage started the write of ``subnet``: the follower's next write."""
+
+    subnet: int
 
 
 class ReplicaMismatch(RuntimeError):
@@ -48,11 +62,69 @@ class ReplicaGroup:
         self.device = device
         self.timeout = datetime.timedelta(seconds=timeout)
         self.group: Any = None
+        self.leader = stage  # the global rank of replica 0 of this stage
+        self._followers: list[tuple[int, Any]] = []  # leader: (global rank, order channel) per follower
+        self._channel: Any = None  # follower: the order channel from the leader
         for s in range(stages):
             g = dist.new_group([r * stages + s for r in range(replicas)])
             if s == stage:
                 self.group = g
+        for s in range(stages):
+            for r in range(1, replicas):
+                g = dist.new_group([s, r * stages + s])
+                if s == stage and replica == 0:
+                    self._followers.append((r * stages + s, g))
+                elif s == stage and r == replica:
+                    self._channel = g
         self.bytes_gathered = 0
+        self._pending: deque[tuple[Any, Tensor]] = deque()
+        self._thread: threading.Thread | None = None
+
+    # ---- the write order ---------------------------------------------------------------------------------
+    def start(self, expected: int, inbox: queue.Queue) -> None:
+        """Follower: receive the ``expected`` announced writes into ``inbox`` (a thread; ends by itself)."""
+        if self.replica == 0:
+            return
+
+        def receive() -> None:
+            got = 0
+            try:
+                if self.device.type == "cuda":
+                    torch.cuda.set_device(self.device)
+                buf = torch.empty(1, dtype=torch.int64, device=self.device)
+                for _ in range(expected):
+                    dist.recv(buf, src=self.leader, group=self._channel)
+                    got += 1
+                    inbox.put(WriteOrder(int(buf.item())))
+            except Exception as e:  # noqa: BLE001 - reported to the stage loop, which fails the run
+                inbox.put(ChannelFailure(f"stage {self.stage} replica {self.replica}: receiving the write order "
+                                         f"failed after {got} of {expected}: {type(e).__name__}: {e}"))
+
+        self._thread = threading.Thread(target=receive, daemon=True, name="naspipe-recv-write-order")
+        self._thread.start()
+
+    def announce(self, j: int) -> None:
+        """Leader: tell every follower that the next write is subnet ``j``'s."""
+        while self._pending and self._pending[0][0].is_completed():
+            self._pending.popleft()[0].wait()
+        for dst, g in self._followers:
+            t = torch.tensor([j], dtype=torch.int64, device=self.device)
+            self._pending.append((dist.isend(t, dst=dst, group=g), t))
+
+    def close(self, timeout: float) -> None:
+        """Wait (with the timeout) for the announcements to be sent and the receiver to end."""
+        while self._pending:
+            work = self._pending.popleft()[0]
+            try:
+                work.wait(self.timeout)
+            except Exception as e:
+                raise TransportError(f"stage {self.stage}: a write announcement was not sent within "
+                                     f"{timeout:g} s: {e}") from e
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise TransportError(f"stage {self.stage} replica {self.replica}: the write-order receiver "
+                                     f"still runs after {timeout:g} s")
 
     def _gather(self, t: Tensor) -> list[Tensor]:
         out = [torch.empty_like(t) for _ in range(self.replicas)]
@@ -84,19 +156,3 @@ class ReplicaGroup:
             out.append(total[at:at + t.numel()].reshape(t.shape).to(t.dtype).clone())
             at += t.numel()
         return out
-
-
-def next_task_in_write_order(sched: Any) -> Task | None:
-    """``sched.next_task()`` allowed to start only the write of its oldest unwritten subnet (``sched.lo``)."""
-    attr = "_w_ready" if sched.write_kind == WEIGHT else "_b_ready"
-    ready: list[int] = getattr(sched, attr)
-    later = [x for x in ready if x != sched.lo]
-    if not later:
-        return sched.next_task()
-    setattr(sched, attr, [x for x in ready if x == sched.lo])
-    try:
-        return sched.next_task()
-    finally:
-        merged = later + getattr(sched, attr)
-        heapq.heapify(merged)
-        setattr(sched, attr, merged)

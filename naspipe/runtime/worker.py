@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +40,7 @@ from naspipe.runtime.config import TrainConfig
 from naspipe.runtime.jitter import jitter_seconds
 from naspipe.runtime.online import LossBook
 from naspipe.runtime.recorder import EventLog
-from naspipe.runtime.replicas import ReplicaGroup, next_task_in_write_order, stage_and_replica
+from naspipe.runtime.replicas import ReplicaGroup, WriteOrder, next_task_writing, stage_and_replica
 from naspipe.runtime.stage_exec import StageExecutor
 from naspipe.sched.async_options import parse_async_options
 from naspipe.sched.policies import make_scheduler, stage_specs
@@ -146,6 +147,8 @@ def _run(grank: int, world: int, cfg: TrainConfig, device: torch.device, report:
         if mem is not None:
             mem.warm_up()  # the first forecast tasks' candidates, before the run's clock starts
         links.start()
+        if ex.reducer is not None:
+            ex.reducer.start(cfg.n - ckpt.start, inbox)
         dist.barrier()  # every stage is built and listening: the run starts now
         log.start_clock()
         report("ready", rank)
@@ -153,6 +156,8 @@ def _run(grank: int, world: int, cfg: TrainConfig, device: torch.device, report:
         timing = _loop(rank, cfg, sched, ex, links, inbox, log, report, book, ckpt=ckpt, mem=mem)
         links.flush()
         links.join(cfg.timeout)
+        if ex.reducer is not None:
+            ex.reducer.close(cfg.timeout)
     finally:
         if mem is not None:
             mem.close()  # every candidate back in host memory before hashes and weights are taken
@@ -191,10 +196,16 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
     last_report = 0.0
     clock = time.perf_counter
     fault = cfg.fault_spec()
+    reducer = getattr(ex, "reducer", None)
+    follower = reducer is not None and reducer.replica > 0
+    announced: deque[int] = deque()  # a follower's next writes, as its leader started them
 
-    def deliver(item: Message | ChannelFailure) -> None:
+    def deliver(item: Message | ChannelFailure | WriteOrder) -> None:
         if isinstance(item, ChannelFailure):
             raise PeerLost(item.text)
+        if isinstance(item, WriteOrder):
+            announced.append(item.subnet)
+            return
         if item.kind == ACTIVATION:
             acts[item.subnet] = (item.tensor, item.requires_grad)
             sched.on_activation(item.subnet)
@@ -213,8 +224,15 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
         t = clock()
         if mem is not None:  # (memory: the admission gate)
             task = mem.next_task(sched)
-        else:  # replicas: every replica of the stage writes in subnet order (naspipe.runtime.replicas)
-            task = sched.next_task() if cfg.replicas == 1 else next_task_in_write_order(sched)
+        elif follower:  # a replica writes in its leader's order (naspipe.runtime.replicas)
+            task = next_task_writing(sched, announced[0] if announced else None)
+        else:
+            task = sched.next_task()
+        if task is not None and reducer is not None and task.kind == sched.write_kind:
+            if follower:
+                announced.popleft()
+            else:
+                reducer.announce(task.subnet)
         decide += clock() - t
         if task is None:
             t = clock()
