@@ -13,8 +13,11 @@ simulator models one pipeline whose
   layers are trained) over ``R - 1`` ring steps, ``(R - 1) * (latency + bytes / bandwidth)`` on a
   ``LinkModel``; the native ring all-reduce (not bit-comparable with the reference) would take
   ``2 (R - 1) * (latency + bytes / R / bandwidth)``, reported beside it;
-* messages between stages carry ``B / R`` samples;
-* writes run in subnet order (``naspipe.sched.ordered``), as the runtime's replicas do.
+* messages between stages carry ``B / R`` samples.
+
+The followers of a stage write in their leader's order (``naspipe.sched.ordered``); with equal shards every
+replica has the leader's durations, so the followers run the leader's schedule and one pipeline models all
+of them (what the model leaves out: replicas slowed unequally, e.g. by the runtime's ``--jitter-ms``).
 
 The default link is an intra-node NVLink-class link, 300 GB/s per direction and 10 us per message (A100
 NVLink 3: 600 GB/s both directions together); pass another ``LinkModel`` for PCIe or a network. No torch here.
@@ -98,14 +101,16 @@ class ReplicaCostModel(CostModel):
 
 def replica_memory(space: SearchSpace, part: Partition, replicas: int, in_flight: Sequence[int],
                    optimizer_copies: int = 1) -> list[int]:
-    """Bytes per replica of each stage: its supernet share (weights, gradients and ``optimizer_copies`` more
-    copies, e.g. 1 for SGD momentum, 2 for Adam) plus the activations of its peak subnets in flight at
+    """Bytes per replica of each stage: its supernet share of weights and ``optimizer_copies`` copies of
+    optimizer state (1: SGD momentum, 2: Adam); one subnet's gradients and the ``R`` gathered copies the
+    exact exchange holds (its largest candidates); and the activations of its peak subnets in flight at
     ``B / R`` samples each (the worst candidates)."""
     from naspipe.sim.memory import Footprint
 
     fp = Footprint(space, part, space.batch_size // replicas)
-    return [fp.share(s) * (2 + optimizer_copies) + fp.act_per_sample(s) * fp.batch * int(in_flight[s])
-            for s in range(part.stages)]
+    gather = replicas if replicas > 1 else 0
+    return [fp.share(s) * (1 + optimizer_copies) + fp.max_params(s) * (1 + gather)
+            + fp.act_per_sample(s) * fp.batch * int(in_flight[s]) for s in range(part.stages)]
 
 
 def peak_in_flight(trace: Any, stages: int, write_kind: str) -> list[int]:
@@ -147,7 +152,7 @@ def simulate_replicas(space: SearchSpace, stages: int, replicas: int, stream: Su
                              native=native, split_backward=probe.write_kind == WEIGHT, jitter=jitter, seed=seed,
                              latency=latency, bandwidth=bandwidth)
     result = simulate(space, part, private, policy, window=window, shared=shared, jitter=jitter, seed=seed,
-                      policy_options=policy_options, costs=costs, ordered_writes=replicas > 1)
+                      policy_options=policy_options, costs=costs)
     flight = peak_in_flight(result.trace, part.stages, costs.write_kind)
     busy = sum(e.end - e.start for e in result.trace.events)
     result.extra.update({
