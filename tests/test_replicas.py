@@ -111,3 +111,39 @@ def test_a_follower_starts_only_the_write_its_leader_announced():
     assert next_task_writing(s, 0) is None  # B(0) announced, not ready here yet: B(1), B(2) wait
     assert sorted(s._b_ready) == [1, 2]
     assert next_task_writing(s, 2) == 2  # the leader wrote 2 first: so does the follower
+
+
+@pytest.mark.usefixtures("no_process_left_behind")
+def test_replicas_checkpoint_die_and_resume_to_the_reference(tmp_path, capsys):
+    common = ["--space", "digits-cnn", "--subnets", "8", "--seed", "1", "--stages", "2", "--replicas", "2",
+              "--checkpoint-every", "4", "--timeout", "60", "--no-progress"]
+    run, ref = tmp_path / "run", tmp_path / "ref"
+    assert main(["train", *common, "--fault", "kill:1:6", "--out", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert "stage 1 replica" in err and f"--resume {run}" in err, err
+    assert main(["train", *common, "--resume", str(run)]) == 0
+    assert main(["reference", "--space", "digits-cnn", "--subnets", "8", "--seed", "1", "--replicas", "2",
+                 "--out", str(ref), "--no-progress"]) == 0
+    assert main(["verify", str(run), str(ref)]) == 0
+
+
+@pytest.mark.usefixtures("no_process_left_behind")
+def test_torchrun_world_is_stages_times_replicas(tmp_path):
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    common = ["--space", "tiny-transformer", "--subnets", "6", "--replicas", "2"]
+    run, ref = tmp_path / "run", tmp_path / "ref"
+    p = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", "4", "--master-addr",
+                        "127.0.0.1", "--master-port", str(port), "-m", "naspipe.launch", *common, "--out", str(run),
+                        "--jitter-ms", "1", "--no-progress"], capture_output=True, text=True, timeout=300, cwd=root)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "2 stages x 2 replicas" in p.stdout
+    assert main(["reference", *common, "--out", str(ref), "--no-progress"]) == 0
+    assert main(["verify", str(run), str(ref)]) == 0

@@ -77,6 +77,7 @@ class _Stage:
         self.done = False
         self.ready = False
         self.exited_at: float | None = None
+        self.label = f"stage {rank}"  # with replicas: "stage S replica R"
 
 
 def train(config: TrainConfig) -> RunResult:
@@ -105,6 +106,8 @@ def train(config: TrainConfig) -> RunResult:
             send_end.close()
             life_read.close()
             stages.append(_Stage(rank, proc, recv_end, life_write))
+            if config.replicas > 1:
+                stages[-1].label = f"stage {rank % config.stages} replica {rank // config.stages}"
         startup = _supervise(config, stages, bar, t_start)
     except BaseException as e:
         _stop(stages)
@@ -238,7 +241,9 @@ def _fail(stages: list[_Stage], conns: dict, bar: Any, t_start: float) -> None:
             reason = f"failed: {s.error[0]}"
     others = [x.rank for x in stages if x is not s and x.error is not None]
     tail = f" (stages {others} reported errors after it)" if others else ""
-    raise TrainError(f"stage {s.rank} (rank {s.rank}, pid {s.proc.pid}) {reason}; stopped the other stages{tail}",
+    if others and s.label != f"stage {s.rank}":  # replicas: name them
+        tail = f" ({', '.join(x.label for x in stages if x is not s and x.error is not None)} reported errors after it)"
+    raise TrainError(f"{s.label} (rank {s.rank}, pid {s.proc.pid}) {reason}; stopped the other stages{tail}",
                      s.rank)
 
 
