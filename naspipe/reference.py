@@ -79,7 +79,8 @@ class ReferenceResult:
         runs.write_run(d, "reference", runs.identity(
             space=self.model.space, seed=int(c["seed"]), subnets=len(self.losses), sampler=c.get("sampler"),
             sequence_sha256=c.get("sequence_sha256"), optimizer=str(c["optimizer"]), lr=float(c["lr"]),
-            threads=int(c["threads"]), shared_layers=str(c["shared_layers"]), replicas=int(c.get("replicas", 1))))
+            threads=int(c["threads"]), shared_layers=str(c["shared_layers"]), replicas=int(c.get("replicas", 1)),
+            replica_exchange="exact" if int(c.get("replicas", 1)) > 1 else None))
 
 
 def _snapshot(params: dict[str, torch.nn.Parameter]) -> dict[str, Tensor]:

@@ -147,3 +147,19 @@ def test_torchrun_world_is_stages_times_replicas(tmp_path):
     assert "2 stages x 2 replicas" in p.stdout
     assert main(["reference", *common, "--out", str(ref), "--no-progress"]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
+
+
+@pytest.mark.usefixtures("no_process_left_behind")
+def test_native_exchange_repeats_itself_and_is_labelled_not_comparable(tmp_path, capsys):
+    common = ["--space", "digits-cnn", "--subnets", "6", "--seed", "2"]
+    train = [*common, "--stages", "2", "--replicas", "2", "--replica-exchange", "native", "--no-progress"]
+    a, b, ref = tmp_path / "a", tmp_path / "b", tmp_path / "ref"
+    assert main(["train", *train, "--out", str(a)]) == 0
+    assert main(["train", *train, "--jitter-ms", "2", "--out", str(b)]) == 0
+    assert main(["verify", str(a), str(b)]) == 0  # reproducible run to run
+    assert main(["reference", *common, "--replicas", "2", "--out", str(ref), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(a), str(ref)]) == 1
+    assert "gradient exchange 'native' vs 'exact'" in capsys.readouterr().out
+    assert main(["train", *common, "--replica-exchange", "native", "--out", str(tmp_path / "c")]) == 2
+    assert "only applies with replicas > 1" in capsys.readouterr().err

@@ -112,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
         return runs.identity(space=cfg.space, seed=cfg.seed, subnets=len(cfg.stream), sampler=str(spec),
                              sequence_sha256=digest, optimizer=args.optimizer,
                              lr=DEFAULT_LR[args.optimizer] if args.lr is None else args.lr, threads=args.threads,
-                             shared_layers=str(cfg.shared), replicas=args.replicas)
+                             shared_layers=str(cfg.shared), replicas=args.replicas,
+                             replica_exchange="exact" if args.replicas > 1 else None)
 
     digest = getattr(cfg.stream, "digest", None)
     try:

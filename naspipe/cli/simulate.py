@@ -59,8 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_link_arguments(r)
     r.add_argument("--replicas", type=int, default=1, metavar="R",
                    help="R replicas of every stage: tasks at batch B/R, gradients exchanged on the link (default 1)")
-    r.add_argument("--native-exchange", action="store_true",
-                   help="model the native ring all-reduce instead of the exact all-gather (not bit-comparable)")
+    r.add_argument("--replica-exchange", choices=("exact", "native"), default="exact",
+                   help="exact: all-gather summed in replica order (default); native: the ring all-reduce")
     p.add_argument("--trace", default=None, help="write the trace JSON here")
     p.add_argument("--chrome-trace", default=None, help="write a Chrome/Perfetto trace here")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -186,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"--batch-alpha must lie in [0, 1), got {alpha}")
             result = simulate_replicas(cfg.space, cfg.partition.stages, replicas, cfg.stream, cfg.policy,
                                        window=cfg.window, shared=cfg.shared, jitter=args.jitter, seed=cfg.seed,
-                                       link=link, alpha=alpha, native=args.native_exchange, latency=args.latency,
+                                       link=link, alpha=alpha, native=args.replica_exchange == "native",
+                                       latency=args.latency,
                                        bandwidth=args.bandwidth or float("inf"), policy_options=opts,
                                        part=cfg.partition)
         else:

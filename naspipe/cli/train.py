@@ -86,6 +86,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=positive_int("--replicas"), default=1, metavar="R",
                    help="data-parallel replicas of every stage: stages x R processes, each batch split into R "
                         "shards, gradients combined in replica order (default %(default)s)")
+    p.add_argument("--replica-exchange", choices=("exact", "native"), default="exact",
+                   help="exact: gather and sum in replica order, bit-identical to reference --replicas R (default); "
+                        "native: the backend's all-reduce, reproducible run to run but not comparable")
     p.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # ACTION:STAGE:SUBNET, for tests
 
 
@@ -158,7 +161,7 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             checkpoint_every=getattr(args, "checkpoint_every", None),
             device_memory=getattr(args, "device_memory", None), swap=getattr(args, "swap", None) or "predictive",
             prefetch_depth=getattr(args, "prefetch_depth", None) or 4, pin=getattr(args, "pin", None) or "subnet",
-            replicas=getattr(args, "replicas", 1))
+            replicas=getattr(args, "replicas", 1), replica_exchange=getattr(args, "replica_exchange", "exact"))
         cfg.validate()
         check_model_of(cfg)
         if getattr(args, "resume", None):

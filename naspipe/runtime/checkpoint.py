@@ -98,7 +98,8 @@ def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
         "sequence_sha256": hashlib.sha256(seq.encode()).hexdigest(),
         "device": cfg.device,
         "threads": cfg.threads,
-        **({"replicas": cfg.replicas} if getattr(cfg, "replicas", 1) != 1 else {}),
+        **({"replicas": cfg.replicas, "replica_exchange": cfg.replica_exchange}
+           if getattr(cfg, "replicas", 1) != 1 else {}),
     }
 
 

@@ -29,6 +29,7 @@ BALANCES = ("cost", "measured")
 FAULT_ACTIONS = ("raise", "kill", "exit", "hang")
 # policies whose writes can be ordered by subnet across a stage's replicas (naspipe.runtime.replicas)
 REPLICA_POLICIES = ("sequential", "csp", "csp-chain", "csp-bw")
+REPLICA_EXCHANGES = ("exact", "native")
 # files that mark a directory as holding a run (refused unless overwrite=True)
 RUN_FILES = runs.RUN_FILES
 
@@ -83,6 +84,9 @@ class TrainConfig:
     pin: str = "subnet"  # subnet | task: how long a candidate stays pinned (only with device_memory)
     # data-parallel replicas of every stage (world size = stages x replicas; naspipe.models.shards)
     replicas: int = 1
+    # how replicas combine gradients: "exact" (gathered, summed in replica order: equals the reference) or
+    # "native" (the backend's all-reduce: reproducible run to run, not comparable with the reference)
+    replica_exchange: str = "exact"
 
     # ---- construction --------------------------------------------------------------------------------
     @classmethod
@@ -213,7 +217,7 @@ class TrainConfig:
             "start_method": self.start_method, "balance": self.balance, "sampler": self.sampler,
             **({"device_memory": self.device_memory, "swap": self.swap, "prefetch_depth": self.prefetch_depth,
                 "pin": self.pin} if self.device_memory is not None else {}),
-            **({"replicas": self.replicas} if self.replicas != 1 else {}),
+            **({"replicas": self.replicas, "replica_exchange": self.replica_exchange} if self.replicas != 1 else {}),
         }
 
     # ---- validation ----------------------------------------------------------------------------------------
@@ -226,7 +230,12 @@ class TrainConfig:
         r = self.replicas
         if not isinstance(r, int) or isinstance(r, bool) or r < 1:
             raise ConfigError(f"replicas must be a whole number >= 1, got {r!r}")
+        if self.replica_exchange not in REPLICA_EXCHANGES:
+            raise ConfigError(f"unknown replica exchange {self.replica_exchange!r}; choose one of "
+                              f"{', '.join(REPLICA_EXCHANGES)}")
         if r == 1:
+            if self.replica_exchange != "exact":
+                raise ConfigError("replica exchange native only applies with replicas > 1")
             return
         if self.space.batch_size % r:
             raise ConfigError(f"replicas {r} must divide the batch size {self.space.batch_size} of "

@@ -14,6 +14,10 @@ order: replica 0 (the leader) schedules freely and announces each write as it st
 int64 per write on a channel per follower); a follower's receiver thread puts each announcement into its
 inbox as a ``WriteOrder`` and its loop lets a write start only when it is the next one announced
 (``naspipe.sched.ordered.next_task_writing``). Every other choice of a follower stays free.
+
+``native=True`` (``--replica-exchange native``) all-reduces with the backend instead: it moves less data,
+and for a fixed replica count it sums in a fixed order, so runs repeat bit for bit, but its order (ring,
+chunking) is not the reference's; ``run.json`` records the exchange and ``verify`` refuses to compare.
 """
 
 from __future__ import annotations
@@ -57,8 +61,10 @@ class ReplicaGroup:
     """The replicas of one stage: the exact gradient combination (collective construction: every rank calls
     it once, in the same order, and creates every stage's group)."""
 
-    def __init__(self, stage: int, stages: int, replica: int, replicas: int, device: torch.device, timeout: float):
+    def __init__(self, stage: int, stages: int, replica: int, replicas: int, device: torch.device, timeout: float,
+                 native: bool = False):
         self.stage, self.replica, self.replicas = stage, replica, replicas
+        self.native = native  # the backend's all-reduce (its own summation order) instead of the exact gather
         self.device = device
         self.timeout = datetime.timedelta(seconds=timeout)
         self.group: Any = None
@@ -145,7 +151,12 @@ class ReplicaGroup:
             return list(tensors)
         dtype = present[0].dtype
         flat = torch.cat([t.detach().reshape(-1).to(dtype) for t in present])
-        total = combine(self._gather(flat))
+        if self.native:
+            work = dist.all_reduce(flat, group=self.group, async_op=True)
+            work.wait(self.timeout)
+            total = flat.div_(self.replicas)
+        else:
+            total = combine(self._gather(flat))
         self.bytes_gathered += flat.numel() * flat.element_size() * (self.replicas - 1)
         out: list[Tensor | None] = []
         at = 0

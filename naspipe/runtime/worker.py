@@ -132,7 +132,8 @@ def _run(grank: int, world: int, cfg: TrainConfig, device: torch.device, report:
     inbox: queue.Queue = queue.Queue()
     links = Links(rank, cfg.stages, device, cfg.n - ckpt.start, inbox, cfg.timeout, replica, cfg.replicas)
     if cfg.replicas > 1:  # (collective: after the links' groups, in the same order on every rank)
-        ex.reducer = ReplicaGroup(rank, cfg.stages, replica, cfg.replicas, device, cfg.timeout)
+        ex.reducer = ReplicaGroup(rank, cfg.stages, replica, cfg.replicas, device, cfg.timeout,
+                                  native=cfg.replica_exchange == "native")
     cfg.out.mkdir(parents=True, exist_ok=True)  # (another machine's view of the run directory)
     log = EventLog(rank, cfg.out / "events.jsonl" if replica == 0 else None)
     mem = None

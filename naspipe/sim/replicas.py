@@ -100,15 +100,15 @@ class ReplicaCostModel(CostModel):
 
 
 def replica_memory(space: SearchSpace, part: Partition, replicas: int, in_flight: Sequence[int],
-                   optimizer_copies: int = 1) -> list[int]:
+                   optimizer_copies: int = 1, gathered: bool = True) -> list[int]:
     """Bytes per replica of each stage: its supernet share of weights and ``optimizer_copies`` copies of
     optimizer state (1: SGD momentum, 2: Adam); one subnet's gradients and the ``R`` gathered copies the
-    exact exchange holds (its largest candidates); and the activations of its peak subnets in flight at
-    ``B / R`` samples each (the worst candidates)."""
+    exact exchange holds (its largest candidates; none with ``gathered=False``, the native all-reduce); and
+    the activations of its peak subnets in flight at ``B / R`` samples each (the worst candidates)."""
     from naspipe.sim.memory import Footprint
 
     fp = Footprint(space, part, space.batch_size // replicas)
-    gather = replicas if replicas > 1 else 0
+    gather = replicas if replicas > 1 and gathered else 0
     return [fp.share(s) * (1 + optimizer_copies) + fp.max_params(s) * (1 + gather)
             + fp.act_per_sample(s) * fp.batch * int(in_flight[s]) for s in range(part.stages)]
 
@@ -162,7 +162,7 @@ def simulate_replicas(space: SearchSpace, stages: int, replicas: int, stream: Su
         "exact all-gather, summed in replica order",
         "exchange_share": costs.exchange_total / busy if busy else 0.0,
         "peak_in_flight": flight,
-        "memory_per_replica": replica_memory(space, part, replicas, flight),
+        "memory_per_replica": replica_memory(space, part, replicas, flight, gathered=not native),
     })
     return result
 
