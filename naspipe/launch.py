@@ -3,7 +3,8 @@
 Why it exists: across machines, processes are started by torchrun (or any launcher that sets ``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``), not by ``naspipe train``. Every
 process parses the same ``naspipe train`` options and runs the same stage worker (``env://``
-rendezvous); ``--stages`` defaults to the world size and must equal it. Rank 0 prepares ``--out`` before
+rendezvous); ``--stages`` defaults to the world size (divided by ``--replicas``) and stages x replicas must
+equal it. Rank 0 prepares ``--out`` before
 the rendezvous, shows the progress bar, and after the final barrier merges every stage's part file
 into the run's outputs, which therefore needs ``--out`` on a filesystem all machines share.
 
@@ -44,11 +45,12 @@ def _config(argv: Sequence[str] | None, world: int, rank: int) -> Any:
     add_arguments(parser)
     parser.set_defaults(stages=None)
     args = parser.parse_args(argv)
+    replicas = args.replicas
     if args.stages is None:
-        args.stages = world
-    if args.stages != world:
-        raise UsageError(f"--stages {args.stages} differs from the {world} processes torchrun started; "
-                         "use one process per stage")
+        args.stages = world // replicas
+    if args.stages * replicas != world:
+        raise UsageError(f"--stages {args.stages} x --replicas {replicas} differs from the {world} processes "
+                         "torchrun started; use one process per stage and replica")
     return config_from_args(args, check_out=rank == 0)
 
 

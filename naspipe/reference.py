@@ -17,6 +17,11 @@ It also *defines* the shared-layer (fixed-block) semantics:
   of subnet ``j`` is a separate optimizer step (per-parameter updates, so the bits of the others do not
   change) with ``lr * t1_multiplier(j, D, K)`` (``naspipe.sched.shared``).
 
+Data-parallel replicas (``replicas=R > 1``): subnet ``j``'s batch is split into ``R`` fixed shards
+(``naspipe.models.shards``); one forward and backward per shard, in replica order, and the shards'
+gradients (and losses) combined with ``combine`` before the one optimizer step: what ``R`` replicas of
+every stage of a pipeline run compute and combine, so the two agree bit for bit.
+
 A stream with a ``report(j, loss)`` method (``OnlineStream``, a run-time generated sequence) is told each
 subnet's loss right after that subnet's optimizer step, so later subnets can depend on it.
 """
@@ -33,6 +38,7 @@ import torch
 from torch import Tensor
 
 from naspipe.models import StageModel, build_stage, make_batch, make_optimizer
+from naspipe.models.shards import combine, shard_batch
 from naspipe.sched.shared import SharedLayers
 from naspipe.sequence import SubnetStream
 from naspipe.space import SearchSpace
@@ -73,7 +79,8 @@ class ReferenceResult:
         runs.write_run(d, "reference", runs.identity(
             space=self.model.space, seed=int(c["seed"]), subnets=len(self.losses), sampler=c.get("sampler"),
             sequence_sha256=c.get("sequence_sha256"), optimizer=str(c["optimizer"]), lr=float(c["lr"]),
-            threads=int(c["threads"]), shared_layers=str(c["shared_layers"])))
+            threads=int(c["threads"]), shared_layers=str(c["shared_layers"]), replicas=int(c.get("replicas", 1)),
+            replica_exchange="exact" if int(c.get("replicas", 1)) > 1 else None))
 
 
 def _snapshot(params: dict[str, torch.nn.Parameter]) -> dict[str, Tensor]:
@@ -111,10 +118,47 @@ def _t1_steps(opt: torch.optim.Optimizer, model: StageModel, fixed: dict[str, to
         p.grad = g
 
 
+def _sharded_backward(model: StageModel, subnet: Any, x: Tensor, target: Tensor, replicas: int,
+                      fixed: dict[str, torch.nn.Parameter], version: dict[str, Tensor] | None) -> Tensor:
+    """Forward and backward of each of the ``replicas`` shards, in order; leaves the combined gradients on
+    ``.grad`` (the fixed blocks' too when ``version`` is trained) and returns the combined loss."""
+    params = [p for p in model.parameters() if p.requires_grad and not any(p is f for f in fixed.values())]
+    grads: list[list[Tensor | None]] = [[] for _ in params]
+    fixed_grads: dict[str, list[Tensor]] = {name: [] for name in fixed} if version is not None else {}
+    losses = []
+    for r in range(replicas):
+        xs, ts = shard_batch(model.space, x, target, r, replicas)
+        if version is not None:
+            read = {name: t.clone().requires_grad_(True) for name, t in version.items()}
+            out = model(xs, subnet, fixed_params=read)
+        else:
+            out = model(xs, subnet)
+        loss = model.loss(out, ts)
+        loss.backward()
+        losses.append(loss.detach())
+        for i, p in enumerate(params):
+            grads[i].append(p.grad)
+            p.grad = None
+        for name in fixed_grads:
+            fixed_grads[name].append(read[name].grad)
+    for p, gs in zip(params, grads, strict=True):
+        if gs[0] is not None:
+            p.grad = combine(gs)  # type: ignore[arg-type]
+    for name, gs in fixed_grads.items():
+        fixed[name].grad = combine(gs)
+    return combine(losses)
+
+
 def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared: SharedLayers,
                     optimizer: str = "sgd", lr: float | None = None, progress: bool = False,
-                    threads: int = 1) -> ReferenceResult:
-    """Train ``stream`` (``len(stream)`` subnets) sequentially; ``losses[j]`` is subnet ``j``'s loss."""
+                    threads: int = 1, replicas: int = 1) -> ReferenceResult:
+    """Train ``stream`` (``len(stream)`` subnets) sequentially; ``losses[j]`` is subnet ``j``'s loss.
+
+    ``replicas``: split each batch into that many shards and combine their gradients as ``R`` data-parallel
+    replicas do (the batch size must be divisible by it)."""
+    if not isinstance(replicas, int) or replicas < 1 or space.batch_size % replicas:
+        raise ValueError(f"replicas must be a whole number >= 1 dividing the batch size {space.batch_size}, "
+                         f"got {replicas!r}")
     torch.set_num_threads(threads)
     model = build_stage(space, range(space.num_blocks), seed, shared)
     opt = make_optimizer(model.parameters(), optimizer, lr)
@@ -134,14 +178,18 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
         subnet = space.validate_subnet(stream[j])
         x, target = make_batch(space, seed, j)
         opt.zero_grad(set_to_none=True)
-        if trains_shared:
+        if replicas > 1:
+            loss = _sharded_backward(model, subnet, x, target, replicas, fixed,
+                                     versions[max(0, j - delay)] if trains_shared else None)
+        elif trains_shared:
             read = {name: t.clone().requires_grad_(True) for name, t in versions[max(0, j - delay)].items()}
             out = model(x, subnet, fixed_params=read)
         else:
             out = model(x, subnet)
-        loss = model.loss(out, target)
-        loss.backward()
-        if trains_shared:
+        if replicas == 1:
+            loss = model.loss(out, target)
+            loss.backward()
+        if trains_shared and replicas == 1:
             for name, p in fixed.items():
                 p.grad = read[name].grad
         # only the candidates this subnet used (and, when trained, the fixed blocks) carry a gradient
@@ -165,5 +213,6 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
     digest = getattr(stream, "digest", None)
     config = {"space": space.name, "subnets": n, "seed": int(seed), "shared_layers": str(shared),
               "optimizer": optimizer, "lr": opt.param_groups[0]["lr"], "threads": threads,
-              "torch": torch.__version__, "sequence_sha256": digest() if digest is not None else None}
+              "torch": torch.__version__, "replicas": replicas,
+              "sequence_sha256": digest() if digest is not None else None}
     return ReferenceResult(losses, model, wall, config)

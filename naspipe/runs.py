@@ -28,7 +28,7 @@ RUN_JSON = "run.json"
 KINDS = ("train", "reference")
 # the fields of an identity, in the order verify reports them
 IDENTITY = ("space", "space_sha256", "seed", "subnets", "sampler", "sequence_sha256", "optimizer", "lr",
-            "threads", "shared_layers")
+            "threads", "shared_layers", "replicas", "replica_exchange")
 # files and folders a run writes (cleared by ``clear``): both kinds, a failed run's leftovers, checkpoints
 RUN_FILES = ("losses.csv", "params.json", "trace.json", "metrics.json", "events.jsonl", "status.json", "parts",
              "sequence.json", "weights.pt", RUN_JSON)
@@ -41,8 +41,10 @@ class RunFileError(ValueError):
 
 
 def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequence_sha256: str | None, optimizer: str,
-             lr: float, threads: int, shared_layers: str) -> dict[str, Any]:
-    """A run's identity (JSON-ready). ``space``: a ``SearchSpace``; ``lr``: the learning rate actually used."""
+             lr: float, threads: int, shared_layers: str, replicas: int = 1,
+             replica_exchange: str | None = None) -> dict[str, Any]:
+    """A run's identity (JSON-ready). ``space``: a ``SearchSpace``; ``lr``: the learning rate actually used;
+    ``replica_exchange``: how replicas combine gradients (``exact`` or ``native``; None with one replica)."""
     import hashlib
 
     return {
@@ -50,6 +52,8 @@ def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequen
         "seed": int(seed), "subnets": int(subnets), "sampler": None if sampler is None else str(sampler),
         "sequence_sha256": sequence_sha256,
         "optimizer": str(optimizer), "lr": float(lr), "threads": int(threads), "shared_layers": str(shared_layers),
+        "replicas": int(replicas),
+        **({"replica_exchange": str(replica_exchange)} if replica_exchange is not None else {}),
     }
 
 
@@ -140,7 +144,8 @@ def describe_differences(diffs: Sequence[tuple[str, Any, Any]]) -> str:
         return repr(v) if isinstance(v, str) else json.dumps(v)
 
     names = {"space_sha256": "space definition", "sequence_sha256": "sequence digest",
-             "shared_layers": "shared-layer policy", "threads": "thread count"}
+             "shared_layers": "shared-layer policy", "threads": "thread count", "replicas": "data-parallel replicas",
+             "replica_exchange": "gradient exchange"}
     return ", ".join(f"{names.get(k, k)} {show(k, x)} vs {show(k, y)}" for k, x, y in diffs)
 
 
@@ -152,4 +157,5 @@ def train_identity(cfg: Any, sequence_sha256: str | None = None) -> dict[str, An
         sequence_sha256 = sequence_digest(cfg.space.name, cfg.sequence)
     return identity(space=cfg.space, seed=cfg.seed, subnets=cfg.n, sampler=cfg.sampler,
                     sequence_sha256=sequence_sha256, optimizer=cfg.optimizer, lr=cfg.learning_rate(),
-                    threads=cfg.threads, shared_layers=str(cfg.shared))
+                    threads=cfg.threads, shared_layers=str(cfg.shared), replicas=getattr(cfg, "replicas", 1),
+                    replica_exchange=cfg.replica_exchange if getattr(cfg, "replicas", 1) > 1 else None)

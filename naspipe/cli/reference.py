@@ -69,6 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int("--threads"), default=1,
                    help="intra-op threads (default %(default)s); compare with train runs of the same --threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--replicas", type=positive_int("--replicas"), default=1, metavar="R",
+                   help="split each batch into R shards and combine their gradients in replica order, as "
+                        "train --replicas R does (default %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,6 +93,11 @@ def run(args: argparse.Namespace) -> int:
         check_sequence_size(cfg.space, len(cfg.stream), 1)
     except ConfigError as e:
         raise UsageError(str(e)) from None
+    if args.replicas > 1 and cfg.space.batch_size % args.replicas:
+        raise UsageError(f"--replicas {args.replicas} must divide the batch size {cfg.space.batch_size} of "
+                         f"{cfg.space.name!r} (each replica computes an equal shard)")
+    if args.replicas > 1 and spec.online:
+        raise UsageError(f"--replicas > 1 needs a fixed sequence; --sampler {spec} generates it at run time")
 
     from naspipe import runs
     from naspipe.optim_names import DEFAULT_LR
@@ -104,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
         return runs.identity(space=cfg.space, seed=cfg.seed, subnets=len(cfg.stream), sampler=str(spec),
                              sequence_sha256=digest, optimizer=args.optimizer,
                              lr=DEFAULT_LR[args.optimizer] if args.lr is None else args.lr, threads=args.threads,
-                             shared_layers=str(cfg.shared))
+                             shared_layers=str(cfg.shared), replicas=args.replicas,
+                             replica_exchange="exact" if args.replicas > 1 else None)
 
     digest = getattr(cfg.stream, "digest", None)
     try:
@@ -114,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
     result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
-                             lr=args.lr, progress=not args.no_progress, threads=args.threads)
+                             lr=args.lr, progress=not args.no_progress, threads=args.threads,
+                             replicas=args.replicas)
     n = len(result.losses)
     result.save(out, weights=True, metrics={
         "command": COMMAND,

@@ -1,5 +1,8 @@
 """``naspipe simulate``: run a policy through the discrete-event simulator and report its efficiency.
 
+With ``--replicas R`` every stage has R data-parallel replicas (``naspipe.sim.replicas``: tasks at batch B/R,
+the gradient exchange on a stated link model, memory per replica).
+
 With ``--device-memory`` (or ``--swap``) the run also models each stage's device memory: candidates swapped
 between host and device (``--swap predictive|on-demand|resident``), prefetch depth, copy bandwidth, and the
 batch the policy can afford; the summary then reports hit rate, stall share, bytes moved and peak bytes.
@@ -52,9 +55,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="batch per subnet (default: the largest the policy can afford, at most the space's)")
     g.add_argument("--batch-alpha", type=float, default=None,
                    help="fixed share of a task's time at the space's batch (default 0.1; see sim/costs.py)")
+    r = p.add_argument_group("data-parallel replicas (naspipe.sim.replicas)")
+    add_link_arguments(r)
+    r.add_argument("--replicas", type=int, default=1, metavar="R",
+                   help="R replicas of every stage: tasks at batch B/R, gradients exchanged on the link (default 1)")
+    r.add_argument("--replica-exchange", choices=("exact", "native"), default="exact",
+                   help="exact: all-gather summed in replica order (default); native: the ring all-reduce")
     p.add_argument("--trace", default=None, help="write the trace JSON here")
     p.add_argument("--chrome-trace", default=None, help="write a Chrome/Perfetto trace here")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_link_arguments(g: Any) -> None:
+    g.add_argument("--link-bandwidth", default="300GB",
+                   help="bytes/s per direction between a stage's replicas (default 300GB: NVLink-class)")
+    g.add_argument("--link-latency", type=non_negative_float("--link-latency"), default=10e-6,
+                   help="seconds per message between a stage's replicas (default 1e-05)")
+
+
+def link_from_args(args: argparse.Namespace) -> Any:
+    """The ``LinkModel`` of ``--link-bandwidth`` and ``--link-latency``; UsageError when bad."""
+    from naspipe.memsize import SizeError, parse_bytes
+    from naspipe.sim.replicas import LinkModel
+
+    try:
+        bw = parse_bytes(args.link_bandwidth)
+    except SizeError as e:
+        raise UsageError(f"--link-bandwidth: {e}") from None
+    if bw <= 0:
+        raise UsageError("--link-bandwidth must be > 0 bytes/s")
+    return LinkModel(float(bw), float(args.link_latency))
 
 
 def summarize(cfg: Any, result: Any) -> dict[str, Any]:
@@ -139,13 +169,40 @@ def run(args: argparse.Namespace) -> int:
         if path and not Path(path).parent.is_dir():
             raise UsageError(f"{flag}: cannot write {path}: directory {str(Path(path).parent)!r} does not exist")
     opts = {"micro_batches": args.micro_batches, "max_pending_w": args.max_pending_w}
+    replicas = args.replicas
+    if replicas < 1 or cfg.space.batch_size % replicas:
+        raise UsageError(f"--replicas must be >= 1 and divide the batch size {cfg.space.batch_size} of "
+                         f"{cfg.space.name!r}, got {replicas}")
+    if replicas > 1 and mem is not None:
+        raise UsageError("--replicas > 1 cannot be combined with the device-memory model (--device-memory, --swap)")
+    link = link_from_args(args)
     try:
-        result = simulate(cfg.space, cfg.partition, cfg.stream, cfg.policy, window=cfg.window, shared=cfg.shared,
-                          jitter=args.jitter, seed=cfg.seed, latency=args.latency,
-                          bandwidth=args.bandwidth or float("inf"), policy_options=opts, memory=mem)
+        if replicas > 1:
+            from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
+            from naspipe.sim.replicas import simulate_replicas
+
+            alpha = DEFAULT_BATCH_ALPHA if args.batch_alpha is None else args.batch_alpha
+            if not 0 <= alpha < 1:
+                raise UsageError(f"--batch-alpha must lie in [0, 1), got {alpha}")
+            result = simulate_replicas(cfg.space, cfg.partition.stages, replicas, cfg.stream, cfg.policy,
+                                       window=cfg.window, shared=cfg.shared, jitter=args.jitter, seed=cfg.seed,
+                                       link=link, alpha=alpha, native=args.replica_exchange == "native",
+                                       latency=args.latency,
+                                       bandwidth=args.bandwidth or float("inf"), policy_options=opts,
+                                       part=cfg.partition)
+        else:
+            result = simulate(cfg.space, cfg.partition, cfg.stream, cfg.policy, window=cfg.window,
+                              shared=cfg.shared, jitter=args.jitter, seed=cfg.seed, latency=args.latency,
+                              bandwidth=args.bandwidth or float("inf"), policy_options=opts, memory=mem)
     except (PolicyError, MemoryBudgetError) as e:
         raise UsageError(str(e)) from None
     out = summarize(cfg, result)
+    out["replicas"], out["devices"] = replicas, cfg.partition.stages * replicas
+    if replicas > 1:  # a subnet is the whole batch, split over the replicas
+        out["samples_per_second"] *= replicas
+        out["batch_size"] = cfg.space.batch_size
+        out.update({k: result.extra[k] for k in ("replica_batch", "link", "exchange", "exchange_share",
+                                                 "memory_per_replica")})
     try:
         if args.trace:
             result.trace.save(Path(args.trace))
@@ -160,6 +217,13 @@ def run(args: argparse.Namespace) -> int:
         w(f"{out['policy']} on {out['space']}, {out['stages']} stages, {out['subnets']} subnets, "
           f"window {out['window']}, shared layers {out['shared_layers']}\n")
         w(f"  makespan     {out['makespan']:.4f} s   throughput {out['throughput']:.1f} subnets/s\n")
+        if replicas > 1:
+            from naspipe.memsize import format_bytes
+
+            w(f"  replicas     {replicas} per stage ({out['devices']} devices), batch {out['replica_batch']} each; "
+              f"{out['exchange']} on {link.bandwidth / 1e9:g} GB/s + {link.latency * 1e6:g} us: "
+              f"{100 * out['exchange_share']:.1f}% of busy time; memory per replica "
+              + " ".join(format_bytes(b) for b in out["memory_per_replica"]) + "\n")
         w(f"  utilization  {out['utilization']:.3f}   per stage "
           + " ".join(f"{u:.2f}" for u in out["stage_utilization"]) + "\n")
         w(f"  lower bound  {out['lower_bound']:.4f} s (critical path {out['critical_path']:.4f}, "

@@ -83,6 +83,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(subnet, default: the budget counts candidates only) or only while a task uses it (task: "
                         "autograd saves it by reference, so it may leave the device between forward and backward, "
                         "which pays off when activations compete for the device)")
+    p.add_argument("--replicas", type=positive_int("--replicas"), default=1, metavar="R",
+                   help="data-parallel replicas of every stage: stages x R processes, each batch split into R "
+                        "shards, gradients combined in replica order (default %(default)s)")
+    p.add_argument("--replica-exchange", choices=("exact", "native"), default="exact",
+                   help="exact: gather and sum in replica order, bit-identical to reference --replicas R (default); "
+                        "native: the backend's all-reduce, reproducible run to run but not comparable")
     p.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # ACTION:STAGE:SUBNET, for tests
 
 
@@ -140,7 +146,7 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
 
     try:
         if not spec.online:
-            check_sequence_size(run.space, len(run.stream), run.partition.stages + 1)
+            check_sequence_size(run.space, len(run.stream), run.partition.stages * getattr(args, "replicas", 1) + 1)
         part = run.partition
         if args.balance == "measured" and part.stages > 1:
             part = measured_partition(run.space, part.stages, run.seed)
@@ -154,7 +160,8 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             progress=not args.no_progress, fault=args.fault, start_method=args.start_method,
             checkpoint_every=getattr(args, "checkpoint_every", None),
             device_memory=getattr(args, "device_memory", None), swap=getattr(args, "swap", None) or "predictive",
-            prefetch_depth=getattr(args, "prefetch_depth", None) or 4, pin=getattr(args, "pin", None) or "subnet")
+            prefetch_depth=getattr(args, "prefetch_depth", None) or 4, pin=getattr(args, "pin", None) or "subnet",
+            replicas=getattr(args, "replicas", 1), replica_exchange=getattr(args, "replica_exchange", "exact"))
         cfg.validate()
         check_model_of(cfg)
         if getattr(args, "resume", None):
@@ -171,7 +178,8 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
 
 def summary_line(m: dict[str, Any]) -> str:
     c = m["config"]
-    return (f"{c['policy']} on {c['space']}, {c['stages']} stages, {m['subnets']} subnets, shared layers "
+    reps = f" x {c['replicas']} replicas" if c.get("replicas", 1) != 1 else ""
+    return (f"{c['policy']} on {c['space']}, {c['stages']} stages{reps}, {m['subnets']} subnets, shared layers "
             f"{c['shared_layers']}: {m['subnets_per_s']:.2f} subnets/s ({m['samples_per_s']:.0f} samples/s), "
             f"makespan {m['makespan_s']:.2f} s, utilisation {m['utilization']:.2f}, "
             f"overhead {100 * m['overhead_share']:.1f}% of compute" + _memory_line(m))

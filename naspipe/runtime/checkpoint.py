@@ -98,6 +98,8 @@ def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
         "sequence_sha256": hashlib.sha256(seq.encode()).hexdigest(),
         "device": cfg.device,
         "threads": cfg.threads,
+        **({"replicas": cfg.replicas, "replica_exchange": cfg.replica_exchange}
+           if getattr(cfg, "replicas", 1) != 1 else {}),
     }
 
 
@@ -263,6 +265,7 @@ class Checkpointer:
         self.root = root_of(cfg.out)
         self.start = int(getattr(cfg, "start", 0) or 0)
         self.pending: list[int] = []  # saved here, not yet known complete (rank 0)
+        self.saves = True  # False on replicas > 0 of a stage: replica 0 saves the stage's (identical) state
         self._fp: dict | None = None  # computed once (it hashes the whole sequence)
 
     @property
@@ -290,8 +293,9 @@ class Checkpointer:
                 self._fp = fingerprint(self.cfg)
             if quiesce is not None:
                 quiesce()
-            save_stage(self.cfg, self.rank, c, ex, self.root, self._fp)
-            if self.rank == 0:
+            if self.saves:
+                save_stage(self.cfg, self.rank, c, ex, self.root, self._fp)
+            if self.rank == 0 and self.saves:
                 self.pending.append(c)
             sched.set_fence(self._next(c))
         if self.pending:

@@ -104,13 +104,22 @@ def decode_header(values: list[int]) -> tuple[int, int, int, torch.dtype | None,
     return kind, subnet, flags, DTYPES[code], tuple(values[5:5 + ndim])  # (the loss: decode_loss)
 
 
-def make_channels(world: int) -> tuple[list[dist.ProcessGroup | None], list[dist.ProcessGroup | None]]:
-    """Per pair ``(s, s+1)``: the activation group and the gradient group (collective: every rank calls)."""
+def make_channels(world: int, replica: int = 0, replicas: int = 1
+                  ) -> tuple[list[dist.ProcessGroup | None], list[dist.ProcessGroup | None]]:
+    """Per pair ``(s, s+1)``: the activation group and the gradient group (collective: every rank calls).
+
+    With data-parallel replicas (``world`` stages per replica, global rank ``replica * world + s``) every rank
+    creates every replica's channels in the same order and keeps its own replica's."""
     acts: list[dist.ProcessGroup | None] = []
     grads: list[dist.ProcessGroup | None] = []
-    for s in range(world - 1):
-        acts.append(dist.new_group([s, s + 1]))
-        grads.append(dist.new_group([s, s + 1]))
+    for r in range(replicas):
+        base = r * world
+        for s in range(world - 1):
+            a = dist.new_group([base + s, base + s + 1])
+            g = dist.new_group([base + s, base + s + 1])
+            if r == replica:
+                acts.append(a)
+                grads.append(g)
     return acts, grads
 
 
@@ -118,12 +127,13 @@ class Links:
     """The two neighbours of stage ``rank``: receive threads into ``inbox``, asynchronous sends."""
 
     def __init__(self, rank: int, world: int, device: torch.device, expected: int, inbox: queue.Queue,
-                 timeout: float):
+                 timeout: float, replica: int = 0, replicas: int = 1):
         self.rank, self.world, self.device = rank, world, device
+        self.base = replica * world  # the global rank of this replica's stage 0
         self.expected = expected
         self.inbox = inbox
         self.timeout = timeout
-        self.act_groups, self.grad_groups = make_channels(world)
+        self.act_groups, self.grad_groups = make_channels(world, replica, replicas)
         self._pending: deque[tuple[dist.Work, Tensor]] = deque()  # the tensor stays alive until sent
         self._threads: list[threading.Thread] = []
         self.received = {ACTIVATION: 0, GRADIENT: 0}
@@ -149,7 +159,7 @@ class Links:
                 torch.cuda.set_device(self.device)  # the current device is per thread
             header = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.device)
             for _ in range(self.expected):
-                dist.recv(header, src=src, group=group)
+                dist.recv(header, src=self.base + src, group=group)
                 values = header.tolist()
                 k, j, flags, dtype, shape = decode_header(values)
                 if k != kind:
@@ -157,7 +167,7 @@ class Links:
                 payload = None
                 if dtype is not None:
                     payload = torch.empty(shape, dtype=dtype, device=self.device)
-                    dist.recv(payload, src=src, group=group)
+                    dist.recv(payload, src=self.base + src, group=group)
                 self.received[kind] += 1
                 self.inbox.put(Message(kind, j, payload, bool(flags & FLAG_REQUIRES_GRAD), decode_loss(values)))
         except Exception as e:  # noqa: BLE001 - reported to the stage loop, which fails the run
@@ -177,10 +187,10 @@ class Links:
         self._reap()
         header = torch.tensor(encode_header(kind, subnet, tensor, requires_grad, loss), dtype=torch.int64,
                               device=self.device)
-        self._pending.append((dist.isend(header, dst=dst, group=group), header))
+        self._pending.append((dist.isend(header, dst=self.base + dst, group=group), header))
         if tensor is not None:
             payload = tensor.detach().contiguous()
-            self._pending.append((dist.isend(payload, dst=dst, group=group), payload))
+            self._pending.append((dist.isend(payload, dst=self.base + dst, group=group), payload))
             self.bytes_sent += payload.numel() * payload.element_size()
 
     def _reap(self) -> None:

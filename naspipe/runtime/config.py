@@ -27,6 +27,9 @@ DEVICES = ("cpu", "cuda")
 START_METHODS = ("forkserver", "spawn")
 BALANCES = ("cost", "measured")
 FAULT_ACTIONS = ("raise", "kill", "exit", "hang")
+# policies whose writes can be ordered by subnet across a stage's replicas (naspipe.runtime.replicas)
+REPLICA_POLICIES = ("sequential", "csp", "csp-chain", "csp-bw")
+REPLICA_EXCHANGES = ("exact", "native")
 # files that mark a directory as holding a run (refused unless overwrite=True)
 RUN_FILES = runs.RUN_FILES
 
@@ -79,6 +82,11 @@ class TrainConfig:
     swap: str = "predictive"  # predictive | on-demand | resident (only with device_memory)
     prefetch_depth: int = 4
     pin: str = "subnet"  # subnet | task: how long a candidate stays pinned (only with device_memory)
+    # data-parallel replicas of every stage (world size = stages x replicas; naspipe.models.shards)
+    replicas: int = 1
+    # how replicas combine gradients: "exact" (gathered, summed in replica order: equals the reference) or
+    # "native" (the backend's all-reduce: reproducible run to run, not comparable with the reference)
+    replica_exchange: str = "exact"
 
     # ---- construction --------------------------------------------------------------------------------
     @classmethod
@@ -209,9 +217,37 @@ class TrainConfig:
             "start_method": self.start_method, "balance": self.balance, "sampler": self.sampler,
             **({"device_memory": self.device_memory, "swap": self.swap, "prefetch_depth": self.prefetch_depth,
                 "pin": self.pin} if self.device_memory is not None else {}),
+            **({"replicas": self.replicas, "replica_exchange": self.replica_exchange} if self.replicas != 1 else {}),
         }
 
     # ---- validation ----------------------------------------------------------------------------------------
+    @property
+    def world(self) -> int:
+        """The number of processes: stages x replicas."""
+        return self.stages * self.replicas
+
+    def _validate_replicas(self) -> None:
+        r = self.replicas
+        if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+            raise ConfigError(f"replicas must be a whole number >= 1, got {r!r}")
+        if self.replica_exchange not in REPLICA_EXCHANGES:
+            raise ConfigError(f"unknown replica exchange {self.replica_exchange!r}; choose one of "
+                              f"{', '.join(REPLICA_EXCHANGES)}")
+        if r == 1:
+            if self.replica_exchange != "exact":
+                raise ConfigError("replica exchange native only applies with replicas > 1")
+            return
+        if self.space.batch_size % r:
+            raise ConfigError(f"replicas {r} must divide the batch size {self.space.batch_size} of "
+                              f"{self.space.name!r} (each replica computes an equal shard)")
+        if self.policy_name not in REPLICA_POLICIES:
+            raise ConfigError(f"replicas > 1 work with the exact policies {', '.join(REPLICA_POLICIES)}, "
+                              f"not {self.policy_name}")
+        if self.online:
+            raise ConfigError(f"replicas > 1 need a fixed sequence; sampler {self.sampler} generates it at run time")
+        if self.device_memory is not None:
+            raise ConfigError("replicas > 1 cannot be combined with device_memory (context switching)")
+
     def validate(self) -> None:
         """Every check that can be made without starting a process; raises ConfigError (one line)."""
         from naspipe.models import OPTIMIZERS, model_kind  # torch, but no process
@@ -266,6 +302,7 @@ class TrainConfig:
             raise ConfigError(f"jitter_ms must be a finite number >= 0, got {self.jitter_ms!r}")
         if not isinstance(self.threads, int) or self.threads < 1:
             raise ConfigError(f"threads must be a whole number >= 1, got {self.threads!r}")
+        self._validate_replicas()
         if not (isinstance(self.timeout, (int, float)) and 0 < self.timeout < math.inf):
             raise ConfigError(f"timeout must be a finite number of seconds > 0, got {self.timeout!r}")
         if self.device not in DEVICES:

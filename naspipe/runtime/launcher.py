@@ -77,6 +77,7 @@ class _Stage:
         self.done = False
         self.ready = False
         self.exited_at: float | None = None
+        self.label = f"stage {rank}"  # with replicas: "stage S replica R"
 
 
 def train(config: TrainConfig) -> RunResult:
@@ -96,15 +97,17 @@ def train(config: TrainConfig) -> RunResult:
     try:
         from naspipe.runtime.worker import spawn_entry
 
-        for rank in range(config.stages):
+        for rank in range(config.world):  # stages x replicas (replica r of stage s: rank r * stages + s)
             recv_end, send_end = ctx.Pipe(duplex=False)
             life_read, life_write = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=spawn_entry, name=f"naspipe-stage{rank}", daemon=True,
-                               args=(rank, config.stages, config, HOST, port, send_end, life_read))
+                               args=(rank, config.world, config, HOST, port, send_end, life_read))
             proc.start()
             send_end.close()
             life_read.close()
             stages.append(_Stage(rank, proc, recv_end, life_write))
+            if config.replicas > 1:
+                stages[-1].label = f"stage {rank % config.stages} replica {rank // config.stages}"
         startup = _supervise(config, stages, bar, t_start)
     except BaseException as e:
         _stop(stages)
@@ -238,7 +241,9 @@ def _fail(stages: list[_Stage], conns: dict, bar: Any, t_start: float) -> None:
             reason = f"failed: {s.error[0]}"
     others = [x.rank for x in stages if x is not s and x.error is not None]
     tail = f" (stages {others} reported errors after it)" if others else ""
-    raise TrainError(f"stage {s.rank} (rank {s.rank}, pid {s.proc.pid}) {reason}; stopped the other stages{tail}",
+    if others and s.label != f"stage {s.rank}":  # replicas: name them
+        tail = f" ({', '.join(x.label for x in stages if x is not s and x.error is not None)} reported errors after it)"
+    raise TrainError(f"{s.label} (rank {s.rank}, pid {s.proc.pid}) {reason}; stopped the other stages{tail}",
                      s.rank)
 
 

@@ -32,11 +32,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from naspipe.models import StageModel, input_of, make_batch, target_of
+from naspipe.models.shards import input_batch_dim, shard
 from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
 from naspipe.runtime.updates import ForwardContext, OptimizerBank, make_updates
 from naspipe.sched.tasks import BACKWARD, WEIGHT
@@ -59,8 +61,11 @@ class StageExecutor:
     def __init__(self, model: StageModel, subnets: Sequence[Subnet], *, seed: int, policy: str, optimizer: str,
                  lr: float, shared_delay: int | None, write_kind: str = BACKWARD, micro_batches: int | None = None,
                  device: torch.device | str = "cpu", stage: int = 0, stages: int = 1,
-                 policy_options: dict | None = None):
+                 policy_options: dict | None = None, replica: int = 0, replicas: int = 1, reducer: Any = None):
+        """``replica``/``replicas``: this stage computes shard ``replica`` of every batch; ``reducer``
+        (``naspipe.runtime.replicas.ReplicaGroup``) combines the replicas' gradients before each write."""
         self.model = model
+        self.replica, self.replicas, self.reducer = replica, replicas, reducer
         self.space = model.space
         self.subnets = subnets
         self.seed = seed
@@ -89,7 +94,8 @@ class StageExecutor:
         batch = None
         if self.first:
             batch = make_batch(self.space, self.seed, j)
-            x = input_of(self.space, batch).to(self.device)
+            x = shard(input_of(self.space, batch), self.replica, self.replicas, input_batch_dim(self.space))
+            x = x.to(self.device)
             stage_in = None
         else:
             if x is None:
@@ -112,8 +118,9 @@ class StageExecutor:
         if self.last:
             if batch is None:
                 batch = make_batch(self.space, self.seed, j)
-            loss = self.model.loss(out, target_of(self.space, batch).to(self.device))
-            self.losses[j] = loss.item()
+            target = shard(target_of(self.space, batch), self.replica, self.replicas)
+            loss = self.model.loss(out, target.to(self.device))
+            self.losses[j] = loss.item()  # (with replicas: this shard's, until the write combines them)
             self._keep(j, _Stash(stage_in, loss, ctx, blocks, layers=layers))
             return None, False
         self._keep(j, _Stash(stage_in, out, ctx, blocks, layers=layers))
@@ -138,6 +145,7 @@ class StageExecutor:
                     torch.autograd.backward(out, grad)
         gin = st.x.grad if st.x is not None and st.x.requires_grad else None
         self.rule.after_backward(j, st.ctx)
+        self._combine(j, st)
         if self.write_kind == BACKWARD:
             self.rule.write(j)
         return gin
@@ -197,7 +205,18 @@ class StageExecutor:
                                      st.layer_grads or ()).items():
                 t.grad = g
         self.rule.after_backward(j, st.ctx)
+        self._combine(j, st)
         self.rule.write(j)
+
+    def _combine(self, j: int, st: _Stash) -> None:
+        """Data-parallel replicas: ``j``'s gradients (and, on the last stage, its loss) combined over the
+        stage's replicas in replica order (``naspipe.runtime.replicas``), before the write."""
+        if self.reducer is None:
+            return
+        extra = [st.out.detach().reshape(())] if self.last else []
+        out = self.rule.reduce(j, self.reducer, extra)
+        if self.last:
+            self.losses[j] = out[0].item()
 
     @property
     def in_flight(self) -> int:

@@ -165,6 +165,17 @@ class ExactUpdates:
         fixed = {n: t.grad for n, t in ctx.leaves.items()} if ctx.leaves is not None else {}
         self._grads[j] = (ctx.keys, grads, fixed)
 
+    def reduce(self, j: int, fn: Any, extra: Sequence[Tensor] = ()) -> list[Tensor | None]:
+        """Replace ``j``'s held gradients by ``fn(j, [*extra, *gradients])`` (data-parallel replicas:
+        ``naspipe.runtime.replicas``); returns what ``fn`` made of ``extra``."""
+        keys, grads, fixed = self._grads[j]
+        ps, names = list(grads), list(fixed)
+        k = len(extra)
+        out = fn(j, [*extra, *(grads[p] for p in ps), *(fixed[n] for n in names)])
+        self._grads[j] = (keys, dict(zip(ps, out[k:k + len(ps)], strict=True)),
+                          dict(zip(names, out[k + len(ps):], strict=True)))
+        return out[:k]
+
     def write(self, j: int) -> None:
         keys, grads, fixed = self._grads.pop(j)
         self.bank.step(keys, grads)

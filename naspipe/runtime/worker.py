@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,7 @@ from naspipe.runtime.config import TrainConfig
 from naspipe.runtime.jitter import jitter_seconds
 from naspipe.runtime.online import LossBook
 from naspipe.runtime.recorder import EventLog
+from naspipe.runtime.replicas import ReplicaGroup, WriteOrder, next_task_writing, stage_and_replica
 from naspipe.runtime.stage_exec import StageExecutor
 from naspipe.sched.async_options import parse_async_options
 from naspipe.sched.policies import make_scheduler, stage_specs
@@ -93,8 +95,9 @@ def run_stage(rank: int, world: int, cfg: TrainConfig, report: Report | None = N
     every rank after the final barrier, before the process group is destroyed (rank 0 merges there).
     """
     report = report or (lambda *a: None)
-    if world != cfg.stages:
-        raise RuntimeError(f"the run has {cfg.stages} stages but the process group has {world} processes")
+    if world != cfg.world:
+        raise RuntimeError(f"the run has {cfg.stages} stages x {cfg.replicas} replicas but the process group has "
+                           f"{world} processes")
     device = device_for(cfg, local_rank)
     # the process group's own timeout (rendezvous, barriers, a receive in flight) leaves the stage loop's
     # shorter inbox timeout room to fire first with its clearer message
@@ -110,10 +113,13 @@ def run_stage(rank: int, world: int, cfg: TrainConfig, report: Report | None = N
         dist.destroy_process_group()
 
 
-def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: Report) -> dict[str, Any]:
+def _run(grank: int, world: int, cfg: TrainConfig, device: torch.device, report: Report) -> dict[str, Any]:
+    # with data-parallel replicas global rank ``grank`` runs replica ``replica`` of stage ``rank``
+    rank, replica = stage_and_replica(grank, cfg.stages)
     spec = stage_specs(cfg.space, cfg.partition, cfg.shared)[rank]
     stream = cfg.stream()
     ckpt = Checkpointer(cfg, rank)  # resume at ckpt.start; fences at the checkpoints
+    ckpt.saves = replica == 0  # the replicas of a stage hold the same state: replica 0 saves it
     sched = make_scheduler(cfg.policy, spec, stream, cfg.window, start=ckpt.start, fence=ckpt.fence,
                            **cfg.policy_options)
     model = build_stage(cfg.space, cfg.partition.blocks(rank), cfg.seed, cfg.shared).to(device)
@@ -121,12 +127,15 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
     ex = StageExecutor(model, stream, seed=cfg.seed, policy=cfg.policy_name, optimizer=cfg.optimizer,
                        lr=cfg.learning_rate(), shared_delay=delay, write_kind=sched.write_kind,
                        micro_batches=getattr(sched, "m", None), device=device, stage=rank, stages=cfg.stages,
-                       policy_options=parse_async_options(cfg.policy))
+                       policy_options=parse_async_options(cfg.policy), replica=replica, replicas=cfg.replicas)
     ckpt.restore(ex)
     inbox: queue.Queue = queue.Queue()
-    links = Links(rank, world, device, cfg.n - ckpt.start, inbox, cfg.timeout)
+    links = Links(rank, cfg.stages, device, cfg.n - ckpt.start, inbox, cfg.timeout, replica, cfg.replicas)
+    if cfg.replicas > 1:  # (collective: after the links' groups, in the same order on every rank)
+        ex.reducer = ReplicaGroup(rank, cfg.stages, replica, cfg.replicas, device, cfg.timeout,
+                                  native=cfg.replica_exchange == "native")
     cfg.out.mkdir(parents=True, exist_ok=True)  # (another machine's view of the run directory)
-    log = EventLog(rank, cfg.out / "events.jsonl")
+    log = EventLog(rank, cfg.out / "events.jsonl" if replica == 0 else None)
     mem = None
     try:  # from here on the event log (and the cache's copy thread) are closed whatever happens
         if cfg.device_memory is not None:  # context switching (naspipe.runtime.memory); off by default
@@ -139,6 +148,8 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
         if mem is not None:
             mem.warm_up()  # the first forecast tasks' candidates, before the run's clock starts
         links.start()
+        if ex.reducer is not None:
+            ex.reducer.start(cfg.n - ckpt.start, inbox)
         dist.barrier()  # every stage is built and listening: the run starts now
         log.start_clock()
         report("ready", rank)
@@ -146,11 +157,15 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
         timing = _loop(rank, cfg, sched, ex, links, inbox, log, report, book, ckpt=ckpt, mem=mem)
         links.flush()
         links.join(cfg.timeout)
+        if ex.reducer is not None:
+            ex.reducer.close(cfg.timeout)
     finally:
         if mem is not None:
             mem.close()  # every candidate back in host memory before hashes and weights are taken
             log.events.extend(mem.trace_events(rank))
         log.close()
+    if replica > 0:  # replica 0 of the stage reports it (same weights; the combined losses)
+        return {"stage": rank, "replica": replica, "timing": timing}
     result = {
         "stage": rank, "blocks": list(cfg.partition.bounds[rank]), "pid": os.getpid(),
         "losses": {str(j): v.hex() for j, v in sorted(ex.losses.items())},
@@ -160,6 +175,7 @@ def _run(rank: int, world: int, cfg: TrainConfig, device: torch.device, report: 
         "decisions": sched.decisions, "bytes_sent": links.bytes_sent, "peak_in_flight": ex.peak_stash,
         "updates": ex.updates, "peak_fixed_versions": ex.rule.held_versions(),
         "sequence_sha256": stream.digest(), "losses_learned": book.learned,
+        **({"replicas": cfg.replicas, "bytes_gathered": ex.reducer.bytes_gathered} if ex.reducer else {}),
     }
     if mem is not None:
         result["memory"] = mem.report(timing["loop"])
@@ -181,10 +197,16 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
     last_report = 0.0
     clock = time.perf_counter
     fault = cfg.fault_spec()
+    reducer = getattr(ex, "reducer", None)
+    follower = reducer is not None and reducer.replica > 0
+    announced: deque[int] = deque()  # a follower's next writes, as its leader started them
 
-    def deliver(item: Message | ChannelFailure) -> None:
+    def deliver(item: Message | ChannelFailure | WriteOrder) -> None:
         if isinstance(item, ChannelFailure):
             raise PeerLost(item.text)
+        if isinstance(item, WriteOrder):
+            announced.append(item.subnet)
+            return
         if item.kind == ACTIVATION:
             acts[item.subnet] = (item.tensor, item.requires_grad)
             sched.on_activation(item.subnet)
@@ -201,7 +223,17 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
             except queue.Empty:
                 break
         t = clock()
-        task = sched.next_task() if mem is None else mem.next_task(sched)  # (memory: the admission gate)
+        if mem is not None:  # (memory: the admission gate)
+            task = mem.next_task(sched)
+        elif follower:  # a replica writes in its leader's order (naspipe.runtime.replicas)
+            task = next_task_writing(sched, announced[0] if announced else None)
+        else:
+            task = sched.next_task()
+        if task is not None and reducer is not None and task.kind == sched.write_kind:
+            if follower:
+                announced.popleft()
+            else:
+                reducer.announce(task.subnet)
         decide += clock() - t
         if task is None:
             t = clock()

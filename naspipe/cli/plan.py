@@ -1,0 +1,81 @@
+"""``naspipe plan``: rank every stages x replicas split of a device count on the simulator.
+
+Why it exists: past a few stages the causal bound, not the scheduler, caps a CSP pipeline, so more devices
+pay only as data-parallel replicas; which split is best depends on the space, the batch and the link
+between replicas. The planner simulates each split on the same sequence (``naspipe.sim.replicas.plan``)
+and prints the table, best first (no torch, no processes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from naspipe.cli.common import UsageError, positive_int
+from naspipe.cli.simulate import add_link_arguments, link_from_args
+
+COMMAND = "plan"
+HELP = "rank stages x replicas for a device count on the simulator"
+ORDER = 11
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--devices", type=positive_int("--devices"), required=True, help="devices N to split")
+    p.add_argument("--space", default="naspipe-k96", help="preset name or JSON file (default %(default)s)")
+    p.add_argument("--subnets", type=positive_int("--subnets"), default=500,
+                   help="subnets simulated per split (default %(default)s)")
+    p.add_argument("--policy", default="csp", help="scheduling policy (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the subnet sequence")
+    p.add_argument("--window", type=positive_int("--window"), default=200, help="scheduler window")
+    p.add_argument("--shared-layers", default="frozen", help="fixed-block semantics (default %(default)s)")
+    p.add_argument("--batch-alpha", type=float, default=None,
+                   help="fixed share of a task's time at the space's batch (default 0.1; see sim/costs.py)")
+    add_link_arguments(p)
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from naspipe.sched.policies import POLICIES, PolicyError
+    from naspipe.sched.shared import SharedPolicyError, parse_shared
+    from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
+    from naspipe.sim.replicas import plan
+    from naspipe.space import SpaceError, resolve_space
+
+    try:
+        space = resolve_space(args.space)
+        shared = parse_shared(args.shared_layers)
+    except (SpaceError, SharedPolicyError) as e:
+        raise UsageError(str(e)) from None
+    if args.policy.partition(":")[0] not in POLICIES:
+        raise UsageError(f"unknown policy {args.policy!r}; choose one of {', '.join(POLICIES)}")
+    alpha = DEFAULT_BATCH_ALPHA if args.batch_alpha is None else args.batch_alpha
+    if not 0 <= alpha < 1:
+        raise UsageError(f"--batch-alpha must lie in [0, 1), got {alpha}")
+    link = link_from_args(args)
+    try:
+        rows = plan(space, args.devices, subnets=args.subnets, policy=args.policy, seed=args.seed,
+                    window=args.window, shared=shared, link=link, alpha=alpha)
+    except PolicyError as e:
+        raise UsageError(str(e)) from None
+    if not rows:
+        raise UsageError(f"no stages x replicas split of {args.devices} devices fits {space.name!r} (stages <= "
+                         f"{space.num_blocks} blocks, replicas dividing the batch {space.batch_size})")
+    if args.json:
+        print(json.dumps({"space": space.name, "devices": args.devices, "policy": args.policy,
+                          "subnets": args.subnets, "link": {"bandwidth": link.bandwidth, "latency": link.latency},
+                          "batch_alpha": alpha, "rows": rows}))
+        return 0
+    from naspipe.memsize import format_bytes
+
+    w = sys.stdout.write
+    w(f"{args.devices} devices, {space.name}, {args.policy}, {args.subnets} subnets; link {link.bandwidth / 1e9:g} "
+      f"GB/s + {link.latency * 1e6:g} us between replicas, batch alpha {alpha:g}\n")
+    w(f"{'rank':>4}  {'stages x replicas':>17}  {'subnets/s':>9}  {'vs best':>7}  {'util':>5}  {'exchange':>8}  "
+      f"{'batch/replica':>13}  {'memory/replica':>14}\n")
+    best = rows[0]["throughput"]
+    for i, r in enumerate(rows, 1):
+        w(f"{i:>4}  {r['stages']:>8} x {r['replicas']:<6}  {r['throughput']:>9.2f}  {r['throughput'] / best:>7.2f}  "
+          f"{r['utilization']:>5.2f}  {100 * r['exchange_share']:>7.1f}%  {r['replica_batch']:>13}  "
+          f"{format_bytes(r['memory_per_replica_max']):>14}\n")
+    return 0

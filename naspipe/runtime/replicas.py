@@ -1,0 +1,169 @@
+"""Data-parallel replicas of a stage: the exact, fixed-order combination of their gradients, and the write order.
+
+Why it exists: with ``R`` replicas of every stage (global rank ``replica * stages + stage``), replica ``r``
+of stage ``s`` computes shard ``r`` of every batch and talks only to replica ``r`` of its neighbours; the
+``R`` replicas of a stage must apply the same update, and a run must be reproducible and equal to
+``naspipe reference --replicas R`` bit for bit. A native ring all-reduce sums in an order that depends on
+``R`` and on its chunking, so the exact mode gathers every replica's gradients (one ``all_gather`` of one
+flat tensor per subnet, in the stage's own process group: gloo on CPU, NCCL on GPU) and sums them in
+replica order with ``naspipe.models.shards.combine``, the function the reference uses. On the last stage
+the shard losses ride in the same tensor and are combined the same way (the run's loss of a subnet).
+
+The gather is a collective, so every replica of a stage must reach the writes of its subnets in the same
+order: replica 0 (the leader) schedules freely and announces each write as it starts it (``announce``, one
+int64 per write on a channel per follower); a follower's receiver thread puts each announcement into its
+inbox as a ``WriteOrder`` and its loop lets a write start only when it is the next one announced
+(``naspipe.sched.ordered.next_task_writing``). Every other choice of a follower stays free.
+
+``native=True`` (``--replica-exchange native``) all-reduces with the backend instead: it moves less data,
+and for a fixed replica count it sums in a fixed order, so runs repeat bit for bit, but its order (ring,
+chunking) is not the reference's; ``run.json`` records the exchange and ``verify`` refuses to compare.
+"""
+
+from __future__ import annotations
+
+import datetime
+import queue
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from naspipe.models.shards import combine
+from naspipe.runtime.comm import ChannelFailure, TransportError
+from naspipe.sched.ordered import next_task_writing
+
+__all__ = ["ReplicaGroup", "ReplicaMismatch", "WriteOrder", "next_task_writing", "stage_and_replica"]
+
+
+@dataclass
+class WriteOrder:
+    """The leader of a follower's stage started the write of ``subnet``: the follower's next write."""
+
+    subnet: int
+
+
+class ReplicaMismatch(RuntimeError):
+    """The replicas of a stage reached different subnets' writes (or different gradient sizes)."""
+
+
+def stage_and_replica(rank: int, stages: int) -> tuple[int, int]:
+    """``(stage, replica)`` of global rank ``rank``."""
+    return rank % stages, rank // stages
+
+
+class ReplicaGroup:
+    """The replicas of one stage: the exact gradient combination (collective construction: every rank calls
+    it once, in the same order, and creates every stage's group)."""
+
+    def __init__(self, stage: int, stages: int, replica: int, replicas: int, device: torch.device, timeout: float,
+                 native: bool = False):
+        self.stage, self.replica, self.replicas = stage, replica, replicas
+        self.native = native  # the backend's all-reduce (its own summation order) instead of the exact gather
+        self.device = device
+        self.timeout = datetime.timedelta(seconds=timeout)
+        self.group: Any = None
+        self.leader = stage  # the global rank of replica 0 of this stage
+        self._followers: list[tuple[int, Any]] = []  # leader: (global rank, order channel) per follower
+        self._channel: Any = None  # follower: the order channel from the leader
+        for s in range(stages):
+            g = dist.new_group([r * stages + s for r in range(replicas)])
+            if s == stage:
+                self.group = g
+        for s in range(stages):
+            for r in range(1, replicas):
+                g = dist.new_group([s, r * stages + s])
+                if s == stage and replica == 0:
+                    self._followers.append((r * stages + s, g))
+                elif s == stage and r == replica:
+                    self._channel = g
+        self.bytes_gathered = 0
+        self._pending: deque[tuple[Any, Tensor]] = deque()
+        self._thread: threading.Thread | None = None
+
+    # ---- the write order ---------------------------------------------------------------------------------
+    def start(self, expected: int, inbox: queue.Queue) -> None:
+        """Follower: receive the ``expected`` announced writes into ``inbox`` (a thread; ends by itself)."""
+        if self.replica == 0:
+            return
+
+        def receive() -> None:
+            got = 0
+            try:
+                if self.device.type == "cuda":
+                    torch.cuda.set_device(self.device)
+                buf = torch.empty(1, dtype=torch.int64, device=self.device)
+                for _ in range(expected):
+                    dist.recv(buf, src=self.leader, group=self._channel)
+                    got += 1
+                    inbox.put(WriteOrder(int(buf.item())))
+            except Exception as e:  # noqa: BLE001 - reported to the stage loop, which fails the run
+                inbox.put(ChannelFailure(f"stage {self.stage} replica {self.replica}: receiving the write order "
+                                         f"failed after {got} of {expected}: {type(e).__name__}: {e}"))
+
+        self._thread = threading.Thread(target=receive, daemon=True, name="naspipe-recv-write-order")
+        self._thread.start()
+
+    def announce(self, j: int) -> None:
+        """Leader: tell every follower that the next write is subnet ``j``'s."""
+        while self._pending and self._pending[0][0].is_completed():
+            self._pending.popleft()[0].wait()
+        for dst, g in self._followers:
+            t = torch.tensor([j], dtype=torch.int64, device=self.device)
+            self._pending.append((dist.isend(t, dst=dst, group=g), t))
+
+    def close(self, timeout: float) -> None:
+        """Wait (with the timeout) for the announcements to be sent and the receiver to end."""
+        while self._pending:
+            work = self._pending.popleft()[0]
+            try:
+                work.wait(self.timeout)
+            except Exception as e:
+                raise TransportError(f"stage {self.stage}: a write announcement was not sent within "
+                                     f"{timeout:g} s: {e}") from e
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise TransportError(f"stage {self.stage} replica {self.replica}: the write-order receiver "
+                                     f"still runs after {timeout:g} s")
+
+    def _gather(self, t: Tensor) -> list[Tensor]:
+        out = [torch.empty_like(t) for _ in range(self.replicas)]
+        work = dist.all_gather(out, t, group=self.group, async_op=True)
+        work.wait(self.timeout)
+        return out
+
+    def __call__(self, j: int, tensors: Sequence[Tensor | None]) -> list[Tensor | None]:
+        """Subnet ``j``'s tensors (None stays None) combined over the replicas, in replica order."""
+        present = [t for t in tensors if t is not None]
+        numel = sum(t.numel() for t in present)
+        head = self._gather(torch.tensor([j, numel], dtype=torch.int64, device=self.device))
+        seen = [tuple(h.tolist()) for h in head]
+        if any(s != (j, numel) for s in seen):
+            raise ReplicaMismatch(f"stage {self.stage} replica {self.replica}: the replicas write (subnet, "
+                                  f"gradient size) {seen}; they must agree")
+        if not present:
+            return list(tensors)
+        dtype = present[0].dtype
+        flat = torch.cat([t.detach().reshape(-1).to(dtype) for t in present])
+        if self.native:
+            work = dist.all_reduce(flat, group=self.group, async_op=True)
+            work.wait(self.timeout)
+            total = flat.div_(self.replicas)
+        else:
+            total = combine(self._gather(flat))
+        self.bytes_gathered += flat.numel() * flat.element_size() * (self.replicas - 1)
+        out: list[Tensor | None] = []
+        at = 0
+        for t in tensors:
+            if t is None:
+                out.append(None)
+                continue
+            out.append(total[at:at + t.numel()].reshape(t.shape).to(t.dtype).clone())
+            at += t.numel()
+        return out

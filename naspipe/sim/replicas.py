@@ -1,0 +1,191 @@
+"""Data-parallel replicas in the simulator: task time at batch B/R, the gradient exchange on a stated link,
+memory per replica, and a planner that ranks stages x replicas for a device count.
+
+Why it exists: a deeper pipeline does not scale CSP (the causal bound caps it), so a researcher with N devices
+should know which ``stages x replicas`` split of them trains fastest before renting them. With ``R`` replicas
+(``naspipe train --replicas R``) every stage's replicas run the same schedule on equal shards, so the
+simulator models one pipeline whose
+
+* tasks take ``batch_time_scale(B / R, B, alpha)`` of their cost-model time (``naspipe.sim.costs``: a fixed
+  share ``alpha`` of a task does not shrink with the batch);
+* write task (``B``, or ``W`` with a split backward) also pays the exact gradient exchange: an all-gather
+  of the bytes of the subnet's parameters on the stage (its candidates; the fixed blocks too when shared
+  layers are trained) over ``R - 1`` ring steps, ``(R - 1) * (latency + bytes / bandwidth)`` on a
+  ``LinkModel``; the native ring all-reduce (not bit-comparable with the reference) would take
+  ``2 (R - 1) * (latency + bytes / R / bandwidth)``, reported beside it;
+* messages between stages carry ``B / R`` samples.
+
+The followers of a stage write in their leader's order (``naspipe.sched.ordered``); with equal shards every
+replica has the leader's durations, so the followers run the leader's schedule and one pipeline models all
+of them (what the model leaves out: replicas slowed unequally, e.g. by the runtime's ``--jitter-ms``).
+
+The default link is an intra-node NVLink-class link, 300 GB/s per direction and 10 us per message (A100
+NVLink 3: 600 GB/s both directions together); pass another ``LinkModel`` for PCIe or a network. No torch here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from naspipe.partition import Partition, partition
+from naspipe.sched.shared import SharedLayers
+from naspipe.sched.tasks import BACKWARD, WEIGHT, Task
+from naspipe.sequence import SubnetStream, UniformStream
+from naspipe.sim.costs import DEFAULT_BATCH_ALPHA, CostModel, batch_time_scale
+from naspipe.space import SearchSpace, Subnet
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """The link between the replicas of a stage: bytes/s per direction and seconds per message."""
+
+    bandwidth: float = 300e9
+    latency: float = 10e-6
+
+    def gather_seconds(self, nbytes: float, replicas: int) -> float:
+        """Ring all-gather of ``nbytes`` from each of ``replicas`` (what the exact mode does)."""
+        if replicas <= 1:
+            return 0.0
+        return (replicas - 1) * (self.latency + nbytes / self.bandwidth)
+
+    def allreduce_seconds(self, nbytes: float, replicas: int) -> float:
+        """Ring all-reduce of ``nbytes`` (the native mode: reduce-scatter then all-gather of ``1/R`` chunks)."""
+        if replicas <= 1:
+            return 0.0
+        return 2 * (replicas - 1) * (self.latency + nbytes / replicas / self.bandwidth)
+
+
+DEFAULT_LINK = LinkModel()
+
+
+class ReplicaCostModel(CostModel):
+    """``CostModel`` of one replica of every stage: tasks at batch ``B / R``, the gradient exchange on writes."""
+
+    def __init__(self, space: SearchSpace, part: Partition, subnets: Sequence[Subnet], *, replicas: int,
+                 link: LinkModel = DEFAULT_LINK, alpha: float = DEFAULT_BATCH_ALPHA,
+                 shared: SharedLayers | None = None, native: bool = False, **kw: Any):
+        if replicas < 1 or space.batch_size % replicas:
+            raise ValueError(f"replicas must be >= 1 and divide the batch size {space.batch_size}, got {replicas}")
+        b = space.batch_size
+        super().__init__(space, part, subnets, batch_size=b // replicas,
+                         time_scale=kw.pop("time_scale", 1.0) * batch_time_scale(b // replicas, b, alpha), **kw)
+        self.replicas, self.link, self.native = replicas, link, native
+        self.trains_fixed = shared is not None and shared.mode != "frozen"
+        self.write_kind = WEIGHT if self.split_backward else BACKWARD
+        self.exchange_total = 0.0  # seconds of gradient exchange over every (stage, subnet), once each
+
+    def exchange_bytes(self, stage: int, j: int) -> int:
+        """Bytes of subnet ``j``'s parameters on ``stage`` that its replicas combine."""
+        sub = self.subnets[j]
+        return sum(self.space.candidate(b, sub[b]).param_bytes for b in self._stage_blocks[stage]
+                   if self.trains_fixed or not self.space.blocks[b].fixed)
+
+    def exchange(self, stage: int, j: int) -> float:
+        n = self.exchange_bytes(stage, j)
+        f = self.link.allreduce_seconds if self.native else self.link.gather_seconds
+        return f(n, self.replicas)
+
+    def duration(self, task: Task) -> float:
+        cached = task in self._cache
+        d = super().duration(task)
+        if task.kind == self.write_kind and self.replicas > 1 and not cached:
+            x = self.exchange(task.stage, task.subnet)
+            self.exchange_total += x
+            d += x
+            self._cache[task] = d
+        return d
+
+
+def replica_memory(space: SearchSpace, part: Partition, replicas: int, in_flight: Sequence[int],
+                   optimizer_copies: int = 1, gathered: bool = True) -> list[int]:
+    """Bytes per replica of each stage: its supernet share of weights and ``optimizer_copies`` copies of
+    optimizer state (1: SGD momentum, 2: Adam); one subnet's gradients and the ``R`` gathered copies the
+    exact exchange holds (its largest candidates; none with ``gathered=False``, the native all-reduce); and
+    the activations of its peak subnets in flight at ``B / R`` samples each (the worst candidates)."""
+    from naspipe.sim.memory import Footprint
+
+    fp = Footprint(space, part, space.batch_size // replicas)
+    gather = replicas if replicas > 1 and gathered else 0
+    return [fp.share(s) * (1 + optimizer_copies) + fp.max_params(s) * (1 + gather)
+            + fp.act_per_sample(s) * fp.batch * int(in_flight[s]) for s in range(part.stages)]
+
+
+def peak_in_flight(trace: Any, stages: int, write_kind: str) -> list[int]:
+    """Per stage, the most subnets between their forward's start and their write's end in ``trace``."""
+    out = []
+    for s in range(stages):
+        marks = []
+        for e in trace.events:
+            if e.stage != s:
+                continue
+            if e.kind == "F":
+                marks.append((e.start, 1))
+            elif e.kind == write_kind:
+                marks.append((e.end, -1))
+        cur = best = 0
+        for _, d in sorted(marks, key=lambda m: (m[0], m[1])):
+            cur += d
+            best = max(best, cur)
+        out.append(best)
+    return out
+
+
+def simulate_replicas(space: SearchSpace, stages: int, replicas: int, stream: SubnetStream, policy: str = "csp", *,
+                      window: int = 200, shared: SharedLayers | None = None, jitter: float = 0.0, seed: int = 0,
+                      link: LinkModel = DEFAULT_LINK, alpha: float = DEFAULT_BATCH_ALPHA, native: bool = False,
+                      latency: float = 0.0, bandwidth: float = math.inf,
+                      policy_options: dict[str, int] | None = None, part: Partition | None = None) -> Any:
+    """Simulate ``stages x replicas`` devices; the result's ``extra`` holds the replica metrics."""
+    from naspipe.sched.policies import make_scheduler, stage_specs
+    from naspipe.sequence import ReplayStream
+    from naspipe.sim.engine import simulate
+
+    part = part or partition(space, stages)
+    shared = shared or SharedLayers()
+    private = ReplayStream.materialize(stream)
+    subnets = [private[j] for j in range(len(private))]
+    probe = make_scheduler(policy, stage_specs(space, part, shared)[0], private, window, **(policy_options or {}))
+    costs = ReplicaCostModel(space, part, subnets, replicas=replicas, link=link, alpha=alpha, shared=shared,
+                             native=native, split_backward=probe.write_kind == WEIGHT, jitter=jitter, seed=seed,
+                             latency=latency, bandwidth=bandwidth)
+    result = simulate(space, part, private, policy, window=window, shared=shared, jitter=jitter, seed=seed,
+                      policy_options=policy_options, costs=costs)
+    flight = peak_in_flight(result.trace, part.stages, costs.write_kind)
+    busy = sum(e.end - e.start for e in result.trace.events)
+    result.extra.update({
+        "replicas": replicas, "devices": part.stages * replicas, "replica_batch": costs.batch_size,
+        "link": {"bandwidth": link.bandwidth, "latency": link.latency},
+        "exchange": "native ring all-reduce (not comparable with the reference)" if native else
+        "exact all-gather, summed in replica order",
+        "exchange_share": costs.exchange_total / busy if busy else 0.0,
+        "peak_in_flight": flight,
+        "memory_per_replica": replica_memory(space, part, replicas, flight, gathered=not native),
+    })
+    return result
+
+
+def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = "csp", seed: int = 0,
+         window: int = 200, shared: SharedLayers | None = None, link: LinkModel = DEFAULT_LINK,
+         alpha: float = DEFAULT_BATCH_ALPHA) -> list[dict[str, Any]]:
+    """Every ``stages x replicas = devices`` split that can run (stages <= blocks, replicas divide the batch),
+    simulated on the same sequence; rows ranked by throughput (subnets/s), best first."""
+    if devices < 1:
+        raise ValueError(f"devices must be >= 1, got {devices}")
+    stream = UniformStream(space, seed, subnets)
+    rows = []
+    for r in range(1, devices + 1):
+        p = devices // r
+        if devices % r or space.batch_size % r or p > space.num_blocks:
+            continue
+        res = simulate_replicas(space, p, r, stream, policy, window=window, shared=shared, seed=seed, link=link,
+                                alpha=alpha)
+        ms = res.makespan
+        rows.append({"stages": p, "replicas": r, "devices": devices, "throughput": subnets / ms if ms else 0.0,
+                     "makespan": ms, "utilization": res.utilization, "replica_batch": res.extra["replica_batch"],
+                     "exchange_share": res.extra["exchange_share"],
+                     "memory_per_replica_max": max(res.extra["memory_per_replica"])})
+    rows.sort(key=lambda row: -row["throughput"])
+    return rows

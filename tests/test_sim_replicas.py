@@ -1,0 +1,84 @@
+"""The simulator's data-parallel replicas (``naspipe.sim.replicas``) and ``naspipe plan``."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from naspipe.cli import main
+from naspipe.partition import partition
+from naspipe.sequence import UniformStream
+from naspipe.sim import simulate
+from naspipe.sim.costs import batch_time_scale
+from naspipe.sim.replicas import LinkModel, ReplicaCostModel, plan, simulate_replicas
+from naspipe.space import resolve_space
+
+K96 = resolve_space("naspipe-k96")
+
+
+def _json(capsys, argv: list[str]) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_four_stages_by_four_replicas_double_sixteen_stages(capsys):
+    """The issue's acceptance: under the default link model 4 x 4 devices train at least twice as fast as 16 stages."""
+    base = ["simulate", "--space", "naspipe-k96", "--json"]
+    wide = _json(capsys, [*base, "--stages", "4", "--replicas", "4"])
+    deep = _json(capsys, [*base, "--stages", "16", "--replicas", "1"])
+    assert wide["devices"] == deep["devices"] == 16
+    assert wide["throughput"] >= 2 * deep["throughput"], (wide["throughput"], deep["throughput"])
+    assert 0 < wide["exchange_share"] < 0.5
+
+
+def test_one_replica_is_the_plain_simulation():
+    stream = UniformStream(K96, 1, 200)
+    part = partition(K96, 4)
+    plain = simulate(K96, part, stream, "csp")
+    one = simulate_replicas(K96, 4, 1, stream, "csp")
+    assert one.makespan == plain.makespan and one.extra["exchange_share"] == 0.0
+
+
+def test_tasks_run_at_the_replica_batch_and_writes_pay_the_exchange():
+    stream = UniformStream(K96, 0, 4)
+    part = partition(K96, 2)
+    subs = [stream[j] for j in range(4)]
+    from naspipe.sched.tasks import Task
+    from naspipe.sim.costs import CostModel
+
+    plain = CostModel(K96, part, subs)
+    link = LinkModel(bandwidth=1e9, latency=1e-3)
+    rc = ReplicaCostModel(K96, part, subs, replicas=4, link=link, alpha=0.1)
+    f, b = Task("F", 1, 0), Task("B", 1, 0)
+    assert rc.duration(f) == pytest.approx(plain.duration(f) * batch_time_scale(8, 32, 0.1))
+    nbytes = rc.exchange_bytes(0, 1)
+    assert nbytes > 0
+    assert rc.duration(b) == pytest.approx(plain.duration(b) * 0.325 + 3 * (1e-3 + nbytes / 1e9))
+    assert rc.transfer() == pytest.approx(plain.transfer() / 4 if plain.transfer() else 0.0)
+    assert link.allreduce_seconds(nbytes, 4) < link.gather_seconds(nbytes, 4)
+    slow = simulate_replicas(K96, 4, 4, UniformStream(K96, 0, 100), link=LinkModel(10e9, 1e-5))
+    fast = simulate_replicas(K96, 4, 4, UniformStream(K96, 0, 100), link=LinkModel(math.inf, 0.0))
+    assert slow.makespan > fast.makespan and fast.extra["exchange_share"] == 0.0
+
+
+def test_plan_ranks_every_split_of_the_devices():
+    rows = plan(K96, 8, subnets=100)
+    assert {(r["stages"], r["replicas"]) for r in rows} == {(8, 1), (4, 2), (2, 4), (1, 8)}
+    assert [r["throughput"] for r in rows] == sorted((r["throughput"] for r in rows), reverse=True)
+    assert all(r["stages"] * r["replicas"] == 8 for r in rows)
+
+
+def test_plan_cli_prints_its_table_and_refuses_bad_input(capsys):
+    assert main(["plan", "--devices", "4", "--subnets", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "stages x replicas" in out and "4 x 1" in out and "1 x 4" in out
+    data = _json(capsys, ["plan", "--devices", "4", "--subnets", "50", "--json"])
+    assert len(data["rows"]) == 3 and data["link"]["bandwidth"] == 300e9
+    for argv, message in ((["plan", "--devices", "0"], "--devices"),
+                          (["plan", "--devices", "4", "--link-bandwidth", "fast"], "--link-bandwidth"),
+                          (["simulate", "--space", "naspipe-k96", "--replicas", "3"], "divide the batch size")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and message in err, err
