@@ -448,8 +448,12 @@ def test_report_is_self_contained(tmp_path, capsys):
     assert text.count("plotly.js v") <= 2  # the library once (its banner may name itself twice)
     assert text.count('class="plotly-graph-div"') == 2  # Gantt and DAG
     assert "subnets_per_s" in text and "1.25" in text
-    assert "causal DAG of the first 30 subnets" in text
+    assert "causal DAG of the first 12 subnets" in text  # a readable excerpt by default
     assert "Warning: the trace breaks" not in text  # the DAG's sequence matches the trace
+    # the answer first, the configuration last and folded
+    assert text.index('class="headline"') < text.index("Gantt chart") < text.index("<details>")
+    assert text.index("<details>") < text.index("subnets_per_s")
+    assert "Not verified" in text and "waiting on a causal dependency" in text
     # the CLI
     assert cli_main(["report", str(run), "--out", str(tmp_path / "r.html"), "--dag-subnets", "5"]) == 0
     assert (tmp_path / "r.html").is_file()
