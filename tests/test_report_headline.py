@@ -74,8 +74,8 @@ def test_the_headline_comes_first_with_the_verdict(tmp_path, capsys):
     write_params(ref / "params.json", {"w": "00aa"})
     text = write_report(run).read_text()  # found beside the run
     head = text[:text.index("Gantt chart")]
-    assert "Identical to the reference" in head and "identical: 20 subnets, 1 tensors" in head
-    assert "subnets/s" in head and "at the lower bound" in head and "waiting on a causal dependency" in head
+    assert "Identical to the reference" in head and "20 subnets, 1 tensors" in head
+    assert "subnets/s" in head and "at the lower bound" in head and "idle: causal dependency" in head
     assert "causal DAG of the first 12 subnets" in text and "time (s)" in text
     assert text.index("<details>") > text.index("causal DAG")  # configuration last, folded
     other = tmp_path / "other"

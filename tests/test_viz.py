@@ -453,7 +453,7 @@ def test_report_is_self_contained(tmp_path, capsys):
     # the answer first, the configuration last and folded
     assert text.index('class="headline"') < text.index("Gantt chart") < text.index("<details>")
     assert text.index("<details>") < text.index("subnets_per_s")
-    assert "Not verified" in text and "waiting on a causal dependency" in text
+    assert "Not verified" in text and "idle: causal dependency" in text
     # the CLI
     assert cli_main(["report", str(run), "--out", str(tmp_path / "r.html"), "--dag-subnets", "5"]) == 0
     assert (tmp_path / "r.html").is_file()
@@ -512,3 +512,16 @@ def test_svg_writers():
     root = ET.fromstring(dag_svg(g, "d"))
     assert sum(el.tag.endswith("circle") for el in root.iter()) == len(g)
     assert Task("B", 0, 0) in g and B(1, 0) in g
+
+
+def test_monitor_says_what_happens_while_the_stage_processes_start(tmp_path):
+    path = tmp_path / "events.jsonl"  # not written yet: the stage processes are still starting
+    mon = LiveMonitor(2, 3, widgets=True)
+    mon.follow(path, block=False, poll=0.02)
+    time.sleep(0.15)
+    assert "starting 2 stage processes" in mon._label.value
+    path.write_text(json.dumps(TraceEvent(0, "F", 0, 0.0, 1.0).to_dict()) + "\n")
+    time.sleep(0.3)
+    mon.stop()
+    assert mon.wait(5)
+    assert "0/3 subnets, 1 events" in mon._label.value

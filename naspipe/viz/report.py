@@ -16,6 +16,7 @@ plotly.js is inlined once (first figure), so the file opens offline.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 from collections.abc import Mapping
@@ -35,9 +36,11 @@ from naspipe.trace import Trace, check_causal
 from naspipe.viz.dag import critical_path, dag_figure, dag_from_trace, time_layout, trace_durations
 from naspipe.viz.gantt import DEFAULT_MAX_EVENTS, gantt
 from naspipe.viz.hitrate import hit_stats, hitrate_figure
-from naspipe.viz.idle import CAUSE_LABELS, CAUSES, idle_breakdown
+from naspipe.viz.idle import CAUSES, idle_breakdown
 
 DAG_SUBNETS = 12
+IDLE_HEADERS = {"causal": "idle: causal dependency", "message": "idle: message", "memory": "idle: memory stall",
+                "other": "idle: other (policy, start-up, drain)"}
 
 
 class ReportError(ValueError):
@@ -239,7 +242,8 @@ def headline_html(h: Mapping[str, Any]) -> str:
     cls, word = ("ok", "Identical to the reference") if ok else ("bad", "DIFFERS from the reference") if ok is False \
         else ("unknown", "Not verified")
     where = f" <code>{html.escape(h['reference'])}</code>" if h.get("reference") else ""
-    out = [f'<div class="headline"><p class="verdict {cls}">{word}{where}: {html.escape(str(h["verdict"]))}</p>',
+    verdict = str(h["verdict"]).removeprefix("identical: ")
+    out = [f'<div class="headline"><p class="verdict {cls}">{word}{where}: {html.escape(verdict)}</p>',
            '<table class="numbers">',
            f"<tr><th>policy, stages, subnets</th><td>{html.escape(h['policy'])}, {h['stages']}, "
            f"{h['subnets']}</td></tr>",
@@ -251,10 +255,13 @@ def headline_html(h: Mapping[str, Any]) -> str:
     if h.get("context"):
         out.append(f'<p class="note">{html.escape(str(h["context"]))}</p>')
     cols = ["busy", *CAUSES]
-    head = "".join(f"<th>{html.escape('busy' if c == 'busy' else CAUSE_LABELS[c])}</th>" for c in cols)
+    head = "".join(f"<th>{html.escape('busy' if c == 'busy' else IDLE_HEADERS[c])}</th>" for c in cols)
     rows = "".join(f"<tr><th>stage {r['stage']}</th>" + "".join(f"<td>{_pct(r[c])}</td>" for c in cols) + "</tr>"
                    for r in h["idle"])
-    out.append("<p>Where each stage's time went (share of the makespan):</p>"
+    out.append("<p>Where each stage's time went (share of the makespan). Idle time is split by what the stage "
+               "waited for: an earlier subnet's write of a layer it uses (causal dependency), activations or "
+               "gradients from a neighbour (message), a layer being copied in (memory stall), or nothing it could "
+               "run (other: the policy's order, start-up, drain, overhead).</p>"
                f'<table class="idle"><tr><th></th>{head}</tr>{rows}</table>')
     if not h["idle_attributed"]:
         out.append('<p class="note">Without the space and sequence, idle time is not split by dependency.</p>')
@@ -332,3 +339,27 @@ def _follows_causal_rule(policy: str) -> bool:
         return follows_causal_rule(policy)
     except PolicyError:  # a run of a policy this version does not know: no check
         return False
+
+
+def report_link(path: str | Path, text: str | None = None) -> str:
+    """HTML for a notebook output: a link that opens the report in a new browser tab with its figures drawn.
+
+    A relative link would open in JupyterLab's sandboxed HTML viewer, where the inlined plotly.js does not run
+    until "Trust HTML" is clicked. Here the link starts as ``file://`` (which JupyterLab leaves alone) and a
+    small script rewrites it to the Jupyter server's ``/files/`` URL when the report lies under the server's
+    root (read from the page's ``jupyter-config-data``): the server sends it as a plain page whose scripts run.
+    """
+    p = Path(path).resolve()
+    ident = "naspipe-report-" + hashlib.sha1(str(p).encode()).hexdigest()[:12]
+    label = html.escape(text or f"open the report: {p.name}")
+    js_path = json.dumps(p.as_posix()).replace("</", "<\\/")  # never closes the script element
+    return (f'<a id="{ident}" href="{html.escape(p.as_uri())}" target="_blank" rel="noopener">{label}</a> '
+            f'<span class="naspipe-report-path">({html.escape(str(p))})</span>'
+            "<script>(() => {"
+            f"const a = document.getElementById({json.dumps(ident)});"
+            "const el = document.getElementById('jupyter-config-data'); if (!a || !el) return;"
+            "const c = JSON.parse(el.textContent); const root = (c.serverRoot || '').replace(/\\/+$/, '');"
+            f"const p = {js_path};"
+            "if (root && p.startsWith(root + '/')) {"
+            "a.href = (c.baseUrl || '/') + 'files/' + p.slice(root.length + 1).split('/').map(encodeURIComponent)"
+            ".join('/'); }})();</script>")
