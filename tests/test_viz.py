@@ -383,10 +383,20 @@ def test_schedule_player_and_frames():
     widget = box.children[1]
     assert sum(len(d.x) for d in widget.data) == len(tr.events)
     slider.value = 0
-    assert sum(len(d.x) for d in widget.data) == 0
+    assert sum(sum(d.x) for d in widget.data) == 0  # nothing drawn: only zero-length legend placeholders
+    assert all(len(d.x) == 1 for d in widget.data)  # every kind keeps its legend entry at step 0
     slider.value = 5
     assert 0 < sum(len(d.x) for d in widget.data) < len(tr.events)
     assert "tasks finished" in label.value
+    assert widget.layout.xaxis.range[1] > 0 and widget.layout.yaxis.range is not None  # axes stay put
+
+
+def test_gantt_legend_entries_ride_on_traces_that_have_bars():
+    plain = synthetic_trace(3, 2)
+    split = synthetic_trace(3, 2, split=True)
+    fig = gantt({"csp": plain, "csp-bw": split})
+    shown = {d.legendgroup for d in fig.data if d.showlegend and len(d.x)}
+    assert shown == {"F", "B", "W"}  # W's entry is on the second panel's trace, not on the first's empty one
 
 
 def test_sharing_rows_literal():
