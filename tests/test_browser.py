@@ -146,9 +146,7 @@ def _open_notebook(browser: object, url: str) -> tuple[object, Console]:
     page.goto(url)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
     page.wait_for_timeout(1500)
-    select = page.locator(".jp-Dialog button", has_text=re.compile(r"^Select$"))
-    if select.count():  # "Select Kernel" (the settings above should spare it): take the notebook's kernel
-        select.first.click()
+    _accept_kernel(page)
     # the kernel is ready when the toolbar's kernel status says idle
     page.wait_for_function("() => document.querySelector('.jp-Notebook-ExecutionIndicator') !== null"
                            " && document.querySelector('.jp-Notebook-ExecutionIndicator')"
@@ -156,7 +154,15 @@ def _open_notebook(browser: object, url: str) -> tuple[object, Console]:
     return page, console
 
 
+def _accept_kernel(page: object) -> None:
+    """Answer JupyterLab's "Select Kernel" dialog, if it shows, with the notebook's own kernel."""
+    select = page.locator(".jp-Dialog button", has_text=re.compile(r"^Select$"))
+    if select.count():
+        select.first.click()
+
+
 def _run_all(page: object) -> None:
+    _accept_kernel(page)
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click(timeout=30_000)
     item = page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$"))
     try:
@@ -166,12 +172,17 @@ def _run_all(page: object) -> None:
         raise
 
 
-def _wait_done(page: object, timeout_s: float) -> None:
-    """All code cells executed: every input prompt holds a number, none a star."""
-    page.wait_for_function(
-        """() => { const ps = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-                   return ps.length > 0 && ps.every(p => /\\[\\d+\\]/.test(p.textContent)); }""",
-        timeout=timeout_s * 1000)
+def _wait_done(page: object, timeout_s: float, name: str) -> None:
+    """All code cells executed: every input prompt holds a number, none a star (screenshot on a timeout)."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(
+            """() => { const ps = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+                       return ps.length > 0 && ps.every(p => /\\[\\d+\\]/.test(p.textContent)); }"""):
+        if time.monotonic() > deadline:
+            page.screenshot(path=str(ARTIFACTS / f"{name}_timeout.png"))
+            raise TimeoutError(f"{name}: cells still running after {timeout_s} s")
+        _accept_kernel(page)
+        page.wait_for_timeout(500)
 
 
 def _cell(page: object, text: str) -> object:
@@ -218,7 +229,7 @@ def test_quickstart_and_its_report_in_a_browser(browser, lab):
             break
         time.sleep(0.25)
     assert len({b for _, b, _ in samples if b}) >= 2, f"the monitor never moved: {samples}"
-    _wait_done(page, 300)
+    _wait_done(page, 300, "01")
     monitor.screenshot(path=str(ARTIFACTS / "01_monitor_done.png"))
     for i, cell in enumerate(page.locator(".jp-CodeCell").all()):  # every output as a user sees it
         if cell.locator(".jp-OutputArea-child").count():
@@ -258,7 +269,7 @@ def test_csp_explained_in_a_browser(browser, lab):
     url, _ = lab
     page, console = _open_notebook(browser, url.format("02_csp_explained.ipynb"))
     _run_all(page)
-    _wait_done(page, 180)
+    _wait_done(page, 300, "02")
     player = _cell(page, "schedule_player(")
     plot = player.locator(".js-plotly-plot").first
     plot.wait_for(timeout=30_000)

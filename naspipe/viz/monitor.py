@@ -150,7 +150,7 @@ class LiveMonitor:
             go.Scatter(x=[], y=[], mode="lines", name="prediction hit rate", line={"dash": "dot"}),
         ])
         self._lines.update_layout(
-            title={"text": "utilisation over time (all stages) and prediction hit rate"}, template="plotly_white",
+            title={"text": "utilisation over time (all stages)"}, template="plotly_white",
             height=280, yaxis={"range": [0, 1.05], "title": {"text": "share"}}, xaxis={"title": {"text": "time (s)"}},
             margin={"l": 80, "r": 20, "t": 50, "b": 40})
         self._progress = widgets.IntProgress(value=0, min=0, max=max(self.total, 1), description="subnets",
@@ -185,6 +185,7 @@ class LiveMonitor:
             self._lines.data[0].x, self._lines.data[0].y = x, util.mean(axis=0)
             if self._memory:
                 self._lines.data[1].x, self._lines.data[1].y = x, hit_series(trace, self.buckets).overall()
+                self._lines.layout.title.text = "utilisation over time (all stages) and prediction hit rate"
         self._progress.value = min(self.done_subnets, self._progress.max)
         failed = self.status is not None and not self.status.get("complete")
         self._progress.bar_style = "danger" if failed else "success" if self.done else "info"
