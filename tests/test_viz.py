@@ -535,3 +535,19 @@ def test_monitor_says_what_happens_while_the_stage_processes_start(tmp_path):
     mon.stop()
     assert mon.wait(5)
     assert "0/3 subnets, 1 events" in mon._label.value
+
+
+def test_table_figures_are_tall_enough_for_every_row():
+    short = table_figure([{"a": 1, "b": 2.0}] * 9)
+    long = table_figure([{"label": "predictive 10% pin task " * 3, "x": 1.0}] * 9, title="t")
+    assert short.layout.height >= 9 * 20 + 30  # nine one-line rows and the header
+    assert long.layout.height >= 60 + 9 * 2 * 20  # wrapped cells: two lines a row at least
+
+
+def test_scaling_legend_has_room_for_every_entry():
+    rows = [{"k": k, "stages": p, "policy": pol, "space": f"unit-k{k}", "subnets": 10, "utilization": 0.5,
+             "efficiency": 0.9, "speedup": 1.0}
+            for k in (12, 24) for p in (4, 8) for pol in ("csp", "csp-bw", "bsp", "asp")]
+    fig = scaling_figure(rows, reference={12: 0.32, 24: 0.42})
+    entries = sum(1 for t in fig.data if t.showlegend is not False)
+    assert entries == 9 and fig.layout.height >= 200 + 24 * entries
