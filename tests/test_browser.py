@@ -8,7 +8,7 @@ A JupyterLab server (this interpreter's, so its kernel is this environment's) se
 
 * 01: the monitor cell holds one widget view, whose Gantt changes while training runs (two samples of its
   bars differ), and which says what happens while the stage processes start; the verification cell reports
-  REPRODUCIBLE; the report link points at the server's ``/files/`` URL;
+  REPRODUCIBLE; the report link opens the server's ``/files/`` URL in a new tab, figures drawn;
 * 02: the slider changes the Gantt, every figure's legend lists every named trace, no error output;
 * the report written by 01, opened from ``file://`` with every network request blocked: every figure renders,
   and the headline (verdict) is on the first screen;
@@ -19,6 +19,7 @@ Skipped where chromium is missing (``make test`` installs it: ``make chromium``)
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -43,6 +44,7 @@ pytestmark = pytest.mark.slow  # the module's server fixture checks that no proc
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = ROOT / "out" / "browser"
 NOTEBOOKS = ROOT / "notebooks"
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in front (JupyterLab may restore other tabs)
 
 if CHROMIUM is None and not os.environ.get("CI"):
     pytest.skip("chromium is not installed (make chromium installs Debian's)", allow_module_level=True)
@@ -100,7 +102,7 @@ def lab(tmp_path_factory) -> Iterator[tuple[str, Path]]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"JupyterLab did not start: {(aside / 'lab.log').read_text()[-2000:]}") from None
                 time.sleep(0.3)
-        yield f"{base}/lab/tree/{{}}?token={token}", root
+        yield f"{base}/lab/tree/{{}}?token={token}", root, f"{base}/api/{{}}?token={token}"
     finally:
         proc.terminate()  # the server shuts its kernels down on SIGTERM
         try:
@@ -176,7 +178,8 @@ def _wait_done(page: object, timeout_s: float, name: str) -> None:
     """All code cells executed: every input prompt holds a number, none a star (screenshot on a timeout)."""
     deadline = time.monotonic() + timeout_s
     while not page.evaluate(
-            """() => { const ps = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+            """() => { const ps = [...document.querySelectorAll(
+                           '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')];
                        return ps.length > 0 && ps.every(p => /\\[\\d+\\]/.test(p.textContent)); }"""):
         if time.monotonic() > deadline:
             page.screenshot(path=str(ARTIFACTS / f"{name}_timeout.png"))
@@ -185,9 +188,18 @@ def _wait_done(page: object, timeout_s: float, name: str) -> None:
         page.wait_for_timeout(500)
 
 
+def _shutdown_kernels(api: str) -> None:
+    """End every kernel of the server (REST API): the next notebook starts on an idle machine."""
+    with urllib.request.urlopen(api.format("sessions"), timeout=10) as r:
+        sessions = json.loads(r.read())
+    for sess in sessions:
+        req = urllib.request.Request(api.format(f"sessions/{sess['id']}"), method="DELETE")
+        urllib.request.urlopen(req, timeout=30).close()
+
+
 def _cell(page: object, text: str) -> object:
     """The code cell whose source contains ``text``."""
-    return page.locator(".jp-CodeCell", has=page.locator(".jp-InputArea", has_text=text)).first
+    return page.locator(f"{PANEL} .jp-CodeCell", has=page.locator(".jp-InputArea", has_text=text)).first
 
 
 def _legends_complete(page: object) -> list[str]:
@@ -207,8 +219,9 @@ def _legends_complete(page: object) -> list[str]:
         return bad; }""")
 
 
+@pytest.mark.timeout(480)
 def test_quickstart_and_its_report_in_a_browser(browser, lab):
-    url, root = lab
+    url, root, api = lab
     page, console = _open_notebook(browser, url.format("01_quickstart.ipynb"))
     _run_all(page)
     monitor = _cell(page, "LiveMonitor(")
@@ -229,9 +242,9 @@ def test_quickstart_and_its_report_in_a_browser(browser, lab):
             break
         time.sleep(0.25)
     assert len({b for _, b, _ in samples if b}) >= 2, f"the monitor never moved: {samples}"
-    _wait_done(page, 300, "01")
+    _wait_done(page, 240, "01")
     monitor.screenshot(path=str(ARTIFACTS / "01_monitor_done.png"))
-    for i, cell in enumerate(page.locator(".jp-CodeCell").all()):  # every output as a user sees it
+    for i, cell in enumerate(page.locator(f"{PANEL} .jp-CodeCell").all()):  # every output as a user sees it
         if cell.locator(".jp-OutputArea-child").count():
             cell.screenshot(path=str(ARTIFACTS / f"01_cell{i:02d}.png"))
     assert monitor.locator(".jp-OutputArea-child").count() == 1  # one monitor, not two
@@ -240,9 +253,17 @@ def test_quickstart_and_its_report_in_a_browser(browser, lab):
     assert "REPRODUCIBLE: identical" in _cell(page, "result.verify(").locator(".jp-OutputArea").text_content()
     link = page.locator("a[id^='naspipe-report-']").first
     assert "/files/runs/quickstart/csp/report.html" in link.get_attribute("href")
+    with page.context.expect_page(timeout=30_000) as opened:  # a new tab, not JupyterLab's sandboxed viewer
+        link.click()
+    tab = opened.value
+    tab.wait_for_function("() => { const d = [...document.querySelectorAll('.plotly-graph-div')];"
+                          " return d.length > 0 && d.every(x => x.querySelector('.main-svg')); }", timeout=60_000)
+    tab.screenshot(path=str(ARTIFACTS / "01_report_from_link.png"))
+    tab.close()
     assert not _legends_complete(page), _legends_complete(page)
     assert not console.errors, console.errors
     page.close()
+    _shutdown_kernels(api)
 
     # the report, offline: from file:// with every network request refused
     report = root / "runs" / "quickstart" / "csp" / "report.html"
@@ -265,11 +286,12 @@ def test_quickstart_and_its_report_in_a_browser(browser, lab):
     ctx.close()
 
 
+@pytest.mark.timeout(480)
 def test_csp_explained_in_a_browser(browser, lab):
-    url, _ = lab
+    url, _, api = lab
     page, console = _open_notebook(browser, url.format("02_csp_explained.ipynb"))
     _run_all(page)
-    _wait_done(page, 300, "02")
+    _wait_done(page, 240, "02")
     player = _cell(page, "schedule_player(")
     plot = player.locator(".js-plotly-plot").first
     plot.wait_for(timeout=30_000)
@@ -289,7 +311,7 @@ def test_csp_explained_in_a_browser(browser, lab):
     two = bars()
     page.screenshot(path=str(ARTIFACTS / "02_player_step2.png"))
     assert before != zero and zero != two, "the slider does not move the Gantt"
-    for i, cell in enumerate(page.locator(".jp-CodeCell").all()):
+    for i, cell in enumerate(page.locator(f"{PANEL} .jp-CodeCell").all()):
         if cell.locator(".jp-OutputArea-child").count():
             cell.screenshot(path=str(ARTIFACTS / f"02_cell{i:02d}.png"))
     assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
@@ -297,3 +319,4 @@ def test_csp_explained_in_a_browser(browser, lab):
     assert not _legends_complete(page), _legends_complete(page)
     assert not console.errors, console.errors
     page.close()
+    _shutdown_kernels(api)
