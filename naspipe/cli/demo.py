@@ -72,6 +72,13 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
 
 
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows
+        return None
+
+
 def _mean_task_ms(trace: Any) -> float:
     ev = trace.compute_events()
     return 1e3 * sum(e.duration for e in ev) / len(ev) if ev else 0.0
@@ -106,6 +113,10 @@ def run(args: argparse.Namespace) -> int:
         f"({cores} cores found) -> {out}/")
     if stages > cores:
         say(f"note: {stages} stage processes share {cores} cores: the speed-up measures contention too")
+    load = _load_average()
+    if load is not None and load > 0.5 * cores:
+        say(f"note: the machine is busy (load average {load:.1f} on {cores} cores): the stage processes compete "
+            "with other work, so the speed-up shown is lower than on an idle machine")
     try:
         say("[1/3] CSP, one process per stage")
         csp = train(csp_cfg)
@@ -131,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
     losses = [ref.losses[j] for j in sorted(ref.losses)]
     k = max(1, len(losses) // 10)
     summary = {
-        "space": csp_cfg.space.name, "stages": stages, "cores": cores, "subnets": args.subnets,
+        "space": csp_cfg.space.name, "stages": stages, "cores": cores, "load_average": load,
+        "subnets": args.subnets,
         "speedup": round(speedup, 4), "identical": identical,
         "csp_subnets_per_s": csp.metrics["subnets_per_s"], "sequential_subnets_per_s": base,
         "csp_utilization": csp.metrics["utilization"], "mean_task_ms": round(_mean_task_ms(csp.trace), 4),
