@@ -9,7 +9,8 @@ A JupyterLab server (this interpreter's, so its kernel is this environment's) se
 * 01: the monitor cell holds one widget view, whose Gantt changes while training runs (two samples of its
   bars differ), and which says what happens while the stage processes start; the verification cell reports
   REPRODUCIBLE; the report link opens the server's ``/files/`` URL in a new tab, figures drawn;
-* 02: the slider changes the Gantt, every figure's legend lists every named trace, no error output;
+* 02: the slider changes the Gantt and the legend stays at step 0, every figure's legend lists every drawn
+  trace, every table row fits its figure, no error output;
 * the report written by 01, opened from ``file://`` with every network request blocked: every figure renders,
   and the headline (verdict) is on the first screen;
 * no browser console errors. Screenshots go to ``out/browser/`` (git-ignored) as test artifacts.
@@ -219,6 +220,13 @@ def _legends_complete(page: object) -> list[str]:
         return bad; }""")
 
 
+def _tables_cut(page: object) -> int:
+    """Plotly tables whose rows do not all fit their figure (some hidden behind a scrollbar): plotly's own
+    scrollbar state (bound to the glyph by d3) has room to scroll then."""
+    return page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot .scrollbar-glyph')]
+        .filter(g => g.__data__ && g.__data__.scrollbarState && g.__data__.scrollbarState.wiggleRoom > 0).length""")
+
+
 @pytest.mark.timeout(480)
 def test_quickstart_and_its_report_in_a_browser(browser, lab):
     url, root, api = lab
@@ -317,6 +325,7 @@ def test_csp_explained_in_a_browser(browser, lab):
     assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
                         has_text="Traceback").count() == 0
     assert not _legends_complete(page), _legends_complete(page)
+    assert page.locator(f"{PANEL} .js-plotly-plot .table").count() >= 1 and _tables_cut(page) == 0
     assert not console.errors, console.errors
     page.close()
     _shutdown_kernels(api)
