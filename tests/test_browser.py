@@ -3,14 +3,16 @@
 Headless notebook runs (``test_notebooks*.py``) check outputs as data; only a browser shows whether the
 widgets draw, the live monitor moves while training runs, the slider moves the Gantt and the figures render.
 A JupyterLab server (this interpreter's, so its kernel is this environment's) serves copies of
-``01_quickstart`` and ``02_csp_explained`` with small parameters injected; Playwright drives chromium
-(``executable_path``: Playwright's own browser download is not used) to run all cells and checks:
+``01_quickstart``, ``02_csp_explained``, ``05_scaling`` and ``07_context_switching`` with small parameters;
+Playwright drives chromium (``executable_path``: Playwright's own browser download is not used) to run all
+cells and checks:
 
 * 01: the monitor cell holds one widget view, whose Gantt changes while training runs (two samples of its
   bars differ), and which says what happens while the stage processes start; the verification cell reports
   REPRODUCIBLE; the report link opens the server's ``/files/`` URL in a new tab, figures drawn;
 * 02: the slider changes the Gantt and the legend stays at step 0, every figure's legend lists every drawn
   trace, every table row fits its figure, no error output;
+* 05 and 07: every legend entry present (05's ninth), every table row visible (07's ninth), no ``{k}``;
 * the report written by 01, opened from ``file://`` with every network request blocked: every figure renders,
   and the headline (verdict) is on the first screen;
 * no browser console errors. Screenshots go to ``out/browser/`` (git-ignored) as test artifacts.
@@ -63,6 +65,8 @@ def _prepare(root: Path) -> None:
     params = {
         "01_quickstart.ipynb": {"STAGES": 2, "SUBNETS": 160, "JITTER_MS": 4.0, "OUT": "runs/quickstart"},
         "02_csp_explained.ipynb": {"SUBNETS": 10, "STEPS": 10},
+        "05_scaling.ipynb": {"KS": [12, 48], "STAGES": [4, 8], "SUBNETS": 30},  # 8 curves + the paper: 9 entries
+        "07_context_switching.ipynb": {"SUBNETS": 40, "TREND_KS": [12, 96], "TREND_SUBNETS": 30},  # 9 table rows
     }
     for name, p in params.items():
         nb = inject_parameters(nbformat.read(NOTEBOOKS / name, as_version=4), p)
@@ -220,6 +224,12 @@ def _legends_complete(page: object) -> list[str]:
         return bad; }""")
 
 
+def _legends_cut(page: object) -> int:
+    """Legends too tall for their figure: plotly hides the entries that do not fit behind a scrollbar."""
+    return page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot .legend rect.scrollbar')]
+        .filter(r => parseFloat(r.getAttribute('height') || '0') > 0).length""")
+
+
 def _tables_cut(page: object) -> int:
     """Plotly tables whose rows do not all fit their figure (some hidden behind a scrollbar): plotly's own
     scrollbar state (bound to the glyph by d3) has room to scroll then."""
@@ -326,6 +336,27 @@ def test_csp_explained_in_a_browser(browser, lab):
                         has_text="Traceback").count() == 0
     assert not _legends_complete(page), _legends_complete(page)
     assert page.locator(f"{PANEL} .js-plotly-plot .table").count() >= 1 and _tables_cut(page) == 0
+    assert not console.errors, console.errors
+    page.close()
+    _shutdown_kernels(api)
+
+
+@pytest.mark.timeout(480)
+@pytest.mark.parametrize("name", ["05_scaling", "07_context_switching"])
+def test_figure_notebooks_in_a_browser(browser, lab, name):
+    url, _, api = lab
+    page, console = _open_notebook(browser, url.format(f"{name}.ipynb"))
+    _run_all(page)
+    _wait_done(page, 240, name[:2])
+    for i, cell in enumerate(page.locator(f"{PANEL} .jp-CodeCell").all()):
+        if cell.locator(".jp-OutputArea-child").count():
+            cell.screenshot(path=str(ARTIFACTS / f"{name[:2]}_cell{i:02d}.png"))
+    outputs = page.locator(f"{PANEL} .jp-OutputArea").all_text_contents()
+    assert not any("{k}" in t for t in outputs), "a literal {k} placeholder in the output"
+    assert page.locator(f"{PANEL} .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+                        has_text="Traceback").count() == 0
+    assert not _legends_complete(page), _legends_complete(page)
+    assert _legends_cut(page) == 0 and _tables_cut(page) == 0
     assert not console.errors, console.errors
     page.close()
     _shutdown_kernels(api)

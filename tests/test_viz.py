@@ -550,4 +550,4 @@ def test_scaling_legend_has_room_for_every_entry():
             for k in (12, 24) for p in (4, 8) for pol in ("csp", "csp-bw", "bsp", "asp")]
     fig = scaling_figure(rows, reference={12: 0.32, 24: 0.42})
     entries = sum(1 for t in fig.data if t.showlegend is not False)
-    assert entries == 9 and fig.layout.height >= 200 + 24 * entries
+    assert entries == 9 and fig.layout.height >= 240 + 32 * entries

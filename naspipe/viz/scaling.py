@@ -77,6 +77,6 @@ def scaling_figure(rows: Sequence[Mapping[str, Any]], reference: Mapping[int, fl
     entries = sum(1 for t in fig.data if t.showlegend is not False)
     fig.update_layout(title={"text": title or f"scaling over K ({space.rsplit('-k', 1)[0]} spaces, "
                                                f"{rows[0]['subnets'] if rows else 0} subnets)"},
-                      template="plotly_white", height=max(430, 200 + 24 * entries),  # every legend entry shows
+                      template="plotly_white", height=max(430, 240 + 32 * entries),  # every legend entry shows
                       legend={"title": {"text": "policy, stages"}})
     return fig
