@@ -107,7 +107,8 @@ def lab(tmp_path_factory) -> Iterator[tuple[str, Path]]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"JupyterLab did not start: {(aside / 'lab.log').read_text()[-2000:]}") from None
                 time.sleep(0.3)
-        yield f"{base}/lab/tree/{{}}?token={token}", root, f"{base}/api/{{}}?token={token}"
+        # a workspace per notebook: JupyterLab restores no tab of an earlier test
+        yield f"{base}/lab/workspaces/{{0}}/tree/{{0}}.ipynb?token={token}", root, f"{base}/api/{{}}?token={token}"
     finally:
         proc.terminate()  # the server shuts its kernels down on SIGTERM
         try:
@@ -151,7 +152,7 @@ def _open_notebook(browser: object, url: str) -> tuple[object, Console]:
     console = Console(page)
     page.set_default_timeout(60_000)
     page.goto(url)
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    page.wait_for_selector(f"{PANEL} .jp-Cell", timeout=90_000)
     page.wait_for_timeout(1500)
     _accept_kernel(page)
     # the kernel is ready when the toolbar's kernel status says idle
@@ -240,7 +241,7 @@ def _tables_cut(page: object) -> int:
 @pytest.mark.timeout(480)
 def test_quickstart_and_its_report_in_a_browser(browser, lab):
     url, root, api = lab
-    page, console = _open_notebook(browser, url.format("01_quickstart.ipynb"))
+    page, console = _open_notebook(browser, url.format("01_quickstart"))
     _run_all(page)
     monitor = _cell(page, "LiveMonitor(")
     try:
@@ -307,7 +308,7 @@ def test_quickstart_and_its_report_in_a_browser(browser, lab):
 @pytest.mark.timeout(480)
 def test_csp_explained_in_a_browser(browser, lab):
     url, _, api = lab
-    page, console = _open_notebook(browser, url.format("02_csp_explained.ipynb"))
+    page, console = _open_notebook(browser, url.format("02_csp_explained"))
     _run_all(page)
     _wait_done(page, 240, "02")
     player = _cell(page, "schedule_player(")
@@ -345,7 +346,7 @@ def test_csp_explained_in_a_browser(browser, lab):
 @pytest.mark.parametrize("name", ["05_scaling", "07_context_switching"])
 def test_figure_notebooks_in_a_browser(browser, lab, name):
     url, _, api = lab
-    page, console = _open_notebook(browser, url.format(f"{name}.ipynb"))
+    page, console = _open_notebook(browser, url.format(name))
     _run_all(page)
     _wait_done(page, 240, name[:2])
     for i, cell in enumerate(page.locator(f"{PANEL} .jp-CodeCell").all()):
