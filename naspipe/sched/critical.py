@@ -31,7 +31,8 @@ class CriticalPaths:
         self._cost = [[(b, tuple((c.fwd, c.bwd) for c in space.blocks[b].candidates), not space.blocks[b].fixed)
                        for b in blocks] for blocks in blocks_per_stage]
         self._last: dict[tuple[int, int], int] = {}  # candidate -> newest admitted user
-        self._preds: dict[int, list[tuple[int, int]]] = {}  # k -> (i, t): k next uses i's candidate on t, lowest t
+        # k -> (i, t, b_t(i) + ... + b_{P-1}(i)): k next uses i's candidate on stage t (the lowest such t)
+        self._preds: dict[int, list[tuple[int, int, float]]] = {}
         self.links: dict[int, list[tuple[int, int]]] = {}  # i -> (t, k)
         self.fwd_tail: dict[int, list[float]] = {}  # k -> [f_s + ... + f_{P-1} for s] + [0]
         self.bwd_head: dict[int, list[float]] = {}  # k -> [0] + [b_0 + ... + b_s for s]
@@ -64,7 +65,8 @@ class CriticalPaths:
         for t in range(P):
             bh[t + 1] = bh[t] + b[t]
         self.fwd_tail[k], self.bwd_head[k] = ft_, bh
-        self._preds[k] = list(preds.items())
+        bwd = self.bwd_head
+        self._preds[k] = [(i, t, bwd[i][P] - bwd[i][t]) for i, t in preds.items()]
         self.links[k] = []
         for i, t in preds.items():
             self.links[i].append((t, k))
@@ -75,11 +77,10 @@ class CriticalPaths:
         while heap:
             m = -heapq.heappop(heap)
             fm, xm = self.fwd_tail[m], x[m]
-            for i, t in self._preds[m]:
+            for i, t, b_it in self._preds[m]:
                 xi = x.get(i)
                 if xi is not None:
-                    bi = self.bwd_head[i]
-                    v = bi[P] - bi[t] + fm[t] + xm
+                    v = b_it + fm[t] + xm
                     if v > xi:
                         x[i] = v
                         if i not in queued:
