@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from naspipe.partition import Partition, partition
 from naspipe.sched.chains import ConflictChains
 from naspipe.sched.critical import CriticalPaths
-from naspipe.sched.policies import PolicyError, make_scheduler, stage_specs
+from naspipe.sched.policies import CriticalPathCSPScheduler, PolicyError, make_scheduler, stage_specs
 from naspipe.sched.tasks import B, F, W
 from naspipe.sequence import ReplayStream
 from naspipe.sim import simulate
@@ -140,10 +140,12 @@ def tails(space, part, subnets) -> dict[int, list[float]]:
 @SETTINGS
 @given(inst=instances(), seed=st.integers(0, 3))
 def test_csp_cp_always_starts_a_ready_task_with_the_longest_tail(inst, seed) -> None:
-    """At every start on a stage, no task that was ready there strictly earlier had a longer tail (or an
-    equal one as a backward, when a forward was chosen). Ready: data predecessor done, the write of every
-    earlier subnet sharing a candidate on the stage done, not started yet. Tails: the brute-force oracle
-    over the whole (short) sequence, which the scheduler's 32-subnet horizon covers."""
+    """At every start on a stage, no task of the same kind that was ready there strictly earlier had a
+    longer tail (or an equal one and was older), and a forward was chosen over a ready backward only with
+    a tail more than ``OVERTAKE`` longer, a backward over a ready forward only without. Ready: data
+    predecessor done, the write of every earlier subnet sharing a candidate on the stage done, not started
+    yet. Tails: the brute-force oracle over the whole (short) sequence, which the scheduler's 16-subnet
+    horizon covers."""
     space, part, subnets = inst
     r = simulate(space, part, ReplayStream(space, subnets), "csp-cp", jitter=0.3, seed=seed)
     P, n = part.stages, len(subnets)
@@ -157,14 +159,22 @@ def test_csp_cp_always_starts_a_ready_task_with_the_longest_tail(inst, seed) -> 
             return max([t, *earlier])
         return ev["F", j, s].end if s == P - 1 else ev["B", j, s + 1].end
 
+    m = 1.0 + CriticalPathCSPScheduler.OVERTAKE
     for (kind, j, s), e in ev.items():
-        mine = (tl[j][s if kind == "F" else P + s], kind == "B", -j)
+        mine = tl[j][s if kind == "F" else P + s]
         for k2 in ("F", "B"):
             for i in range(n):
                 other = ev[k2, i, s]
-                if other.start > e.start and ready_at(k2, i, s) < e.start - 1e-9:
-                    theirs = (tl[i][s if k2 == "F" else P + s], k2 == "B", -i)
-                    assert theirs <= mine, f"{kind}({j},{s}) at {e.start} chosen over ready {k2}({i},{s})"
+                if not (other.start > e.start and ready_at(k2, i, s) < e.start - 1e-9):
+                    continue
+                theirs = tl[i][s if k2 == "F" else P + s]
+                what = f"{kind}({j},{s}) at {e.start} chosen over ready {k2}({i},{s})"
+                if k2 == kind:  # the longest tail of its kind, the oldest among equals
+                    assert (theirs, -i) <= (mine, -j), what
+                elif kind == "F":  # a forward overtakes a ready backward only with a clearly longer tail
+                    assert mine > m * theirs, what
+                else:  # a backward: no ready forward had a clearly longer tail
+                    assert theirs <= m * mine, what
 
 
 # ---- literal tables -------------------------------------------------------------------------------------
@@ -225,6 +235,20 @@ def test_csp_cp_runs_a_just_freed_forward_before_backwards_nobody_waits_for() ->
         ["F0", "B0", "F2", "B2", "F3", "B3", "F1", "B1", "F4", "B4"],
     ]
     assert (cp.makespan, csp.makespan, chain.makespan) == (19, 21, 21)
+
+
+def test_csp_cp_forward_overtakes_only_with_a_clearly_longer_tail() -> None:
+    """One stage, so B(j) is ready right after F(j). Subnet 1's forward heads f + b = 1 + 20 = 21. Against
+    B0 with tail 20 (F0 first: tails tie at 21, the older wins), 21 is within OVERTAKE (5%): B0 runs first.
+    Against B0 with tail 10 (F0 first with tail 12 + 10) it is not: F1 overtakes, and then the backwards go
+    by tail, B1 (20) before the older B0 (10)."""
+    close = _space([(1, 20), (1, 20)])
+    far = _space([(12, 10), (1, 20)])
+    subs = [(0,), (1,)]
+    assert table(simulate(close, partition(close, 1), ReplayStream(close, subs), "csp-cp")) == [
+        ["F0", "B0", "F1", "B1"]]
+    assert table(simulate(far, partition(far, 1), ReplayStream(far, subs), "csp-cp")) == [
+        ["F0", "F1", "B1", "B0"]]
 
 
 # ---- scheduler-level tests --------------------------------------------------------------------------------
