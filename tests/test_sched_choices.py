@@ -351,3 +351,18 @@ def test_csp_bw_next_weight_task_is_the_oldest() -> None:
     assert s.clone().next_task() == W(1, 0)
     assert s.next_weight_task() == W(0, 0)
     assert s.max_pending_w == 5  # restored
+
+
+def test_csp_bw_w_beats_a_forward_only_with_a_deeper_chain() -> None:
+    """Stage 0 of 2: a forward's priority is 2P - 1 - s + depth = 3 + depth, a W's its depth; links weigh
+    2(P - t) + 1: 5 on stage 0, 3 on stage 1. Subnet 2 shares stage 1's candidate with 0, so W0 heads
+    depth 3, and F2 (depth 0) has priority 3: a tie, which the forward keeps (W must be strictly deeper)."""
+    s = _sched("csp-bw", [(0, 0), (1, 1), (2, 0)])
+    for task in (F(0, 0), F(1, 0)):  # F0 first (3 + 3), then F1 and F2 tie at 3: the older
+        assert s.next_task() == task
+        s.on_finish(task)
+    s.on_gradient(0)
+    assert s.next_task() == B(0, 0)
+    s.on_finish(B(0, 0))
+    assert s.pending_w == 1
+    assert s.next_task() == F(2, 0)
