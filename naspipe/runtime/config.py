@@ -350,8 +350,9 @@ class TrainConfig:
             raise ConfigError("device_memory (context switching) needs a fixed sequence, not a run-time sampler")
         if self.device != "cpu":
             raise ConfigError("device_memory (context switching) runs on device cpu only so far")
-        if self.policy_name not in ("csp", "csp-bw"):
-            raise ConfigError(f"device_memory (context switching) needs policy csp or csp-bw, not {self.policy}")
+        if self.policy_name not in ("csp", "csp-cp", "csp-bw"):
+            raise ConfigError(f"device_memory (context switching) needs policy csp, csp-cp or csp-bw, "
+                              f"not {self.policy}")
         from naspipe.models import build_stage
         from naspipe.runtime.memory import resident_bytes, stage_budget
 
