@@ -28,7 +28,7 @@ START_METHODS = ("forkserver", "spawn")
 BALANCES = ("cost", "measured")
 FAULT_ACTIONS = ("raise", "kill", "exit", "hang")
 # policies whose writes can be ordered by subnet across a stage's replicas (naspipe.runtime.replicas)
-REPLICA_POLICIES = ("sequential", "csp", "csp-chain", "csp-bw")
+REPLICA_POLICIES = ("sequential", "csp", "csp-chain", "csp-cp", "csp-bw")
 REPLICA_EXCHANGES = ("exact", "native")
 # files that mark a directory as holding a run (refused unless overwrite=True)
 RUN_FILES = runs.RUN_FILES
