@@ -153,6 +153,19 @@ class StageScheduler:
             self._f_ready = rest + self._f_ready
             heapq.heapify(self._f_ready)
 
+    def next_task_without_forward(self) -> Task | None:
+        """``next_task()`` choosing no forward (None if no backward or weight task is ready, or a task runs).
+        For a driver whose memory gate refuses a forward that the policy prefers to ready backwards (csp-cp):
+        a backward needs no admission and frees memory, so waiting for an event instead can deadlock."""
+        if self._running is not None:
+            return None
+        held, self._f_ready = self._f_ready, []
+        try:
+            return self.next_task()
+        finally:
+            self._f_ready = held + self._f_ready
+            heapq.heapify(self._f_ready)
+
     def next_weight_task(self) -> Task | None:
         """Start the oldest pending weight task now (split-backward policies; None here): a driver that
         refuses a forward for lack of memory must not wait for memory only a pending ``W`` would free."""

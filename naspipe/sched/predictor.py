@@ -223,8 +223,12 @@ class SpeculativeGate(Protocol):
 
 def fallback_task(sched: StageScheduler, gate: SpeculativeGate) -> Task | None:
     """What a driver starts when ``gate`` refuses the forward the policy offers: a pending ``W`` (it frees
-    memory), else the gate's preferred forward if it is ready and admitted; None: wait for an event."""
+    memory), else a ready backward (a policy may prefer a forward to it), else the gate's preferred forward
+    if it is ready and admitted; None: wait for an event."""
     t = sched.next_weight_task()
+    if t is not None:
+        return t
+    t = sched.next_task_without_forward()
     if t is not None:
         return t
     j = gate.preferred_forward()
