@@ -57,8 +57,8 @@ def main() -> None:
     from naspipe.reference import train_reference
     from naspipe.results import verify
     from naspipe.runtime import TrainConfig, train
-    from naspipe.sched.shared import parse_shared
     from naspipe.sequence import UniformStream
+    from naspipe.shared import parse_shared
     from naspipe.space import preset
 
     torch.set_num_threads(1)

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from naspipe.partition import Partition
-from naspipe.sched.shared import SharedLayers
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
+from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace, Subnet
 
 

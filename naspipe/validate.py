@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from naspipe.sched.shared import SharedLayers
+from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace
 
 PROBE_SAMPLES = 2

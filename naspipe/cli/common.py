@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from naspipe.partition import Partition, partition
 from naspipe.sched.policies import POLICIES, PolicyError
-from naspipe.sched.shared import SharedLayers, SharedPolicyError, parse_shared
 from naspipe.sequence import ReplayStream, SubnetStream, UniformStream
+from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
 from naspipe.space import SearchSpace, SpaceError, resolve_space
 
 

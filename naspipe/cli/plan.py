@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from naspipe.sched.policies import POLICIES, PolicyError
-    from naspipe.sched.shared import SharedPolicyError, parse_shared
+    from naspipe.shared import SharedPolicyError, parse_shared
     from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
     from naspipe.sim.replicas import plan
     from naspipe.space import SpaceError, resolve_space

@@ -306,8 +306,8 @@ def replay_schedule(space: Any, stages: int, policy: str, subnets: Sequence[Sequ
     from naspipe.partition import partition
     from naspipe.runtime.stage_exec import StageExecutor
     from naspipe.sched.async_options import parse_async_options
-    from naspipe.sched.shared import parse_shared
     from naspipe.sequence import ReplayStream
+    from naspipe.shared import parse_shared
     from naspipe.sim import simulate
 
     sh = parse_shared(shared)

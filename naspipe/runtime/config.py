@@ -19,8 +19,8 @@ from naspipe.partition import Partition
 from naspipe.partition import partition as make_partition
 from naspipe.samplers import SamplerError, make_stream, parse_sampler
 from naspipe.sched.policies import POLICIES, PolicyError, StageSpec, make_scheduler
-from naspipe.sched.shared import SharedLayers, SharedPolicyError, parse_shared
 from naspipe.sequence import ReplayStream, SubnetStream, UniformStream
+from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
 from naspipe.space import SearchSpace, SpaceError, Subnet, resolve_space
 
 DEVICES = ("cpu", "cuda")

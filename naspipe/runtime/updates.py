@@ -113,7 +113,7 @@ def take_grads(params: Sequence[nn.Parameter]) -> dict[nn.Parameter, Tensor | No
 
 
 class CorrectedFixedVersions(FixedVersions):
-    """``FixedVersions`` with the ``delayed:D`` corrections (``naspipe.sched.shared``): ``+predict`` stores
+    """``FixedVersions`` with the ``delayed:D`` corrections (``naspipe.shared``): ``+predict`` stores
     ``predict(v_k, s = D)`` computed when ``v_k`` is snapshotted (optimizer state and last shared gradient of
     that moment), ``+t1=K`` scales the shared step of subnet ``j`` by ``t1_multiplier(j, D, K)``."""
 

@@ -10,8 +10,8 @@ from naspipe.sched.policies import (
     policy_names,
     stage_specs,
 )
-from naspipe.sched.shared import SharedLayers, SharedPolicyError, parse_shared
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, B, F, Task, W
+from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
 
 __all__ = [
     "BACKWARD", "FORWARD", "WEIGHT", "B", "F", "W", "Task", "CausalTracker", "POLICIES", "PolicyError",

@@ -32,9 +32,9 @@ from typing import Any
 
 from naspipe.sched.causal import CausalTracker
 from naspipe.sched.chains import ConflictChains
-from naspipe.sched.shared import SharedLayers
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.sequence import SubnetStream, Window
+from naspipe.shared import SharedLayers
 
 
 class PolicyError(ValueError):

@@ -18,11 +18,11 @@ import torch
 
 from naspipe.checkpoint_weights import load_weights
 from naspipe.models import Batch, StageModel, evaluate, heldout_batches, model_kind
-from naspipe.sched.shared import SharedLayers, parse_shared
 from naspipe.search.constraints import Constraint
 from naspipe.search.costs import CostModel
 from naspipe.search.result import SearchResult
 from naspipe.search.strategies import EvaluateFn, search_space
+from naspipe.shared import SharedLayers, parse_shared
 from naspipe.space import SearchSpace, SpaceError, Subnet, resolve_space
 
 SEARCH_JSON = "search.json"

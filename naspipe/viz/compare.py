@@ -15,9 +15,9 @@ import plotly.graph_objects as go
 from naspipe.bound import result_bound
 from naspipe.partition import Partition
 from naspipe.sched.policies import follows_causal_rule
-from naspipe.sched.shared import SharedLayers
 from naspipe.sched.tasks import BACKWARD, WEIGHT
 from naspipe.sequence import SubnetStream
+from naspipe.shared import SharedLayers
 from naspipe.sim import SimResult, simulate
 from naspipe.space import SearchSpace
 from naspipe.trace import check_causal

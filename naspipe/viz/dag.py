@@ -21,8 +21,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from naspipe.partition import Partition
-from naspipe.sched.shared import SharedLayers
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
+from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace, Subnet
 from naspipe.trace import Trace
 from naspipe.viz.style import NAMES, color

@@ -20,8 +20,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from naspipe.partition import Partition, partition
-from naspipe.sched.shared import parse_shared
 from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import load_space, resolve_space
 from naspipe.trace import Trace, check_causal
 from naspipe.viz.dag import critical_path, dag_figure, dag_from_trace
