@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check naspipe tests benchmarks
 
 figures: $(STAMP)
-	$(BIN)/python -m naspipe.viz.figures --measured docs/figures
+	$(BIN)/python -m naspipe.experiments.figures --measured docs/figures
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -490,7 +490,7 @@ def test_report_errors_are_usage_errors(tmp_path, capsys):
 
 
 def test_figures_export(tmp_path):
-    from naspipe.viz.figures import main
+    from naspipe.experiments.figures import main
 
     assert main([str(tmp_path)]) == 0
     for stem in ("gantt_csp", "gantt_csp_bw", "dag"):

@@ -1,4 +1,4 @@
-"""Export the README's pictures: ``python -m naspipe.viz.figures [--measured] docs/figures`` (``make figures``).
+"""Export the README's pictures: ``python -m naspipe.experiments.figures [--measured] docs/figures`` (``make figures``).
 
 A Gantt chart of a simulated CSP run (naspipe-k48, 4 stages, 20 subnets), the same run with the split
 backward (``csp-bw``), and the causal DAG of its first 12 subnets. With ``--measured`` also a real CSP run
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     measured = "--measured" in args
     args = [a for a in args if a != "--measured"]
     if len(args) != 1:
-        print("usage: python -m naspipe.viz.figures [--measured] OUT_DIR", file=sys.stderr)
+        print("usage: python -m naspipe.experiments.figures [--measured] OUT_DIR", file=sys.stderr)
         return 2
     for p in make_figures(args[0], measured=measured):
         print(p)
