@@ -8,6 +8,7 @@ from naspipe.bound import Bound, lower_bound
 from naspipe.partition import Partition, partition
 from naspipe.runtime import TrainConfig, train
 from naspipe.sched import SharedLayers, make_scheduler, parse_shared, policy_names
+from naspipe.sched.registry import Policy, get_policy, register_policy
 from naspipe.sequence import ReplayStream, UniformStream, Window
 from naspipe.sim import simulate
 from naspipe.space import Block, Candidate, SearchSpace, SpaceError, load_space, preset, preset_names, resolve_space
@@ -21,5 +22,6 @@ __all__ = [
     "Choice", "Fixed", "measure_costs", "Supernet", "SupernetError", "subnet_dict", "subnet_tuple",
     "Block", "Bound", "Candidate", "Partition", "ReplayStream", "SearchSpace", "SharedLayers", "SpaceError", "Trace",
     "TraceEvent", "UniformStream", "Window", "load_space", "lower_bound", "make_scheduler", "parse_shared",
-    "partition", "policy_names", "preset", "preset_names", "resolve_space", "simulate", "TrainConfig", "train",
+    "partition", "Policy", "get_policy", "register_policy", "policy_names", "preset", "preset_names",
+    "resolve_space", "simulate", "TrainConfig", "train",
 ]

@@ -18,7 +18,8 @@ from naspipe import runs
 from naspipe.partition import Partition
 from naspipe.partition import partition as make_partition
 from naspipe.samplers import SamplerError, make_stream, parse_sampler
-from naspipe.sched.policies import POLICIES, PolicyError, StageSpec, make_scheduler
+from naspipe.sched.policies import PolicyError, StageSpec, make_scheduler
+from naspipe.sched.registry import Policy, get_policy, policy_names
 from naspipe.sequence import ReplayStream, SubnetStream, UniformStream
 from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
 from naspipe.space import SearchSpace, SpaceError, Subnet, resolve_space
@@ -28,7 +29,11 @@ START_METHODS = ("forkserver", "spawn")
 BALANCES = ("cost", "measured")
 FAULT_ACTIONS = ("raise", "kill", "exit", "hang")
 # policies whose writes can be ordered by subnet across a stage's replicas (naspipe.runtime.replicas)
-REPLICA_POLICIES = ("sequential", "csp", "csp-chain", "csp-bw")
+
+
+def replica_policies() -> list[str]:
+    """The policies that train with data-parallel replicas (declared ``replicas=True``)."""
+    return [n for n in policy_names() if get_policy(n).replicas]
 REPLICA_EXCHANGES = ("exact", "native")
 # files that mark a directory as holding a run (refused unless overwrite=True)
 RUN_FILES = runs.RUN_FILES
@@ -176,6 +181,11 @@ class TrainConfig:
         return self.policy.partition(":")[0]
 
     @property
+    def policy_spec(self) -> Policy:
+        """The ``Policy`` of ``policy`` (``naspipe.sched.registry``); PolicyError if unknown."""
+        return get_policy(self.policy)
+
+    @property
     def policy_options(self) -> dict[str, int]:
         return {k: v for k, v in (("micro_batches", self.micro_batches), ("max_pending_w", self.max_pending_w))
                 if v is not None}
@@ -240,8 +250,8 @@ class TrainConfig:
         if self.space.batch_size % r:
             raise ConfigError(f"replicas {r} must divide the batch size {self.space.batch_size} of "
                               f"{self.space.name!r} (each replica computes an equal shard)")
-        if self.policy_name not in REPLICA_POLICIES:
-            raise ConfigError(f"replicas > 1 work with the exact policies {', '.join(REPLICA_POLICIES)}, "
+        if not self.policy_spec.replicas:
+            raise ConfigError(f"replicas > 1 work with the exact policies {', '.join(replica_policies())}, "
                               f"not {self.policy_name}")
         if self.online:
             raise ConfigError(f"replicas > 1 need a fixed sequence; sampler {self.sampler} generates it at run time")
@@ -276,8 +286,10 @@ class TrainConfig:
             raise ConfigError(f"sampler {self.sampler} generates the sequence; it cannot be combined with one")
         if self.n < 1:
             raise ConfigError("subnets must be >= 1")
-        if self.policy_name not in POLICIES:
-            raise ConfigError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
+        try:
+            pol = self.policy_spec
+        except PolicyError as e:
+            raise ConfigError(str(e)) from None
         if not isinstance(self.window, int) or self.window < 1:
             raise ConfigError(f"window must be >= 1, got {self.window!r}")
         try:
@@ -289,8 +301,7 @@ class TrainConfig:
         if online and getattr(sched, "m", None) and lag < sched.m:  # bsp: a group's forwards precede its B
             raise ConfigError(f"sampler {self.sampler} with policy {self.policy}: the lag must be at least the "
                               f"group of {sched.m} subnets (subnet j needs the loss of j - {lag}, known after B)")
-        if self.policy_name in ("bsp", "asp", "pipedream", "2bw", "pipemare", "pipeoptim") and \
-                self.shared.mode == "delayed" and self.shared.delay > 0:
+        if not pol.delayed_shared and self.shared.mode == "delayed" and self.shared.delay > 0:
             raise ConfigError(f"policy {self.policy_name} trains shared layers with its own synchronisation "
                               f"(bsp: at the group's flush, asp: stashed like candidates); use shared layers "
                               f"frozen or serial, not {self.shared}")
@@ -344,8 +355,9 @@ class TrainConfig:
             raise ConfigError("device_memory (context switching) needs a fixed sequence, not a run-time sampler")
         if self.device != "cpu":
             raise ConfigError("device_memory (context switching) runs on device cpu only so far")
-        if self.policy_name not in ("csp", "csp-bw"):
-            raise ConfigError(f"device_memory (context switching) needs policy csp or csp-bw, not {self.policy}")
+        if not self.policy_spec.context_switch:
+            names = " or ".join(n for n in policy_names() if get_policy(n).context_switch)
+            raise ConfigError(f"device_memory (context switching) needs policy {names}, not {self.policy}")
         from naspipe.models import build_stage
         from naspipe.runtime.memory import resident_bytes, stage_budget
 
@@ -374,9 +386,7 @@ class TrainConfig:
             raise ConfigError(f"start must lie in [0, {self.n}), got {self.start!r}")
         if self.start and self.resume is None:
             raise ConfigError("start > 0 needs the checkpoint to resume from (resume)")
-        from naspipe.sched.policies import AsyncScheduler, policy_class
-
-        if issubclass(policy_class(self.policy), AsyncScheduler):
+        if not self.policy_spec.checkpoints:
             raise ConfigError(f"policy {self.policy} cannot checkpoint yet: its update rule's state (weight "
                               "versions, pending updates, corrections) is not saved")
         try:

@@ -274,21 +274,3 @@ class StashedUpdates:
 
     def held_versions(self) -> int:
         return 0
-
-
-def make_updates(policy: str, model: StageModel, bank: OptimizerBank, *, shared_delay: int | None, n: int,
-                 micro_batches: int | None = None, stage: int = 0, stages: int = 1,
-                 options: Mapping[str, object] | None = None) -> Any:
-    """The update rule of ``policy`` (name without options). ``shared_delay``: None = frozen, else D.
-
-    ``stage``/``stages``/``options`` (``naspipe.sched.async_options``): for the asynchronous baselines
-    (``naspipe.runtime.async_rules``)."""
-    from naspipe.runtime.async_rules import ASYNC_POLICIES, make_async_updates
-
-    if policy in ASYNC_POLICIES:
-        return make_async_updates(policy, model, bank, n=n, stage=stage, stages=stages, options=options or {})
-    if policy == "bsp":
-        return GroupUpdates(model, bank, micro_batches or 1, n)
-    if policy == "asp":
-        return StashedUpdates(model, bank)
-    return ExactUpdates(model, bank, shared_delay, n)

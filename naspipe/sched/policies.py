@@ -32,13 +32,11 @@ from typing import Any
 
 from naspipe.sched.causal import CausalTracker
 from naspipe.sched.chains import ConflictChains
+from naspipe.sched.registry import Policy, PolicyError, SchedulerTable, get_policy, register_policy
+from naspipe.sched.registry import policy_names as policy_names
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.sequence import SubnetStream, Window
 from naspipe.shared import SharedLayers
-
-
-class PolicyError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -491,36 +489,39 @@ class PipeOptimScheduler(AsyncScheduler):
     name = "pipeoptim"
 
 
-POLICIES: dict[str, type[StageScheduler]] = {
-    "sequential": SequentialScheduler,
-    "csp": CSPScheduler,
-    "csp-chain": ChainCSPScheduler,
-    "csp-bw": SplitBackwardCSPScheduler,
-    "bsp": BSPScheduler,
-    "asp": ASPScheduler,
-    "pipedream": AsyncScheduler,
-    "2bw": TwoBWScheduler,
-    "pipemare": PipeMareScheduler,
-    "pipeoptim": PipeOptimScheduler,
-}
+# The built-in policies, declared once (``naspipe.sched.registry``); ``register_policy`` adds a user's own.
+for _policy in (
+    Policy("sequential", SequentialScheduler, causal=True, replicas=True,
+           doc="one subnet in the pipeline at a time"),
+    Policy("csp", CSPScheduler, causal=True, context_switch=True, replicas=True,
+           doc="causal synchronous parallelism: backward first, then the oldest ready forward"),
+    Policy("csp-chain", ChainCSPScheduler, causal=True, replicas=True,
+           doc="CSP; among ready forwards the head of the longest conflict chain"),
+    Policy("csp-bw", SplitBackwardCSPScheduler, causal=True, context_switch=True, replicas=True,
+           doc="CSP with a split backward (B, then W)"),
+    Policy("bsp", BSPScheduler, causal=False, updates="group", in_flight="group", delayed_shared=False,
+           doc="GPipe: groups of M subnets, flush"),
+    Policy("asp", ASPScheduler, causal=False, updates="stashed", in_flight="pipeline", delayed_shared=False,
+           doc="PipeDream 1F1B with weight stashing"),
+    *(Policy(name, cls, causal=False, updates="async", in_flight="pipeline", checkpoints=False,
+             delayed_shared=False, doc="asynchronous baseline (naspipe.runtime.async_rules)")
+      for name, cls in (("pipedream", AsyncScheduler), ("2bw", TwoBWScheduler), ("pipemare", PipeMareScheduler),
+                        ("pipeoptim", PipeOptimScheduler))),
+):
+    register_policy(_policy)
 
-
-def policy_names() -> list[str]:
-    return list(POLICIES)
+POLICIES = SchedulerTable()  # {name: scheduler class}, a live view of the registry
 
 
 def policy_class(policy: str) -> type[StageScheduler]:
     """The scheduler class of ``policy`` (``bsp:8``, ``pipemare:t1=4`` name it before the colon)."""
-    cls = POLICIES.get(policy.partition(":")[0])
-    if cls is None:
-        raise PolicyError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-    return cls
+    return get_policy(policy).scheduler
 
 
 def follows_causal_rule(policy: str) -> bool:
-    """True for the CSP family (sequential, csp, csp-chain, csp-bw): sequential semantics, so the causal
-    lower bound binds it and its traces must pass ``naspipe.trace.check_causal``."""
-    return issubclass(policy_class(policy), CSPScheduler)
+    """True for the causal policies (the CSP family and those registered with ``causal=True``): sequential
+    semantics, so the causal lower bound binds them and their traces must pass ``naspipe.trace.check_causal``."""
+    return get_policy(policy).causal
 
 
 def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: int = 200, *, start: int = 0,

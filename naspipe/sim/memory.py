@@ -52,7 +52,7 @@ from typing import Any
 
 from naspipe.memsize import Budget, SizeError, format_bytes, parse_budget
 from naspipe.partition import Partition
-from naspipe.sched.policies import ASPScheduler, BSPScheduler, policy_class
+from naspipe.sched.registry import get_policy
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
 from naspipe.space import SearchSpace, Subnet
@@ -182,11 +182,11 @@ def policy_in_flight(policy: str, stages: int, stage: int, options: dict[str, An
     ``pipedream``, ``2bw``, ``pipemare``, ``pipeoptim``): ``P - s``; the CSP family adapts to memory through
     the admission gate and needs only one.
     """
-    cls = policy_class(policy)
-    if issubclass(cls, BSPScheduler):
+    kind = get_policy(policy).in_flight  # declared by the Policy; an unknown policy fails here
+    if kind == "group":
         arg = policy.partition(":")[2]
         return int(arg) if arg else int((options or {}).get("micro_batches") or 4)
-    if issubclass(cls, ASPScheduler):  # 1F1B, the asynchronous baselines included
+    if kind == "pipeline":  # 1F1B, the asynchronous baselines included
         return stages - stage
     return 1
 
