@@ -47,9 +47,12 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from naspipe.runtime.config import ConfigError, TrainConfig
+from naspipe.runtime.rundir import ConfigError, prepare_out_dir
+
+if TYPE_CHECKING:
+    from naspipe.runtime.config import TrainConfig
 
 CHECKPOINT_DIR = "checkpoint"
 COMPLETE = "complete.json"
@@ -452,7 +455,6 @@ def prepare_run_dir(cfg: TrainConfig) -> None:
     """Prepare ``cfg.out`` for a run: a fresh run clears an earlier one (with overwrite), including its
     checkpoints; a run resuming in place keeps its checkpoints up to the resume position."""
     from naspipe import runs
-    from naspipe.runtime.config import prepare_out_dir
 
     in_place = resumes_in_place(cfg)
     prepare_out_dir(cfg.out, cfg.overwrite or in_place)

@@ -17,6 +17,7 @@ from typing import Any
 from naspipe import runs
 from naspipe.partition import Partition
 from naspipe.partition import partition as make_partition
+from naspipe.runtime.rundir import ConfigError, check_out_dir, check_writable, prepare_out_dir  # noqa: F401
 from naspipe.samplers import SamplerError, make_stream, parse_sampler
 from naspipe.sched.policies import PolicyError, StageSpec, make_scheduler
 from naspipe.sched.registry import Policy, get_policy, policy_names
@@ -37,10 +38,6 @@ def replica_policies() -> list[str]:
 REPLICA_EXCHANGES = ("exact", "native")
 # files that mark a directory as holding a run (refused unless overwrite=True)
 RUN_FILES = runs.RUN_FILES
-
-
-class ConfigError(ValueError):
-    """A run configuration is invalid; the message is one line saying what is wrong and what is allowed."""
 
 
 @dataclass(frozen=True)
@@ -454,43 +451,6 @@ def measured_partition(space: SearchSpace, stages: int, seed: int = 0) -> Partit
     from naspipe.runtime.profile import measure_block_costs
 
     return make_partition(space, stages, profile=measure_block_costs(space, seed))
-
-
-def check_out_dir(out: Path, overwrite: bool) -> None:
-    """Refuse a directory that holds another run (unless ``overwrite``) or cannot be a directory."""
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"output path {str(out)!r} exists and is not a directory")
-    held = [f for f in (*RUN_FILES, "checkpoint") if (out / f).exists()]
-    if held and not overwrite:
-        raise ConfigError(f"output directory {str(out)!r} already holds a run ({held[0]}); "
-                          "choose another directory or pass --overwrite")
-    check_writable(out)
-
-
-def check_writable(out: Path) -> None:
-    """Refuse an output directory that cannot be created or written (probed with a temporary folder in
-    ``out`` or its nearest existing parent, removed again: nothing is left behind)."""
-    import os
-    import tempfile
-
-    out = Path(out)
-    probe = out
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ConfigError(f"output directory {str(out)!r} cannot be created: {str(probe)!r} is not a directory")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".naspipe-probe", dir=probe))
-    except OSError as e:
-        raise ConfigError(f"output directory {str(out)!r} cannot be written: {e.strerror or e}") from None
-
-
-def prepare_out_dir(out: Path, overwrite: bool) -> None:
-    """Create ``out`` and clear the files of an earlier run (only with ``overwrite``)."""
-    check_out_dir(out, overwrite)
-    out.mkdir(parents=True, exist_ok=True)
-    runs.clear(out, checkpoints=False)
-    (out / "parts").mkdir()
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
