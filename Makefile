@@ -18,6 +18,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check naspipe tests benchmarks
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q tests
 
 lint: $(STAMP)
