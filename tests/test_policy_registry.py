@@ -33,7 +33,7 @@ def test_builtin_policies_declare_their_features():
     assert csp.causal and csp.updates == "exact" and csp.in_flight == "one" and csp.context_switch
     assert not bsp.causal and bsp.updates == "group" and bsp.in_flight == "group"
     assert asp.updates == "stashed" and asp.in_flight == "pipeline" and not asp.delayed_shared
-    assert pm.updates == "async" and not pm.checkpoints
+    assert pm.updates == "async" and pm.checkpoints and not pm.delayed_shared
     assert {"sequential", "csp", "csp-chain", "csp-bw"} <= {n for n in naspipe.policy_names() if get_policy(n).causal}
     assert all(get_policy(n).causal == issubclass(get_policy(n).scheduler, CSPScheduler)
                for n in ("sequential", "csp", "csp-chain", "csp-bw", "bsp", "asp", "pipedream", "2bw"))

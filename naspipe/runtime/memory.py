@@ -142,7 +142,7 @@ class StageMemory:
         self.pin_task = pin == "task" and swap != "resident"
         self.budget, self.share, self.need = stage_budget(device_memory, model, optimizer)
         self.mods = candidate_modules(model)
-        opt = getattr(bank, "_opt", None)
+        opt = getattr(bank, "optimizer", None)
         params = {k: list(m.parameters()) for k, m in self.mods.items()}
 
         def state(k: Any) -> list[torch.Tensor]:

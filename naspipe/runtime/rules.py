@@ -4,7 +4,9 @@ Why it exists: the scheduling core names a policy's update rule by a key (``exac
 ``async``) so it stays torch-free; this table maps each key to the torch code that implements it
 (``naspipe.runtime.updates`` for the synchronous rules and weight stashing, ``naspipe.runtime.async_rules``
 for the asynchronous baselines). Every rule offers the same protocol (``UpdateRule``): what it does before a
-forward (``forward``), after a backward (``after_backward``) and at the write (``write``).
+forward (``forward``), after a backward (``after_backward``) and at the write (``write``), and for checkpoints
+``pending``, ``state_dict`` and ``load_state_dict`` (so every policy can be checkpointed; bit-exactness of a
+resumed run is promised for the exact policies only).
 """
 
 from __future__ import annotations
@@ -28,6 +30,16 @@ class UpdateRule(Protocol):
     def write(self, j: int) -> None: ...
 
     def held_versions(self) -> int: ...
+
+    def pending(self) -> int:
+        """Gradients held and not yet applied (zero at a checkpoint fence)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the rule needs to continue after a fence (tensors, dicts, numbers: ``torch.save``-able)."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
 
 
 def _exact(policy: str, model: StageModel, bank: OptimizerBank, **kw: Any) -> UpdateRule:

@@ -503,8 +503,8 @@ for _policy in (
            doc="GPipe: groups of M subnets, flush"),
     Policy("asp", ASPScheduler, causal=False, updates="stashed", in_flight="pipeline", delayed_shared=False,
            doc="PipeDream 1F1B with weight stashing"),
-    *(Policy(name, cls, causal=False, updates="async", in_flight="pipeline", checkpoints=False,
-             delayed_shared=False, doc="asynchronous baseline (naspipe.runtime.async_rules)")
+    *(Policy(name, cls, causal=False, updates="async", in_flight="pipeline", delayed_shared=False,
+             doc="asynchronous baseline (naspipe.runtime.async_rules)")
       for name, cls in (("pipedream", AsyncScheduler), ("2bw", TwoBWScheduler), ("pipemare", PipeMareScheduler),
                         ("pipeoptim", PipeOptimScheduler))),
 ):
