@@ -5,6 +5,7 @@ sequences, partitions and traces never import torch; the runtime and models do, 
 """
 
 from naspipe.bound import Bound, lower_bound
+from naspipe.models.measure import measure_costs
 from naspipe.partition import Partition, partition
 from naspipe.runtime import TrainConfig, train
 from naspipe.sched import SharedLayers, make_scheduler, parse_shared, policy_names
@@ -13,7 +14,6 @@ from naspipe.sequence import ReplayStream, UniformStream, Window
 from naspipe.sim import simulate
 from naspipe.space import Block, Candidate, SearchSpace, SpaceError, load_space, preset, preset_names, resolve_space
 from naspipe.supernet import Choice, Fixed, Supernet, SupernetError, subnet_dict, subnet_tuple
-from naspipe.supernet.profile import measure_costs
 from naspipe.trace import Trace, TraceEvent
 
 __version__ = "0.1.0"

@@ -103,7 +103,7 @@ def _blame_build(space: SearchSpace, b: int, error: BaseException) -> str:
     """Name the candidate of block ``b`` whose construction fails (the block's own error if none alone does)."""
     import torch
 
-    from naspipe.models.user import supernet_of
+    from naspipe.supernet.load import supernet_of
 
     try:
         sn = supernet_of(space)
