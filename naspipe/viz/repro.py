@@ -92,7 +92,7 @@ def hash_table(rows: Iterable[Mapping[str, Any]], reference: str | Path | None =
 
 def hash_table_figure(table: list[dict[str, Any]], title: str | None = None) -> go.Figure:
     """A plotly table of ``hash_table`` rows, rows that differ from the reference in red."""
-    from naspipe.viz.compare import table_figure
+    from naspipe.viz.table import table_figure
 
     cols = [c for c in table[0] if c != "equal"] if table else []
     fig = table_figure(table, cols, title=title)
