@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
                    "sequence": args.sequence, "sampler": str(spec)},
     })
     if spec.online:
-        save_sequence(cfg.stream, out / "sequence.json")
+        save_sequence(cfg.stream, out / runs.SEQUENCE)
     print(f"reference: {n} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
           f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")
     return 0

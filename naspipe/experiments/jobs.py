@@ -16,6 +16,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from naspipe import runs
+
 
 def write_reference(config: Any, out: str | Path, progress: bool = False) -> Path:
     """Train ``config``'s sequence with the sequential reference trainer; write losses and params to ``out``."""
@@ -75,11 +77,11 @@ class TrainJob(Job):
     def __init__(self, config: Any):
         super().__init__(_train, config, name="naspipe-train")
         self.config = config
-        self.events = Path(config.out) / "events.jsonl"
+        self.events = Path(config.out) / runs.EVENTS
 
     def start(self) -> TrainJob:
         if getattr(self.config, "overwrite", False):  # an earlier run's files would end the monitor at once
-            for name in ("events.jsonl", "status.json"):
+            for name in (runs.EVENTS, runs.STATUS):
                 (Path(self.config.out) / name).unlink(missing_ok=True)
         super().start()
         return self

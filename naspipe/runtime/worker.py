@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from naspipe import runs
 from naspipe.checkpoint_weights import save_weights
 from naspipe.models import build_stage
 from naspipe.results import param_hashes
@@ -135,7 +136,7 @@ def _run(grank: int, world: int, cfg: TrainConfig, device: torch.device, report:
         ex.reducer = ReplicaGroup(rank, cfg.stages, replica, cfg.replicas, device, cfg.timeout,
                                   native=cfg.replica_exchange == "native")
     cfg.out.mkdir(parents=True, exist_ok=True)  # (another machine's view of the run directory)
-    log = EventLog(rank, cfg.out / "events.jsonl" if replica == 0 else None)
+    log = EventLog(rank, cfg.out / runs.EVENTS if replica == 0 else None)
     mem = None
     try:  # from here on the event log (and the cache's copy thread) are closed whatever happens
         if cfg.device_memory is not None:  # context switching (naspipe.runtime.memory); off by default

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from naspipe import runs
 from naspipe.checkpoint_weights import load_weights
 from naspipe.models import Batch, StageModel, evaluate, heldout_batches, model_kind
 from naspipe.search.constraints import Constraint
@@ -87,7 +88,7 @@ def search_model(model: StageModel, *, strategy: str = "evolution", budget: int 
 
 
 def _read_config(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "metrics.json"
+    path = run_dir / runs.METRICS
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:

@@ -22,10 +22,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from naspipe.runs import LOSSES, TRACE  # the run-directory names live in naspipe.runs
 from naspipe.space import Block, SearchSpace, resolve_space
 
-LOSSES = "losses.csv"
-PARAMS = "params.json"
 SHORT = 12  # hex digits shown in tables
 
 
@@ -56,7 +55,7 @@ def schedule_digest(run_dir: str | Path) -> str | None:
     ``trace.json``): jitter changes it, CSP keeps the result anyway. None when the run has no trace."""
     from naspipe.trace import Trace
 
-    path = Path(run_dir) / "trace.json"
+    path = Path(run_dir) / TRACE
     if not path.exists():
         return None
     events = sorted(Trace.load(path).compute_events(), key=lambda e: (e.start, e.stage, e.kind, e.subnet))
