@@ -37,7 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device-memory", default=None,
                    help="budget per stage: bytes such as 2GiB or 512MB, or a share of the stage's supernet "
                         "parameters such as 25%%, or 'unlimited'")
-    g.add_argument("--swap", default=None, choices=("predictive", "on-demand", "resident"),
+    from naspipe.sim.memory import SWAP_MODES
+
+    g.add_argument("--swap", default=None, choices=SWAP_MODES,
                    help="predictive (NASPipe: forecast and prefetch), on-demand (vPipe-style: load before, evict "
                         "after each task) or resident (no swapping; the stage share must fit); default predictive")
     g.add_argument("--prefetch-depth", type=int, default=4, help="tasks the predictor forecasts (default 4)")

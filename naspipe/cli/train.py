@@ -72,7 +72,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device-memory", default=None, metavar="SIZE|P%",
                    help="context switching: each stage keeps its candidates in host memory and at most SIZE "
                         "bytes (2GiB) or P%% of its supernet share (25%%) on the device (cpu: a separate buffer pool)")
-    p.add_argument("--swap", choices=("predictive", "on-demand", "resident"), default=None,
+    from naspipe.sim.memory import SWAP_MODES
+
+    p.add_argument("--swap", choices=SWAP_MODES, default=None,
                    help="with --device-memory: prefetch the forecast tasks' candidates, load on demand and "
                         "evict right after use, or keep the whole stage share resident (must fit; default "
                         "predictive)")

@@ -39,9 +39,9 @@ from torch import nn
 from naspipe.memsize import parse_budget
 from naspipe.sched.predictor import Predictor, gated_next_task
 from naspipe.sched.tasks import FORWARD, Task
-from naspipe.sim.memory import Gate
+from naspipe.sim.memory import SWAP_MODES, Gate
 
-SWAPS = ("predictive", "on-demand", "resident")
+SWAPS = SWAP_MODES  # the swap modes are declared once, in naspipe.sim.memory
 # optimizer state tensors per parameter element (they move with the candidate once created)
 STATE_FACTOR = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "rmsprop": 1}
 

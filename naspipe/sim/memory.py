@@ -58,7 +58,7 @@ from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
 from naspipe.space import SearchSpace, Subnet
 from naspipe.trace import Trace
 
-SWAP_MODES = ("predictive", "on-demand", "resident")
+SWAP_MODES = ("predictive", "on-demand", "resident")  # the one list (runtime and CLI import it)
 PIN_MODES = ("subnet", "task")
 Key = tuple[int, int]  # (block, choice)
 
