@@ -19,7 +19,8 @@ references to the weights). Pinned candidates are never evicted. Pinning per tas
 hold many subnets in flight on a small budget: between ``F(j,s)`` and its backward, ``j`` holds only its
 activations; its layers are clean (CSP lets no other subnet write them in between), so they may be
 dropped and fetched again before the backward, which the forecast covers (on the runtime side this is a
-``torch.autograd.graph.saved_tensors_hooks`` pair; the runtime cache pins per subnet so far).
+``torch.autograd.graph.saved_tensors_hooks`` pair: the runtime offers both modes, ``pin="subnet"`` by default
+because its budget counts candidates only, and ``pin="task"`` through ``naspipe.runtime.memory``).
 
 Host <-> device copies run on two copy engines per stage (host-to-device and device-to-host, PCIe is
 full duplex) that overlap compute. A load moves ``param_bytes`` at ``bandwidth_h2d``; evicting a candidate
