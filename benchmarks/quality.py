@@ -52,7 +52,6 @@ def main() -> None:
     import torch
     from scipy.stats import kendalltau
 
-    from naspipe.checkpoint_weights import load_weights
     from naspipe.models import evaluate, heldout_batches
     from naspipe.reference import train_reference
     from naspipe.results import verify
@@ -60,6 +59,7 @@ def main() -> None:
     from naspipe.sequence import UniformStream
     from naspipe.shared import parse_shared
     from naspipe.space import preset
+    from naspipe.weights import load_weights
 
     torch.set_num_threads(1)
     space = preset(args.space)

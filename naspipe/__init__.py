@@ -5,7 +5,7 @@ sequences, partitions and traces never import torch; the runtime and models do, 
 """
 
 from naspipe.bound import Bound, lower_bound
-from naspipe.models.measure import measure_costs
+from naspipe.measure import measure_costs
 from naspipe.partition import Partition, partition
 from naspipe.runtime import TrainConfig, train
 from naspipe.sched import SharedLayers, make_scheduler, parse_shared, policy_names

@@ -55,8 +55,8 @@ class ReferenceResult:
         """Write the run directory ``naspipe verify`` compares: ``losses.csv``, ``params.json`` and ``run.json``
         (kind and identity, ``naspipe.runs``), with ``weights.pt`` if ``weights`` and ``metrics.json`` (command,
         wall time, subnets, ``metrics``) if ``metrics`` is given."""
-        from naspipe.checkpoint_weights import WEIGHTS, save_weights
         from naspipe.results import LOSSES, METRICS, PARAMS, param_hashes, write_losses, write_metrics, write_params
+        from naspipe.weights import WEIGHTS, save_weights
 
         d = Path(out)
         d.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@
 Takes the same options as ``naspipe train`` (``--stages/--policy/--window`` are accepted and ignored:
 the reference has one stage and no schedule) and writes ``losses.csv``, ``params.json`` and
 ``metrics.json`` to ``--out``, the files ``naspipe verify`` compares, and ``weights.pt`` (the trained supernet,
-``naspipe.checkpoint_weights``), which ``naspipe search`` reads. ``--sampler evolution[:LAG]`` generates the
+``naspipe.weights``), which ``naspipe search`` reads. ``--sampler evolution[:LAG]`` generates the
 sequence at run time from the training losses (``naspipe.samplers``); the sequence it produced is also
 written to ``sequence.json`` (replayable with ``--sequence``). ``run.json`` records the run's kind and identity
 (``naspipe.runs``, threads included: compare ``train --threads N`` with ``reference --threads N``); a folder holding

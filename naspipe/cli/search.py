@@ -59,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
     if args.population is not None and args.sample_size is not None and args.sample_size > args.population:
         raise UsageError(f"--sample-size {args.sample_size} exceeds --population {args.population}")
 
-    from naspipe.checkpoint_weights import WeightsError
     from naspipe.search import InfeasibleError, ProfileError, search_run
     from naspipe.search.run import RunError
+    from naspipe.weights import WeightsError
 
     try:
         result = search_run(run_dir, strategy=args.strategy, budget=args.budget, constraints=constraints,

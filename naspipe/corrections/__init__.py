@@ -39,7 +39,7 @@ from naspipe.corrections.delay import (
     theory_stable_step,
 )
 from naspipe.corrections.stashing import (
-    POLICIES,
+    STASH_POLICIES,
     ScheduledTask,
     StageLags,
     VersionStore,
@@ -60,7 +60,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "POLICIES", "ScheduledTask", "StageLags", "VersionStore", "bisect_stable", "is_stable", "largest_stable_step",
+    "STASH_POLICIES", "ScheduledTask", "StageLags", "VersionStore", "bisect_stable", "is_stable", "largest_stable_step",
     "measure_lags", "pipeline_schedule", "replay_lags", "root_stable_step", "simulate_delayed", "stage_orders",
     "theoretical_lag", "theory_stable_step", "two_bw_delay", *sorted(_LAZY),
 ]

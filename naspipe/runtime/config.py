@@ -78,7 +78,7 @@ class TrainConfig:
     # ``sequence``; "evolution:LAG" leaves ``sequence`` empty and trains ``subnet_count`` generated subnets
     sampler: str = "uniform"
     subnet_count: int | None = None
-    # context switching (``naspipe.runtime.memory``): None keeps every candidate resident (the default);
+    # context switching (``naspipe.runtime.switching``): None keeps every candidate resident (the default);
     # a size (``2GiB``) or a share of the stage's candidate parameters (``25%``) per stage
     device_memory: str | None = None
     swap: str = "predictive"  # predictive | on-demand | resident (only with device_memory)
@@ -334,7 +334,7 @@ class TrainConfig:
         if self.device_memory is None:
             return
         from naspipe.memsize import SizeError, parse_budget
-        from naspipe.runtime.memory import SWAPS
+        from naspipe.runtime.switching import SWAPS
 
         if self.swap not in SWAPS:
             raise ConfigError(f"unknown swap {self.swap!r}; choose one of {', '.join(SWAPS)}")
@@ -356,7 +356,7 @@ class TrainConfig:
             names = " or ".join(n for n in policy_names() if get_policy(n).context_switch)
             raise ConfigError(f"device_memory (context switching) needs policy {names}, not {self.policy}")
         from naspipe.models import build_stage
-        from naspipe.runtime.memory import resident_bytes, stage_budget
+        from naspipe.runtime.switching import resident_bytes, stage_budget
 
         for s in range(self.stages):
             model = build_stage(self.space, self.partition.blocks(s), self.seed, self.shared)

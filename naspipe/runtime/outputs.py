@@ -10,7 +10,7 @@ the files every naspipe run has:
 * ``metrics.json``: throughput, utilisation, overheads, wall time and the full configuration;
 * ``sequence.json``: the subnet sequence the stages trained (for a run-time generated stream, the one
   the stages realized; every stage's digest must agree), in ``naspipe.sequence.save_sequence``'s format;
-* ``weights-stage<s>.pt`` (written by each stage, ``naspipe.checkpoint_weights``): ``naspipe search`` reads them;
+* ``weights-stage<s>.pt`` (written by each stage, ``naspipe.weights``): ``naspipe search`` reads them;
 * ``status.json``: ``{"complete": true}``, or the error when the run failed (outputs so far are kept).
 """
 
@@ -139,7 +139,7 @@ def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: floa
         raise RuntimeError(f"the stages trained different subnet sequences (digests {sorted(map(str, digests))})")
     metrics = run_metrics(cfg, parts, trace, losses, wall_s, startup_s)
     metrics["torch"] = torch.__version__
-    from naspipe.runtime.memory import merge_reports
+    from naspipe.runtime.switching import merge_reports
 
     memory = merge_reports(parts)
     if memory is not None:

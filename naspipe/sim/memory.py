@@ -20,7 +20,7 @@ hold many subnets in flight on a small budget: between ``F(j,s)`` and its backwa
 activations; its layers are clean (CSP lets no other subnet write them in between), so they may be
 dropped and fetched again before the backward, which the forecast covers (on the runtime side this is a
 ``torch.autograd.graph.saved_tensors_hooks`` pair: the runtime offers both modes, ``pin="subnet"`` by default
-because its budget counts candidates only, and ``pin="task"`` through ``naspipe.runtime.memory``).
+because its budget counts candidates only, and ``pin="task"`` through ``naspipe.runtime.switching``).
 
 Host <-> device copies run on two copy engines per stage (host-to-device and device-to-host, PCIe is
 full duplex) that overlap compute. A load moves ``param_bytes`` at ``bandwidth_h2d``; evicting a candidate

@@ -6,7 +6,7 @@ package registers that resolver with ``naspipe.space.resolve_space``); ``build``
 built under seeded random state, batches, loss: what ``naspipe.models.stage`` builds every stage through);
 ``validate`` probes user code before any process starts. This package imports nothing from ``naspipe.models``
 (the preset families register themselves through ``load.register_family``); measuring candidate costs
-(``naspipe profile``) builds stages, so it lives in ``naspipe.models.measure``.
+(``naspipe profile``) builds stages, so it lives in ``naspipe.measure``.
 """
 
 from naspipe.supernet.declare import Choice, Fixed, Supernet, SupernetError

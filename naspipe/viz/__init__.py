@@ -12,10 +12,10 @@ Nothing here runs training or a sweep (``naspipe.experiments`` does; import-lint
 neither it nor the runtime).
 """
 
+from naspipe.viz.budgets import memory_figure
 from naspipe.viz.dag import CriticalPath, causal_dag, critical_path, dag_figure, dag_from_trace, trace_durations
 from naspipe.viz.gantt import gantt, gantt_bars
 from naspipe.viz.hitrate import HitSeries, HitStats, hit_series, hit_stats, hitrate_figure
-from naspipe.viz.memory import memory_figure
 from naspipe.viz.monitor import LiveMonitor
 from naspipe.viz.player import schedule_frames, schedule_player
 from naspipe.viz.report import ReportError, load_run, write_report

@@ -14,7 +14,7 @@ autograd saves them by reference (``ContextCache.saved_by_reference``): between 
 they may leave the device, and the backward's ``acquire`` brings them back (CSP lets nobody write them
 in between). The budget counts candidates, not activations, so the default pins per subnet.
 ``--swap predictive`` then prefetches, on the cache's background worker, the candidates of the next
-``prefetch_depth`` forwards the stage is likely to run (``StageMemory.forecast``: the stage's scheduler
+``prefetch_depth`` forwards the stage is likely to run (``ContextSwitch.forecast``: the stage's scheduler
 run speculatively by ``naspipe.sched.predictor`` on the messages already delivered, then the
 lowest-numbered subnets not forwarded yet); the cache evicts the least recently used unpinned candidates
 to make room.
@@ -129,7 +129,7 @@ class _CacheFootprint:
         return 0
 
 
-class StageMemory:
+class ContextSwitch:
     """The worker's side of the context cache for one stage."""
 
     def __init__(self, model: Any, bank: Any, subnets: Any, n: int, *, device_memory: str, swap: str,
