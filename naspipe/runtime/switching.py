@@ -158,7 +158,7 @@ class ContextSwitch:
         self.fp = fp = _CacheFootprint(0, {k: self.cache.nbytes(k) for k in self.mods}, list(model.blocks))
         self.gate = Gate(0, self.budget, fp, [subnets[j] for j in range(n)], write_kind,  # type: ignore[arg-type]
                          resident=swap == "resident", pin_task=self.pin_task)
-        self.gate.next_unstarted = self.gate.lo = start
+        self.gate.start_at(start)
         self.refusals = 0
         # without arrival times only the order of tasks matters to the forecast, not their durations
         self.predictor = Predictor(lambda task: 1.0, depth)

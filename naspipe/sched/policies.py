@@ -25,8 +25,8 @@ Policies:
 
 from __future__ import annotations
 
-import copy
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,28 @@ class StageSpec:
     @property
     def last(self) -> bool:
         return self.stage == self.stages - 1
+
+
+_COPY, _CLONE, _TRACKER, _CHECK = 1, 2, 3, 4  # how ``clone`` treats an attribute (the rest is shared)
+_PLANS: dict[tuple[type, tuple[str, ...]], tuple[tuple[str, int], ...]] = {}
+
+
+def _copy_plan(sched: Any) -> tuple[tuple[str, int], ...]:
+    key = (type(sched), tuple(sched.__dict__))
+    plan = _PLANS.get(key)
+    if plan is None:
+        out = []
+        for name, value in sched.__dict__.items():
+            if isinstance(value, CausalTracker):
+                out.append((name, _TRACKER))
+            elif isinstance(value, (list, set, dict)):
+                out.append((name, _COPY))
+            elif hasattr(value, "clone"):
+                out.append((name, _CLONE))
+            elif value is None:  # decided per copy: it may hold a container later
+                out.append((name, _CHECK))
+        plan = _PLANS[key] = tuple(out)
+    return plan
 
 
 class StageScheduler:
@@ -173,14 +195,26 @@ class StageScheduler:
     def finished(self) -> bool:
         return self.lo >= self.n
 
-    def clone(self) -> StageScheduler:
-        """An independent copy for speculation (what would I run next if...?); shares the stream."""
-        other = copy.copy(self)
-        for name, value in self.__dict__.items():
-            if isinstance(value, (list, set, dict)):
-                setattr(other, name, value.copy())
-            elif hasattr(value, "clone"):
-                setattr(other, name, value.clone())
+    def clone(self, tracker: Callable[[Any], Any] | None = None) -> StageScheduler:
+        """An independent copy for speculation (what would I run next if...?); shares the stream.
+
+        Containers are copied and helpers with a ``clone`` cloned; ``tracker`` makes the copy of the causal
+        tracker (default: its full ``clone``; ``naspipe.sched.predictor`` passes a copy-on-write or a
+        read-only one). The one copy mechanism of a scheduler; which attribute is copied how is decided once
+        per class and attribute layout, so a copy before every task stays cheap."""
+        other = object.__new__(type(self))
+        d = self.__dict__.copy()
+        for name, how in _copy_plan(self):
+            v = d[name]
+            if v is None:
+                continue
+            if how == _COPY or (how == _CHECK and isinstance(v, (list, set, dict))):
+                d[name] = v.copy()
+            elif how == _TRACKER and tracker is not None:
+                d[name] = tracker(v)
+            elif how != _CHECK or hasattr(v, "clone"):
+                d[name] = v.clone()
+        other.__dict__ = d
         return other
 
     @property

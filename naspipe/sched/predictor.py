@@ -15,7 +15,7 @@ Pure: no torch, no clocks. Drivers (the simulator, the runtime) supply the durat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from naspipe.sched.causal import CausalTracker
@@ -44,120 +44,17 @@ class Prediction(NamedTuple):
 
 
 # ---- a cheap copy of a scheduler for speculation --------------------------------------------------
-class _CowQueues:
-    """Copy-on-write view of a ``CausalTracker``'s queue dict: a queue is copied when first touched.
-
-    A full ``clone()`` copies one deque per candidate key of the stage (hundreds for K = 96), about a
-    millisecond; a speculation touches a dozen. The view reads its base, which must not change while the
-    view is in use (a speculative copy is used at once and dropped).
-    """
-
-    __slots__ = ("_base", "_own", "_gone")
-
-    def __init__(self, base: Any) -> None:
-        self._base = base
-        self._own: dict = {}
-        self._gone: set = set()
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        q = self._own.get(key)
-        if q is not None:
-            return q
-        if key in self._gone:
-            return default
-        b = self._base.get(key)
-        if b is None:
-            return default
-        q = self._own[key] = b.copy()
-        return q
-
-    def __getitem__(self, key: Any) -> Any:
-        q = self.get(key)
-        if q is None:
-            raise KeyError(key)
-        return q
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self._own[key] = value
-        self._gone.discard(key)
-
-    def __delitem__(self, key: Any) -> None:
-        if self.get(key) is None:
-            raise KeyError(key)
-        del self._own[key]
-        self._gone.add(key)
-
-    def __contains__(self, key: Any) -> bool:
-        return self.get(key) is not None
-
-    def keys(self) -> Iterator[Any]:
-        seen = set(self._own)
-        yield from self._own
-        for k in self._base.keys():
-            if k not in seen and k not in self._gone:
-                yield k
-
-    def items(self) -> Iterator[tuple[Any, Any]]:
-        for k in list(self.keys()):
-            yield k, self[k]
-
-
-_TRACKER_FIELDS = {"_queues", "_blocked", "_keys"}
-
-
-def _cheap_tracker(t: CausalTracker) -> CausalTracker:
-    if type(t) is not CausalTracker or set(vars(t)) != _TRACKER_FIELDS:
-        return t.clone()  # an unknown tracker layout: the safe, slower copy
-    other = CausalTracker.__new__(CausalTracker)
-    other._queues = _CowQueues(t._queues)
-    other._blocked = t._blocked.copy()
-    other._keys = t._keys.copy()
-    return other
-
-
-_PLANS: dict[tuple[type, tuple[str, ...]], tuple[tuple[str, int], ...]] = {}
-_COPY, _CLONE, _TRACKER = 1, 2, 3  # how _copy treats an attribute (the rest is shared)
-
-
-def _plan(sched: StageScheduler) -> tuple[tuple[str, int], ...]:
-    key = (type(sched), tuple(sched.__dict__))
-    plan = _PLANS.get(key)
-    if plan is None:
-        out = []
-        for name, value in sched.__dict__.items():
-            if isinstance(value, CausalTracker):
-                out.append((name, _TRACKER))
-            elif isinstance(value, (list, set, dict)):
-                out.append((name, _COPY))
-            elif hasattr(value, "clone"):
-                out.append((name, _CLONE))
-        plan = _PLANS[key] = tuple(out)
-    return plan
-
-
 def speculative_copy(sched: StageScheduler) -> StageScheduler:
     """An independent copy of ``sched`` for a speculative decision, valid until ``sched`` next changes.
 
     Behaves exactly like ``sched.clone()`` (same decisions), but the causal tracker's queues are copied on
-    write, which makes it cheap enough to run before every task.
+    write (``CausalTracker.clone(lazy=True)``), which makes it cheap enough to run before every task.
     """
-    return _copy(sched, _cheap_tracker)
+    return sched.clone(_lazy_tracker)
 
 
-def _copy(sched: StageScheduler, tracker: Callable[[Any], Any]) -> StageScheduler:
-    """A copy of ``sched`` whose containers are copied, helpers cloned and causal tracker made by ``tracker``."""
-    other = object.__new__(type(sched))
-    d = sched.__dict__.copy()
-    for name, how in _plan(sched):
-        v = d[name]
-        if how == _COPY:
-            d[name] = v.copy()
-        elif how == _TRACKER:
-            d[name] = tracker(v)
-        elif v is not None:
-            d[name] = v.clone()
-    other.__dict__ = d
-    return other
+def _lazy_tracker(t: Any) -> Any:
+    return t.clone(lazy=True) if isinstance(t, CausalTracker) else t.clone()
 
 
 class _Mutation(Exception):
@@ -193,7 +90,7 @@ def peek(sched: StageScheduler) -> Task | None:
     """
     if sched.running is not None:
         return None
-    other = _copy(sched, _ReadOnlyTracker)
+    other = sched.clone(_ReadOnlyTracker)
     try:
         return other.next_task()
     except _Mutation:

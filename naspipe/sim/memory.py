@@ -333,6 +333,10 @@ class Gate:
         self.lo = 0  # the oldest subnet whose write on this stage is not done
         self.max_need = fp.max_params(stage) + fp.act_per_sample(stage) * fp.batch
 
+    def start_at(self, position: int) -> None:
+        """A gate of a resumed run: the subnets ``< position`` are done here (started and written)."""
+        self.next_unstarted = self.lo = position
+
     def copy(self) -> Gate:
         other = Gate.__new__(Gate)
         other.__dict__.update(self.__dict__)
