@@ -30,9 +30,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from naspipe.sched.async_options import ASYNC_OPTIONS, check_async_options
+from naspipe.sched.async_options import FLAGS as ASYNC_FLAGS
 from naspipe.sched.causal import CausalTracker
 from naspipe.sched.chains import ConflictChains
-from naspipe.sched.registry import Policy, PolicyError, SchedulerTable, get_policy, register_policy
+from naspipe.sched.registry import (
+    Policy,
+    PolicyError,
+    SchedulerTable,
+    get_policy,
+    parse_policy,
+    register_policy,
+    whole_numbers_from_one,
+)
 from naspipe.sched.registry import policy_names as policy_names
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.sequence import SubnetStream, Window
@@ -532,13 +542,15 @@ for _policy in (
     Policy("csp-chain", ChainCSPScheduler, causal=True, replicas=True,
            doc="CSP; among ready forwards the head of the longest conflict chain"),
     Policy("csp-bw", SplitBackwardCSPScheduler, causal=True, context_switch=True, replicas=True,
-           doc="CSP with a split backward (B, then W)"),
+           doc="CSP with a split backward (B, then W)", options={"max_pending_w": int},
+           check=whole_numbers_from_one),
     Policy("bsp", BSPScheduler, causal=False, updates="group", in_flight="group", delayed_shared=False,
-           doc="GPipe: groups of M subnets, flush"),
+           doc="GPipe: groups of M subnets, flush", options={"micro_batches": int}, check=whole_numbers_from_one),
     Policy("asp", ASPScheduler, causal=False, updates="stashed", in_flight="pipeline", delayed_shared=False,
            doc="PipeDream 1F1B with weight stashing"),
     *(Policy(name, cls, causal=False, updates="async", in_flight="pipeline", delayed_shared=False,
-             doc="asynchronous baseline (naspipe.runtime.async_rules)")
+             doc="asynchronous baseline (naspipe.runtime.async_rules)", options=ASYNC_OPTIONS[name],
+             flags=ASYNC_FLAGS & set(ASYNC_OPTIONS[name]), check=check_async_options)
       for name, cls in (("pipedream", AsyncScheduler), ("2bw", TwoBWScheduler), ("pipemare", PipeMareScheduler),
                         ("pipeoptim", PipeOptimScheduler))),
 ):
@@ -561,24 +573,11 @@ def follows_causal_rule(policy: str) -> bool:
 def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: int = 200, *, start: int = 0,
                    fence: int | None = None, **options: int) -> StageScheduler:
     """A fresh scheduler of ``policy`` for one stage. Options: ``micro_batches`` (bsp), ``max_pending_w``."""
-    name, _, arg = policy.partition(":")
-    cls = policy_class(policy)
-    if getattr(cls, "text_options", False):  # asynchronous baselines: key=value options in the policy string
-        from naspipe.sched.async_options import AsyncOptionError, parse_async_options
-
-        try:
-            warmup = parse_async_options(policy).get("warmup")
-        except AsyncOptionError as e:
-            raise PolicyError(str(e)) from None
-        arg = ""
-        if warmup:
-            options = {**options, "warmup": warmup}
-    if arg:
-        if not arg.isdigit() or int(arg) < 1:
-            raise PolicyError(f"bad policy argument in {policy!r}: expected a whole number >= 1")
-        if not cls.options:
-            raise PolicyError(f"policy {name!r} takes no argument")
-        options = {**options, cls.options[0]: int(arg)}
+    pol, text = parse_policy(policy)  # the one grammar (naspipe.sched.registry)
+    name, cls = pol.name, pol.scheduler
+    text_options = getattr(cls, "text_options", False)  # asynchronous baselines: the scheduler reads warmup only
+    options = {**options, **{k: v for k, v in text.items()
+                             if k in cls.options or (text_options and k == "warmup" and v)}}
     opts = {k: v for k, v in options.items() if v is not None}
     bad = set(opts) - set(cls.options) - ({"warmup"} if getattr(cls, "text_options", False) else set())
     if bad:

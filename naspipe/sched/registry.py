@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterator, MutableMapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass, field
 
 ENV = "NASPIPE_POLICY_MODULES"
 UPDATE_RULES = ("exact", "group", "stashed", "async")  # keys understood by naspipe.runtime.rules
@@ -44,7 +44,10 @@ class Policy:
     * ``in_flight``: subnets the policy keeps in flight on a stage at full speed, for the memory plan:
       ``one`` (the admission gate adapts it; the CSP family), ``pipeline`` (``P - s``: 1F1B), ``group`` (the
       ``M`` micro-batches of a BSP group);
-    * ``checkpoints``, ``context_switch``, ``delayed_shared``, ``replicas``: what the runtime supports with it.
+    * ``checkpoints``, ``context_switch``, ``delayed_shared``, ``replicas``: what the runtime supports with it;
+    * ``options``: the options written after the colon (``name -> type``; ``bsp:8`` sets the first, ``pipemare:
+      t1=200,t2=0.1`` by name), ``flags`` those that may stand alone, ``check(name, options)`` further rules
+      (raises ``PolicyError``). One grammar for every policy: ``parse_policy``.
     """
 
     name: str
@@ -57,6 +60,9 @@ class Policy:
     delayed_shared: bool = True
     replicas: bool = False
     doc: str = ""
+    options: Mapping[str, type] = field(default_factory=dict)
+    flags: frozenset[str] = frozenset()
+    check: Callable[[str, dict[str, object]], None] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or ":" in self.name or "," in self.name or self.name != self.name.strip().lower():
@@ -110,6 +116,46 @@ def get_policy(text: str) -> Policy:
     if policy is None:
         raise PolicyError(f"unknown policy {text!r}; choose one of {', '.join(_REGISTRY)}")
     return policy
+
+
+def parse_policy(text: str) -> tuple[Policy, dict[str, object]]:
+    """The ``Policy`` of a policy string and its options, parsed with the one grammar: ``name[:OPTIONS]``,
+    OPTIONS comma separated ``key=value`` (``-`` may stand for ``_``), a bare value setting the first option,
+    a bare flag meaning 1. PolicyError (one line) on an unknown name, option or bad value."""
+    policy = get_policy(text)
+    name, _, arg = str(text).partition(":")
+    name, spec = name.strip(), policy.options
+    out: dict[str, object] = {}
+    items = [a.strip() for a in arg.split(",") if a.strip()]
+    if items and not spec:
+        raise PolicyError(f"policy {name!r} takes no argument")
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:  # a bare flag (vsync) or the value of the first option (bsp:8, 2bw:8)
+            bare = item.replace("-", "_")
+            if bare in spec and bare not in policy.flags:
+                raise PolicyError(f"{name} option {bare!r} needs a value: {bare}=VALUE")
+            key, value = (item, "1") if bare in policy.flags else (next(iter(spec)), item)
+        key = key.strip().replace("-", "_")
+        if key not in spec:
+            raise PolicyError(f"policy {name!r} has no option {key!r}; options: {', '.join(spec)}")
+        try:
+            v: object = spec[key](value.strip())
+        except ValueError:
+            raise PolicyError(f"bad value {value!r} for {name} option {key!r}") from None
+        if isinstance(v, (int, float)) and v < 0:
+            raise PolicyError(f"{name} option {key!r} must be >= 0, got {v}")
+        out[key] = v
+    if policy.check is not None:
+        policy.check(name, out)
+    return policy, out
+
+
+def whole_numbers_from_one(name: str, options: dict[str, object]) -> None:
+    """A ``Policy.check``: every option is a whole number >= 1 (``bsp:M``, ``csp-bw:N``)."""
+    for key, v in options.items():
+        if not isinstance(v, int) or v < 1:
+            raise PolicyError(f"bad policy argument in {name}: {key} must be a whole number >= 1, got {v}")
 
 
 def load_policy_spec(text: str) -> str:
@@ -169,5 +215,5 @@ class SchedulerTable(MutableMapping[str, type]):
         return name in _REGISTRY
 
 
-__all__ = ["ENV", "Policy", "PolicyError", "SchedulerTable", "get_policy", "load_policy_spec", "policy_names",
-           "register_policy"]
+__all__ = ["ENV", "Policy", "PolicyError", "SchedulerTable", "get_policy", "load_policy_spec", "parse_policy",
+           "policy_names", "register_policy", "whole_numbers_from_one"]

@@ -53,7 +53,7 @@ from typing import Any
 
 from naspipe.memsize import Budget, SizeError, format_bytes, parse_budget
 from naspipe.partition import Partition
-from naspipe.sched.registry import get_policy
+from naspipe.sched.registry import parse_policy
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
 from naspipe.space import SearchSpace, Subnet
@@ -183,10 +183,10 @@ def policy_in_flight(policy: str, stages: int, stage: int, options: dict[str, An
     ``pipedream``, ``2bw``, ``pipemare``, ``pipeoptim``): ``P - s``; the CSP family adapts to memory through
     the admission gate and needs only one.
     """
-    kind = get_policy(policy).in_flight  # declared by the Policy; an unknown policy fails here
+    pol, text = parse_policy(policy)  # declared by the Policy; an unknown policy fails here
+    kind = pol.in_flight
     if kind == "group":
-        arg = policy.partition(":")[2]
-        return int(arg) if arg else int((options or {}).get("micro_batches") or 4)
+        return int(text.get("micro_batches") or (options or {}).get("micro_batches") or 4)
     if kind == "pipeline":  # 1F1B, the asynchronous baselines included
         return stages - stage
     return 1
