@@ -1,4 +1,6 @@
-"""The pure scheduling core (no torch): tasks, the causal tracker, policies, shared-layer semantics."""
+"""The pure scheduling core (no torch): tasks, the causal tracker, the schedulers (``policies``), the ``Policy``
+registry (``registry``: one object per policy, ``register_policy``), the options grammar, the predictor.
+Shared-layer semantics live in ``naspipe.shared`` (re-exported here)."""
 
 from naspipe.sched.causal import CausalTracker
 from naspipe.sched.policies import (
