@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 
 import torch
 from torch import nn
+
+# torch's global random state is one per process: a factory called under a seed must not interleave with
+# another thread's seeded build (a reference trained in a notebook's background thread while the launcher
+# checks the model in the foreground built different weights). Every seeded region holds this lock.
+GLOBAL_RNG = threading.RLock()
 
 
 def hashed_generator(domain: str, *parts: object) -> torch.Generator:

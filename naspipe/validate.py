@@ -67,7 +67,10 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
         raise ModelCheckError(f"space {space.name!r}: its {kind} model cannot make a batch: {_line(e)}") from None
     nb = space.num_blocks
     per_sample = 0
-    with torch.no_grad(), torch.random.fork_rng(devices=[]):  # the caller's random state stays as it was
+    from naspipe.seeding import GLOBAL_RNG
+
+    # the caller's random state stays as it was, and no other thread's seeded build interleaves with this one
+    with GLOBAL_RNG, torch.no_grad(), torch.random.fork_rng(devices=[]):
         for b, blk in enumerate(space.blocks):
             try:
                 model = build_stage(space, range(b, b + 1), seed, shared)
@@ -103,6 +106,7 @@ def _blame_build(space: SearchSpace, b: int, error: BaseException) -> str:
     """Name the candidate of block ``b`` whose construction fails (the block's own error if none alone does)."""
     import torch
 
+    from naspipe.seeding import GLOBAL_RNG
     from naspipe.supernet.load import supernet_of
 
     try:
@@ -112,7 +116,7 @@ def _blame_build(space: SearchSpace, b: int, error: BaseException) -> str:
     blk = space.blocks[b]
     for c in range(blk.k):
         try:
-            with torch.random.fork_rng(devices=[]):
+            with GLOBAL_RNG, torch.random.fork_rng(devices=[]):
                 sn.factory(b, c)()
         except Exception as e:  # noqa: BLE001
             return f"{_where(space, b, c)}: cannot be built: {_line(e)}"

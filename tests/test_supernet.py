@@ -195,3 +195,35 @@ def test_profile_of_a_preset_needs_an_out_file(tmp_path, capsys):
     out = str(tmp_path / "p.json")
     assert main(["profile", "--space", "digits-cnn", "--repeats", "1", "--out", out, "--json"]) == 0
     assert '"cell0"' in capsys.readouterr().out
+
+
+def test_seeded_builds_in_two_threads_do_not_interleave():
+    """A reference trained in a notebook's background thread builds its candidates while the launcher checks
+    the model in the foreground; torch's random state is one per process, so seeded builds must not interleave
+    (they did: the notebook's reference differed from the run)."""
+    import threading
+    import time
+
+    from naspipe.models.user import build_candidate
+
+    class Slow(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Parameter(torch.rand(4))
+            time.sleep(0.2)  # the other thread seeds the global state meanwhile, unless builds are serialised
+            self.b = nn.Parameter(torch.rand(4))
+
+    sn = naspipe.Supernet([naspipe.Choice("c", {"slow": Slow, "fast": lambda: nn.Linear(4, 4)})],
+                          data=lambda j, g: (torch.rand(2, 4, generator=g), torch.rand(2, 4, generator=g)),
+                          loss=torch.nn.functional.mse_loss, batch_size=2)
+    alone = {seed: build_candidate(sn, 0, 0, seed=seed) for seed in (3, 7)}
+    built = {}
+    t = threading.Thread(target=lambda: built.setdefault(3, build_candidate(sn, 0, 0, seed=3)))
+    main_build = threading.Timer(0.0, lambda: built.setdefault(7, build_candidate(sn, 0, 0, seed=7)))
+    main_build.start()
+    time.sleep(0.05)  # both builds overlap in time
+    t.start()
+    t.join(timeout=30)
+    main_build.join(timeout=30)
+    for seed in (3, 7):
+        assert torch.equal(built[seed].a, alone[seed].a) and torch.equal(built[seed].b, alone[seed].b), seed

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from naspipe.seeding import candidate_generator
+from naspipe.seeding import GLOBAL_RNG, candidate_generator
 from naspipe.supernet.declare import Supernet, SupernetError
 
 
@@ -28,7 +28,7 @@ def build_candidate(sn: Supernet, block: int, choice: int, seed: int) -> nn.Modu
     """Call the factory under the seeded random state (then ``sn.init``, if any); SupernetError names it."""
     label, name = sn.blocks[block].label, sn.candidate_names(block)[choice]
     try:
-        with torch.random.fork_rng(devices=[]):
+        with GLOBAL_RNG, torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed(seed, block, choice))
             mod = sn.factory(block, choice)()
             if isinstance(mod, nn.Module) and sn.init is not None:
