@@ -98,15 +98,16 @@ def with_policy_options(policy: str, options: list[str]) -> str:
     """``policy`` with ``--policy-option`` values appended (``pipemare:t1=200,t2=0.1``); checked."""
     if not options:
         return policy
-    from naspipe.sched.async_options import ASYNC_OPTIONS, AsyncOptionError, parse_async_options
+    from naspipe.sched.registry import PolicyError, get_policy, parse_policy, policy_names
 
     name, _, arg = policy.partition(":")
-    if name not in ASYNC_OPTIONS:
-        raise UsageError(f"--policy-option is for {', '.join(ASYNC_OPTIONS)}, not {name!r}")
+    keyed = [n for n in policy_names() if get_policy(n).options]  # policies that declare options (one grammar)
+    if name not in keyed:
+        raise UsageError(f"--policy-option is for the policies with options, {', '.join(keyed)}, not {name!r}")
     full = f"{name}:{','.join([a for a in [arg] if a] + options)}"
     try:
-        parse_async_options(full)
-    except AsyncOptionError as e:
+        parse_policy(full)
+    except PolicyError as e:
         raise UsageError(str(e)) from None
     return full
 
