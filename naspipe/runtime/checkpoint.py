@@ -45,11 +45,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from naspipe.runtime.atomic import write_atomic
 from naspipe.runtime.rundir import ConfigError, prepare_out_dir
 
 if TYPE_CHECKING:
@@ -105,31 +105,6 @@ def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
         **({"replicas": cfg.replicas, "replica_exchange": cfg.replica_exchange}
            if getattr(cfg, "replicas", 1) != 1 else {}),
     }
-
-
-# ---- atomic files ------------------------------------------------------------------------------------------
-def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path``: a temporary file in the same directory, fsync, rename, fsync the directory."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 # ---- saving (in the stage process) ---------------------------------------------------------------------------

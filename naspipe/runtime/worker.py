@@ -34,7 +34,8 @@ import torch.distributed as dist
 from naspipe import runs
 from naspipe.models import build_stage
 from naspipe.results import param_hashes
-from naspipe.runtime.checkpoint import Checkpointer, write_atomic
+from naspipe.runtime.atomic import write_atomic
+from naspipe.runtime.checkpoint import Checkpointer
 from naspipe.runtime.comm import ACTIVATION, GRADIENT, ChannelFailure, Links, Message, TransportError
 from naspipe.runtime.config import TrainConfig
 from naspipe.runtime.jitter import jitter_seconds
