@@ -66,7 +66,7 @@ from naspipe.runtime.updates import (
     take_grads,
 )
 
-ASYNC_POLICIES = ("pipedream", "2bw", "pipemare", "pipeoptim")
+ASYNC_POLICIES = ("pipedream", "2bw", "pipemare", "pipeoptim")  # the rules make_async_updates builds (key "async")
 FIXED = (-1, -1)  # the key of the stage's trainable fixed weights in per-key bookkeeping
 
 

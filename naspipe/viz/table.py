@@ -8,8 +8,6 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-DEFAULT_POLICIES = ("csp", "csp-bw", "bsp", "asp")
-
 
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
