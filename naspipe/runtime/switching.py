@@ -37,7 +37,8 @@ import torch
 from torch import nn
 
 from naspipe.memsize import parse_budget
-from naspipe.sched.predictor import Predictor, gated_next_task
+from naspipe.sched.predictor import Predictor
+from naspipe.sched.speculate import gated_next_task
 from naspipe.sched.tasks import FORWARD, Task
 from naspipe.sim.memory import SWAP_MODES, Gate
 

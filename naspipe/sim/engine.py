@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from naspipe.partition import Partition
 from naspipe.sched.policies import StageScheduler, make_scheduler, stage_specs
-from naspipe.sched.predictor import gated_next_task
+from naspipe.sched.speculate import gated_next_task
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.sequence import ReplayStream, SubnetStream
 from naspipe.shared import SharedLayers
