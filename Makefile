@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint figures clean
+.PHONY: demo test lint figures clean lab chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -16,10 +16,19 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/naspipe demo
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(BIN)/ruff check naspipe tests benchmarks
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q tests
+
+# JupyterLab from the project's environment (widgets and figures work there), on 127.0.0.1 with a token
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+
+# the browser test drives Debian's chromium (Playwright's own browser download is not used)
+chromium:
+	@command -v chromium >/dev/null || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; } \
+	  || echo "warning: chromium missing and not installable here: the browser test will be skipped"
 
 lint: $(STAMP)
 	$(BIN)/ruff check naspipe tests benchmarks

@@ -381,10 +381,20 @@ def test_schedule_player_and_frames():
     widget = box.children[1]
     assert sum(len(d.x) for d in widget.data) == len(tr.events)
     slider.value = 0
-    assert sum(len(d.x) for d in widget.data) == 0
+    assert sum(sum(d.x) for d in widget.data) == 0  # nothing drawn: only zero-length legend placeholders
+    assert all(len(d.x) == 1 for d in widget.data)  # every kind keeps its legend entry at step 0
     slider.value = 5
     assert 0 < sum(len(d.x) for d in widget.data) < len(tr.events)
     assert "tasks finished" in label.value
+    assert widget.layout.xaxis.range[1] > 0 and widget.layout.yaxis.range is not None  # axes stay put
+
+
+def test_gantt_legend_entries_ride_on_traces_that_have_bars():
+    plain = synthetic_trace(3, 2)
+    split = synthetic_trace(3, 2, split=True)
+    fig = gantt({"csp": plain, "csp-bw": split})
+    shown = {d.legendgroup for d in fig.data if d.showlegend and len(d.x)}
+    assert shown == {"F", "B", "W"}  # W's entry is on the second panel's trace, not on the first's empty one
 
 
 def test_sharing_rows_literal():
@@ -446,8 +456,12 @@ def test_report_is_self_contained(tmp_path, capsys):
     assert text.count("plotly.js v") <= 2  # the library once (its banner may name itself twice)
     assert text.count('class="plotly-graph-div"') == 2  # Gantt and DAG
     assert "subnets_per_s" in text and "1.25" in text
-    assert "causal DAG of the first 30 subnets" in text
+    assert "causal DAG of the first 12 subnets" in text  # a readable excerpt by default
     assert "Warning: the trace breaks" not in text  # the DAG's sequence matches the trace
+    # the answer first, the configuration last and folded
+    assert text.index('class="headline"') < text.index("Gantt chart") < text.index("<details>")
+    assert text.index("<details>") < text.index("subnets_per_s")
+    assert "Not verified" in text and "idle: causal dependency" in text
     # the CLI
     assert cli_main(["report", str(run), "--out", str(tmp_path / "r.html"), "--dag-subnets", "5"]) == 0
     assert (tmp_path / "r.html").is_file()
@@ -506,3 +520,32 @@ def test_svg_writers():
     root = ET.fromstring(dag_svg(g, "d"))
     assert sum(el.tag.endswith("circle") for el in root.iter()) == len(g)
     assert Task("B", 0, 0) in g and B(1, 0) in g
+
+
+def test_monitor_says_what_happens_while_the_stage_processes_start(tmp_path):
+    path = tmp_path / "events.jsonl"  # not written yet: the stage processes are still starting
+    mon = LiveMonitor(2, 3, widgets=True)
+    mon.follow(path, block=False, poll=0.02)
+    time.sleep(0.15)
+    assert "starting 2 stage processes" in mon._label.value
+    path.write_text(json.dumps(TraceEvent(0, "F", 0, 0.0, 1.0).to_dict()) + "\n")
+    time.sleep(0.3)
+    mon.stop()
+    assert mon.wait(5)
+    assert "0/3 subnets, 1 events" in mon._label.value
+
+
+def test_table_figures_are_tall_enough_for_every_row():
+    short = table_figure([{"a": 1, "b": 2.0}] * 9)
+    long = table_figure([{"label": "predictive 10% pin task " * 3, "x": 1.0}] * 9, title="t")
+    assert short.layout.height >= 9 * 20 + 30  # nine one-line rows and the header
+    assert long.layout.height >= 60 + 9 * 2 * 20  # wrapped cells: two lines a row at least
+
+
+def test_scaling_legend_has_room_for_every_entry():
+    rows = [{"k": k, "stages": p, "policy": pol, "space": f"unit-k{k}", "subnets": 10, "utilization": 0.5,
+             "efficiency": 0.9, "speedup": 1.0}
+            for k in (12, 24) for p in (4, 8) for pol in ("csp", "csp-bw", "bsp", "asp")]
+    fig = scaling_figure(rows, reference={12: 0.32, 24: 0.42})
+    entries = sum(1 for t in fig.data if t.showlegend is not False)
+    assert entries == 9 and fig.layout.height >= 240 + 32 * entries

@@ -1,4 +1,5 @@
-"""``naspipe report RUN_DIR``: a self-contained HTML report (Gantt, DAG excerpt, hit rate, metrics)."""
+"""``naspipe report RUN_DIR [--reference REF]``: a self-contained HTML report that leads with the answer
+(verdict, subnets/s, utilisation against simulation and bound, idle time by cause), then Gantt, DAG, hit rate."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="another trace (file or run directory) drawn in the Gantt, e.g. simulated=sim/trace.json")
     p.add_argument("--max-events", type=positive_int("--max-events"), default=20_000,
                    help="most events drawn per trace in the Gantt (default %(default)s)")
-    p.add_argument("--dag-subnets", type=positive_int("--dag-subnets", 0), default=40,
+    p.add_argument("--reference", default=None, metavar="REF",
+                   help="sequential reference run to verify against (default: RUN_DIR/../reference if present)")
+    p.add_argument("--dag-subnets", type=positive_int("--dag-subnets", 0), default=12,
                    help="subnets in the DAG excerpt, 0 for none (default %(default)s)")
 
 
@@ -34,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         out = write_report(args.run_dir, args.out, extra=extra, max_events=args.max_events,
-                           dag_subnets=args.dag_subnets)
+                           dag_subnets=args.dag_subnets, reference=args.reference)
     except ReportError as e:
         raise UsageError(str(e)) from None
     print(out)

@@ -189,7 +189,13 @@ class TrainConfig:
 
     @property
     def backend(self) -> str:
-        return "nccl" if self.device == "cuda" else "gloo"
+        """NCCL when every process (stage x replica) has a GPU of its own; gloo otherwise (NCCL refuses two
+        ranks on one GPU)."""
+        if self.device != "cuda":
+            return "gloo"
+        import torch
+
+        return "nccl" if torch.cuda.device_count() >= self.stages * self.replicas else "gloo"
 
     def stream(self) -> SubnetStream:
         """The run's stream; with a run-time sampler a fresh ``OnlineStream`` (each stage builds its own)."""

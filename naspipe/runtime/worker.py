@@ -65,6 +65,9 @@ class PeerLost(RuntimeError):
 
 def device_for(cfg: TrainConfig, local_rank: int) -> torch.device:
     if cfg.device == "cuda":
+        # bit-identical CUDA runs: deterministic kernels, and the cuBLAS workspace that makes them possible
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
         dev = torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
         torch.cuda.set_device(dev)
         return dev

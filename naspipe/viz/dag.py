@@ -123,6 +123,18 @@ def layout(g: nx.DiGraph) -> dict[Task, tuple[float, float]]:
     return pos
 
 
+def time_layout(g: nx.DiGraph, trace: Trace) -> dict[Task, tuple[float, float]]:
+    """x = the task's start time in ``trace`` (seconds), y = its lane: the DAG laid out as the run went.
+
+    Tasks the trace does not hold keep their topological layout's x scaled onto the trace's time span."""
+    lane_of = {ln: i for i, ln in enumerate(lanes(g.graph.get("stages", 1), g.graph.get("split_backward", False)))}
+    start = {Task(e.kind, e.subnet, e.stage): e.start for e in trace.compute_events()}
+    topo = layout(g)
+    span = max(start.values(), default=1.0) / max(1.0, max((x for x, _ in topo.values()), default=1.0))
+    return {t: (start.get(t, topo[t][0] * span), float(lane_of.get((t.kind, t.stage), len(lane_of))))
+            for t in g.nodes}
+
+
 def _segments(pos: Mapping[Task, tuple[float, float]], edges: Sequence[tuple[Task, Task]]) -> tuple:
     n = len(edges)
     xs = np.full(3 * n, np.nan)
@@ -137,9 +149,13 @@ def _segments(pos: Mapping[Task, tuple[float, float]], edges: Sequence[tuple[Tas
 EDGE_STYLE = {"data": {"color": "#8a8a8a", "width": 1}, "causal": {"color": "#d62728", "width": 1, "dash": "dot"}}
 
 
-def dag_figure(g: nx.DiGraph, title: str | None = None, highlight: bool = True) -> go.Figure:
-    """Draw the DAG: one scatter per edge kind (None-separated segments), one per task kind, critical path."""
-    pos = layout(g)
+def dag_figure(g: nx.DiGraph, title: str | None = None, highlight: bool = True,
+               pos: Mapping[Task, tuple[float, float]] | None = None, x_title: str = "topological generation",
+               ) -> go.Figure:
+    """Draw the DAG: one scatter per edge kind (None-separated segments), one per task kind, critical path.
+
+    ``pos``: node positions (default ``layout(g)``; ``time_layout`` draws it along a trace's time axis)."""
+    pos = pos if pos is not None else layout(g)
     cp = critical_path(g) if highlight else None
     fig = go.Figure()
     for kind, style in EDGE_STYLE.items():
@@ -172,7 +188,7 @@ def dag_figure(g: nx.DiGraph, title: str | None = None, highlight: bool = True) 
                  f"{g.number_of_edges()} edges" + (f"; critical path {cp.length:.4g}" if cp is not None else ""))
     fig.update_layout(
         title={"text": title}, template="plotly_white", hovermode="closest", height=160 + 45 * len(ln),
-        xaxis={"title": {"text": "topological generation"}, "zeroline": False},
+        xaxis={"title": {"text": x_title}, "zeroline": False},
         yaxis={"title": {"text": "task (kind, stage)"}, "tickmode": "array", "tickvals": list(range(len(ln))),
                "ticktext": [f"{k} stage {s}" for k, s in ln], "autorange": "reversed", "zeroline": False},
         margin={"l": 100, "r": 20, "t": 60, "b": 50},

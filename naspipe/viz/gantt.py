@@ -19,6 +19,7 @@ from naspipe.viz.style import LANE, NAMES, color, ordered_kinds, time_unit
 Traces = Trace | Mapping[str, Trace] | Sequence[Trace] | Sequence[tuple[str, Trace]]
 
 DEFAULT_MAX_EVENTS = 20_000
+UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "units": 1.0}  # "units": abstract unit-time costs (teaching examples)
 LABEL_LIMIT = 400  # write subnet ids inside the bars when a figure has at most this many events
 
 
@@ -62,10 +63,13 @@ def hover_text(e: TraceEvent, unit: str, factor: float) -> str:
 
 def gantt_bars(events: Sequence[TraceEvent], *, unit: str = "s", factor: float = 1.0, labels: bool = False,
                legend: set[str] | None = None, kinds: Sequence[str] | None = None,
-               xaxis: str = "x", yaxis: str = "y") -> list[go.Bar]:
+               xaxis: str = "x", yaxis: str = "y", keep_legend: bool = False) -> list[go.Bar]:
     """One horizontal ``go.Bar`` per event kind (all ``kinds`` if given, else those present).
 
-    ``legend``: kinds already shown in the legend (updated in place), so subplots share one legend.
+    ``legend``: kinds already shown in the legend (updated in place), so subplots share one legend; a kind's
+    entry goes on the first trace that has bars of it (plotly lists no entry for an empty trace).
+    ``keep_legend``: an empty kind gets one zero-length bar, so its legend entry stays while bars come and go
+    (a slider at step 0).
     """
     by_kind: dict[str, list[TraceEvent]] = {}
     for e in events:
@@ -74,20 +78,25 @@ def gantt_bars(events: Sequence[TraceEvent], *, unit: str = "s", factor: float =
     for kind in (list(kinds) if kinds is not None else ordered_kinds(by_kind)):
         evs = by_kind.get(kind, [])
         off, width = LANE.get(kind, (0.0, 0.4))
-        show = legend is None or kind not in legend
-        if legend is not None:
+        show = legend is None or (kind not in legend and bool(evs))
+        if legend is not None and evs:
             legend.add(kind)
+        placeholder = keep_legend and not evs
+        if placeholder:
+            evs = [TraceEvent(0, kind, -1, 0.0, 0.0)]
         start = np.fromiter((e.start for e in evs), float, len(evs)) * factor
         dur = np.fromiter((e.end - e.start for e in evs), float, len(evs)) * factor
         bar = go.Bar(
             name=NAMES.get(kind, kind), legendgroup=kind, showlegend=show, orientation="h",
             base=start, x=dur, y=np.fromiter((e.stage for e in evs), int, len(evs)),
             width=width, offset=off - width / 2, marker={"color": color(kind), "line": {"width": 0}},
-            hovertext=[hover_text(e, unit, factor) for e in evs], hovertemplate="%{hovertext}<extra></extra>",
+            hovertext=[""] if placeholder else [hover_text(e, unit, factor) for e in evs],
+            hovertemplate="%{hovertext}<extra></extra>",
             xaxis=xaxis, yaxis=yaxis,
         )
         if labels and kind in COMPUTE_KINDS:
-            bar.update(text=[str(e.subnet) for e in evs], textposition="inside", insidetextanchor="middle",
+            bar.update(text=[""] if placeholder else [str(e.subnet) for e in evs], textposition="inside",
+                       insidetextanchor="middle",
                        textfont={"color": "white", "size": 10})
         out.append(bar)
     return out
@@ -113,7 +122,8 @@ def gantt(traces: Traces, title: str | None = None, max_events: int | None = DEF
     """A Gantt chart of one or several traces on one time axis.
 
     ``max_events``: per trace, only the earliest events are drawn (the title says so); None draws all.
-    ``unit``: "s" or "ms" (default: ms when the longest trace is shorter than a second).
+    ``unit``: "s", "ms", "us", or "units" for unit-time cost models (default: ms when the longest trace is
+    shorter than a second).
     ``labels``: subnet ids inside the bars (default: when there are at most 400 events).
     """
     named = normalize_traces(traces)
@@ -121,10 +131,10 @@ def gantt(traces: Traces, title: str | None = None, max_events: int | None = DEF
     span = max((max((e.end for e in evs), default=0.0) for (evs, _), _ in clipped), default=0.0)
     if unit is None:
         unit, factor = time_unit(span)
-    elif unit in ("s", "ms", "us"):
-        factor = {"s": 1.0, "ms": 1e3, "us": 1e6}[unit]
+    elif unit in UNITS:
+        factor = UNITS[unit]
     else:
-        raise ValueError(f"unit must be 's', 'ms' or 'us', got {unit!r}")
+        raise ValueError(f"unit must be one of {', '.join(map(repr, UNITS))}, got {unit!r}")
     total = sum(len(evs) for (evs, _), _ in clipped)
     if labels is None:
         labels = total <= LABEL_LIMIT

@@ -75,6 +75,8 @@ class LiveMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ended = False
+        self._started: float | None = None  # when follow() began (the start-up message counts from it)
+        self._shown = False
         self._handle: Any = None
         self.status: dict[str, Any] | None = None
         self.error: BaseException | None = None
@@ -123,6 +125,10 @@ class LiveMonitor:
     # ---- drawing -----------------------------------------------------------------------------------------
     def _status(self) -> str:
         t = self.trace()
+        if not t.events and not self._ended:
+            since = f" ({time.monotonic() - self._started:.0f} s)" if self._started is not None else ""
+            return (f"starting {self.stages} stage process{'es' if self.stages > 1 else ''}: building their "
+                    f"layers and connecting{since}; the first tasks appear here when training begins")
         txt = f"{self.done_subnets}/{self.total} subnets, {len(t.events)} events"
         if t.events:
             txt += f", t = {max(e.end for e in t.events):.3f} s, utilisation {t.utilization():.3f}"
@@ -144,8 +150,10 @@ class LiveMonitor:
             go.Scatter(x=[], y=[], mode="lines", name="utilisation (all stages)"),
             go.Scatter(x=[], y=[], mode="lines", name="prediction hit rate", line={"dash": "dot"}),
         ])
-        self._lines.update_layout(template="plotly_white", height=260, yaxis={"range": [0, 1.05], "title": {
-            "text": "share"}}, xaxis={"title": {"text": "time (s)"}}, margin={"l": 80, "r": 20, "t": 20, "b": 40})
+        self._lines.update_layout(
+            title={"text": "utilisation over time (all stages)"}, template="plotly_white",
+            height=280, yaxis={"range": [0, 1.05], "title": {"text": "share"}}, xaxis={"title": {"text": "time (s)"}},
+            margin={"l": 80, "r": 20, "t": 50, "b": 40})
         self._progress = widgets.IntProgress(value=0, min=0, max=max(self.total, 1), description="subnets",
                                              bar_style="info")
         self._label = widgets.HTML(value=self._status())
@@ -178,6 +186,7 @@ class LiveMonitor:
             self._lines.data[0].x, self._lines.data[0].y = x, util.mean(axis=0)
             if self._memory:
                 self._lines.data[1].x, self._lines.data[1].y = x, hit_series(trace, self.buckets).overall()
+                self._lines.layout.title.text = "utilisation over time (all stages) and prediction hit rate"
         self._progress.value = min(self.done_subnets, self._progress.max)
         failed = self.status is not None and not self.status.get("complete")
         self._progress.bar_style = "danger" if failed else "success" if self.done else "info"
@@ -192,13 +201,16 @@ class LiveMonitor:
             return
         if get_ipython() is None:
             return
+        self._shown = True
         if self.widget is not None:
             display(self.widget)
         else:
             self._handle = display(self.figure(), display_id=True)
 
     def _ipython_display_(self) -> None:
-        self.display()
+        # a cell ending in ``monitor.follow(...)`` returns the monitor: once shown, do not draw it twice
+        if not self._shown:
+            self.display()
 
     # ---- following a running job -------------------------------------------------------------------------
     def follow(self, source: str | Path | Any, until: Until = None, *, block: bool = True, poll: float = 0.2,
@@ -212,6 +224,7 @@ class LiveMonitor:
         (``wait()`` joins it, ``stop()`` ends it).
         """
         self._stop.clear()
+        self._started = time.monotonic()
         if block:
             try:
                 self._follow(source, until, poll, timeout)
@@ -258,6 +271,8 @@ class LiveMonitor:
             if ended or finished or self.done or (deadline is not None and time.monotonic() > deadline):
                 break
             if not items and isinstance(reader, _FileReader):
+                if not self.events and self.widget is not None:
+                    self._label.value = self._status()  # say what is happening while the processes start
                 self._stop.wait(poll)
         self.refresh()
 

@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from naspipe.trace import COMPUTE_KINDS, Trace, TraceEvent
-from naspipe.viz.gantt import LABEL_LIMIT, gantt, gantt_bars
+from naspipe.viz.gantt import LABEL_LIMIT, UNITS, gantt, gantt_bars
 from naspipe.viz.style import ordered_kinds, time_unit
 
 
@@ -51,13 +51,14 @@ def schedule_frames(trace: Trace, steps: int = 40, title: str | None = None) -> 
     return fig
 
 
-def schedule_player(trace: Trace, steps: int = 40, title: str | None = None) -> Any:
+def schedule_player(trace: Trace, steps: int = 40, title: str | None = None, unit: str | None = None) -> Any:
     """An ipywidgets VBox: play button + slider over time + the Gantt up to that time.
 
-    Falls back to ``schedule_frames`` (a plain figure) where widgets cannot be built.
+    ``unit``: as ``gantt``'s ("units" for unit-time examples). The legend and both axes stay put while the
+    slider moves. Falls back to ``schedule_frames`` (a plain figure) where widgets cannot be built.
     """
     times = _times(trace, steps)
-    unit, f = time_unit(float(times[-1]))
+    unit, f = time_unit(float(times[-1])) if unit is None else (unit, UNITS[unit])
     kinds = ordered_kinds({e.kind for e in trace.events})
     labels = len(trace.events) <= LABEL_LIMIT
     try:
@@ -75,7 +76,7 @@ def schedule_player(trace: Trace, steps: int = 40, title: str | None = None) -> 
     def show(change: Any = None) -> None:
         t = float(times[slider.value])
         bars = {b.legendgroup: b for b in gantt_bars(events_until(trace, t), unit=unit, factor=f, kinds=kinds,
-                                                      labels=labels)}
+                                                      labels=labels, keep_legend=True)}
         with fig.batch_update():
             for tr in fig.data:
                 b = bars.get(tr.legendgroup)

@@ -53,7 +53,9 @@ def scaling_figure(rows: Sequence[Mapping[str, Any]], reference: Mapping[int, fl
     fig.update_yaxes(range=[0, 1.05], row=1, col=2)
     fig.update_yaxes(rangemode="tozero", row=1, col=3)
     space = rows[0]["space"] if rows else ""
+    entries = sum(1 for t in fig.data if t.showlegend is not False)
     fig.update_layout(title={"text": title or f"scaling over K ({space.rsplit('-k', 1)[0]} spaces, "
                                                f"{rows[0]['subnets'] if rows else 0} subnets)"},
-                      template="plotly_white", height=430, legend={"title": {"text": "policy, stages"}})
+                      template="plotly_white", height=max(430, 240 + 32 * entries),  # every legend entry shows
+                      legend={"title": {"text": "policy, stages"}})
     return fig

@@ -76,9 +76,10 @@ def sharing_figure(space: SearchSpace, part: Partition, subnets: Sequence[Subnet
                            font={"size": 11})
     fig.add_annotation(x=1.01, xref="paper", y=1.0, yref="paper", yanchor="bottom", text="<b>waits for</b>",
                        showarrow=False, xanchor="left")
-    fig.update_layout(title={"text": title or "candidates per subnet; ←i: last used by subnet i (a causal edge)"},
-                      template="plotly_white", height=140 + 28 * len(rows),
+    fig.update_layout(title={"text": title or "candidates per subnet; ←i: last used by subnet i (a causal edge)",
+                             "y": 0.99, "yanchor": "top"},  # above the top axis and its title, not on them
+                      template="plotly_white", height=155 + 28 * len(rows),
                       yaxis={"autorange": "reversed", "title": {"text": "subnet (training order)"}},
                       xaxis={"title": {"text": "choice block"}, "side": "top"},
-                      margin={"l": 90, "r": 200, "t": 110, "b": 30})
+                      margin={"l": 90, "r": 200, "t": 125, "b": 30})
     return fig
