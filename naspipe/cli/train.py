@@ -72,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device-memory", default=None, metavar="SIZE|P%",
                    help="context switching: each stage keeps its candidates in host memory and at most SIZE "
                         "bytes (2GiB) or P%% of its supernet share (25%%) on the device (cpu: a separate buffer pool)")
-    from naspipe.sim.memory import SWAP_MODES
+    from naspipe.sim.memory import PIN_MODES, SWAP_MODES
 
     p.add_argument("--swap", choices=SWAP_MODES, default=None,
                    help="with --device-memory: prefetch the forecast tasks' candidates, load on demand and "
@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "predictive)")
     p.add_argument("--prefetch-depth", type=positive_int("--prefetch-depth"), default=None, metavar="N",
                    help="with --swap predictive: forwards to prefetch ahead (default 4)")
-    p.add_argument("--pin", choices=("subnet", "task"), default=None,
+    p.add_argument("--pin", choices=PIN_MODES, default=None,
                    help="with --device-memory: keep a candidate pinned from its subnet's forward to the update "
                         "(subnet, default: the budget counts candidates only) or only while a task uses it (task: "
                         "autograd saves it by reference, so it may leave the device between forward and backward, "
@@ -162,9 +162,10 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,
             progress=not args.no_progress, fault=args.fault, start_method=args.start_method,
             checkpoint_every=getattr(args, "checkpoint_every", None),
-            device_memory=getattr(args, "device_memory", None), swap=getattr(args, "swap", None) or "predictive",
-            prefetch_depth=getattr(args, "prefetch_depth", None) or 4, pin=getattr(args, "pin", None) or "subnet",
-            replicas=getattr(args, "replicas", 1), replica_exchange=getattr(args, "replica_exchange", "exact"))
+            device_memory=getattr(args, "device_memory", None),
+            replicas=getattr(args, "replicas", 1), replica_exchange=getattr(args, "replica_exchange", "exact"),
+            # options not given keep TrainConfig's defaults (declared once, there)
+            **{k: v for k in ("swap", "prefetch_depth", "pin") if (v := getattr(args, k, None)) is not None})
         cfg.validate()
         check_model_of(cfg)
         if getattr(args, "resume", None):
