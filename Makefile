@@ -32,6 +32,7 @@ chromium:
 
 lint: $(STAMP)
 	$(BIN)/ruff check naspipe tests benchmarks
+	$(BIN)/lint-imports
 
 figures: $(STAMP)
 	$(BIN)/python -m naspipe.experiments.figures --measured docs/figures
