@@ -17,7 +17,14 @@ import pytest
 import naspipe
 from naspipe.partition import partition
 from naspipe.sched.policies import CSPScheduler, follows_causal_rule, make_scheduler, stage_specs
-from naspipe.sched.registry import Policy, PolicyError, get_policy, load_policy_spec, register_policy
+from naspipe.sched.registry import (
+    Policy,
+    PolicyError,
+    get_policy,
+    load_policy_spec,
+    register_policy,
+    unregister_policy,
+)
 from naspipe.sequence import UniformStream
 from naspipe.sim import simulate
 from naspipe.space import preset
@@ -95,3 +102,21 @@ def test_a_user_policy_trains_in_stage_processes_and_verifies_against_the_refere
     bad = subprocess.run([str(BIN / "naspipe"), "train", *common, "--policy", "nope", "--out", "x"],
                          capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
     assert bad.returncode == 2 and "unknown policy 'nope'" in bad.stderr and not (tmp_path / "x").exists()
+
+
+def test_a_policy_defined_in_main_is_refused_before_any_process_starts(tmp_path):
+    from naspipe.runtime import ConfigError, TrainConfig
+
+    class MainCSP(CSPScheduler):
+        name = "csp-main"
+
+    MainCSP.__module__ = "__main__"  # as if defined in a notebook cell
+    register_policy(Policy("csp-main", MainCSP, causal=True), replace=True)
+    try:
+        with pytest.raises(ConfigError, match="defined in __main__"):
+            TrainConfig.create("digits-cnn", tmp_path / "o", stages=2, subnets=4, policy="csp-main")
+        assert not (tmp_path / "o").exists()
+    finally:
+        unregister_policy("csp-main")
+    with pytest.raises(PolicyError, match="unknown policy 'csp-main'"):
+        get_policy("csp-main")

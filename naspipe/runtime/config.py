@@ -293,6 +293,9 @@ class TrainConfig:
             pol = self.policy_spec
         except PolicyError as e:
             raise ConfigError(str(e)) from None
+        if pol.scheduler.__module__ == "__main__":  # the stage processes import the policy's module by name
+            raise ConfigError(f"policy {pol.name!r} is defined in __main__ (a notebook or script): stage processes "
+                              "cannot import it; define it in a module and register it there")
         if not isinstance(self.window, int) or self.window < 1:
             raise ConfigError(f"window must be >= 1, got {self.window!r}")
         try:

@@ -99,6 +99,14 @@ def register_policy(policy: Policy, *, replace: bool = False) -> Policy:
     return policy
 
 
+def unregister_policy(name: str) -> Policy:
+    """Remove a registered policy (tests, notebooks redefining one); PolicyError if it is not registered."""
+    try:
+        return _REGISTRY.pop(name)
+    except KeyError:
+        raise PolicyError(f"unknown policy {name!r}") from None
+
+
 def _import_recorded() -> None:
     for module in filter(None, os.environ.get(ENV, "").split(",")):
         if module not in _IMPORTED:
@@ -216,4 +224,5 @@ class SchedulerTable(MutableMapping[str, type]):
 
 
 __all__ = ["ENV", "Policy", "PolicyError", "SchedulerTable", "get_policy", "load_policy_spec", "parse_policy",
-           "policy_names", "register_policy", "whole_numbers_from_one"]
+           "policy_names", "register_policy", "unregister_policy",
+           "whole_numbers_from_one"]
