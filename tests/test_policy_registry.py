@@ -18,6 +18,7 @@ import naspipe
 from naspipe.partition import partition
 from naspipe.sched.policies import CSPScheduler, follows_causal_rule, make_scheduler, stage_specs
 from naspipe.sched.registry import (
+    ENV,
     Policy,
     PolicyError,
     get_policy,
@@ -63,9 +64,19 @@ def test_unknown_policies_and_bad_declarations_fail_loudly():
         load_policy_spec("no_such_module_xyz:csp")
 
 
-def test_a_registered_policy_runs_in_the_simulator_and_keeps_the_causal_rule():
-    import user_policies  # noqa: F401 - registers csp-newest
+@pytest.fixture
+def user_policy(monkeypatch):
+    """``tests/user_policies.py`` imported (it registers csp-newest), and everything undone afterwards."""
+    monkeypatch.setenv(ENV, os.environ.get(ENV, ""))  # register_policy records the module here; restored
+    import user_policies
 
+    yield user_policies
+    unregister_policy("csp-newest")
+    sys.modules.pop("user_policies", None)
+
+
+def test_a_registered_policy_runs_in_the_simulator_and_keeps_the_causal_rule(user_policy):
+    assert os.environ[ENV].split(",")[-1] == "user_policies"  # what stage processes import on a miss
     assert load_policy_spec("user_policies:csp-newest") == "csp-newest" and follows_causal_rule("csp-newest")
     sp = preset("naspipe-k12")
     part = partition(sp, 4)
