@@ -10,13 +10,14 @@ each other's losses (same bits), which the script checks.
 
 What to expect on a CPU box: the split gains where a stage would otherwise idle waiting for a whole
 downstream backward (the simulator's utilisation rises), but it costs one extra task per subnet and stage
-(scheduling, one more event line) and, off stage 0, one ``autograd.grad`` call per weight-owning layer call
-in ``W`` instead of one backward. Each such call walks the whole autograd graph reachable from the layer's
-output (back to the stage input) before running the few kernels it needs: measured with
-``time.process_time`` on tiny-transformer (2 stages, 43 layer calls on the second stage) a call costs
-about 45 us for the first layer and about 215 us for the last, so W costs more CPU than the kernels of a
-whole backward of these tiny models (B about 6 ms and W about 10 ms of CPU, against about 6.5 ms for one
-full backward). The presets here are overhead-bound; models with larger layers amortise the per-call cost.
+and, off stage 0, more CPU than one backward: the layer calls run on local graphs
+(``naspipe.runtime.splitgrad``), so ``W`` is one ``autograd.grad`` over all of them (about 2 ms of CPU on
+tiny-transformer's second stage, where it cost about 4 ms when each layer's call walked the whole stage
+graph), but ``B`` now makes one nested ``autograd.grad`` per layer call (about 3.9 ms against 3.2 ms for a
+whole backward). The presets here are overhead-bound; models with larger layers amortise the per-call cost.
+The row also carries the simulator's prediction from these measured per-stage costs
+(``simulated_ratio_measured_costs``, csp-bw speed / csp speed) beside the cost model's (``simulated_ratio``,
+utilisation ratio), so prediction and measurement can be compared.
 
 Run: ``.venv/bin/python benchmarks/split_backward.py [--spaces sparse-mlp,tiny-transformer] [--subnets 150]
 [--repeats 2]``
@@ -31,16 +32,97 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from _common import write_result
 
-from naspipe.partition import partition
+from naspipe.models import build_stage, input_of, make_batch, target_of
 from naspipe.results import verify
 from naspipe.runtime import TrainConfig, train
+from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
+from naspipe.sched.shared import parse_shared
+from naspipe.sched.tasks import BACKWARD, FORWARD, Task
 from naspipe.sequence import UniformStream
 from naspipe.sim import simulate
 from naspipe.space import resolve_space
 
 POLICIES = ("csp", "csp-bw")
+
+
+def measure_stage_costs(space: Any, part: Any, seed: int, shared: str, samples: int = 12) -> list[dict[str, float]]:
+    """CPU seconds per stage of F, one full backward, and the split B and W as the executor runs them
+    (``LayerCapture`` local graphs; stage 0: B computes nothing, W one plain backward); medians over
+    ``samples`` subnets after two warm-ups, one thread."""
+    torch.set_num_threads(1)
+    return [_stage_costs(space, part, s, seed, parse_shared(shared), samples) for s in range(part.stages)]
+
+
+def _stage_costs(space: Any, part: Any, s: int, seed: int, sh: Any, samples: int) -> dict[str, float]:
+    lo, hi = part.bounds[s]
+    head = build_stage(space, range(0, lo), seed, sh) if lo > 0 else None
+    model = build_stage(space, range(lo, hi), seed, sh)
+    last = hi == space.num_blocks
+    targets = BlockTargets(model)
+    capture = LayerCapture(model)
+    stream = UniformStream(space, seed, samples + 2)
+    rows: dict[str, list[float]] = {"F": [], "full": [], "B": [], "W": []}
+
+    def fwd(x0: Any, sub: Any, batch: Any, blocks: list | None = None, layers: list | None = None) -> Any:
+        x = x0 if head is None else x0.detach().clone().requires_grad_(True)
+        capture.active = layers
+        try:
+            y = model(x, sub, capture=blocks)
+        finally:
+            capture.active = None
+        return x, (model.loss(y, target_of(space, batch)) if last else y)
+
+    for j in range(samples + 2):
+        sub = stream[j]
+        batch = make_batch(space, seed, j)
+        x0 = input_of(space, batch)
+        with torch.no_grad():
+            if head is not None:
+                x0 = head(x0, sub)
+            g = None if last else torch.ones(model(x0, sub).shape)
+        c0 = time.process_time()
+        x, y = fwd(x0, sub, batch)
+        c1 = time.process_time()
+        torch.autograd.backward(y, g)
+        c2 = time.process_time()
+        if head is None:  # stage 0: B has nothing to send, W is one plain backward
+            b_t, w_t = 0.0, c2 - c1
+        else:
+            blocks: list = []
+            layers: list = []
+            x, y = fwd(x0, sub, batch, blocks, layers)
+            c3 = time.process_time()
+            _, seen = input_grad(y, x, g, [*blocks, *(t for t, _ in layers)])
+            c4 = time.process_time()
+            weight_grads(blocks, seen[:len(blocks)], targets.targets(sub, None), layers, seen[len(blocks):])
+            b_t, w_t = c4 - c3, time.process_time() - c4
+        if j >= 2:
+            for k, v in (("F", c1 - c0), ("full", c2 - c1), ("B", b_t), ("W", w_t)):
+                rows[k].append(v)
+    capture.remove()
+    return {k: statistics.median(v) for k, v in rows.items()}
+
+
+class MeasuredCosts:
+    """Per-stage measured durations for the simulator (the same for every subnet): F, and either one full
+    backward (``csp``) or the split B and W (``csp-bw``)."""
+
+    def __init__(self, stages: list[dict[str, float]], split: bool, batch_size: int):
+        self.stages, self.split, self.batch_size = stages, split, batch_size
+
+    def duration(self, task: Task) -> float:
+        c = self.stages[task.stage]
+        if task.kind == FORWARD:
+            return c["F"]
+        if task.kind == BACKWARD:
+            return c["B"] if self.split else c["full"]
+        return c["W"]
+
+    def transfer(self) -> float:
+        return 0.0
 
 
 def measure(cfg: TrainConfig) -> dict[str, Any]:
@@ -68,8 +150,12 @@ def bench_space(name: str, args: argparse.Namespace, root: Path) -> dict[str, An
             outs[policy] = cfg.out
         same_bits &= verify(outs["csp-bw"], outs["csp"])[0]
     med = {p: statistics.median(x["subnets_per_s"] for x in v) for p, v in runs.items()}
-    part = partition(space, args.stages)
+    part = base.partition
     sim = {p: simulate(space, part, UniformStream(space, args.seed, args.subnets), p).utilization for p in POLICIES}
+    measured = measure_stage_costs(space, part, args.seed, args.shared_layers)
+    sim_measured = {p: simulate(space, part, UniformStream(space, args.seed, args.subnets), p,
+                                costs=MeasuredCosts(measured, p == "csp-bw", space.batch_size)).makespan
+                    for p in POLICIES}
     return {
         "space": name, "stages": args.stages, "subnets": args.subnets, "repeats": args.repeats,
         "partition": base.partition.to_list(),
@@ -82,6 +168,8 @@ def bench_space(name: str, args: argparse.Namespace, root: Path) -> dict[str, An
                                         for p, v in runs.items() if all("per_task_overhead_us" in x for x in v)},
         "simulated_utilization": sim,
         "simulated_ratio": sim["csp-bw"] / sim["csp"],
+        "measured_stage_costs_s": measured,
+        "simulated_ratio_measured_costs": sim_measured["csp"] / sim_measured["csp-bw"],
         "same_bits_as_csp": same_bits,
         "runs": runs,
     }

@@ -112,3 +112,16 @@ def test_bounds_match_the_literal_schedules() -> None:
 def test_empty_sequence_bound_is_zero() -> None:
     b = _bound(UNIT, [])
     assert b.lower_bound == 0 and b.tight_bound == 0 and b.stage_work == (0.0, 0.0)
+
+
+def test_delayed_gate_waits_for_every_write_up_to_j_minus_d_minus_1() -> None:
+    """One stage with a trained fixed block under delayed:1: F(j) needs every write i <= j - 2. Subnet 0
+    has a long backward (100), 3 a long one too (50): F(3) must wait for B(0) (ends 101), although B(1)
+    (which it also needs) ended at 2 and F(1), F(2) need nothing of 0 before. Critical path: F0 B0 (101),
+    F3 (102), B3 (152); without the edge from B0 it would be F0 B0 F2 B2 (103)."""
+    sp = _space([(0.0, 0.0)], [(1, 100), (1, 1), (1, 1), (1, 50)], fixed=(0,))
+    part = partition(sp, 1)
+    subs = [(0, 0), (0, 1), (0, 2), (0, 3)]
+    costs = CostModel(sp, part, subs)
+    b = lower_bound(sp, part, subs, costs.duration, shared=parse_shared("delayed:1"))
+    assert b.critical_path == pytest.approx(152.0)

@@ -64,6 +64,7 @@ def test_reference_replicas_split_the_batch():
 
 @pytest.mark.usefixtures("no_process_left_behind")
 @pytest.mark.parametrize("name,policy,shared", [("digits-cnn", "csp", "frozen"),
+                                                ("digits-cnn", "csp-cp", "serial"),
                                                 ("tiny-transformer", "csp-bw", "delayed:2")])
 def test_two_stages_by_two_replicas_equal_the_reference(tmp_path, name, policy, shared):
     common = ["--space", name, "--subnets", "6", "--seed", "2", "--shared-layers", shared]

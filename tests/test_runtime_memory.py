@@ -133,7 +133,7 @@ def test_the_runtime_forecast_runs_the_stage_scheduler_speculatively():
         mem.close()
 
 
-@pytest.mark.parametrize("policy", ["csp", "csp-bw"])
+@pytest.mark.parametrize("policy", ["csp", "csp-cp", "csp-bw"])
 def test_pinned_per_task_the_layers_leave_between_forward_and_backward(tmp_path, policy):
     """``--pin task``: autograd saves the candidates by reference, so they may be evicted while their subnet
     waits for its backward and loaded again for it; the run stays identical to the reference."""

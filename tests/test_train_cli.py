@@ -42,7 +42,7 @@ def test_train_writes_a_run_that_verifies_against_the_reference(tmp_path):
     p = subprocess.run([str(BIN / "naspipe"), "train", *common, "--stages", "2", "--jitter-ms", "1",
                         "--out", str(run)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    assert "csp on tiny-transformer, 2 stages, 16 subnets, shared layers delayed:1" in p.stdout
+    assert "csp-cp on tiny-transformer, 2 stages, 16 subnets, shared layers delayed:1" in p.stdout
     assert "subnet" in p.stderr  # the progress bar
     for f in ("losses.csv", "params.json", "trace.json", "metrics.json", "events.jsonl", "status.json"):
         assert (run / f).exists(), f
@@ -84,7 +84,7 @@ BAD = [  # (arguments, part of the one-line message)
     (["--timeout", "0"], "--timeout must be a finite number of seconds > 0"),
     (["--subnets", "0"], "--subnets must be >= 1"),
     (["--device", "tpu"], "invalid choice: 'tpu'"),
-    (["--micro-batches", "2"], "policy 'csp' takes no option"),
+    (["--micro-batches", "2"], "policy 'csp-cp' takes no option"),
     (["--checkpoint-every", "0"], "--checkpoint-every must be >= 1"),
     (["--policy", "bsp:4", "--checkpoint-every", "10"], "multiple of its 4 micro-batches"),
 ]
@@ -245,7 +245,7 @@ def test_torchrun_entry_point_matches_the_reference(tmp_path):
                         "--checkpoint-every", "4", "--no-progress"], capture_output=True, text=True, timeout=240,
                        cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "csp on digits-cnn, 2 stages, 12 subnets" in p.stdout
+    assert "csp-cp on digits-cnn, 2 stages, 12 subnets" in p.stdout
     assert main(["reference", *common, "--out", str(ref), "--no-progress"]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
     # every rank saved its checkpoints and rank 0 marked them complete; the single-machine launcher resumes one

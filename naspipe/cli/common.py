@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 from naspipe.partition import Partition, partition
-from naspipe.sched.policies import POLICIES, PolicyError
+from naspipe.sched.policies import DEFAULT_POLICY, POLICIES, PolicyError
 from naspipe.sched.registry import get_policy, load_policy_spec
 from naspipe.sequence import ReplayStream, SubnetStream, UniformStream
 from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
@@ -57,13 +57,14 @@ def positive_float(name: str, unit: str = ""):  # noqa: ANN201
 
 
 def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-k48",
-                      default_subnets: int = 1000, default_policy: str = "csp") -> None:
+                      default_subnets: int = 1000, default_policy: str = DEFAULT_POLICY) -> None:
     p.add_argument("--space", default=default_space,
                    help="preset name, JSON file, or module:function returning a naspipe.Supernet (default %(default)s)")
     p.add_argument("--stages", type=int, default=4, help="pipeline stages P (default %(default)s)")
     p.add_argument("--policy", default=default_policy,
-                   help=f"scheduling policy: {', '.join(POLICIES)} (bsp:M sets the group size); MODULE:NAME "
-                        "imports MODULE, which registers policy NAME (naspipe.register_policy)")
+                   help=f"scheduling policy: {', '.join(POLICIES)} (bsp:M sets the group size; default "
+                        f"%(default)s, csp is the paper's order); MODULE:NAME imports MODULE, which registers "
+                        "policy NAME (naspipe.register_policy)")
     p.add_argument("--subnets", type=positive_int("--subnets"), default=default_subnets,
                    help="number of subnets to train (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the subnet sequence and the weights")

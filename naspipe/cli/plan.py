@@ -14,6 +14,7 @@ import sys
 
 from naspipe.cli.common import UsageError, positive_int
 from naspipe.cli.simulate import add_link_arguments, link_from_args
+from naspipe.sched.policies import DEFAULT_POLICY
 
 COMMAND = "plan"
 HELP = "rank stages x replicas for a device count on the simulator"
@@ -25,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--space", default="naspipe-k96", help="preset name or JSON file (default %(default)s)")
     p.add_argument("--subnets", type=positive_int("--subnets"), default=500,
                    help="subnets simulated per split (default %(default)s)")
-    p.add_argument("--policy", default="csp", help="scheduling policy (default %(default)s)")
+    p.add_argument("--policy", default=DEFAULT_POLICY, help="scheduling policy (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the subnet sequence")
     p.add_argument("--window", type=positive_int("--window"), default=200, help="scheduler window")
     p.add_argument("--shared-layers", default="frozen", help="fixed-block semantics (default %(default)s)")

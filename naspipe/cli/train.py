@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     # no torch import here: building the parser must stay cheap for every subcommand
     from naspipe.cli.reference import add_optimizer_arguments, add_sampler_argument  # as the reference's
 
-    add_run_arguments(p, default_space="tiny-transformer", default_subnets=200, default_policy="csp")
+    add_run_arguments(p, default_space="tiny-transformer", default_subnets=200)
     add_optimizer_arguments(p)
     add_sampler_argument(p)
     p.add_argument("--out", default=None,

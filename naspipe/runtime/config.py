@@ -362,7 +362,7 @@ class TrainConfig:
         if self.device != "cpu":
             raise ConfigError("device_memory (context switching) runs on device cpu only so far")
         if not self.policy_spec.context_switch:
-            names = " or ".join(n for n in policy_names() if get_policy(n).context_switch)
+            names = ", ".join(n for n in policy_names() if get_policy(n).context_switch)
             raise ConfigError(f"device_memory (context switching) needs policy {names}, not {self.policy}")
         from naspipe.models import build_stage
         from naspipe.runtime.switching import resident_bytes, stage_budget

@@ -74,20 +74,85 @@ class BlockTargets:
         return out
 
 
+class _Local:
+    """One layer call run on a local graph: its detached input, its output there, and (after ``B``) the
+    gradient its output received."""
+
+    __slots__ = ("x_local", "out_local", "grad")
+
+    def __init__(self, x_local: Tensor) -> None:
+        self.x_local = x_local
+        self.out_local: Tensor | None = None
+        self.grad: Tensor | None = None
+
+
+class _Reattach(torch.autograd.Function):
+    """Joins a layer call's local graph to the stage graph: forward passes the local output on; backward
+    keeps the output gradient for ``W``, computes the input gradient on the local graph alone and passes
+    the output gradient into the local graph too (for a caller that asks for weight gradients through the
+    stage graph, such as the per-block fallback; ``B``, which asks for the input gradient only, never runs
+    the local graph that way)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, out_local: Tensor, rec: _Local) -> Tensor:  # noqa: ANN001
+        ctx.rec = rec
+        return out_local.view_as(out_local)
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> tuple[Tensor | None, Tensor, None]:  # noqa: ANN001
+        rec = ctx.rec
+        rec.grad = g
+        gx = None
+        if rec.x_local.requires_grad and ctx.needs_input_grad[0]:
+            (gx,) = torch.autograd.grad(rec.out_local, rec.x_local, grad_outputs=g, retain_graph=True)
+        return gx, g, None
+
+
 class LayerCapture:
     """Forward hooks on each module of ``model`` that owns parameters directly; while ``active`` is a list,
-    every call of such a module whose output requires grad appends ``(output, weights used)`` to it."""
+    every call of such a module whose output requires grad appends ``(output, weights used)`` to it.
 
-    def __init__(self, model: nn.Module):
+    ``local`` (the default): a call whose only tensor argument needing a gradient is its first runs on a
+    *local graph*: its input is detached at the boundary, and ``_Reattach`` joins the call's output to the
+    stage graph, so ``W`` walks the layers alone (all of them in one ``autograd.grad``) instead of
+    everything back to the stage input. The recorded output is then the local one; ``input_grad`` reads its
+    gradient from the join."""
+
+    def __init__(self, model: nn.Module, local: bool = True):
         self.active: list[tuple[Tensor, list[Tensor]]] | None = None
-        self._handles = [m.register_forward_hook(self._hook) for m in model.modules()
-                         if any(p is not None for p in m._parameters.values())]
+        self.local = local
+        self._open: dict[int, list[tuple[Tensor, _Local]]] = {}
+        mods = [m for m in model.modules() if any(p is not None for p in m._parameters.values())]
+        self._handles = [m.register_forward_hook(self._hook) for m in mods]
+        if local:
+            self._handles += [m.register_forward_pre_hook(self._pre_hook) for m in mods]
 
-    def _hook(self, mod: nn.Module, args: object, out: object) -> None:
+    def _pre_hook(self, mod: nn.Module, args: tuple) -> tuple | None:
+        if self.active is None or not args or not isinstance(args[0], Tensor):
+            return None
+        if any(isinstance(a, Tensor) and a.requires_grad for a in args[1:]):
+            return None
+        x = args[0]
+        rec = _Local(x.detach().requires_grad_(x.requires_grad))
+        self._open.setdefault(id(mod), []).append((x, rec))
+        return (rec.x_local, *args[1:])
+
+    def _hook(self, mod: nn.Module, args: object, out: object) -> Tensor | None:
+        opened = self._open.get(id(mod))
+        x_rec = opened.pop() if opened else None
         if self.active is None or not isinstance(out, Tensor) or not out.requires_grad:
-            return
+            return None
         ws = [getattr(mod, n) for n in mod._parameters]  # under functional_call: the tensors passed in
-        self.active.append((out, [w for w in ws if isinstance(w, Tensor) and w.requires_grad]))
+        ws = [w for w in ws if isinstance(w, Tensor) and w.requires_grad]
+        if x_rec is None:
+            self.active.append((out, ws))
+            return None
+        x, rec = x_rec
+        rec.out_local = out
+        joined = _Reattach.apply(x, out, rec)
+        out._naspipe_local = rec  # type: ignore[attr-defined]  # input_grad reads the gradient here
+        self.active.append((out, ws))
+        return joined
 
     def remove(self) -> None:
         for h in self._handles:
@@ -111,14 +176,21 @@ def input_grad(out: Tensor, x: Tensor, grad: Tensor | None, outs: Sequence[Tenso
             seen[i] = g
         return hook
 
+    local: list[tuple[int, _Local]] = []
     for i, t in enumerate(outs):
-        if t.requires_grad:
+        rec = getattr(t, "_naspipe_local", None)
+        if rec is not None:
+            rec.grad = None
+            local.append((i, rec))
+        elif t.requires_grad:
             handles.append(t.register_hook(keep(i)))
     try:
         (gin,) = torch.autograd.grad(out, x, grad_outputs=grad, retain_graph=True)
     finally:
         for h in handles:
             h.remove()
+    for i, rec in local:
+        seen[i] = rec.grad
     for i, t in enumerate(outs):  # the root itself: its gradient is the seed
         if seen[i] is None and t is out and t.requires_grad:
             seen[i] = grad if grad is not None else torch.ones_like(out)
@@ -140,12 +212,23 @@ def weight_grads(block_outs: Sequence[Tensor], block_grads: Sequence[Tensor | No
         for w in ws:
             uses[w] = uses.get(w, 0) + 1
     grads: dict[Tensor, Tensor | None] = {}
+    # layer calls on local graphs (LayerCapture's default) share no node: one autograd.grad over all of them
+    # computes each weight's gradient from its own call alone, in one walk of the small local graphs
+    roots, seeds, inputs = [], [], []
     for (t_out, ws), g in reversed(list(zip(layers, layer_grads, strict=True))):
         mine = [w for w in ws if w in wanted]
         if g is None or not mine or any(uses[w] > 1 for w in mine):
             continue  # left to the block-level fallback
+        if getattr(t_out, "_naspipe_local", None) is not None:
+            roots.append(t_out)
+            seeds.append(g)
+            inputs += mine
+            continue
         got = torch.autograd.grad(t_out, mine, grad_outputs=g, retain_graph=True, allow_unused=True)
         grads.update(zip(mine, got, strict=True))
+    if roots:
+        got = torch.autograd.grad(roots, inputs, grad_outputs=seeds, retain_graph=True, allow_unused=True)
+        grads.update(zip(inputs, got, strict=True))
     for t_out, g, ts in reversed(list(zip(block_outs, block_grads, targets, strict=True))):
         rest = [t for t in ts if t not in grads]
         if not rest:
