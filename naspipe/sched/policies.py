@@ -183,6 +183,19 @@ class StageScheduler:
             self._f_ready = rest + self._f_ready
             heapq.heapify(self._f_ready)
 
+    def next_task_not_forwarding(self) -> Task | None:
+        """``next_task()`` with no forward to choose: a ready backward (or weight task), None if there is none
+        or a task runs. A backward never waits for memory, so a driver whose gate refuses the forward the
+        policy prefers (``csp-cp`` may prefer a forward to a ready backward) still makes progress."""
+        if self._running is not None:
+            return None
+        rest, self._f_ready = self._f_ready, []
+        try:
+            return self.next_task()
+        finally:
+            self._f_ready = rest + self._f_ready
+            heapq.heapify(self._f_ready)
+
     def next_weight_task(self) -> Task | None:
         """Start the oldest pending weight task now (split-backward policies; None here): a driver that
         refuses a forward for lack of memory must not wait for memory only a pending ``W`` would free."""
