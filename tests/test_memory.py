@@ -257,7 +257,7 @@ def runs(draw):
     stages = draw(st.integers(1, min(3, len(bl))))
     n = draw(st.integers(1, 24))
     seed = draw(st.integers(0, 10**6))
-    policy = draw(st.sampled_from(["csp", "csp-bw", "csp-chain", "sequential", "asp", "bsp", "bsp:3"]))
+    policy = draw(st.sampled_from(["csp", "csp-bw", "csp-chain", "csp-cp", "sequential", "asp", "bsp", "bsp:3"]))
     swap = draw(st.sampled_from(["predictive", "on-demand", "resident"]))
     # room over the least each stage must hold (None: unlimited): 1.0 is exactly the minimum the plan accepts
     budget = draw(st.sampled_from([1.0, 1.15, 1.5, 2.5, 5.0, None]))
@@ -358,7 +358,7 @@ def test_gate_waives_headroom_for_the_oldest_subnets_flush_group() -> None:
         assert gate.admits(Task(FORWARD, 1, 0)) is admitted
 
 
-@pytest.mark.parametrize("policy", ["csp", "csp-bw"])
+@pytest.mark.parametrize("policy", ["csp", "csp-bw", "csp-cp"])
 @pytest.mark.parametrize("swap", ["predictive", "on-demand"])
 @pytest.mark.parametrize("pin", ["task", "subnet"])
 def test_invariants_under_memory_pressure(policy: str, swap: str, pin: str) -> None:

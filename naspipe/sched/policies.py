@@ -183,17 +183,17 @@ class StageScheduler:
             self._f_ready = rest + self._f_ready
             heapq.heapify(self._f_ready)
 
-    def next_task_not_forwarding(self) -> Task | None:
-        """``next_task()`` with no forward to choose: a ready backward (or weight task), None if there is none
-        or a task runs. A backward never waits for memory, so a driver whose gate refuses the forward the
-        policy prefers (``csp-cp`` may prefer a forward to a ready backward) still makes progress."""
+    def next_task_without_forward(self) -> Task | None:
+        """``next_task()`` choosing no forward (None if no backward or weight task is ready, or a task runs).
+        For a driver whose memory gate refuses a forward that the policy prefers to ready backwards (csp-cp):
+        a backward needs no admission and frees memory, so waiting for an event instead can deadlock."""
         if self._running is not None:
             return None
-        rest, self._f_ready = self._f_ready, []
+        held, self._f_ready = self._f_ready, []
         try:
             return self.next_task()
         finally:
-            self._f_ready = rest + self._f_ready
+            self._f_ready = held + self._f_ready
             heapq.heapify(self._f_ready)
 
     def next_weight_task(self) -> Task | None:

@@ -92,18 +92,18 @@ class SpeculativeGate(Protocol):
 
 def fallback_task(sched: StageScheduler, gate: SpeculativeGate) -> Task | None:
     """What a driver starts when ``gate`` refuses the forward the policy offers: a pending ``W`` (it frees
-    memory), else the gate's preferred forward if it is ready and admitted, else a ready backward (a policy
-    such as ``csp-cp`` may have preferred the refused forward to it; without this the stage waited for an
-    event that never came); None: wait for an event."""
+    memory), else a ready backward (a policy may prefer a forward to it), else the gate's preferred forward
+    if it is ready and admitted; None: wait for an event."""
     t = sched.next_weight_task()
+    if t is not None:
+        return t
+    t = sched.next_task_without_forward()
     if t is not None:
         return t
     j = gate.preferred_forward()
     if j is not None and gate.admits(Task(FORWARD, j, sched.spec.stage)):
-        t = sched.next_task_forwarding(j)
-        if t is not None:
-            return t
-    return sched.next_task_not_forwarding()
+        return sched.next_task_forwarding(j)
+    return None
 
 
 def gated_next_task(sched: StageScheduler, gate: SpeculativeGate | None) -> tuple[Task | None, bool]:
