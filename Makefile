@@ -18,6 +18,7 @@ demo: $(STAMP)
 
 test: $(STAMP) chromium
 	$(BIN)/ruff check naspipe tests benchmarks
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q tests
 
 # JupyterLab from the project's environment (widgets and figures work there), on 127.0.0.1 with a token
@@ -31,9 +32,10 @@ chromium:
 
 lint: $(STAMP)
 	$(BIN)/ruff check naspipe tests benchmarks
+	$(BIN)/lint-imports
 
 figures: $(STAMP)
-	$(BIN)/python -m naspipe.viz.figures --measured docs/figures
+	$(BIN)/python -m naspipe.experiments.figures --measured docs/figures
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -28,8 +28,8 @@ from typing import Any
 
 from _common import write_result
 
+from naspipe.experiments.sweeps import trend_row
 from naspipe.sim.memory import MemoryConfig
-from naspipe.viz.memory import trend_row
 
 KS = (12, 24, 48, 96)
 PAPER = {"smallest space": 1.1, "largest space": 6.8}

@@ -52,14 +52,14 @@ def main() -> None:
     import torch
     from scipy.stats import kendalltau
 
-    from naspipe.checkpoint_weights import load_weights
     from naspipe.models import evaluate, heldout_batches
     from naspipe.reference import train_reference
     from naspipe.results import verify
     from naspipe.runtime import TrainConfig, train
-    from naspipe.sched.shared import parse_shared
     from naspipe.sequence import UniformStream
+    from naspipe.shared import parse_shared
     from naspipe.space import preset
+    from naspipe.weights import load_weights
 
     torch.set_num_threads(1)
     space = preset(args.space)

@@ -28,8 +28,8 @@ from _common import write_result
 from naspipe.reference import train_reference
 from naspipe.results import verify
 from naspipe.runtime import TrainConfig, train
-from naspipe.sched.shared import parse_shared
 from naspipe.sequence import UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import preset
 
 SPACES = ("tiny-transformer", "digits-cnn")

@@ -23,9 +23,9 @@ from _common import write_result
 
 from naspipe.models import heldout_batches
 from naspipe.reference import train_reference
-from naspipe.sched.shared import SharedLayers
 from naspipe.search import SearchResult, cost_model, format_cost, parse_constraints, search_model, subnet_names
 from naspipe.sequence import UniformStream
+from naspipe.shared import SharedLayers
 from naspipe.space import preset
 
 SPACE = "digits-cnn"

@@ -5,14 +5,15 @@ sequences, partitions and traces never import torch; the runtime and models do, 
 """
 
 from naspipe.bound import Bound, lower_bound
+from naspipe.measure import measure_costs
 from naspipe.partition import Partition, partition
 from naspipe.runtime import TrainConfig, train
 from naspipe.sched import SharedLayers, make_scheduler, parse_shared, policy_names
+from naspipe.sched.registry import Policy, get_policy, register_policy
 from naspipe.sequence import ReplayStream, UniformStream, Window
 from naspipe.sim import simulate
 from naspipe.space import Block, Candidate, SearchSpace, SpaceError, load_space, preset, preset_names, resolve_space
 from naspipe.supernet import Choice, Fixed, Supernet, SupernetError, subnet_dict, subnet_tuple
-from naspipe.supernet.profile import measure_costs
 from naspipe.trace import Trace, TraceEvent
 
 __version__ = "0.1.0"
@@ -21,5 +22,6 @@ __all__ = [
     "Choice", "Fixed", "measure_costs", "Supernet", "SupernetError", "subnet_dict", "subnet_tuple",
     "Block", "Bound", "Candidate", "Partition", "ReplayStream", "SearchSpace", "SharedLayers", "SpaceError", "Trace",
     "TraceEvent", "UniformStream", "Window", "load_space", "lower_bound", "make_scheduler", "parse_shared",
-    "partition", "policy_names", "preset", "preset_names", "resolve_space", "simulate", "TrainConfig", "train",
+    "partition", "Policy", "get_policy", "register_policy", "policy_names", "preset", "preset_names",
+    "resolve_space", "simulate", "TrainConfig", "train",
 ]

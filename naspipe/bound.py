@@ -17,14 +17,40 @@ critical path and the per-stage work interact, where the plain maximum of the tw
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from naspipe.partition import Partition
-from naspipe.sched.shared import SharedLayers
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
+from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace, Subnet
+
+
+def causal_writers(space: SearchSpace, part: Partition, subnets: Sequence[Subnet],
+                   shared: SharedLayers | None = None) -> Iterator[tuple[int, int, list[int]]]:
+    """The causal edges of a subnet sequence, the one definition ``lower_bound`` and ``naspipe.viz.dag`` share.
+
+    Yields ``(j, s, writers)`` for every forward ``F(j,s)`` (``j`` ascending, then ``s``): the earlier subnets
+    ``i`` (ascending) whose write on stage ``s`` ``F(j,s)`` must wait for: the last subnet that selected each
+    candidate ``j`` selects there, and for trained shared layers (``serial`` / ``delayed:D``) on a stage with
+    fixed blocks every ``i <= j-D-1`` (those after the last ``D+1`` are implied, so ``i >= j-2D-1`` suffices).
+    """
+    shared = shared or SharedLayers()
+    P = part.stages
+    choice = [[b for b in part.blocks(s) if not space.blocks[b].fixed] for s in range(P)]
+    gated = [shared.gate is not None and any(space.blocks[b].fixed for b in part.blocks(s)) for s in range(P)]
+    d = shared.gate or 0
+    last_writer: list[dict[tuple[int, int], int]] = [{} for _ in range(P)]
+    for j, sub in enumerate(subnets):
+        for s in range(P):
+            writers = {last_writer[s][(b, sub[b])] for b in choice[s] if (b, sub[b]) in last_writer[s]}
+            if gated[s]:
+                writers.update(range(max(0, j - 2 * d - 1), j - d))
+            yield j, s, sorted(writers)
+        for s in range(P):
+            for b in choice[s]:
+                last_writer[s][(b, sub[b])] = j
 
 
 @dataclass(frozen=True)
@@ -55,12 +81,8 @@ def lower_bound(space: SearchSpace, part: Partition, subnets: Sequence[Subnet],
                 duration: Callable[[Task], float], *, shared: SharedLayers | None = None,
                 split_backward: bool = False, hop: float = 0.0, causal: bool = True) -> Bound:
     """Bounds for ``subnets`` on ``part``; ``causal=False`` drops causal edges (for bsp/asp)."""
-    shared = shared or SharedLayers()
     P = part.stages
-    choice = [[b for b in part.blocks(s) if not space.blocks[b].fixed] for s in range(P)]
-    gated = [causal and shared.gate is not None and any(space.blocks[b].fixed for b in part.blocks(s))
-             for s in range(P)]
-    d = shared.gate or 0
+    edges = causal_writers(space, part, subnets, shared) if causal else None
 
     # tasks are indices; per task: stage, duration, earliest end, successors (task, edge weight)
     stage_of: list[int] = []
@@ -75,22 +97,16 @@ def lower_bound(space: SearchSpace, part: Partition, subnets: Sequence[Subnet],
         succ.append([])
         return len(dur) - 1
 
-    last_writer: list[dict[tuple[int, int], int]] = [{} for _ in range(P)]  # key -> write task index
-    writes: list[dict[int, int]] = [{} for _ in range(P)]  # subnet -> write task index (gated stages)
-    for j, sub in enumerate(subnets):
+    writes: list[dict[int, int]] = [{} for _ in range(P)]  # subnet -> its write task index, per stage
+    for j, _sub in enumerate(subnets):
         prev = -1
         for s in range(P):
             preds: list[tuple[int, float]] = []
             if prev >= 0:
                 preds.append((prev, hop))
-            if causal:
-                for b in choice[s]:
-                    w = last_writer[s].get((b, sub[b]))
-                    if w is not None:
-                        preds.append((w, 0.0))
-            if gated[s]:
-                for i in range(max(0, j - 2 * d - 1), j - d):
-                    preds.append((writes[s][i], 0.0))
+            if edges is not None:
+                _, _, writers = next(edges)
+                preds += [(writes[s][i], 0.0) for i in writers]
             ready = max((end[t] + w for t, w in preds), default=0.0)
             prev = new(s, duration(Task(FORWARD, j, s)), ready)
             for t, w in preds:
@@ -103,11 +119,7 @@ def lower_bound(space: SearchSpace, part: Partition, subnets: Sequence[Subnet],
             if split_backward:
                 write = new(s, duration(Task(WEIGHT, j, s)), end[b])
                 succ[b].append((write, 0.0))
-            if causal:
-                for blk in choice[s]:
-                    last_writer[s][(blk, sub[blk])] = write
-            if gated[s]:
-                writes[s][j] = write
+            writes[s][j] = write
             prev = b
     n = len(dur)
     work = [0.0] * P

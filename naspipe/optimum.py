@@ -22,9 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from naspipe.bound import causal_writers
 from naspipe.partition import Partition
-from naspipe.sched.shared import SharedLayers
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
+from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace, Subnet
 from naspipe.trace import Trace
 
@@ -51,11 +52,8 @@ def build_problem(space: SearchSpace, part: Partition, subnets: Sequence[Subnet]
                   duration: Callable[[Task], float], *, shared: SharedLayers | None = None,
                   split_backward: bool = False, hop: float = 0.0) -> Problem:
     """The exact problem for ``subnets`` on ``part`` with the given durations."""
-    shared = shared or SharedLayers()
     P = part.stages
-    choice = [[b for b in part.blocks(s) if not space.blocks[b].fixed] for s in range(P)]
-    gated = [shared.gate is not None and any(space.blocks[b].fixed for b in part.blocks(s)) for s in range(P)]
-    d = shared.gate or 0
+    edges = causal_writers(space, part, subnets, shared)  # the causal edges bound.py and viz.dag use too
     pb = Problem(P, [], [], [])
 
     def new(task: Task) -> int:
@@ -64,18 +62,15 @@ def build_problem(space: SearchSpace, part: Partition, subnets: Sequence[Subnet]
         pb.durations.append(float(duration(task)))
         return len(pb.tasks) - 1
 
-    last_writer: list[dict[tuple[int, int], int]] = [{} for _ in range(P)]
-    writes: list[dict[int, int]] = [{} for _ in range(P)]
-    for j, sub in enumerate(subnets):
+    writes: list[dict[int, int]] = [{} for _ in range(P)]  # subnet -> its write task, per stage
+    for j, _sub in enumerate(subnets):
         prev = -1
         for s in range(P):
             f = new(Task(FORWARD, j, s))
             if prev >= 0:
                 pb.edges.append((prev, f, hop))
-            causal = {last_writer[s][(b, sub[b])] for b in choice[s] if (b, sub[b]) in last_writer[s]}
-            if gated[s]:
-                causal.update(writes[s][i] for i in range(max(0, j - 2 * d - 1), j - d))
-            pb.edges.extend((w, f, 0.0) for w in sorted(causal))
+            _, _, writers = next(edges)
+            pb.edges.extend((writes[s][i], f, 0.0) for i in writers)
             prev = f
         for s in range(P - 1, -1, -1):
             b = new(Task(BACKWARD, j, s))
@@ -84,10 +79,7 @@ def build_problem(space: SearchSpace, part: Partition, subnets: Sequence[Subnet]
             if split_backward:
                 write = new(Task(WEIGHT, j, s))
                 pb.edges.append((b, write, 0.0))
-            for blk in choice[s]:
-                last_writer[s][(blk, sub[blk])] = write
-            if gated[s]:
-                writes[s][j] = write
+            writes[s][j] = write
             prev = b
     return pb
 

@@ -15,7 +15,7 @@ It also *defines* the shared-layer (fixed-block) semantics:
 * ``delayed:D+predict``: the stored ``v_k`` (``k >= 1``) is the PipeOptim prediction ``predict(w, opt, s=D,
   last shared gradient)`` made right after subnet ``k-1``'s update; ``delayed:D+t1=K``: the shared update
   of subnet ``j`` is a separate optimizer step (per-parameter updates, so the bits of the others do not
-  change) with ``lr * t1_multiplier(j, D, K)`` (``naspipe.sched.shared``).
+  change) with ``lr * t1_multiplier(j, D, K)`` (``naspipe.shared``).
 
 Data-parallel replicas (``replicas=R > 1``): subnet ``j``'s batch is split into ``R`` fixed shards
 (``naspipe.models.shards``); one forward and backward per shard, in replica order, and the shards'
@@ -39,8 +39,8 @@ from torch import Tensor
 
 from naspipe.models import StageModel, build_stage, make_batch, make_optimizer
 from naspipe.models.shards import combine, shard_batch
-from naspipe.sched.shared import SharedLayers
 from naspipe.sequence import SubnetStream
+from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace
 
 
@@ -55,8 +55,8 @@ class ReferenceResult:
         """Write the run directory ``naspipe verify`` compares: ``losses.csv``, ``params.json`` and ``run.json``
         (kind and identity, ``naspipe.runs``), with ``weights.pt`` if ``weights`` and ``metrics.json`` (command,
         wall time, subnets, ``metrics``) if ``metrics`` is given."""
-        from naspipe.checkpoint_weights import WEIGHTS, save_weights
         from naspipe.results import LOSSES, METRICS, PARAMS, param_hashes, write_losses, write_metrics, write_params
+        from naspipe.weights import WEIGHTS, save_weights
 
         d = Path(out)
         d.mkdir(parents=True, exist_ok=True)

@@ -19,9 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-LOSSES = "losses.csv"
-PARAMS = "params.json"
-METRICS = "metrics.json"
+from naspipe.runs import LOSSES, METRICS, PARAMS  # the run-directory names live in naspipe.runs
+
 STAGE_PARAMS_GLOB = "params-stage*.json"
 
 

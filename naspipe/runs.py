@@ -25,13 +25,22 @@ from pathlib import Path
 from typing import Any
 
 RUN_JSON = "run.json"
+# the file names of a run directory, written here once (every module that reads or writes one imports them)
+LOSSES = "losses.csv"
+PARAMS = "params.json"
+TRACE = "trace.json"
+METRICS = "metrics.json"
+EVENTS = "events.jsonl"
+STATUS = "status.json"
+SEQUENCE = "sequence.json"
+WEIGHTS = "weights.pt"
+PARTS = "parts"
 KINDS = ("train", "reference")
 # the fields of an identity, in the order verify reports them
 IDENTITY = ("space", "space_sha256", "seed", "subnets", "sampler", "sequence_sha256", "optimizer", "lr",
             "threads", "shared_layers", "replicas", "replica_exchange")
 # files and folders a run writes (cleared by ``clear``): both kinds, a failed run's leftovers, checkpoints
-RUN_FILES = ("losses.csv", "params.json", "trace.json", "metrics.json", "events.jsonl", "status.json", "parts",
-             "sequence.json", "weights.pt", RUN_JSON)
+RUN_FILES = (LOSSES, PARAMS, TRACE, METRICS, EVENTS, STATUS, PARTS, SEQUENCE, WEIGHTS, RUN_JSON)
 CHECKPOINTS = "checkpoint"
 RUN_GLOBS = ("error-stage*.txt", "weights-stage*.pt", "params-stage*.json")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from naspipe.sched.shared import SharedLayers
+from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace
 
 PROBE_SAMPLES = 2
@@ -67,7 +67,7 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
         raise ModelCheckError(f"space {space.name!r}: its {kind} model cannot make a batch: {_line(e)}") from None
     nb = space.num_blocks
     per_sample = 0
-    from naspipe.models.seeding import GLOBAL_RNG
+    from naspipe.seeding import GLOBAL_RNG
 
     # the caller's random state stays as it was, and no other thread's seeded build interleaves with this one
     with GLOBAL_RNG, torch.no_grad(), torch.random.fork_rng(devices=[]):
@@ -106,8 +106,8 @@ def _blame_build(space: SearchSpace, b: int, error: BaseException) -> str:
     """Name the candidate of block ``b`` whose construction fails (the block's own error if none alone does)."""
     import torch
 
-    from naspipe.models.seeding import GLOBAL_RNG
-    from naspipe.models.user import supernet_of
+    from naspipe.seeding import GLOBAL_RNG
+    from naspipe.supernet.load import supernet_of
 
     try:
         sn = supernet_of(space)

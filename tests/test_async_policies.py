@@ -18,7 +18,8 @@ from naspipe.partition import partition
 from naspipe.reference import train_reference
 from naspipe.results import param_hashes
 from naspipe.runtime import ConfigError, TrainConfig, train
-from naspipe.runtime.async_rules import lags_from_events, lags_from_reads, replay_schedule
+from naspipe.runtime.async_rules import lags_from_events, lags_from_reads
+from naspipe.runtime.replay import replay_schedule
 from naspipe.sched.async_options import AsyncOptionError, parse_async_options
 from naspipe.sched.policies import POLICIES, PolicyError, make_scheduler, stage_specs
 from naspipe.sched.shared import parse_shared
@@ -213,7 +214,7 @@ def test_corrected_delayed_shared_layers_in_a_real_run(tmp_path):
 
 
 def test_pipedream_vertical_sync_reads_one_version_per_subnet_and_is_reproducible(digits):
-    from naspipe.runtime.async_rules import replay_schedule
+    from naspipe.runtime.replay import replay_schedule
 
     sp, subnets = digits
     losses, execs = replay_schedule(sp, 4, "pipedream:vsync", subnets, optimizer="momentum", shared="serial")

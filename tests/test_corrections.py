@@ -19,7 +19,7 @@ from naspipe.corrections.pipemare import (
     t1_multiplier,
 )
 from naspipe.corrections.stashing import (
-    POLICIES,
+    STASH_POLICIES,
     VersionStore,
     measure_lags,
     pipeline_schedule,
@@ -72,7 +72,7 @@ def test_one_f_one_b_admission_and_data_order(stages: int) -> None:
 # -- measured lags --------------------------------------------------------------------------------------
 def test_measured_lag_tables_four_stages() -> None:
     P, n = 4, 10
-    table = {pol: [(lag.forward, lag.backward) for lag in measure_lags(pol, P, n)] for pol in POLICIES}
+    table = {pol: [(lag.forward, lag.backward) for lag in measure_lags(pol, P, n)] for pol in STASH_POLICIES}
     ramp = [tuple(min(j, P - 1 - i) for j in range(n)) for i in range(P)]  # the pipeline filling up
     zeros = (0,) * n
     assert table["stash"] == [(r, r) for r in ramp]
@@ -83,7 +83,7 @@ def test_measured_lag_tables_four_stages() -> None:
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3, 4, 6])
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", STASH_POLICIES)
 def test_measured_steady_lags_match_the_theory(policy: str, stages: int) -> None:
     """stash F = B = P-1-i; async F = P-1-i, B = 0; 2BW 1; GPipe 0 (and everything 0 on one stage)."""
     n = 8 * stages + 8

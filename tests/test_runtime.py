@@ -27,10 +27,10 @@ from naspipe.models import DEFAULT_LR
 from naspipe.reference import train_reference
 from naspipe.results import param_hashes, verify, write_losses, write_params
 from naspipe.runtime import ConfigError, TrainConfig, train
-from naspipe.runtime.async_rules import replay_schedule
 from naspipe.runtime.comm import ACTIVATION, GRADIENT, HEADER_LEN, decode_header, encode_header
 from naspipe.runtime.jitter import jitter_seconds
 from naspipe.runtime.launcher import TrainError
+from naspipe.runtime.replay import replay_schedule
 from naspipe.runtime.versions import FixedVersions
 from naspipe.sched.policies import POLICIES
 from naspipe.sched.shared import parse_shared

@@ -110,7 +110,7 @@ def test_the_runtime_forecast_runs_the_stage_scheduler_speculatively():
 
     from naspipe import partition, preset
     from naspipe.models import build_stage
-    from naspipe.runtime.memory import StageMemory
+    from naspipe.runtime.switching import ContextSwitch
     from naspipe.sched.policies import make_scheduler, stage_specs
     from naspipe.sched.shared import SharedLayers
     from naspipe.sequence import UniformStream
@@ -120,7 +120,7 @@ def test_the_runtime_forecast_runs_the_stage_scheduler_speculatively():
     stream = UniformStream(sp, 3, 12)
     sched = make_scheduler("csp", stage_specs(sp, part)[1], stream)
     model = build_stage(sp, part.blocks(1), 3, SharedLayers())
-    mem = StageMemory(model, None, stream, 12, device_memory="100%", swap="predictive", depth=4, optimizer="sgd",
+    mem = ContextSwitch(model, None, stream, 12, device_memory="100%", swap="predictive", depth=4, optimizer="sgd",
                       write_kind=sched.write_kind, clock=time.perf_counter, timeout=10.0)
     try:
         assert mem.forecast(sched) == [0, 1, 2, 3]  # nothing here yet: sequence order

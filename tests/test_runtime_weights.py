@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from naspipe.checkpoint_weights import load_weights, read_weights
 from naspipe.cli import main
 from naspipe.results import param_hashes, read_params
 from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.config import prepare_out_dir
 from naspipe.sched.shared import parse_shared
+from naspipe.weights import load_weights, read_weights
 
 
 @pytest.fixture(scope="module")

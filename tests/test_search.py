@@ -11,15 +11,14 @@ import sys
 import pytest
 import torch
 
-from naspipe.checkpoint_weights import WeightsError, load_weights, read_weights, save_weights
 from naspipe.cli import main
 from naspipe.models import build_stage
 from naspipe.sched.shared import SharedLayers
 from naspipe.search import (
     ConstraintError,
-    CostModel,
     InfeasibleError,
     ProfileError,
+    SearchCosts,
     cost_model,
     measure_profile,
     parse_constraints,
@@ -28,6 +27,7 @@ from naspipe.search import (
     search_space,
 )
 from naspipe.space import preset
+from naspipe.weights import WeightsError, load_weights, read_weights, save_weights
 
 SPACE = preset("digits-cnn")
 
@@ -78,7 +78,7 @@ def test_bad_constraints(text, msg):
 # ---- costs ------------------------------------------------------------------------------------------
 def test_cost_model_from_space_and_model():
     model = build_stage(SPACE, range(SPACE.num_blocks), 0, SharedLayers())
-    space_costs, real = CostModel.from_space(SPACE), cost_model(SPACE, model)
+    space_costs, real = SearchCosts.from_space(SPACE), cost_model(SPACE, model)
     sub = (0, 1, 4, 0, 2, 5, 3, 0)
     assert space_costs.cost(sub, "latency") == pytest.approx(SPACE.subnet_cost(sub)["fwd"])
     assert space_costs.cost(sub, "params") == SPACE.subnet_cost(sub)["param_bytes"] / 4
@@ -90,7 +90,7 @@ def test_cost_model_from_space_and_model():
 
 
 def test_profile_replaces_latencies_and_rejects_bad_files(tmp_path):
-    costs = CostModel.from_space(SPACE)
+    costs = SearchCosts.from_space(SPACE)
     prof = costs.with_profile({"unit": "ms", "blocks": {"cell0": {"conv3": 2.0}}})
     assert prof.latency[1][0] == pytest.approx(2e-3) and prof.latency[1][1] == costs.latency[1][1]
     for bad, msg in [({"blocks": {"nope": {}}}, "unknown block"), ({"blocks": {"cell0": {"x": 1}}}, "no candidate"),
@@ -107,7 +107,7 @@ def test_measured_profile_round_trips(tmp_path):
     model = build_stage(SPACE, range(SPACE.num_blocks), 0, SharedLayers())
     prof = measure_profile(model, repeats=1)
     assert set(prof["blocks"]) == {b.name for b in SPACE.blocks}
-    costs = CostModel.from_space(SPACE).with_profile(prof)
+    costs = SearchCosts.from_space(SPACE).with_profile(prof)
     assert all(v >= 0 for row in costs.latency for v in row)
     assert costs.latency_source.startswith("profile (38 measured")
 
@@ -167,7 +167,7 @@ def _synthetic(subnet):
 
 
 def test_strategies_are_seeded_distinct_and_respect_constraints():
-    costs = CostModel.from_space(SPACE)
+    costs = SearchCosts.from_space(SPACE)
     cons = parse_constraints("params<=20k,latency<=0.5ms")
     for strategy in ("random", "evolution"):
         a = search_space(SPACE, costs, _synthetic, strategy=strategy, budget=60, constraints=cons, seed=1)
@@ -179,7 +179,7 @@ def test_strategies_are_seeded_distinct_and_respect_constraints():
 
 
 def test_evolution_beats_random_on_a_synthetic_landscape():
-    costs = CostModel.from_space(SPACE)
+    costs = SearchCosts.from_space(SPACE)
     wins = 0
     for seed in range(5):
         ev = search_space(SPACE, costs, _synthetic, strategy="evolution", budget=80, seed=seed)
@@ -189,7 +189,7 @@ def test_evolution_beats_random_on_a_synthetic_landscape():
 
 
 def test_tight_constraint_exhausts_and_infeasible_is_refused():
-    costs = CostModel.from_space(SPACE)
+    costs = SearchCosts.from_space(SPACE)
     low, _ = costs.extreme("params")
     # only the all-skip subnet (and nothing else) fits
     res = search_space(SPACE, costs, _synthetic, strategy="random", budget=10,
@@ -227,7 +227,7 @@ def test_search_model_with_random_weights():
 def test_accuracy_vs_cost_figure():
     from naspipe.search import accuracy_vs_cost
 
-    costs = CostModel.from_space(SPACE)
+    costs = SearchCosts.from_space(SPACE)
     res = [search_space(SPACE, costs, _synthetic, strategy=s, budget=10, constraints=parse_constraints("params<=20k"))
            for s in ("random", "evolution")]
     fig = accuracy_vs_cost(res, "params")

@@ -15,6 +15,7 @@ import pytest
 
 from naspipe import UniformStream, lower_bound, parse_shared, partition, preset, simulate
 from naspipe.cli import main as cli_main
+from naspipe.experiments import compare_policies, scaling_sweep, summary_rows
 from naspipe.sched.tasks import B, F, Task, W
 from naspipe.sim import CostModel
 from naspipe.space import unit_space
@@ -23,7 +24,6 @@ from naspipe.viz import (
     LiveMonitor,
     ReportError,
     causal_dag,
-    compare_policies,
     critical_path,
     dag_figure,
     dag_from_trace,
@@ -32,12 +32,10 @@ from naspipe.viz import (
     hit_stats,
     hitrate_figure,
     scaling_figure,
-    scaling_sweep,
     schedule_frames,
     schedule_player,
     sharing_figure,
     sharing_rows,
-    summary_rows,
     table_figure,
     utilization_series,
     write_report,
@@ -504,7 +502,7 @@ def test_report_errors_are_usage_errors(tmp_path, capsys):
 
 
 def test_figures_export(tmp_path):
-    from naspipe.viz.figures import main
+    from naspipe.experiments.figures import main
 
     assert main([str(tmp_path)]) == 0
     for stem in ("gantt_csp", "gantt_csp_bw", "dag"):

@@ -10,13 +10,12 @@ from types import SimpleNamespace
 import plotly.graph_objects as go
 import pytest
 
+from naspipe.experiments.jobs import Job, TrainJob, start_reference, write_reference
 from naspipe.results import ResultsError, verify, write_losses, write_params
 from naspipe.sched.shared import parse_shared
 from naspipe.sequence import ReplayStream, UniformStream
 from naspipe.space import preset
 from naspipe.viz.repro import (
-    Job,
-    TrainJob,
     conflict_dense,
     digests_json,
     hash_table,
@@ -24,9 +23,7 @@ from naspipe.viz.repro import (
     loss_curves,
     run_digest,
     schedule_digest,
-    start_reference,
     summary,
-    write_reference,
 )
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
@@ -169,21 +166,21 @@ def test_train_job_runs_in_the_background_and_reraises(monkeypatch, tmp_path):
 
 
 def test_start_reference_runs_write_reference_in_the_background(monkeypatch, tmp_path):
-    import naspipe.viz.repro as repro
+    import naspipe.experiments.jobs as jobs
 
-    monkeypatch.setattr(repro, "write_reference", lambda cfg, out: Path(out))
+    monkeypatch.setattr(jobs, "write_reference", lambda cfg, out: Path(out))
     job = start_reference(SimpleNamespace(), tmp_path / "ref")
     assert isinstance(job, Job) and job.wait(5) == tmp_path / "ref"
 
 
-# ---- figures: simulated against measured on one time axis (naspipe.viz.figures, naspipe.viz.svg) ----------
+# ---- figures: simulated against measured on one time axis (naspipe.experiments.figures, naspipe.viz.svg) ----------
 def test_simulated_twin_rescales_the_cost_model_and_svg_stacks_panels():
     import xml.etree.ElementTree as ET
 
+    from naspipe.experiments.figures import scaled_space, simulated_twin
     from naspipe.partition import partition
     from naspipe.sim import simulate
     from naspipe.trace import Trace, TraceEvent
-    from naspipe.viz.figures import scaled_space, simulated_twin
     from naspipe.viz.svg import dag_svg, gantt_svg
 
     sp = preset("digits-cnn")

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from naspipe.partition import Partition, partition
 from naspipe.sched.policies import DEFAULT_POLICY, POLICIES, PolicyError
-from naspipe.sched.shared import SharedLayers, SharedPolicyError, parse_shared
+from naspipe.sched.registry import get_policy, load_policy_spec
 from naspipe.sequence import ReplayStream, SubnetStream, UniformStream
+from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
 from naspipe.space import SearchSpace, SpaceError, resolve_space
 
 
@@ -62,7 +63,8 @@ def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-
     p.add_argument("--stages", type=int, default=4, help="pipeline stages P (default %(default)s)")
     p.add_argument("--policy", default=default_policy,
                    help=f"scheduling policy: {', '.join(POLICIES)} (bsp:M sets the group size; default "
-                        f"%(default)s, csp is the paper's order)")
+                        f"%(default)s, csp is the paper's order); MODULE:NAME imports MODULE, which registers "
+                        "policy NAME (naspipe.register_policy)")
     p.add_argument("--subnets", type=positive_int("--subnets"), default=default_subnets,
                    help="number of subnets to train (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the subnet sequence and the weights")
@@ -93,9 +95,11 @@ def resolve_run(args: argparse.Namespace) -> RunConfig:
         raise UsageError(f"--stages must be >= 1, got {args.stages}")
     if args.window < 1:
         raise UsageError(f"--window must be >= 1, got {args.window}")
-    name = args.policy.partition(":")[0]
-    if name not in POLICIES:
-        raise UsageError(f"unknown policy {args.policy!r}; choose one of {', '.join(POLICIES)}")
+    try:  # MODULE:NAME imports a user's module that registers NAME (naspipe.register_policy)
+        args.policy = load_policy_spec(args.policy)
+        get_policy(args.policy)
+    except PolicyError as e:
+        raise UsageError(str(e)) from None
     try:
         part = partition(space, args.stages)
         shared = parse_shared(args.shared_layers)

@@ -37,8 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from naspipe.sched.policies import POLICIES, PolicyError
-    from naspipe.sched.shared import SharedPolicyError, parse_shared
+    from naspipe.sched.registry import PolicyError, get_policy
+    from naspipe.shared import SharedPolicyError, parse_shared
     from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
     from naspipe.sim.replicas import plan
     from naspipe.space import SpaceError, resolve_space
@@ -48,8 +48,10 @@ def run(args: argparse.Namespace) -> int:
         shared = parse_shared(args.shared_layers)
     except (SpaceError, SharedPolicyError) as e:
         raise UsageError(str(e)) from None
-    if args.policy.partition(":")[0] not in POLICIES:
-        raise UsageError(f"unknown policy {args.policy!r}; choose one of {', '.join(POLICIES)}")
+    try:
+        get_policy(args.policy)
+    except PolicyError as e:
+        raise UsageError(str(e)) from None
     alpha = DEFAULT_BATCH_ALPHA if args.batch_alpha is None else args.batch_alpha
     if not 0 <= alpha < 1:
         raise UsageError(f"--batch-alpha must lie in [0, 1), got {alpha}")

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda was asked for, but torch sees no CUDA device; use --device cpu")
-    from naspipe.supernet.profile import measure_costs, save_costs
+    from naspipe.measure import measure_costs, save_costs
 
     costs = measure_costs(space, device=args.device, repeats=args.repeats, threads=args.threads)
     path = save_costs(costs, out)

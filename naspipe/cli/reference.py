@@ -3,7 +3,7 @@
 Takes the same options as ``naspipe train`` (``--stages/--policy/--window`` are accepted and ignored:
 the reference has one stage and no schedule) and writes ``losses.csv``, ``params.json`` and
 ``metrics.json`` to ``--out``, the files ``naspipe verify`` compares, and ``weights.pt`` (the trained supernet,
-``naspipe.checkpoint_weights``), which ``naspipe search`` reads. ``--sampler evolution[:LAG]`` generates the
+``naspipe.weights``), which ``naspipe search`` reads. ``--sampler evolution[:LAG]`` generates the
 sequence at run time from the training losses (``naspipe.samplers``); the sequence it produced is also
 written to ``sequence.json`` (replayable with ``--sequence``). ``run.json`` records the run's kind and identity
 (``naspipe.runs``, threads included: compare ``train --threads N`` with ``reference --threads N``); a folder holding
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
                    "sequence": args.sequence, "sampler": str(spec)},
     })
     if spec.online:
-        save_sequence(cfg.stream, out / "sequence.json")
+        save_sequence(cfg.stream, out / runs.SEQUENCE)
     print(f"reference: {n} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
           f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")
     return 0

@@ -11,6 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
+from naspipe import runs
 from naspipe.cli.common import UsageError, positive_int
 
 COMMAND = "search"
@@ -51,16 +52,16 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         raise UsageError(f"no such run directory: {str(run_dir)!r}")
-    if not (run_dir / "metrics.json").is_file():
+    if not (run_dir / runs.METRICS).is_file():
         raise UsageError(f"{run_dir}: no metrics.json (is this a naspipe run directory?)")
     if not (run_dir / "weights.pt").is_file() and not any(run_dir.glob("weights-stage*.pt")):
         raise UsageError(f"{run_dir}: no weights.pt (nor weights-stage*.pt); the run saved no trained weights")
     if args.population is not None and args.sample_size is not None and args.sample_size > args.population:
         raise UsageError(f"--sample-size {args.sample_size} exceeds --population {args.population}")
 
-    from naspipe.checkpoint_weights import WeightsError
     from naspipe.search import InfeasibleError, ProfileError, search_run
     from naspipe.search.run import RunError
+    from naspipe.weights import WeightsError
 
     try:
         result = search_run(run_dir, strategy=args.strategy, budget=args.budget, constraints=constraints,

@@ -37,7 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device-memory", default=None,
                    help="budget per stage: bytes such as 2GiB or 512MB, or a share of the stage's supernet "
                         "parameters such as 25%%, or 'unlimited'")
-    g.add_argument("--swap", default=None, choices=("predictive", "on-demand", "resident"),
+    from naspipe.sim.memory import PIN_MODES, SWAP_MODES
+
+    g.add_argument("--swap", default=None, choices=SWAP_MODES,
                    help="predictive (NASPipe: forecast and prefetch), on-demand (vPipe-style: load before, evict "
                         "after each task) or resident (no swapping; the stage share must fit); default predictive")
     g.add_argument("--prefetch-depth", type=int, default=4, help="tasks the predictor forecasts (default 4)")
@@ -47,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--headroom", type=int, default=1,
                    help="predictive: room kept for the layers of this many next subnets, so they can be prefetched "
                         "(0 admits more subnets in flight but prefetches less; default 1)")
-    g.add_argument("--pin", default="task", choices=("task", "subnet"),
+    g.add_argument("--pin", default="task", choices=PIN_MODES,
                    help="how long a candidate stays pinned on the device: while a task uses it (task, default: a "
                         "subnet waiting for its backward holds only activations; its layers are fetched again) "
                         "or from a subnet's forward to its update (subnet)")

@@ -72,13 +72,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device-memory", default=None, metavar="SIZE|P%",
                    help="context switching: each stage keeps its candidates in host memory and at most SIZE "
                         "bytes (2GiB) or P%% of its supernet share (25%%) on the device (cpu: a separate buffer pool)")
-    p.add_argument("--swap", choices=("predictive", "on-demand", "resident"), default=None,
+    from naspipe.sim.memory import PIN_MODES, SWAP_MODES
+
+    p.add_argument("--swap", choices=SWAP_MODES, default=None,
                    help="with --device-memory: prefetch the forecast tasks' candidates, load on demand and "
                         "evict right after use, or keep the whole stage share resident (must fit; default "
                         "predictive)")
     p.add_argument("--prefetch-depth", type=positive_int("--prefetch-depth"), default=None, metavar="N",
                    help="with --swap predictive: forwards to prefetch ahead (default 4)")
-    p.add_argument("--pin", choices=("subnet", "task"), default=None,
+    p.add_argument("--pin", choices=PIN_MODES, default=None,
                    help="with --device-memory: keep a candidate pinned from its subnet's forward to the update "
                         "(subnet, default: the budget counts candidates only) or only while a task uses it (task: "
                         "autograd saves it by reference, so it may leave the device between forward and backward, "
@@ -96,15 +98,16 @@ def with_policy_options(policy: str, options: list[str]) -> str:
     """``policy`` with ``--policy-option`` values appended (``pipemare:t1=200,t2=0.1``); checked."""
     if not options:
         return policy
-    from naspipe.sched.async_options import ASYNC_OPTIONS, AsyncOptionError, parse_async_options
+    from naspipe.sched.registry import PolicyError, get_policy, parse_policy, policy_names
 
     name, _, arg = policy.partition(":")
-    if name not in ASYNC_OPTIONS:
-        raise UsageError(f"--policy-option is for {', '.join(ASYNC_OPTIONS)}, not {name!r}")
+    keyed = [n for n in policy_names() if get_policy(n).options]  # policies that declare options (one grammar)
+    if name not in keyed:
+        raise UsageError(f"--policy-option is for the policies with options, {', '.join(keyed)}, not {name!r}")
     full = f"{name}:{','.join([a for a in [arg] if a] + options)}"
     try:
-        parse_async_options(full)
-    except AsyncOptionError as e:
+        parse_policy(full)
+    except PolicyError as e:
         raise UsageError(str(e)) from None
     return full
 
@@ -159,9 +162,10 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,
             progress=not args.no_progress, fault=args.fault, start_method=args.start_method,
             checkpoint_every=getattr(args, "checkpoint_every", None),
-            device_memory=getattr(args, "device_memory", None), swap=getattr(args, "swap", None) or "predictive",
-            prefetch_depth=getattr(args, "prefetch_depth", None) or 4, pin=getattr(args, "pin", None) or "subnet",
-            replicas=getattr(args, "replicas", 1), replica_exchange=getattr(args, "replica_exchange", "exact"))
+            device_memory=getattr(args, "device_memory", None),
+            replicas=getattr(args, "replicas", 1), replica_exchange=getattr(args, "replica_exchange", "exact"),
+            # options not given keep TrainConfig's defaults (declared once, there)
+            **{k: v for k in ("swap", "prefetch_depth", "pin") if (v := getattr(args, k, None)) is not None})
         cfg.validate()
         check_model_of(cfg)
         if getattr(args, "resume", None):

@@ -11,24 +11,18 @@ One idea per module:
 
 ``stashing`` and ``delay`` import no torch; ``pipemare`` and ``pipeoptim`` do and are loaded on first use.
 
-Where a runtime stage calls them (per optimizer, i.e. per candidate in naspipe's per-candidate banks):
+How the runtime uses them (``naspipe.runtime.async_rules``, one optimizer bank per stage): the update rules
+keep their own weight versions (``TwoBWUpdates``, ``naspipe.runtime.versions.FixedVersions``) and call
+``two_bw_delay``, ``DiscrepancyCorrector`` (T2: ``with corr.observe_step():`` around the step, the backward
+inside ``with corr.corrected_weights():``), ``rescheduled_lr`` (T1), ``predicted_weights`` and
+``version_gap`` (PipeOptim) directly. The runtime does not use ``VersionStore``: it is the bookkeeping model
+of version reads and measured lags for the toy pipeline (``toy``) and the tests, and ``SyncWarmup`` the
+warm-up rule the runtime implements with its ``warmup`` option.
 
-* every policy: a ``VersionStore(params, policy)`` per stage or candidate; ``store.forward(j)`` at ``F``,
-  ``store.backward(j)`` at ``B``, ``store.update(step=opt.step)`` at the write; put
-  ``store.version_read(j, kind)`` into the trace event's ``version`` so lags are measured.
-* pipedream: policy ``stash`` (backward on the returned stashed tensors). 2bw: ``"2bw"``, ``group=m``,
-  ``delay=two_bw_delay(P)``. bsp: ``"gpipe"`` (bookkeeping only).
-* pipemare: policy ``async``. T1: ``with rescheduled_lr(opt, k, tau, K): store.update(step=opt.step)``,
-  ``k = store.updates`` (or ``SyncWarmup.async_step``), ``tau`` the measured forward lag (``P-1-i`` in plain
-  1F1B). T2: ``corr = DiscrepancyCorrector(params, tau_fwd=tau)``, ``with corr.observe_step():`` around the
-  step, the backward inside ``with corr.corrected_weights():`` (or on ``corr.corrected()``). Warm-up:
-  ``SyncWarmup(N).synchronous(k)`` says when to run synchronously.
-* pipeoptim: before ``F`` on stage ``i``: ``with predicted_weights(params, opt, s, last_grads): forward``,
-  ``s = version_gap(i, P, offset)``; after each step ``last_grads = remember_grads(params)`` before the
-  gradients are cleared (only ``needs_last_grad(opt)`` optimizers read them).
-* shared layers ``delayed(D)``: subnet ``j`` reads version ``v_{j-D}``, applied ``D`` updates before its own:
-  predict with ``s = D`` and rescale with ``tau = D``. For bit-reproducible runs, compute the prediction
-  when the version is snapshotted (from the optimizer state at that update), never at forward time.
+Shared layers ``delayed(D)``: subnet ``j`` reads version ``v_{j-D}``, applied ``D`` updates before its own:
+predict with ``s = D`` and rescale with ``tau = D``. For bit-reproducible runs the prediction is computed when
+the version is snapshotted (from the optimizer state at that update), never at forward time
+(``naspipe.runtime.updates.CorrectedFixedVersions``, ``naspipe.reference``).
 """
 
 from __future__ import annotations
@@ -45,7 +39,7 @@ from naspipe.corrections.delay import (
     theory_stable_step,
 )
 from naspipe.corrections.stashing import (
-    POLICIES,
+    STASH_POLICIES,
     ScheduledTask,
     StageLags,
     VersionStore,
@@ -66,7 +60,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "POLICIES", "ScheduledTask", "StageLags", "VersionStore", "bisect_stable", "is_stable", "largest_stable_step",
+    "STASH_POLICIES", "ScheduledTask", "StageLags", "VersionStore", "bisect_stable", "is_stable", "largest_stable_step",
     "measure_lags", "pipeline_schedule", "replay_lags", "root_stable_step", "simulate_delayed", "stage_orders",
     "theoretical_lag", "theory_stable_step", "two_bw_delay", *sorted(_LAZY),
 ]

@@ -10,7 +10,7 @@ The lag of micro-batch ``j`` is counted at the update that applies ``j``'s gradi
 version ``u`` into ``u + 1``, then ``forward lag = u - (version F(j) read)`` and ``backward lag = u -
 (version B(j) read)``.
 
-Policies (``POLICIES``):
+Policies (``STASH_POLICIES``):
 
 * ``async`` (PipeMare, no stash): the forward reads the live weights at its time, the backward reads the
   live weights at its time; one update per micro-batch. 1F1B: F lag ``P-1-i``, B lag 0.
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
     from naspipe.trace import Trace
 
-POLICIES: tuple[str, ...] = ("async", "stash", "2bw", "gpipe")
+STASH_POLICIES: tuple[str, ...] = ("async", "stash", "2bw", "gpipe")
 FWD, BWD = "F", "B"
 
 
@@ -67,8 +67,8 @@ class VersionStore:
         """``group``: micro-batches per update (2bw, gpipe); ``delay``: batches a 2bw batch lags behind
         (``two_bw_delay(stages)``: 1 in a pipeline, 0 on a single stage); ``micro_batches``: the total, if
         known (no version is kept for forwards that will never come)."""
-        if policy not in POLICIES:
-            raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        if policy not in STASH_POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(STASH_POLICIES)}")
         if group < 1 or delay < 0:
             raise ValueError("need group >= 1 and delay >= 0")
         self.params = list(params)
@@ -293,8 +293,8 @@ def replay_lags(policy: str, tasks: Iterable[tuple[str, int]], *, group: int = 1
 def measure_lags(policy: str, stages: int, steps: int, *, group: int | None = None) -> list[StageLags]:
     """Run ``steps`` micro-batches through the policy's schedule (1F1B for async/stash/2bw, GPipe flushes
     for gpipe; ``group`` defaults to ``stages``) and measure each stage's forward and backward lags."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if policy not in STASH_POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(STASH_POLICIES)}")
     m = group or stages
     if policy == "2bw" and m < stages:
         raise ValueError("2bw needs batches of at least `stages` micro-batches")

@@ -7,6 +7,7 @@ Every supernet is a ``naspipe.Supernet``: the user's own, or a preset declared b
 the same tensors under the same names. Batch ``j`` is ``make_batch(space, seed, j)``.
 """
 
+from naspipe.models import presets as _presets  # noqa: F401 - registers the preset families (supernet_of)
 from naspipe.models.data import Batch, heldout_batches, input_of, make_batch, target_of
 from naspipe.models.evaluate import evaluate
 from naspipe.models.optim import DEFAULT_LR, OPTIMIZERS, keep_grads_of, make_optimizer

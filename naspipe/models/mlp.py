@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from naspipe.models.seeding import hashed_generator
+from naspipe.seeding import hashed_generator
 from naspipe.space import Candidate, SearchSpace
 
 INIT_GAIN = 1.0

@@ -13,9 +13,10 @@ from functools import partial
 from types import ModuleType
 
 from naspipe.models import cnn, mlp, transformer
-from naspipe.models.seeding import init_module
+from naspipe.seeding import init_module
 from naspipe.space import SearchSpace
 from naspipe.supernet.declare import Choice, Fixed, Supernet
+from naspipe.supernet.load import register_family
 
 KINDS: dict[str, ModuleType] = {"transformer": transformer, "cnn": cnn, "mlp": mlp}
 
@@ -33,3 +34,7 @@ def declare(space: SearchSpace) -> Supernet:
     return Supernet(blocks, data=partial(fam.batch, space), loss=fam.loss, batch_size=space.batch_size,
                     heldout=fam.heldout(space), accuracy=fam.accuracy, seed_domain=fam.DOMAIN,
                     init=partial(init_module, gain=fam.INIT_GAIN), meta={"preset": space.name})
+
+
+for _kind in KINDS:  # naspipe.supernet.supernet_of declares a preset space through this
+    register_family(_kind, declare)

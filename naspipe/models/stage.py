@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from naspipe.sched.shared import SharedLayers
+from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace
 
 USER_KIND = "supernet"  # a naspipe.Supernet declared by the user; the presets' kinds: naspipe.models.presets

@@ -38,7 +38,7 @@ def worker(rank: int, world: int, space: Any, subnets: Sequence[Sequence[int]], 
 
     from naspipe.models import build_stage, make_batch, make_optimizer
     from naspipe.models.shards import shard_batch
-    from naspipe.sched.shared import SharedLayers
+    from naspipe.shared import SharedLayers
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout))

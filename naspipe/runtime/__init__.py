@@ -2,8 +2,10 @@
 
 The same ``StageScheduler`` objects the simulator drives decide what each stage runs; stages exchange
 activations and gradients with point-to-point ops (``comm``), execute tasks on their ``StageModel``
-(``stage_exec``, ``updates``, ``versions``), record the simulator's trace format (``recorder``) and are
-started and supervised by ``launcher`` (one machine) or ``naspipe.launch`` (torchrun).
+(``stage_exec``; the update rule a policy's key names, behind one protocol: ``rules``, ``updates``,
+``async_rules``, ``versions``), save and resume through that protocol (``checkpoint``), record the
+simulator's trace format (``recorder``) and are started and supervised by ``launcher`` (one machine) or
+``naspipe.launch`` (torchrun).
 
 Library API::
 

@@ -38,7 +38,7 @@ order), so the update applying subnet ``j`` starts from version ``j`` (``j // m`
   run equals ``pipemare`` bit for bit.
 
 Shared fixed weights that train (``serial``) are handled like candidates; ``delayed:D`` with ``D > 0`` is
-refused by the scheduler.
+refused before any process starts (``TrainConfig.validate``: these policies declare ``delayed_shared=False``).
 """
 
 from __future__ import annotations
@@ -56,9 +56,17 @@ from naspipe.corrections.pipemare import DiscrepancyCorrector, rescheduled_lr
 from naspipe.corrections.pipeoptim import predicted_weights, version_gap
 from naspipe.corrections.stashing import two_bw_delay
 from naspipe.models import StageModel
-from naspipe.runtime.updates import ForwardContext, Key, OptimizerBank, StashedUpdates, snapshot_grads, take_grads
+from naspipe.runtime.updates import (
+    ForwardContext,
+    Key,
+    OptimizerBank,
+    RuleState,
+    StashedUpdates,
+    snapshot_grads,
+    take_grads,
+)
 
-ASYNC_POLICIES = ("pipedream", "2bw", "pipemare", "pipeoptim")
+ASYNC_POLICIES = ("pipedream", "2bw", "pipemare", "pipeoptim")  # the rules make_async_updates builds (key "async")
 FIXED = (-1, -1)  # the key of the stage's trainable fixed weights in per-key bookkeeping
 
 
@@ -104,13 +112,13 @@ class PipeDreamUpdates(StashedUpdates):
         super().after_backward(j, ctx)
 
 
-class TwoBWUpdates:
+class TwoBWUpdates(RuleState):
     """2bw: group ``g`` reads version ``max(0, g - delay)``; one averaged update per group, in group order."""
 
     def __init__(self, model: StageModel, bank: OptimizerBank, group: int, delay: int, n: int):
         self.model, self.bank, self.m, self.delay, self.n = model, bank, group, delay, n
         self._qual = {id(p): name for name, p in model.named_parameters()}
-        self._all = [p for k in bank._params for p in bank.params(k)] + list(bank.fixed.values())
+        self._all = [p for k in bank.keys() for p in bank.params(k)] + list(bank.fixed.values())
         self.updates = 0
         self.versions: dict[int, dict[str, Tensor]] = {0: self._snapshot()}
         self.peak = 1
@@ -169,8 +177,16 @@ class TwoBWUpdates:
     def held_versions(self) -> int:
         return self.peak
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"updates": int(self.updates), "peak": int(self.peak),
+                "versions": {int(v): dict(snap) for v, snap in self.versions.items()}}
 
-class AsyncUpdates:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.updates, self.peak = int(state["updates"]), int(state["peak"])
+        self.versions = {int(v): dict(snap) for v, snap in state["versions"].items()}
+
+
+class AsyncUpdates(RuleState):
     """pipemare / pipeoptim: no stash; the backward recomputes the stage at the current (or T2-corrected)
     weights; T1 rescales each step; pipeoptim predicts the weights before the forward."""
 
@@ -213,12 +229,13 @@ class AsyncUpdates:
         keys = self.bank.used(subnet)
         self.reads[("F", j)] = self.bank.steps
         with ExitStack() as stack:
-            if self.predict and self.bank._opt is not None:
+            if self.predict and self.bank.optimizer is not None:
                 for k in self._keys(keys):
                     s = self._gap(k, j)
                     if s > 0:
                         ps = self._params(k)
-                        stack.enter_context(predicted_weights(ps, self.bank._opt, s, [self._last.get(p) for p in ps]))
+                        last = [self._last.get(p) for p in ps]
+                        stack.enter_context(predicted_weights(ps, self.bank.optimizer, s, last))
             out = self.model(x, subnet)
         self._inflight[j] = keys
         return out, AsyncContext(keys, None, x, tuple(subnet))
@@ -256,7 +273,7 @@ class AsyncUpdates:
         self.next += 1
         keys, grads, fixed = self._grads.pop(j)
         self._inflight.pop(j, None)
-        opt = self.bank._opt
+        opt = self.bank.optimizer
         k = max(0, j - self.warmup)
         with ExitStack() as stack:
             if self.t1 > 0 and opt is not None:
@@ -276,6 +293,24 @@ class AsyncUpdates:
     def held_versions(self) -> int:
         return 0
 
+    def state_dict(self) -> dict[str, Any]:
+        """The next update, pipeoptim's last gradients and T2's velocities, by parameter name."""
+        qual = {id(p): n for n, p in self.model.named_parameters()}
+        return {"next": int(self.next),
+                "last": {qual[id(p)]: t for p, t in self._last.items() if t is not None},
+                "velocity": {f"{k[0]},{k[1]}": list(c.velocity) for k, c in self._corr.items() if c.velocity}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        by_name = dict(self.model.named_parameters())
+        self.next = int(state["next"])
+        self._last = {by_name[n]: t for n, t in state["last"].items()}
+        for key, vel in state["velocity"].items():
+            b, c = (int(x) for x in key.split(","))
+            corr = self._corrector((b, c))
+            with torch.no_grad():
+                for d, v in zip(corr.velocity, vel, strict=True):
+                    d.copy_(v)
+
 
 def make_async_updates(policy: str, model: StageModel, bank: OptimizerBank, *, n: int, stage: int, stages: int,
                        options: Mapping[str, Any]) -> PipeDreamUpdates | TwoBWUpdates | AsyncUpdates:
@@ -292,49 +327,3 @@ def make_async_updates(policy: str, model: StageModel, bank: OptimizerBank, *, n
     if policy in ("pipemare", "pipeoptim"):
         return AsyncUpdates(model, bank, stage=stage, stages=stages, options=options, predict=policy == "pipeoptim")
     raise ValueError(f"no asynchronous update rule {policy!r}")
-
-
-def replay_schedule(space: Any, stages: int, policy: str, subnets: Sequence[Sequence[int]], *, seed: int = 0,
-                    shared: str = "frozen", optimizer: str = "sgd", lr: float | None = None,
-                    jitter: float = 0.0) -> tuple[dict[int, float], list[Any]]:
-    """Train in one process: the real stage executors run in the order of a simulated schedule of ``policy``.
-
-    Fast (no processes, no transport) and the same arithmetic as ``naspipe train`` given the same task order.
-    Returns the losses and the stage executors (``ex.model``, ``ex.rule.reads``); for notebooks and tests.
-    """
-    from naspipe.models import DEFAULT_LR, build_stage
-    from naspipe.partition import partition
-    from naspipe.runtime.stage_exec import StageExecutor
-    from naspipe.sched.async_options import parse_async_options
-    from naspipe.sched.shared import parse_shared
-    from naspipe.sequence import ReplayStream
-    from naspipe.sim import simulate
-
-    sh = parse_shared(shared)
-    part = partition(space, stages)
-    subs = [tuple(s) for s in subnets]
-    sim = simulate(space, part, ReplayStream(space, [list(s) for s in subs]), policy, shared=sh, jitter=jitter,
-                   seed=seed)
-    sched = sim.schedulers[0]
-    execs = [StageExecutor(build_stage(space, part.blocks(s), seed, sh), subs, seed=seed,
-                           policy=policy.partition(":")[0], optimizer=optimizer,
-                           lr=DEFAULT_LR[optimizer] if lr is None else lr,
-                           shared_delay=sh.delay if sh.trains_shared else None, write_kind=sched.write_kind,
-                           micro_batches=getattr(sched, "m", None), stage=s, stages=stages,
-                           policy_options=parse_async_options(policy)) for s in range(stages)]
-    acts: dict = {}
-    grads: dict = {}
-    for ev in sorted(sim.trace.compute_events(), key=lambda e: (e.start, e.stage)):
-        s, j, ex = ev.stage, ev.subnet, execs[ev.stage]
-        if ev.kind == "F":
-            x, rg = acts.pop((j, s), (None, False))
-            out, rg = ex.forward(j, x, rg)
-            if s + 1 < stages:
-                acts[(j, s + 1)] = (out.clone(), rg)
-        elif ev.kind == "B":
-            gin = ex.backward(j, grads.pop((j, s), None))
-            if s > 0:
-                grads[(j, s - 1)] = gin.clone() if gin is not None else None
-        else:
-            ex.weight(j)
-    return execs[-1].losses, execs

@@ -22,9 +22,10 @@ and deletes older positions, so the previous complete checkpoint is kept until t
 the launcher does the same once more after the run ends or fails. Resume takes the newest complete
 position (found by scanning, so a crash between the last sidecar and ``complete.json`` loses nothing).
 
-A stage file holds: the model's ``state_dict`` (parameters and buffers), the optimizer's ``state_dict``,
-the optimizer step count, the fixed-layer versions and pending in-order shared updates
-(``naspipe.runtime.versions``), the last stage's losses of subnets ``< c``, the torch RNG states (the
+A stage file holds: the model's ``state_dict`` (parameters and buffers), the optimizer bank's ``state_dict``
+(optimizer state, step count), the update rule's ``state_dict`` (``naspipe.runtime.rules.UpdateRule``: the
+fixed-layer versions and pending in-order shared updates of the exact rules, 2bw's weight versions, PipeMare's
+velocities and PipeOptim's last gradients), the last stage's losses of subnets ``< c``, the torch RNG states (the
 runtime draws no random numbers today — dropout and data are keyed by seeds — but a stage's RNG is
 restored anyway), the position and the run's fingerprint. The scheduler needs no state: a fresh one
 ``make_scheduler(..., start=c)`` is exactly the scheduler after the subnets ``< c`` (the jitter is a
@@ -44,12 +45,15 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from naspipe.runtime.config import ConfigError, TrainConfig
+from naspipe.runtime.atomic import write_atomic
+from naspipe.runtime.rundir import ConfigError, prepare_out_dir
+
+if TYPE_CHECKING:
+    from naspipe.runtime.config import TrainConfig
 
 CHECKPOINT_DIR = "checkpoint"
 COMPLETE = "complete.json"
@@ -103,31 +107,6 @@ def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
     }
 
 
-# ---- atomic files ------------------------------------------------------------------------------------------
-def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path``: a temporary file in the same directory, fsync, rename, fsync the directory."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
 # ---- saving (in the stage process) ---------------------------------------------------------------------------
 def _cpu(obj: Any) -> Any:
     import torch
@@ -145,29 +124,22 @@ def stage_state(cfg: TrainConfig, rank: int, position: int, ex: Any, fp: dict | 
     """Everything stage ``rank`` needs to continue after subnet ``position - 1`` (plain data only)."""
     import torch
 
-    if getattr(ex, "in_flight", 0) or getattr(ex.rule, "_grads", None) or getattr(ex.rule, "_fixed_grads", None):
+    if getattr(ex, "in_flight", 0) or ex.rule.pending():
         raise RuntimeError(f"stage {rank} is not quiescent at checkpoint {position} (subnets in flight)")
-    bank = ex.bank
-    versions = getattr(ex.rule, "versions", None)
+    bank = _cpu(ex.bank.state_dict())
+    rule = _cpu(ex.rule.state_dict())  # the update rule's protocol (naspipe.runtime.rules.UpdateRule)
     state: dict[str, Any] = {
         "format": FORMAT, "stage": rank, "position": position, "fingerprint": fp or fingerprint(cfg),
         "model": _cpu(ex.model.state_dict()),
-        "optimizer": _cpu(bank._opt.state_dict()) if bank._opt is not None else None,
-        "steps": int(bank.steps),
-        "versions": None,
+        "optimizer": bank["optimizer"],
+        "steps": bank["steps"],
+        "versions": rule.pop("versions", None),  # fixed-layer versions (exact rules), weight versions (2bw)
+        "rule": rule,  # any further state of the rule (2bw's weight versions, PipeMare's velocities)
         "losses": {int(j): float(v) for j, v in ex.losses.items()},
         "peak_in_flight": int(getattr(ex, "peak_stash", 0)),
         "rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state(ex.device) if ex.device.type == "cuda" else None,
     }
-    if versions is not None:
-        state["versions"] = {
-            "next": int(versions.next),
-            "waiting": {int(j): _cpu(g) for j, g in versions._waiting.items()},
-            "versions": {int(k): _cpu(v) for k, v in versions._versions.items()},
-            "readers": {int(k): int(r) for k, r in versions._readers.items()},
-            "peak": int(versions.peak_versions),
-        }
     return state
 
 
@@ -336,22 +308,12 @@ def load_stage(cfg: TrainConfig, rank: int, ex: Any) -> None:
     if state["fingerprint"] != fingerprint(cfg):
         raise RuntimeError(f"checkpoint {d} stage {rank} was taken by another run")
     ex.model.load_state_dict(state["model"])
-    bank = ex.bank
-    if (state["optimizer"] is None) != (bank._opt is None):
-        raise RuntimeError(f"checkpoint {d} stage {rank}: optimizer state does not fit the stage")
-    if bank._opt is not None:
-        bank._opt.load_state_dict(state["optimizer"])
-    bank.steps = int(state["steps"])
-    versions = getattr(ex.rule, "versions", None)
-    vs = state["versions"]
-    if (vs is None) != (versions is None):
-        raise RuntimeError(f"checkpoint {d} stage {rank}: fixed-layer versions do not fit the stage")
-    if versions is not None:
-        versions.next = int(vs["next"])
-        versions._waiting = {int(j): dict(g) for j, g in vs["waiting"].items()}
-        versions._versions = {int(k): dict(v) for k, v in vs["versions"].items()}
-        versions._readers = {int(k): int(r) for k, r in vs["readers"].items()}
-        versions.peak_versions = int(vs["peak"])
+    try:
+        ex.bank.load_state_dict({"optimizer": state["optimizer"], "steps": state["steps"]})
+        vs = state["versions"]
+        ex.rule.load_state_dict({**(state.get("rule") or {}), **({"versions": vs} if vs is not None else {})})
+    except (ValueError, KeyError) as e:
+        raise RuntimeError(f"checkpoint {d} stage {rank}: the saved state does not fit the stage ({e})") from None
     ex.losses.update({int(j): float(v) for j, v in state["losses"].items()})
     if hasattr(ex, "peak_stash"):
         ex.peak_stash = int(state.get("peak_in_flight", 0))
@@ -452,7 +414,6 @@ def prepare_run_dir(cfg: TrainConfig) -> None:
     """Prepare ``cfg.out`` for a run: a fresh run clears an earlier one (with overwrite), including its
     checkpoints; a run resuming in place keeps its checkpoints up to the resume position."""
     from naspipe import runs
-    from naspipe.runtime.config import prepare_out_dir
 
     in_place = resumes_in_place(cfg)
     prepare_out_dir(cfg.out, cfg.overwrite or in_place)

@@ -17,10 +17,12 @@ from typing import Any
 from naspipe import runs
 from naspipe.partition import Partition
 from naspipe.partition import partition as make_partition
+from naspipe.runtime.rundir import ConfigError, check_out_dir, check_writable, prepare_out_dir  # noqa: F401
 from naspipe.samplers import SamplerError, make_stream, parse_sampler
-from naspipe.sched.policies import POLICIES, PolicyError, StageSpec, make_scheduler
-from naspipe.sched.shared import SharedLayers, SharedPolicyError, parse_shared
+from naspipe.sched.policies import PolicyError, StageSpec, make_scheduler
+from naspipe.sched.registry import Policy, get_policy, policy_names
 from naspipe.sequence import ReplayStream, SubnetStream, UniformStream
+from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
 from naspipe.space import SearchSpace, SpaceError, Subnet, resolve_space
 
 DEVICES = ("cpu", "cuda")
@@ -28,14 +30,14 @@ START_METHODS = ("forkserver", "spawn")
 BALANCES = ("cost", "measured")
 FAULT_ACTIONS = ("raise", "kill", "exit", "hang")
 # policies whose writes can be ordered by subnet across a stage's replicas (naspipe.runtime.replicas)
-REPLICA_POLICIES = ("sequential", "csp", "csp-chain", "csp-cp", "csp-bw")
+
+
+def replica_policies() -> list[str]:
+    """The policies that train with data-parallel replicas (declared ``replicas=True``)."""
+    return [n for n in policy_names() if get_policy(n).replicas]
 REPLICA_EXCHANGES = ("exact", "native")
 # files that mark a directory as holding a run (refused unless overwrite=True)
 RUN_FILES = runs.RUN_FILES
-
-
-class ConfigError(ValueError):
-    """A run configuration is invalid; the message is one line saying what is wrong and what is allowed."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class TrainConfig:
     # ``sequence``; "evolution:LAG" leaves ``sequence`` empty and trains ``subnet_count`` generated subnets
     sampler: str = "uniform"
     subnet_count: int | None = None
-    # context switching (``naspipe.runtime.memory``): None keeps every candidate resident (the default);
+    # context switching (``naspipe.runtime.switching``): None keeps every candidate resident (the default);
     # a size (``2GiB``) or a share of the stage's candidate parameters (``25%``) per stage
     device_memory: str | None = None
     swap: str = "predictive"  # predictive | on-demand | resident (only with device_memory)
@@ -176,6 +178,11 @@ class TrainConfig:
         return self.policy.partition(":")[0]
 
     @property
+    def policy_spec(self) -> Policy:
+        """The ``Policy`` of ``policy`` (``naspipe.sched.registry``); PolicyError if unknown."""
+        return get_policy(self.policy)
+
+    @property
     def policy_options(self) -> dict[str, int]:
         return {k: v for k, v in (("micro_batches", self.micro_batches), ("max_pending_w", self.max_pending_w))
                 if v is not None}
@@ -246,8 +253,8 @@ class TrainConfig:
         if self.space.batch_size % r:
             raise ConfigError(f"replicas {r} must divide the batch size {self.space.batch_size} of "
                               f"{self.space.name!r} (each replica computes an equal shard)")
-        if self.policy_name not in REPLICA_POLICIES:
-            raise ConfigError(f"replicas > 1 work with the exact policies {', '.join(REPLICA_POLICIES)}, "
+        if not self.policy_spec.replicas:
+            raise ConfigError(f"replicas > 1 work with the exact policies {', '.join(replica_policies())}, "
                               f"not {self.policy_name}")
         if self.online:
             raise ConfigError(f"replicas > 1 need a fixed sequence; sampler {self.sampler} generates it at run time")
@@ -282,8 +289,13 @@ class TrainConfig:
             raise ConfigError(f"sampler {self.sampler} generates the sequence; it cannot be combined with one")
         if self.n < 1:
             raise ConfigError("subnets must be >= 1")
-        if self.policy_name not in POLICIES:
-            raise ConfigError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
+        try:
+            pol = self.policy_spec
+        except PolicyError as e:
+            raise ConfigError(str(e)) from None
+        if pol.scheduler.__module__ == "__main__":  # the stage processes import the policy's module by name
+            raise ConfigError(f"policy {pol.name!r} is defined in __main__ (a notebook or script): stage processes "
+                              "cannot import it; define it in a module and register it there")
         if not isinstance(self.window, int) or self.window < 1:
             raise ConfigError(f"window must be >= 1, got {self.window!r}")
         try:
@@ -295,8 +307,7 @@ class TrainConfig:
         if online and getattr(sched, "m", None) and lag < sched.m:  # bsp: a group's forwards precede its B
             raise ConfigError(f"sampler {self.sampler} with policy {self.policy}: the lag must be at least the "
                               f"group of {sched.m} subnets (subnet j needs the loss of j - {lag}, known after B)")
-        if self.policy_name in ("bsp", "asp", "pipedream", "2bw", "pipemare", "pipeoptim") and \
-                self.shared.mode == "delayed" and self.shared.delay > 0:
+        if not pol.delayed_shared and self.shared.mode == "delayed" and self.shared.delay > 0:
             raise ConfigError(f"policy {self.policy_name} trains shared layers with its own synchronisation "
                               f"(bsp: at the group's flush, asp: stashed like candidates); use shared layers "
                               f"frozen or serial, not {self.shared}")
@@ -332,7 +343,7 @@ class TrainConfig:
         if self.device_memory is None:
             return
         from naspipe.memsize import SizeError, parse_budget
-        from naspipe.runtime.memory import SWAPS
+        from naspipe.runtime.switching import SWAPS
 
         if self.swap not in SWAPS:
             raise ConfigError(f"unknown swap {self.swap!r}; choose one of {', '.join(SWAPS)}")
@@ -350,11 +361,11 @@ class TrainConfig:
             raise ConfigError("device_memory (context switching) needs a fixed sequence, not a run-time sampler")
         if self.device != "cpu":
             raise ConfigError("device_memory (context switching) runs on device cpu only so far")
-        if self.policy_name not in ("csp", "csp-cp", "csp-bw"):
-            raise ConfigError(f"device_memory (context switching) needs policy csp, csp-cp or csp-bw, "
-                              f"not {self.policy}")
+        if not self.policy_spec.context_switch:
+            names = ", ".join(n for n in policy_names() if get_policy(n).context_switch)
+            raise ConfigError(f"device_memory (context switching) needs policy {names}, not {self.policy}")
         from naspipe.models import build_stage
-        from naspipe.runtime.memory import resident_bytes, stage_budget
+        from naspipe.runtime.switching import resident_bytes, stage_budget
 
         for s in range(self.stages):
             model = build_stage(self.space, self.partition.blocks(s), self.seed, self.shared)
@@ -381,9 +392,7 @@ class TrainConfig:
             raise ConfigError(f"start must lie in [0, {self.n}), got {self.start!r}")
         if self.start and self.resume is None:
             raise ConfigError("start > 0 needs the checkpoint to resume from (resume)")
-        from naspipe.sched.policies import AsyncScheduler, policy_class
-
-        if issubclass(policy_class(self.policy), AsyncScheduler):
+        if not self.policy_spec.checkpoints:
             raise ConfigError(f"policy {self.policy} cannot checkpoint yet: its update rule's state (weight "
                               "versions, pending updates, corrections) is not saved")
         try:
@@ -451,43 +460,6 @@ def measured_partition(space: SearchSpace, stages: int, seed: int = 0) -> Partit
     from naspipe.runtime.profile import measure_block_costs
 
     return make_partition(space, stages, profile=measure_block_costs(space, seed))
-
-
-def check_out_dir(out: Path, overwrite: bool) -> None:
-    """Refuse a directory that holds another run (unless ``overwrite``) or cannot be a directory."""
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"output path {str(out)!r} exists and is not a directory")
-    held = [f for f in (*RUN_FILES, "checkpoint") if (out / f).exists()]
-    if held and not overwrite:
-        raise ConfigError(f"output directory {str(out)!r} already holds a run ({held[0]}); "
-                          "choose another directory or pass --overwrite")
-    check_writable(out)
-
-
-def check_writable(out: Path) -> None:
-    """Refuse an output directory that cannot be created or written (probed with a temporary folder in
-    ``out`` or its nearest existing parent, removed again: nothing is left behind)."""
-    import os
-    import tempfile
-
-    out = Path(out)
-    probe = out
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ConfigError(f"output directory {str(out)!r} cannot be created: {str(probe)!r} is not a directory")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".naspipe-probe", dir=probe))
-    except OSError as e:
-        raise ConfigError(f"output directory {str(out)!r} cannot be written: {e.strerror or e}") from None
-
-
-def prepare_out_dir(out: Path, overwrite: bool) -> None:
-    """Create ``out`` and clear the files of an earlier run (only with ``overwrite``)."""
-    check_out_dir(out, overwrite)
-    out.mkdir(parents=True, exist_ok=True)
-    runs.clear(out, checkpoints=False)
-    (out / "parts").mkdir()
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:

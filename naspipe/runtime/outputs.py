@@ -10,7 +10,7 @@ the files every naspipe run has:
 * ``metrics.json``: throughput, utilisation, overheads, wall time and the full configuration;
 * ``sequence.json``: the subnet sequence the stages trained (for a run-time generated stream, the one
   the stages realized; every stage's digest must agree), in ``naspipe.sequence.save_sequence``'s format;
-* ``weights-stage<s>.pt`` (written by each stage, ``naspipe.checkpoint_weights``): ``naspipe search`` reads them;
+* ``weights-stage<s>.pt`` (written by each stage, ``naspipe.weights``): ``naspipe search`` reads them;
 * ``status.json``: ``{"complete": true}``, or the error when the run failed (outputs so far are kept).
 """
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from naspipe import runs
 from naspipe.runtime.config import TrainConfig
 from naspipe.trace import Trace, TraceEvent
 
@@ -52,7 +53,7 @@ def write_status(out: Path, complete: bool, error: str | None = None, rank: int 
     if checkpoint is not None:
         data.update(checkpoint=checkpoint)
     try:
-        (out / "status.json").write_text(json.dumps(data, indent=1) + "\n")
+        (out / runs.STATUS).write_text(json.dumps(data, indent=1) + "\n")
     except OSError:  # the directory went away: the error itself is what matters
         pass
 
@@ -138,22 +139,21 @@ def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: floa
         raise RuntimeError(f"the stages trained different subnet sequences (digests {sorted(map(str, digests))})")
     metrics = run_metrics(cfg, parts, trace, losses, wall_s, startup_s)
     metrics["torch"] = torch.__version__
-    from naspipe.runtime.memory import merge_reports
+    from naspipe.runtime.switching import merge_reports
 
     memory = merge_reports(parts)
     if memory is not None:
         metrics["memory"] = memory
     metrics["config"]["sequence_sha256"] = digests.pop()
-    from naspipe import runs
 
     runs.write_run(out, "train", runs.train_identity(cfg, metrics["config"]["sequence_sha256"]))
     if "subnets" in parts[0]:  # the realized sequence (replayable with --sequence)
         from naspipe.sequence import ReplayStream, save_sequence
 
-        save_sequence(ReplayStream(cfg.space, parts[0]["subnets"]), out / "sequence.json")
+        save_sequence(ReplayStream(cfg.space, parts[0]["subnets"]), out / runs.SEQUENCE)
     write_losses(out / LOSSES, losses)
     write_params(out / PARAMS, params)
-    trace.save(out / "trace.json")
+    trace.save(out / runs.TRACE)
     write_metrics(out / METRICS, metrics)
     write_status(out, True)
     return RunResult(out, losses, params, trace, metrics, cfg)

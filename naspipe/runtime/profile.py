@@ -16,8 +16,8 @@ import time
 import torch
 
 from naspipe.models import build_stage, input_of, make_batch, target_of
-from naspipe.sched.shared import SharedLayers
 from naspipe.sequence import UniformStream
+from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace
 
 

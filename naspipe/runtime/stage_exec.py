@@ -39,8 +39,9 @@ from torch import Tensor
 
 from naspipe.models import StageModel, input_of, make_batch, target_of
 from naspipe.models.shards import input_batch_dim, shard
+from naspipe.runtime.rules import make_updates
 from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
-from naspipe.runtime.updates import ForwardContext, OptimizerBank, make_updates
+from naspipe.runtime.updates import ForwardContext, OptimizerBank
 from naspipe.sched.tasks import BACKWARD, WEIGHT
 from naspipe.space import Subnet
 

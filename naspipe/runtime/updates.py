@@ -69,6 +69,26 @@ class OptimizerBank:
         self._opt = make_optimizer(everything, name, lr) if everything else None
         self.steps = 0
 
+    @property
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        """The stage's one torch optimizer (None when the stage has nothing to train)."""
+        return self._opt
+
+    def keys(self) -> list[Key]:
+        """The candidates of this stage that own trainable weights."""
+        return list(self._params)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's ``state_dict`` and the step count (for checkpoints)."""
+        return {"optimizer": self._opt.state_dict() if self._opt is not None else None, "steps": int(self.steps)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if (state["optimizer"] is None) != (self._opt is None):
+            raise ValueError("optimizer state does not fit the stage")
+        if self._opt is not None:
+            self._opt.load_state_dict(state["optimizer"])
+        self.steps = int(state["steps"])
+
     def used(self, subnet: Sequence[int]) -> list[Key]:
         """The candidates ``subnet`` uses on this stage that own trainable weights."""
         return [(b, subnet[b]) for b in self.choice_blocks if (b, subnet[b]) in self._params]
@@ -95,6 +115,23 @@ class OptimizerBank:
         self._step([(p, grads.get(n)) for n, p in self.fixed.items()])
 
 
+class RuleState:
+    """The checkpoint half of the update-rule protocol (``naspipe.runtime.rules.UpdateRule``), for a rule whose
+    only state between subnets is the gradients it holds: ``pending`` counts them (zero at a checkpoint fence),
+    ``state_dict`` is empty. Rules with more state (fixed-layer versions, 2bw's weight versions, PipeMare's
+    velocities) extend both."""
+
+    def pending(self) -> int:
+        return len(getattr(self, "_grads", {})) + len(getattr(self, "_fixed_grads", {}))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state:
+            raise ValueError(f"{type(self).__name__} keeps no state, got {sorted(state)}")
+
+
 @dataclass
 class ForwardContext:
     """What a forward leaves for the backward of the same subnet (besides its tensors)."""
@@ -113,7 +150,7 @@ def take_grads(params: Sequence[nn.Parameter]) -> dict[nn.Parameter, Tensor | No
 
 
 class CorrectedFixedVersions(FixedVersions):
-    """``FixedVersions`` with the ``delayed:D`` corrections (``naspipe.sched.shared``): ``+predict`` stores
+    """``FixedVersions`` with the ``delayed:D`` corrections (``naspipe.shared``): ``+predict`` stores
     ``predict(v_k, s = D)`` computed when ``v_k`` is snapshotted (optimizer state and last shared gradient of
     that moment), ``+t1=K`` scales the shared step of subnet ``j`` by ``t1_multiplier(j, D, K)``."""
 
@@ -125,7 +162,7 @@ class CorrectedFixedVersions(FixedVersions):
     def _step(self, grads: Mapping[str, Tensor | None]) -> None:
         from naspipe.corrections.pipemare import rescheduled_lr
 
-        opt = self.bank._opt
+        opt = self.bank.optimizer
         if self.t1 and opt is not None:
             with rescheduled_lr(opt, self.next, self.delay, self.t1):
                 self.bank.step_fixed(grads)
@@ -135,16 +172,17 @@ class CorrectedFixedVersions(FixedVersions):
 
     def _snapshot(self, k: int) -> None:
         super()._snapshot(k)
-        if k == 0 or not getattr(self, "predict", False) or k not in self._versions or self.bank._opt is None:
+        if k == 0 or not getattr(self, "predict", False) or k not in self._versions or self.bank.optimizer is None:
             return
         from naspipe.corrections.pipeoptim import predict
 
         names = list(self.live)
-        moved = predict([self.live[n] for n in names], self.bank._opt, self.delay, [self._last.get(n) for n in names])
+        last = [self._last.get(n) for n in names]
+        moved = predict([self.live[n] for n in names], self.bank.optimizer, self.delay, last)
         self._versions[k] = dict(zip(names, moved, strict=True))
 
 
-class ExactUpdates:
+class ExactUpdates(RuleState):
     """sequential / csp / csp-bw: live weights, one step per subnet at its write task, fixed versions."""
 
     def __init__(self, model: StageModel, bank: OptimizerBank, delay: int | None, n: int):
@@ -185,8 +223,18 @@ class ExactUpdates:
     def held_versions(self) -> int:
         return self.versions.peak_versions if self.versions is not None else 0
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"versions": self.versions.state_dict() if self.versions is not None else None}
 
-class GroupUpdates:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        vs = state.get("versions")
+        if (vs is None) != (self.versions is None):
+            raise ValueError("fixed-layer versions do not fit the stage")
+        if self.versions is not None:
+            self.versions.load_state_dict(vs)
+
+
+class GroupUpdates(RuleState):
     """bsp: accumulate per subnet, sum in subnet order, average over the group, one step at its end."""
 
     def __init__(self, model: StageModel, bank: OptimizerBank, group: int, n: int):
@@ -247,7 +295,7 @@ def snapshot_grads(bank: OptimizerBank, qual: dict[int, str], ctx: ForwardContex
     return ctx.keys, cand, fixed
 
 
-class StashedUpdates:
+class StashedUpdates(RuleState):
     """asp: forward on a snapshot copy of the weights it uses; gradients applied to the live weights."""
 
     def __init__(self, model: StageModel, bank: OptimizerBank):
@@ -274,21 +322,3 @@ class StashedUpdates:
 
     def held_versions(self) -> int:
         return 0
-
-
-def make_updates(policy: str, model: StageModel, bank: OptimizerBank, *, shared_delay: int | None, n: int,
-                 micro_batches: int | None = None, stage: int = 0, stages: int = 1,
-                 options: Mapping[str, object] | None = None) -> Any:
-    """The update rule of ``policy`` (name without options). ``shared_delay``: None = frozen, else D.
-
-    ``stage``/``stages``/``options`` (``naspipe.sched.async_options``): for the asynchronous baselines
-    (``naspipe.runtime.async_rules``)."""
-    from naspipe.runtime.async_rules import ASYNC_POLICIES, make_async_updates
-
-    if policy in ASYNC_POLICIES:
-        return make_async_updates(policy, model, bank, n=n, stage=stage, stages=stages, options=options or {})
-    if policy == "bsp":
-        return GroupUpdates(model, bank, micro_batches or 1, n)
-    if policy == "asp":
-        return StashedUpdates(model, bank)
-    return ExactUpdates(model, bank, shared_delay, n)

@@ -72,6 +72,19 @@ class FixedVersions:
             self.next += 1
             self._snapshot(self.next)
 
+    def state_dict(self) -> dict:
+        """The versions kept, the gradients waiting and the next update (plain data, for checkpoints)."""
+        return {"next": int(self.next), "waiting": {int(j): dict(g) for j, g in self._waiting.items()},
+                "versions": {int(k): dict(v) for k, v in self._versions.items()},
+                "readers": {int(k): int(r) for k, r in self._readers.items()}, "peak": int(self.peak_versions)}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.next = int(state["next"])
+        self._waiting = {int(j): dict(g) for j, g in state["waiting"].items()}
+        self._versions = {int(k): dict(v) for k, v in state["versions"].items()}
+        self._readers = {int(k): int(r) for k, r in state["readers"].items()}
+        self.peak_versions = int(state["peak"])
+
     @property
     def held(self) -> int:
         """Versions kept right now."""

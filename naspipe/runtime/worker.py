@@ -31,10 +31,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from naspipe.checkpoint_weights import save_weights
+from naspipe import runs
 from naspipe.models import build_stage
 from naspipe.results import param_hashes
-from naspipe.runtime.checkpoint import Checkpointer, write_atomic
+from naspipe.runtime.atomic import write_atomic
+from naspipe.runtime.checkpoint import Checkpointer
 from naspipe.runtime.comm import ACTIVATION, GRADIENT, ChannelFailure, Links, Message, TransportError
 from naspipe.runtime.config import TrainConfig
 from naspipe.runtime.jitter import jitter_seconds
@@ -45,6 +46,7 @@ from naspipe.runtime.stage_exec import StageExecutor
 from naspipe.sched.async_options import parse_async_options
 from naspipe.sched.policies import make_scheduler, stage_specs
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
+from naspipe.weights import save_weights
 
 Report = Callable[..., None]  # report(kind, *payload): "ready", "progress", ...
 
@@ -138,13 +140,13 @@ def _run(grank: int, world: int, cfg: TrainConfig, device: torch.device, report:
         ex.reducer = ReplicaGroup(rank, cfg.stages, replica, cfg.replicas, device, cfg.timeout,
                                   native=cfg.replica_exchange == "native")
     cfg.out.mkdir(parents=True, exist_ok=True)  # (another machine's view of the run directory)
-    log = EventLog(rank, cfg.out / "events.jsonl" if replica == 0 else None)
+    log = EventLog(rank, cfg.out / runs.EVENTS if replica == 0 else None)
     mem = None
     try:  # from here on the event log (and the cache's copy thread) are closed whatever happens
-        if cfg.device_memory is not None:  # context switching (naspipe.runtime.memory); off by default
-            from naspipe.runtime.memory import StageMemory
+        if cfg.device_memory is not None:  # context switching (naspipe.runtime.switching); off by default
+            from naspipe.runtime.switching import ContextSwitch
 
-            mem = StageMemory(model, ex.bank, stream, cfg.n, device_memory=cfg.device_memory, swap=cfg.swap,
+            mem = ContextSwitch(model, ex.bank, stream, cfg.n, device_memory=cfg.device_memory, swap=cfg.swap,
                               depth=cfg.prefetch_depth, optimizer=cfg.optimizer, write_kind=sched.write_kind,
                               clock=log.now, timeout=cfg.timeout, start=ckpt.start, pin=cfg.pin)
         ex.warm_up()

@@ -1,4 +1,6 @@
-"""The pure scheduling core (no torch): tasks, the causal tracker, policies, shared-layer semantics."""
+"""The pure scheduling core (no torch): tasks, the causal tracker, the schedulers (``policies``), the ``Policy``
+registry (``registry``: one object per policy, ``register_policy``), the options grammar, the predictor.
+Shared-layer semantics live in ``naspipe.shared`` (re-exported here)."""
 
 from naspipe.sched.causal import CausalTracker
 from naspipe.sched.policies import (
@@ -10,8 +12,8 @@ from naspipe.sched.policies import (
     policy_names,
     stage_specs,
 )
-from naspipe.sched.shared import SharedLayers, SharedPolicyError, parse_shared
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, B, F, Task, W
+from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
 
 __all__ = [
     "BACKWARD", "FORWARD", "WEIGHT", "B", "F", "W", "Task", "CausalTracker", "POLICIES", "PolicyError",

@@ -1,9 +1,10 @@
 """Options of the asynchronous baselines (``pipedream``, ``2bw``, ``pipemare``, ``pipeoptim``), torch-free.
 
-Written in the policy string after a colon, comma separated: ``pipemare:t1=200,t2=0.1,warmup=20``,
-``pipeoptim:offset=1``, ``2bw:8`` (a bare number sets the first option). ``naspipe train
---policy-option KEY=VALUE`` appends to it. The scheduler reads ``warmup``; the stage's update rule
-(``naspipe.runtime.async_rules``) reads the rest.
+Written in the policy string after a colon, comma separated (the grammar of every policy,
+``naspipe.sched.registry.parse_policy``; these are the baselines' declared ``Policy.options``):
+``pipemare:t1=200,t2=0.1,warmup=20``, ``pipeoptim:offset=1``, ``2bw:8`` (a bare number sets the first
+option). ``naspipe train --policy-option KEY=VALUE`` appends to it. The scheduler reads ``warmup``; the
+stage's update rule (``naspipe.runtime.async_rules``) reads the rest.
 
 * ``2bw``: ``group`` (micro-batches per update; default: the number of stages).
 * ``pipemare``: ``t1`` (T1 annealing steps K; 0 = off), ``t2`` (T2 decay D; 0 = off), ``warmup``
@@ -18,6 +19,8 @@ Written in the policy string after a colon, comma separated: ``pipemare:t1=200,t
 
 from __future__ import annotations
 
+from naspipe.sched.registry import PolicyError, parse_policy
+
 ASYNC_OPTIONS: dict[str, dict[str, type]] = {
     "pipedream": {"warmup": int, "vsync": int},
     "2bw": {"group": int},
@@ -27,40 +30,28 @@ ASYNC_OPTIONS: dict[str, dict[str, type]] = {
 FLAGS = frozenset({"vsync"})  # options that may stand alone (meaning 1)
 
 
-class AsyncOptionError(ValueError):
+class AsyncOptionError(PolicyError):
     pass
 
 
-def parse_async_options(policy: str) -> dict[str, object]:
-    """``{option: value}`` of an asynchronous policy string (``name`` or ``name:k=v,...``)."""
-    name, _, arg = policy.partition(":")
-    spec = ASYNC_OPTIONS.get(name)
-    if spec is None:
-        return {}
-    out: dict[str, object] = {}
-    for item in filter(None, (a.strip() for a in arg.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep:  # a bare flag (vsync) or the value of the first option (2bw:8)
-            bare = item.replace("-", "_")
-            if bare in spec and bare not in FLAGS:
-                raise AsyncOptionError(f"{name} option {bare!r} needs a value: {bare}=VALUE")
-            key, value = (item, "1") if bare in FLAGS else (next(iter(spec)), item)
-        key = key.strip().replace("-", "_")
-        if key not in spec:
-            raise AsyncOptionError(f"policy {name!r} has no option {key!r}; options: {', '.join(spec)}")
-        kind = spec[key]
-        try:
-            v: object = kind(value.strip())
-        except ValueError:
-            raise AsyncOptionError(f"bad value {value!r} for {name} option {key!r}") from None
-        if isinstance(v, (int, float)) and v < 0:
-            raise AsyncOptionError(f"{name} option {key!r} must be >= 0, got {v}")
+def check_async_options(name: str, out: dict[str, object]) -> None:
+    """The rules beyond types and signs (``Policy.check`` of the asynchronous baselines)."""
+    for key, v in out.items():
         if key in ("s", "tau") and not (v in ("stage", "inflight") or str(v).isdigit()) or (
                 key == "tau" and v == "inflight"):
-            raise AsyncOptionError(f"bad value {v!r} for {name} option {key!r}")
+            raise PolicyError(f"bad value {v!r} for {name} option {key!r}")
         if key == "t2" and not float(v) < 1:  # type: ignore[arg-type]
-            raise AsyncOptionError("pipemare t2 (decay D) must lie in [0, 1)")
+            raise PolicyError("pipemare t2 (decay D) must lie in [0, 1)")
         if key == "group" and v == 0:
-            raise AsyncOptionError("2bw group must be >= 1")
-        out[key] = v
-    return out
+            raise PolicyError("2bw group must be >= 1")
+
+
+def parse_async_options(policy: str) -> dict[str, object]:
+    """``{option: value}`` of an asynchronous policy string (``name`` or ``name:k=v,...``); ``{}`` for the
+    other policies. Parsed by the one grammar of ``naspipe.sched.registry.parse_policy``."""
+    if policy.partition(":")[0] not in ASYNC_OPTIONS:
+        return {}
+    try:
+        return parse_policy(policy)[1]
+    except PolicyError as e:
+        raise AsyncOptionError(str(e)) from None

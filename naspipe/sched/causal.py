@@ -14,7 +14,8 @@ the front of its queues and frees the subnets that become fronts everywhere.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 
 class CausalTracker:
@@ -40,9 +41,12 @@ class CausalTracker:
         self._blocked[j] = blocked
         return blocked == 0
 
-    def clone(self) -> CausalTracker:
+    def clone(self, lazy: bool = False) -> CausalTracker:
+        """An independent copy. ``lazy``: its queues are copied on first write (``CopyOnWriteQueues``), for a
+        speculation that is used at once and dropped; this tracker must not change meanwhile."""
         other = CausalTracker.__new__(CausalTracker)
-        other._queues = {k: q.copy() for k, q in self._queues.items()}
+        other._queues = (CopyOnWriteQueues(self._queues) if lazy  # type: ignore[assignment]
+                         else {k: q.copy() for k, q in self._queues.items()})
         other._blocked = self._blocked.copy()
         other._keys = self._keys.copy()
         return other
@@ -80,3 +84,62 @@ class CausalTracker:
 
     def pending(self) -> int:
         return len(self._blocked)
+
+
+class CopyOnWriteQueues:
+    """Copy-on-write view of a ``CausalTracker``'s queue dict (``clone(lazy=True)``): a queue is copied when
+    first touched.
+
+    A full ``clone()`` copies one deque per candidate key of the stage (hundreds for K = 96), about a
+    millisecond; a speculation touches a dozen. The view reads its base, which must not change while the
+    view is in use (a speculative copy is used at once and dropped).
+    """
+
+    __slots__ = ("_base", "_own", "_gone")
+
+    def __init__(self, base: Any) -> None:
+        self._base = base
+        self._own: dict = {}
+        self._gone: set = set()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        q = self._own.get(key)
+        if q is not None:
+            return q
+        if key in self._gone:
+            return default
+        b = self._base.get(key)
+        if b is None:
+            return default
+        q = self._own[key] = b.copy()
+        return q
+
+    def __getitem__(self, key: Any) -> Any:
+        q = self.get(key)
+        if q is None:
+            raise KeyError(key)
+        return q
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._own[key] = value
+        self._gone.discard(key)
+
+    def __delitem__(self, key: Any) -> None:
+        if self.get(key) is None:
+            raise KeyError(key)
+        del self._own[key]
+        self._gone.add(key)
+
+    def __contains__(self, key: Any) -> bool:
+        return self.get(key) is not None
+
+    def keys(self) -> Iterator[Any]:
+        seen = set(self._own)
+        yield from self._own
+        for k in self._base.keys():
+            if k not in seen and k not in self._gone:
+                yield k
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        for k in list(self.keys()):
+            yield k, self[k]

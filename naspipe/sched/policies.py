@@ -28,21 +28,29 @@ Policies:
 
 from __future__ import annotations
 
-import copy
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from naspipe.sched.async_options import ASYNC_OPTIONS, check_async_options
+from naspipe.sched.async_options import FLAGS as ASYNC_FLAGS
 from naspipe.sched.causal import CausalTracker
 from naspipe.sched.chains import ConflictChains
 from naspipe.sched.critical import CriticalPaths
-from naspipe.sched.shared import SharedLayers
+from naspipe.sched.registry import (
+    Policy,
+    PolicyError,
+    SchedulerTable,
+    get_policy,
+    parse_policy,
+    register_policy,
+    whole_numbers_from_one,
+)
+from naspipe.sched.registry import policy_names as policy_names
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.sequence import SubnetStream, Window
-
-
-class PolicyError(ValueError):
-    pass
+from naspipe.shared import SharedLayers
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,28 @@ class StageSpec:
     @property
     def last(self) -> bool:
         return self.stage == self.stages - 1
+
+
+_COPY, _CLONE, _TRACKER, _CHECK = 1, 2, 3, 4  # how ``clone`` treats an attribute (the rest is shared)
+_PLANS: dict[tuple[type, tuple[str, ...]], tuple[tuple[str, int], ...]] = {}
+
+
+def _copy_plan(sched: Any) -> tuple[tuple[str, int], ...]:
+    key = (type(sched), tuple(sched.__dict__))
+    plan = _PLANS.get(key)
+    if plan is None:
+        out = []
+        for name, value in sched.__dict__.items():
+            if isinstance(value, CausalTracker):
+                out.append((name, _TRACKER))
+            elif isinstance(value, (list, set, dict)):
+                out.append((name, _COPY))
+            elif hasattr(value, "clone"):
+                out.append((name, _CLONE))
+            elif value is None:  # decided per copy: it may hold a container later
+                out.append((name, _CHECK))
+        plan = _PLANS[key] = tuple(out)
+    return plan
 
 
 class StageScheduler:
@@ -193,14 +223,26 @@ class StageScheduler:
     def finished(self) -> bool:
         return self.lo >= self.n
 
-    def clone(self) -> StageScheduler:
-        """An independent copy for speculation (what would I run next if...?); shares the stream."""
-        other = copy.copy(self)
-        for name, value in self.__dict__.items():
-            if isinstance(value, (list, set, dict)):
-                setattr(other, name, value.copy())
-            elif hasattr(value, "clone"):
-                setattr(other, name, value.clone())
+    def clone(self, tracker: Callable[[Any], Any] | None = None) -> StageScheduler:
+        """An independent copy for speculation (what would I run next if...?); shares the stream.
+
+        Containers are copied and helpers with a ``clone`` cloned; ``tracker`` makes the copy of the causal
+        tracker (default: its full ``clone``; ``naspipe.sched.predictor`` passes a copy-on-write or a
+        read-only one). The one copy mechanism of a scheduler; which attribute is copied how is decided once
+        per class and attribute layout, so a copy before every task stays cheap."""
+        other = object.__new__(type(self))
+        d = self.__dict__.copy()
+        for name, how in _copy_plan(self):
+            v = d[name]
+            if v is None:
+                continue
+            if how == _COPY or (how == _CHECK and isinstance(v, (list, set, dict))):
+                d[name] = v.copy()
+            elif how == _TRACKER and tracker is not None:
+                d[name] = tracker(v)
+            elif how != _CHECK or hasattr(v, "clone"):
+                d[name] = v.clone()
+        other.__dict__ = d
         return other
 
     @property
@@ -559,63 +601,56 @@ class PipeOptimScheduler(AsyncScheduler):
     name = "pipeoptim"
 
 
-POLICIES: dict[str, type[StageScheduler]] = {
-    "sequential": SequentialScheduler,
-    "csp": CSPScheduler,
-    "csp-chain": ChainCSPScheduler,
-    "csp-cp": CriticalPathCSPScheduler,
-    "csp-bw": SplitBackwardCSPScheduler,
-    "bsp": BSPScheduler,
-    "asp": ASPScheduler,
-    "pipedream": AsyncScheduler,
-    "2bw": TwoBWScheduler,
-    "pipemare": PipeMareScheduler,
-    "pipeoptim": PipeOptimScheduler,
-}
+# The built-in policies, declared once (``naspipe.sched.registry``); ``register_policy`` adds a user's own.
+for _policy in (
+    Policy("sequential", SequentialScheduler, causal=True, replicas=True,
+           doc="one subnet in the pipeline at a time"),
+    Policy("csp", CSPScheduler, causal=True, context_switch=True, replicas=True,
+           doc="causal synchronous parallelism: backward first, then the oldest ready forward"),
+    Policy("csp-chain", ChainCSPScheduler, causal=True, replicas=True,
+           doc="CSP; among ready forwards the head of the longest conflict chain"),
+    Policy("csp-cp", CriticalPathCSPScheduler, causal=True, context_switch=True, replicas=True,
+           doc="CSP ranked by critical path: the ready task heading the longest path of work runs first"),
+    Policy("csp-bw", SplitBackwardCSPScheduler, causal=True, context_switch=True, replicas=True,
+           doc="CSP with a split backward (B, then W)", options={"max_pending_w": int},
+           check=whole_numbers_from_one),
+    Policy("bsp", BSPScheduler, causal=False, updates="group", in_flight="group", delayed_shared=False,
+           doc="GPipe: groups of M subnets, flush", options={"micro_batches": int}, check=whole_numbers_from_one),
+    Policy("asp", ASPScheduler, causal=False, updates="stashed", in_flight="pipeline", delayed_shared=False,
+           doc="PipeDream 1F1B with weight stashing"),
+    *(Policy(name, cls, causal=False, updates="async", in_flight="pipeline", delayed_shared=False,
+             doc="asynchronous baseline (naspipe.runtime.async_rules)", options=ASYNC_OPTIONS[name],
+             flags=ASYNC_FLAGS & set(ASYNC_OPTIONS[name]), check=check_async_options)
+      for name, cls in (("pipedream", AsyncScheduler), ("2bw", TwoBWScheduler), ("pipemare", PipeMareScheduler),
+                        ("pipeoptim", PipeOptimScheduler))),
+):
+    register_policy(_policy)
+
+POLICIES = SchedulerTable()  # {name: scheduler class}, a live view of the registry
 
 
 DEFAULT_POLICY = "csp-cp"  # what `naspipe simulate` and `naspipe train` run without --policy ("csp" is the paper's)
 
 
-def policy_names() -> list[str]:
-    return list(POLICIES)
-
-
 def policy_class(policy: str) -> type[StageScheduler]:
     """The scheduler class of ``policy`` (``bsp:8``, ``pipemare:t1=4`` name it before the colon)."""
-    cls = POLICIES.get(policy.partition(":")[0])
-    if cls is None:
-        raise PolicyError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-    return cls
+    return get_policy(policy).scheduler
 
 
 def follows_causal_rule(policy: str) -> bool:
-    """True for the CSP family (sequential, csp, csp-chain, csp-bw): sequential semantics, so the causal
-    lower bound binds it and its traces must pass ``naspipe.trace.check_causal``."""
-    return issubclass(policy_class(policy), CSPScheduler)
+    """True for the causal policies (the CSP family and those registered with ``causal=True``): sequential
+    semantics, so the causal lower bound binds them and their traces must pass ``naspipe.trace.check_causal``."""
+    return get_policy(policy).causal
 
 
 def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: int = 200, *, start: int = 0,
                    fence: int | None = None, **options: int) -> StageScheduler:
     """A fresh scheduler of ``policy`` for one stage. Options: ``micro_batches`` (bsp), ``max_pending_w``."""
-    name, _, arg = policy.partition(":")
-    cls = policy_class(policy)
-    if getattr(cls, "text_options", False):  # asynchronous baselines: key=value options in the policy string
-        from naspipe.sched.async_options import AsyncOptionError, parse_async_options
-
-        try:
-            warmup = parse_async_options(policy).get("warmup")
-        except AsyncOptionError as e:
-            raise PolicyError(str(e)) from None
-        arg = ""
-        if warmup:
-            options = {**options, "warmup": warmup}
-    if arg:
-        if not arg.isdigit() or int(arg) < 1:
-            raise PolicyError(f"bad policy argument in {policy!r}: expected a whole number >= 1")
-        if not cls.options:
-            raise PolicyError(f"policy {name!r} takes no argument")
-        options = {**options, cls.options[0]: int(arg)}
+    pol, text = parse_policy(policy)  # the one grammar (naspipe.sched.registry)
+    name, cls = pol.name, pol.scheduler
+    text_options = getattr(cls, "text_options", False)  # asynchronous baselines: the scheduler reads warmup only
+    options = {**options, **{k: v for k, v in text.items()
+                             if k in cls.options or (text_options and k == "warmup" and v)}}
     opts = {k: v for k, v in options.items() if v is not None}
     bad = set(opts) - set(cls.options) - ({"warmup"} if getattr(cls, "text_options", False) else set())
     if bad:

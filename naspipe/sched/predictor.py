@@ -10,16 +10,23 @@ and the tasks its neighbours are running or are forecast to run, "timings passed
 and asks "what would I run next? and after that?" up to ``depth`` tasks.
 
 Pure: no torch, no clocks. Drivers (the simulator, the runtime) supply the durations and arrivals.
-``AccuracyMeter`` measures the share of predicted-next tasks that actually ran next.
+``AccuracyMeter`` measures the share of predicted-next tasks that actually ran next. The speculative
+copies and the gated choice it runs on live in ``naspipe.sched.speculate``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
-from naspipe.sched.causal import CausalTracker
 from naspipe.sched.policies import PolicyError, StageScheduler
+from naspipe.sched.speculate import (  # the forecast is built on them; re-exported (__all__)
+    SpeculativeGate,
+    fallback_task,
+    gated_next_task,
+    peek,
+    speculative_copy,
+)
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
 from naspipe.sequence import WindowError
 
@@ -41,214 +48,6 @@ class Prediction(NamedTuple):
     task: Task
     start: float
     end: float
-
-
-# ---- a cheap copy of a scheduler for speculation --------------------------------------------------
-class _CowQueues:
-    """Copy-on-write view of a ``CausalTracker``'s queue dict: a queue is copied when first touched.
-
-    A full ``clone()`` copies one deque per candidate key of the stage (hundreds for K = 96), about a
-    millisecond; a speculation touches a dozen. The view reads its base, which must not change while the
-    view is in use (a speculative copy is used at once and dropped).
-    """
-
-    __slots__ = ("_base", "_own", "_gone")
-
-    def __init__(self, base: Any) -> None:
-        self._base = base
-        self._own: dict = {}
-        self._gone: set = set()
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        q = self._own.get(key)
-        if q is not None:
-            return q
-        if key in self._gone:
-            return default
-        b = self._base.get(key)
-        if b is None:
-            return default
-        q = self._own[key] = b.copy()
-        return q
-
-    def __getitem__(self, key: Any) -> Any:
-        q = self.get(key)
-        if q is None:
-            raise KeyError(key)
-        return q
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self._own[key] = value
-        self._gone.discard(key)
-
-    def __delitem__(self, key: Any) -> None:
-        if self.get(key) is None:
-            raise KeyError(key)
-        del self._own[key]
-        self._gone.add(key)
-
-    def __contains__(self, key: Any) -> bool:
-        return self.get(key) is not None
-
-    def keys(self) -> Iterator[Any]:
-        seen = set(self._own)
-        yield from self._own
-        for k in self._base.keys():
-            if k not in seen and k not in self._gone:
-                yield k
-
-    def items(self) -> Iterator[tuple[Any, Any]]:
-        for k in list(self.keys()):
-            yield k, self[k]
-
-
-_TRACKER_FIELDS = {"_queues", "_blocked", "_keys"}
-
-
-def _cheap_tracker(t: CausalTracker) -> CausalTracker:
-    if type(t) is not CausalTracker or set(vars(t)) != _TRACKER_FIELDS:
-        return t.clone()  # an unknown tracker layout: the safe, slower copy
-    other = CausalTracker.__new__(CausalTracker)
-    other._queues = _CowQueues(t._queues)
-    other._blocked = t._blocked.copy()
-    other._keys = t._keys.copy()
-    return other
-
-
-_PLANS: dict[tuple[type, tuple[str, ...]], tuple[tuple[str, int], ...]] = {}
-_COPY, _CLONE, _TRACKER = 1, 2, 3  # how _copy treats an attribute (the rest is shared)
-
-
-def _plan(sched: StageScheduler) -> tuple[tuple[str, int], ...]:
-    key = (type(sched), tuple(sched.__dict__))
-    plan = _PLANS.get(key)
-    if plan is None:
-        out = []
-        for name, value in sched.__dict__.items():
-            if isinstance(value, CausalTracker):
-                out.append((name, _TRACKER))
-            elif isinstance(value, (list, set, dict)):
-                out.append((name, _COPY))
-            elif hasattr(value, "clone"):
-                out.append((name, _CLONE))
-        plan = _PLANS[key] = tuple(out)
-    return plan
-
-
-def speculative_copy(sched: StageScheduler) -> StageScheduler:
-    """An independent copy of ``sched`` for a speculative decision, valid until ``sched`` next changes.
-
-    Behaves exactly like ``sched.clone()`` (same decisions), but the causal tracker's queues are copied on
-    write, which makes it cheap enough to run before every task.
-    """
-    return _copy(sched, _cheap_tracker)
-
-
-def _copy(sched: StageScheduler, tracker: Callable[[Any], Any]) -> StageScheduler:
-    """A copy of ``sched`` whose containers are copied, helpers cloned and causal tracker made by ``tracker``."""
-    other = object.__new__(type(sched))
-    d = sched.__dict__.copy()
-    for name, how in _plan(sched):
-        v = d[name]
-        if how == _COPY:
-            d[name] = v.copy()
-        elif how == _TRACKER:
-            d[name] = tracker(v)
-        elif v is not None:
-            d[name] = v.clone()
-    other.__dict__ = d
-    return other
-
-
-class _Mutation(Exception):
-    pass
-
-
-class _ReadOnlyTracker:
-    """Shares a tracker for a peek: reads pass through, any write aborts the peek (then a copy is made)."""
-
-    __slots__ = ("_t",)
-
-    def __init__(self, t: CausalTracker) -> None:
-        self._t = t
-
-    def is_free(self, j: int) -> bool:
-        return self._t.is_free(j)
-
-    def blockers(self, j: int) -> list[int]:
-        return self._t.blockers(j)
-
-    def pending(self) -> int:
-        return self._t.pending()
-
-    def __getattr__(self, name: str) -> Any:
-        raise _Mutation(name)
-
-
-def peek(sched: StageScheduler) -> Task | None:
-    """What ``sched.next_task()`` would return now, without changing ``sched`` (None: nothing runnable).
-
-    A decision only reads the causal tracker, so the peek shares it read-only (a policy that writes to it
-    while choosing falls back to a full speculative copy).
-    """
-    if sched.running is not None:
-        return None
-    other = _copy(sched, _ReadOnlyTracker)
-    try:
-        return other.next_task()
-    except _Mutation:
-        return speculative_copy(sched).next_task()
-
-
-class SpeculativeGate(Protocol):
-    """Optional admission control the driver applies before starting a task (e.g. device memory).
-
-    ``copy`` gives an independent copy; ``may_bind`` False means nothing can be refused now (skip the
-    check); ``admits(task)`` whether ``task`` may start; ``start``/``finish`` update its state;
-    ``preferred_forward`` the subnet whose forward to run when the policy's choice is refused.
-    """
-
-    def copy(self) -> SpeculativeGate: ...
-
-    def may_bind(self) -> bool: ...
-
-    def admits(self, task: Task) -> bool: ...
-
-    def start(self, task: Task) -> None: ...
-
-    def finish(self, task: Task) -> None: ...
-
-    def preferred_forward(self) -> int | None: ...
-
-
-def fallback_task(sched: StageScheduler, gate: SpeculativeGate) -> Task | None:
-    """What a driver starts when ``gate`` refuses the forward the policy offers: a pending ``W`` (it frees
-    memory), else a ready backward (a policy may prefer a forward to it), else the gate's preferred forward
-    if it is ready and admitted; None: wait for an event."""
-    t = sched.next_weight_task()
-    if t is not None:
-        return t
-    t = sched.next_task_without_forward()
-    if t is not None:
-        return t
-    j = gate.preferred_forward()
-    if j is not None and gate.admits(Task(FORWARD, j, sched.spec.stage)):
-        return sched.next_task_forwarding(j)
-    return None
-
-
-def gated_next_task(sched: StageScheduler, gate: SpeculativeGate | None) -> tuple[Task | None, bool]:
-    """``sched.next_task()`` through an admission ``gate``: ``(task, refused)``. When the gate refuses the
-    forward the policy offers, the task is ``fallback_task``'s (None: wait for an event). The one decision
-    rule of every memory-aware driver: the simulator, the predictor's speculation and the runtime."""
-    if gate is None or not gate.may_bind():
-        return sched.next_task(), False
-    t = peek(sched)
-    if t is None:
-        return None, False
-    if gate.admits(t):
-        return sched.next_task(), False
-    return fallback_task(sched, gate), True
 
 
 # ---- the forecast ---------------------------------------------------------------------------------
@@ -367,3 +166,7 @@ class AccuracyMeter:
         self.hits += other.hits
         self.predicted += other.predicted
         self.tasks += other.tasks
+
+
+__all__ = ["ACTIVATION", "GRADIENT", "AccuracyMeter", "Arrival", "Prediction", "Predictor", "SpeculativeGate",
+           "arrivals_from_neighbours", "fallback_task", "gated_next_task", "peek", "speculative_copy"]

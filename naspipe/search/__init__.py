@@ -1,8 +1,8 @@
 """Architecture search on a trained supernet: evaluate subnets with inherited weights, rank, evolve.
 
-Torch-free parts load eagerly (constraints, cost model, strategies, results); the torch side (``search_run``,
-``search_model``, ``load_run``, ``cost_model``, ``measure_profile``) and the plotly figure (``accuracy_vs_cost``)
-load on first use, so the command line can validate its arguments without importing torch.
+Torch-free parts load eagerly (constraints, cost model, strategies, results); the torch side
+(``search_run``, ``search_model``, ``load_trained_run``, ``cost_model``, ``measure_profile``) and the plotly
+figure (``accuracy_vs_cost``) load on first use, so the command line can validate its arguments without importing torch.
 
     from naspipe.search import parse_constraints, search_run
     result = search_run("runs/digits", strategy="evolution", budget=100,
@@ -15,14 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from naspipe.search.constraints import Constraint, ConstraintError, format_cost, parse_constraints
-from naspipe.search.costs import CostModel, ProfileError
+from naspipe.search.costs import ProfileError, SearchCosts
 from naspipe.search.result import Evaluated, SearchResult, subnet_names
 from naspipe.search.strategies import STRATEGIES, InfeasibleError, search_space
 
-_LAZY = {"search_run": "run", "search_model": "run", "load_run": "run", "cost_model": "run", "RunError": "run",
+_LAZY = {"search_run": "run", "search_model": "run", "load_trained_run": "run", "cost_model": "run", "RunError": "run",
          "make_evaluator": "run", "SEARCH_JSON": "run", "measure_profile": "profile", "accuracy_vs_cost": "plot"}
 
-__all__ = ["Constraint", "ConstraintError", "CostModel", "Evaluated", "InfeasibleError", "ProfileError",
+__all__ = ["Constraint", "ConstraintError", "SearchCosts", "Evaluated", "InfeasibleError", "ProfileError",
            "STRATEGIES", "SearchResult", "format_cost", "parse_constraints", "search_space", "subnet_names",
            *_LAZY]
 

@@ -1,6 +1,6 @@
 """What a subnet costs, per metric, for constraint checks and the accuracy-versus-cost plot.
 
-A ``CostModel`` holds one number per (block, candidate) and metric: ``params`` (parameter count) and
+A ``SearchCosts`` holds one number per (block, candidate) and metric: ``params`` (parameter count) and
 ``latency`` (forward seconds of one batch of ``space.batch_size``). A subnet's cost is the sum over its
 blocks (fixed blocks included). Defaults come from the search space (``param_bytes / 4``, float32, and
 ``fwd``); ``with_param_counts`` replaces the counts by the model's real ones, ``with_profile`` replaces
@@ -32,7 +32,7 @@ class ProfileError(ValueError):
 
 
 @dataclass(frozen=True)
-class CostModel:
+class SearchCosts:
     space: SearchSpace
     params: Table  # [block][candidate] parameter count
     latency: Table  # [block][candidate] forward seconds per batch
@@ -40,7 +40,7 @@ class CostModel:
     latency_source: str = "space fwd costs"
 
     @classmethod
-    def from_space(cls, space: SearchSpace) -> CostModel:
+    def from_space(cls, space: SearchSpace) -> SearchCosts:
         return cls(space,
                    tuple(tuple(c.param_bytes / 4 for c in b.candidates) for b in space.blocks),
                    tuple(tuple(float(c.fwd) for c in b.candidates) for b in space.blocks))
@@ -68,7 +68,7 @@ class CostModel:
     def feasible(self, subnet: Sequence[int], constraints: Sequence[Constraint]) -> bool:
         return all(self.cost(subnet, c.metric) <= c.limit for c in constraints)
 
-    def with_param_counts(self, counts: Mapping[tuple[int, int], int], source: str = "model") -> CostModel:
+    def with_param_counts(self, counts: Mapping[tuple[int, int], int], source: str = "model") -> SearchCosts:
         """Replace parameter counts by ``{(block, candidate): count}`` (every pair must be given)."""
         rows = []
         for b, blk in enumerate(self.space.blocks):
@@ -78,14 +78,14 @@ class CostModel:
                 raise ValueError(f"parameter count for (block, candidate) {e.args[0]} missing") from None
         return replace(self, params=tuple(rows), params_source=source)
 
-    def with_profile(self, profile: Mapping[str, Any], source: str = "profile") -> CostModel:
+    def with_profile(self, profile: Mapping[str, Any], source: str = "profile") -> SearchCosts:
         """Replace latencies by a profile object (see the module docstring); returns a new model."""
         lat = parse_profile(self.space, profile, source)
         rows = tuple(tuple(lat.get((b, c), self.latency[b][c]) for c in range(blk.k))
                      for b, blk in enumerate(self.space.blocks))
         return replace(self, latency=rows, latency_source=f"{source} ({len(lat)} measured entries)")
 
-    def with_profile_file(self, path: str | Path) -> CostModel:
+    def with_profile_file(self, path: str | Path) -> SearchCosts:
         p = Path(path)
         try:
             data = json.loads(p.read_text(encoding="utf-8"))

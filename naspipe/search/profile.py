@@ -2,7 +2,7 @@
 
 Each candidate runs on the activation its block really receives (the input passed through the earlier
 blocks' first candidates), ``repeats`` times after one warm-up, on one intra-op thread (as every stage
-process runs); the median is kept. The output is what ``CostModel.with_profile`` and ``naspipe search
+process runs); the median is kept. The output is what ``SearchCosts.with_profile`` and ``naspipe search
 --profile`` read. Timings are machine-dependent, so a search with a measured profile is reproducible only
 given the same profile file.
 """

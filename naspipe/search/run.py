@@ -3,7 +3,7 @@
 The torch side of ``naspipe.search``. A subnet's score is ``naspipe.models.evaluate`` on held-out batches
 (``heldout_batches``) with the supernet's trained weights, unchanged (no fine-tuning): the one-shot NAS
 proxy. The run's ``metrics.json`` (written by ``naspipe reference`` and ``naspipe train``) gives the space
-and seed; its weights come from ``weights.pt`` or ``weights-stage*.pt`` (``naspipe.checkpoint_weights``).
+and seed; its weights come from ``weights.pt`` or ``weights-stage*.pt`` (``naspipe.weights``).
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from typing import Any
 
 import torch
 
-from naspipe.checkpoint_weights import load_weights
+from naspipe import runs
 from naspipe.models import Batch, StageModel, evaluate, heldout_batches, model_kind
-from naspipe.sched.shared import SharedLayers, parse_shared
 from naspipe.search.constraints import Constraint
-from naspipe.search.costs import CostModel
+from naspipe.search.costs import SearchCosts
 from naspipe.search.result import SearchResult
 from naspipe.search.strategies import EvaluateFn, search_space
+from naspipe.shared import SharedLayers, parse_shared
 from naspipe.space import SearchSpace, SpaceError, Subnet, resolve_space
+from naspipe.weights import load_weights
 
 SEARCH_JSON = "search.json"
 
@@ -47,9 +48,9 @@ def model_param_counts(model: StageModel) -> dict[tuple[int, int], int]:
             for b, blk in enumerate(model.space.blocks) for c in range(blk.k)}
 
 
-def cost_model(space: SearchSpace, model: StageModel | None = None, profile: str | Path | None = None) -> CostModel:
+def cost_model(space: SearchSpace, model: StageModel | None = None, profile: str | Path | None = None) -> SearchCosts:
     """The space's cost model with the model's real parameter counts and, if given, a latency profile."""
-    costs = CostModel.from_space(space)
+    costs = SearchCosts.from_space(space)
     if model is not None:
         costs = costs.with_param_counts(model_param_counts(model), source="model parameter counts")
     if profile is not None:
@@ -74,7 +75,7 @@ def make_evaluator(model: StageModel, batches: Sequence[Batch]) -> EvaluateFn:
 
 
 def search_model(model: StageModel, *, strategy: str = "evolution", budget: int = 100,
-                 constraints: Sequence[Constraint] = (), seed: int = 0, costs: CostModel | None = None,
+                 constraints: Sequence[Constraint] = (), seed: int = 0, costs: SearchCosts | None = None,
                  batches: Sequence[Batch] | None = None, **strategy_args: Any) -> SearchResult:
     """Search a whole-supernet ``model`` in memory (``batches``: default all held-out batches)."""
     space = model.space
@@ -87,7 +88,7 @@ def search_model(model: StageModel, *, strategy: str = "evolution", budget: int 
 
 
 def _read_config(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "metrics.json"
+    path = run_dir / runs.METRICS
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -100,7 +101,7 @@ def _read_config(run_dir: Path) -> dict[str, Any]:
     return cfg
 
 
-def load_run(run_dir: str | Path, space: str | SearchSpace | None = None) -> LoadedRun:
+def load_trained_run(run_dir: str | Path, space: str | SearchSpace | None = None) -> LoadedRun:
     """The trained supernet of a run directory. ``space`` overrides the recorded one (needed for a space
     loaded from a JSON file, whose name alone cannot be resolved)."""
     d = Path(run_dir)
@@ -131,7 +132,7 @@ def search_run(run_dir: str | Path, *, strategy: str = "evolution", budget: int 
                heldout: int | None = None, space: str | SearchSpace | None = None, write: bool = True,
                top: int = 10, **strategy_args: Any) -> SearchResult:
     """Search the supernet trained in ``run_dir``; with ``write`` also store ``RUN_DIR/search.json``."""
-    run = load_run(run_dir, space)
+    run = load_trained_run(run_dir, space)
     try:
         batches = heldout_batches(run.space, heldout)
     except ValueError as e:

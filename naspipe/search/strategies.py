@@ -1,7 +1,7 @@
 """Search strategies over a search space: random sampling and regularized (aging) evolution.
 
 Pure Python and torch-free: a strategy gets an ``evaluate(subnet) -> {"accuracy", "loss"}`` callable and a
-``CostModel``, proposes only subnets that satisfy the constraints (sample, then reject or repair), never
+``SearchCosts``, proposes only subnets that satisfy the constraints (sample, then reject or repair), never
 evaluates a subnet twice, and draws every random number from one ``random.Random`` seeded by
 ``(strategy, seed)``, so the same inputs give the same sequence of evaluations, hence the same result.
 
@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from naspipe.search.constraints import Constraint
-from naspipe.search.costs import CostModel
+from naspipe.search.costs import SearchCosts
 from naspipe.search.result import Evaluated, SearchResult
 from naspipe.space import SearchSpace, Subnet
 
@@ -30,7 +30,7 @@ _TRIES = 200
 class Explorer:
     """Seeded subnet proposals that respect the constraints: random, mutate, crossover, repair."""
 
-    def __init__(self, space: SearchSpace, costs: CostModel, constraints: Sequence[Constraint], rng: random.Random):
+    def __init__(self, space: SearchSpace, costs: SearchCosts, constraints: Sequence[Constraint], rng: random.Random):
         self.space, self.costs, self.constraints, self.rng = space, costs, tuple(constraints), rng
         self.choice = space.choice_blocks
 
@@ -82,7 +82,7 @@ class Explorer:
         return None
 
 
-def _run(space: SearchSpace, costs: CostModel, constraints: Sequence[Constraint], evaluate: EvaluateFn,
+def _run(space: SearchSpace, costs: SearchCosts, constraints: Sequence[Constraint], evaluate: EvaluateFn,
          budget: int, choose: Callable[[Explorer, list[Evaluated]], Callable[[], Subnet]], rng: random.Random,
          ) -> tuple[list[Evaluated], bool]:
     ex = Explorer(space, costs, constraints, rng)
@@ -100,7 +100,7 @@ def _run(space: SearchSpace, costs: CostModel, constraints: Sequence[Constraint]
     return history, False
 
 
-def search_space(space: SearchSpace, costs: CostModel, evaluate: EvaluateFn, *, strategy: str = "evolution",
+def search_space(space: SearchSpace, costs: SearchCosts, evaluate: EvaluateFn, *, strategy: str = "evolution",
                  budget: int = 100, constraints: Sequence[Constraint] = (), seed: int = 0,
                  population: int | None = None, sample_size: int | None = None,
                  crossover: float = 0.25) -> SearchResult:
@@ -152,7 +152,7 @@ class InfeasibleError(ValueError):
     """No subnet of the space can satisfy a constraint."""
 
 
-def check_feasible(costs: CostModel, constraints: Sequence[Constraint]) -> None:
+def check_feasible(costs: SearchCosts, constraints: Sequence[Constraint]) -> None:
     """Raise InfeasibleError when even the cheapest subnet breaks a constraint (checked per metric)."""
     from naspipe.search.constraints import format_cost
 

@@ -8,7 +8,8 @@ which stages and what they were waiting for.
 With ``memory=MemoryConfig(...)`` the run also models each stage's device memory (``naspipe.sim.memory``):
 copy-engine events join the queue, a chosen task may stall until its candidates are loaded, forwards
 pass the admission gate, and in ``predictive`` mode the predictor (``naspipe.sched.predictor``) forecasts
-every stage's next tasks to drive prefetching. Without it the run is exactly the memory-free one.
+every stage's next tasks to drive prefetching. Without it the run is exactly the memory-free one. Both runs
+share one event loop (``_Run._loop``); the memory-aware run adds its behaviour through the loop's hooks.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from naspipe.partition import Partition
 from naspipe.sched.policies import StageScheduler, make_scheduler, stage_specs
-from naspipe.sched.predictor import gated_next_task
-from naspipe.sched.shared import SharedLayers
+from naspipe.sched.speculate import gated_next_task
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.sequence import ReplayStream, SubnetStream
+from naspipe.shared import SharedLayers
 from naspipe.sim.costs import CostModel
 from naspipe.space import SearchSpace
 from naspipe.trace import Trace
@@ -59,6 +60,7 @@ class SimResult:
 
 
 _FINISH, _ACT, _GRAD = 0, 1, 2
+_START = -1  # the first call of each stage's ``_after``, before any event
 
 
 def simulate(space: SearchSpace, part: Partition, stream: SubnetStream, policy: str = "csp", *,
@@ -73,84 +75,138 @@ def simulate(space: SearchSpace, part: Partition, stream: SubnetStream, policy: 
         return _simulate_with_memory(space, part, stream, policy, memory, window=window, shared=shared,
                                     jitter=jitter, seed=seed, latency=latency, bandwidth=bandwidth,
                                     policy_options=policy_options, costs=costs)
-    shared = shared or SharedLayers()
-    P = part.stages
-    specs = stage_specs(space, part, shared)
-    # every stage reads its own view of the sequence, as separate processes would
-    private = ReplayStream.materialize(stream)
-    subnets = [private[j] for j in range(len(private))]
-    scheds = [make_scheduler(policy, specs[s], private, window, **(policy_options or {})) for s in range(P)]
-    split = scheds[0].write_kind == WEIGHT
-    if costs is None:
-        costs = CostModel(space, part, subnets, split_backward=split, jitter=jitter, seed=seed,
-                          latency=latency, bandwidth=bandwidth)
-    hop = costs.transfer()
-    trace = Trace(P, meta={"driver": "sim", "policy": policy, "space": space.name, "stages": P,
-                           "subnets": len(subnets), "window": window, "shared_layers": str(shared),
-                           "jitter": jitter, "seed": seed, "batch_size": costs.batch_size})
-    events: list[tuple[float, int, int, int, int]] = []  # (time, seq, type, stage, subnet/kind code)
-    seq = 0
-    busy: list[Task | None] = [None] * P
-    started = [0.0] * P
-    decision_time = 0.0
-    decisions = 0
-    clock = time.perf_counter
-    kind_code = {FORWARD: 0, BACKWARD: 1, WEIGHT: 2}
+    return _Run(space, part, stream, policy, window=window, shared=shared, jitter=jitter, seed=seed,
+                latency=latency, bandwidth=bandwidth, policy_options=policy_options, costs=costs).run()
 
-    def try_start(s: int, now: float) -> None:
-        nonlocal seq, decision_time, decisions
-        if busy[s] is not None:
+
+class _Run:
+    """One simulation: the event loop (the only one) and the memory-free stage behaviour.
+
+    ``_MemoryRun`` overrides the hooks (``_finished``, ``_send``, ``_delivered``, ``_other``, ``_after``) to add
+    copy engines, stalls, the admission gate and forecasts; the loop itself is shared."""
+
+    def __init__(self, space: SearchSpace, part: Partition, stream: SubnetStream, policy: str, *, window: int,
+                 shared: SharedLayers | None, jitter: float, seed: int, latency: float, bandwidth: float,
+                 policy_options: dict[str, int] | None, costs: CostModel | None):
+        self.shared = shared = shared or SharedLayers()
+        self.policy = policy
+        P = self.P = part.stages
+        specs = stage_specs(space, part, shared)
+        # every stage reads its own view of the sequence, as separate processes would
+        private = ReplayStream.materialize(stream)
+        self.subnets = [private[j] for j in range(len(private))]
+        self.scheds = [make_scheduler(policy, specs[s], private, window, **(policy_options or {}))
+                       for s in range(P)]
+        self.write_kind = self.scheds[0].write_kind
+        if costs is None:
+            costs = CostModel(space, part, self.subnets, split_backward=self.write_kind == WEIGHT, jitter=jitter,
+                              seed=seed, latency=latency, bandwidth=bandwidth)
+        self.costs = costs
+        self.hop = costs.transfer()
+        self.trace = Trace(P, meta={"driver": "sim", "policy": policy, "space": space.name, "stages": P,
+                                    "subnets": len(self.subnets), "window": window, "shared_layers": str(shared),
+                                    "jitter": jitter, "seed": seed, "batch_size": costs.batch_size})
+        self._init_loop()
+
+    def _init_loop(self) -> None:
+        P = self.P
+        self.events: list[tuple[float, int, int, int, int]] = []  # (time, seq, type, stage, subnet/kind code)
+        self.seq = 0
+        self.busy: list[Task | None] = [None] * P  # computing
+        self.started = [0.0] * P
+        self.decision_time = 0.0
+        self.decisions = 0
+        self.kind_code = {FORWARD: 0, BACKWARD: 1, WEIGHT: 2}
+
+    def _push(self, t: float, etype: int, s: int, payload: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, etype, s, payload))
+
+    # ---- hooks (the memory-free behaviour) -----------------------------------------------------------
+    def _after(self, s: int, now: float, etype: int) -> None:
+        """After an event on stage ``s`` (and once at the start): an idle stage asks its scheduler."""
+        if self.busy[s] is not None:
             return
-        t0 = clock()
-        task = scheds[s].next_task()
-        decision_time += clock() - t0
-        decisions += 1
+        t0 = time.perf_counter()
+        task = self.scheds[s].next_task()
+        self.decision_time += time.perf_counter() - t0
+        self.decisions += 1
         if task is None:
             return
-        busy[s] = task
-        started[s] = now
-        seq += 1
-        heapq.heappush(events, (now + costs.duration(task), seq, _FINISH, s,
-                                task.subnet * 3 + kind_code[task.kind]))
+        self.busy[s] = task
+        self.started[s] = now
+        self._push(now + self.costs.duration(task), _FINISH, s, task.subnet * 3 + self.kind_code[task.kind])
 
-    t_wall = clock()
-    for s in range(P):
-        try_start(s, 0.0)
-    while events:
-        now, _, etype, s, payload = heapq.heappop(events)
-        sched = scheds[s]
-        if etype == _FINISH:
-            task = busy[s]
-            assert task is not None and task.subnet * 3 + kind_code[task.kind] == payload
-            busy[s] = None
-            trace.add(s, task.kind, task.subnet, started[s], now)
-            sched.on_finish(task)
-            if task.kind == FORWARD and s + 1 < P:
-                seq += 1
-                heapq.heappush(events, (now + hop, seq, _ACT, s + 1, task.subnet))
-            elif task.kind == BACKWARD and s > 0:
-                seq += 1
-                heapq.heappush(events, (now + hop, seq, _GRAD, s - 1, task.subnet))
-        elif etype == _ACT:
-            sched.on_activation(payload)
-        else:
-            sched.on_gradient(payload)
-        try_start(s, now)
-    wall = clock() - t_wall
-    stuck = [s for s in range(P) if not scheds[s].finished]
-    if stuck:
-        detail = "; ".join(f"stage {s}: oldest unfinished subnet {scheds[s].lo}" for s in stuck)
-        raise DeadlockError(f"policy {policy!r} deadlocked: {detail}")
-    return SimResult(trace, scheds, costs, wall, decision_time, decisions)
+    def _finished(self, s: int, task: Task, now: float) -> None:
+        """Bookkeeping of a finished task beyond the scheduler's (none without memory)."""
+
+    def _send(self, t: float, etype: int, s: int, j: int) -> None:
+        self._push(t, etype, s, j)
+
+    def _delivered(self, s: int, etype: int, j: int) -> None:
+        """A message arrived (before the scheduler hears of it)."""
+
+    def _other(self, s: int, etype: int, payload: int, now: float) -> None:
+        raise AssertionError(f"unknown event type {etype}")
+
+    def _stuck(self, stuck: list[int]) -> str:
+        detail = "; ".join(f"stage {s}: oldest unfinished subnet {self.scheds[s].lo}" for s in stuck)
+        return f"policy {self.policy!r} deadlocked: {detail}"
+
+    # ---- the event loop ------------------------------------------------------------------------------
+    def _loop(self) -> float:
+        """Drain the event queue; returns the wall time it took. DeadlockError if a stage is left with work."""
+        P, trace, scheds, busy, hop = self.P, self.trace, self.scheds, self.busy, self.hop
+        started, kind_code, pop = self.started, self.kind_code, heapq.heappop
+        after, finished, send, delivered = self._after, self._finished, self._send, self._delivered
+        plain = type(self)._delivered is _Run._delivered  # the memory-free run has nothing to record
+        t_wall = time.perf_counter()
+        for s in range(P):
+            after(s, 0.0, _START)
+        events = self.events
+        while events:
+            now, _, etype, s, payload = pop(events)
+            sched = scheds[s]
+            if etype == _FINISH:
+                task = busy[s]
+                assert task is not None and task.subnet * 3 + kind_code[task.kind] == payload
+                busy[s] = None
+                trace.add(s, task.kind, task.subnet, started[s], now)
+                sched.on_finish(task)
+                finished(s, task, now)
+                if task.kind == FORWARD and s + 1 < P:
+                    send(now + hop, _ACT, s + 1, task.subnet)
+                elif task.kind == BACKWARD and s > 0:
+                    send(now + hop, _GRAD, s - 1, task.subnet)
+            elif etype == _ACT:
+                if not plain:
+                    delivered(s, etype, payload)
+                sched.on_activation(payload)
+            elif etype == _GRAD:
+                if not plain:
+                    delivered(s, etype, payload)
+                sched.on_gradient(payload)
+            else:
+                self._other(s, etype, payload, now)
+            after(s, now, etype)
+        wall = time.perf_counter() - t_wall
+        stuck = [s for s in range(P) if not scheds[s].finished]
+        if stuck:
+            raise DeadlockError(self._stuck(stuck))
+        return wall
+
+    def run(self) -> SimResult:
+        wall = self._loop()
+        return SimResult(self.trace, self.scheds, self.costs, wall, self.decision_time, self.decisions)
 
 
 # ---- the memory-aware run -------------------------------------------------------------------------------
 _COPY = 3
 
 
-class _MemoryRun:
-    """One simulation with device memory: the event loop above plus copy engines, stalls, the admission
-    gate and (predictive mode) per-stage forecasts that drive prefetching."""
+class _MemoryRun(_Run):
+    """One simulation with device memory: the event loop of ``_Run`` plus copy engines, stalls, the admission
+    gate and (predictive mode) per-stage forecasts that drive prefetching (through the loop's hooks)."""
 
     def __init__(self, space: SearchSpace, part: Partition, stream: SubnetStream, policy: str,
                  cfg: MemoryConfig, *, window: int, shared: SharedLayers | None, jitter: float, seed: int,
@@ -221,10 +277,6 @@ class _MemoryRun:
         def schedule(t: float, token: int) -> None:
             self._push(t, _COPY, s, token)
         return schedule
-
-    def _push(self, t: float, etype: int, s: int, payload: int) -> None:
-        self.seq += 1
-        heapq.heappush(self.events, (t, self.seq, etype, s, payload))
 
     # ---- forecasts ---------------------------------------------------------------------------------
     def _arrivals(self, s: int, now: float) -> list:
@@ -321,50 +373,41 @@ class _MemoryRun:
             self._refresh(s, now)  # idle, and the stage's state changed: what is expected to come?
         self._progress(s, now)
 
-    def run(self) -> SimResult:
+    # ---- the loop's hooks --------------------------------------------------------------------------
+    def _after(self, s: int, now: float, etype: int) -> None:
+        self._after_event(s, now, etype != _COPY)
+
+    def _finished(self, s: int, task: Task, now: float) -> None:
+        self.occupied[s] = None
+        self.gates[s].finish(task)
+        self.mems[s].finish(task, self.fp.keys(s, self.subnets[task.subnet]), task.kind == self.write_kind, now)
+
+    def _send(self, t: float, etype: int, s: int, j: int) -> None:
         from naspipe.sched.predictor import ACTIVATION, GRADIENT
+
+        self.in_flight[s][(ACTIVATION if etype == _ACT else GRADIENT, j)] = t
+        self._push(t, etype, s, j)
+
+    def _delivered(self, s: int, etype: int, j: int) -> None:
+        from naspipe.sched.predictor import ACTIVATION, GRADIENT
+
+        key = (ACTIVATION if etype == _ACT else GRADIENT, j)
+        self.in_flight[s].pop(key, None)
+        self.delivered[s].add(key)
+
+    def _other(self, s: int, etype: int, payload: int, now: float) -> None:
+        self.mems[s].copy_done(payload, now)
+
+    def _stuck(self, stuck: list[int]) -> str:
+        detail = "; ".join(f"stage {s}: oldest unfinished subnet {self.scheds[s].lo}, device "
+                           f"{self.mems[s].used} of {self.mems[s].budget} bytes used" for s in stuck)
+        return f"policy {self.policy!r} deadlocked with swap {self.cfg.swap!r}: {detail}"
+
+    def run(self) -> SimResult:
         from naspipe.sim.memory import MemoryReport
 
-        P, trace = self.P, self.trace
-        t_wall = time.perf_counter()
-        for s in range(P):
-            self._after_event(s, 0.0)
-        while self.events:
-            now, _, etype, s, payload = heapq.heappop(self.events)
-            sched = self.scheds[s]
-            if etype == _FINISH:
-                task = self.busy[s]
-                assert task is not None and task.subnet * 3 + self.kind_code[task.kind] == payload
-                self.busy[s] = None
-                self.occupied[s] = None
-                trace.add(s, task.kind, task.subnet, self.started[s], now)
-                sched.on_finish(task)
-                self.gates[s].finish(task)
-                sub = self.subnets[task.subnet]
-                self.mems[s].finish(task, self.fp.keys(s, sub), task.kind == self.write_kind, now)
-                if task.kind == FORWARD and s + 1 < P:
-                    self.in_flight[s + 1][(ACTIVATION, task.subnet)] = now + self.hop
-                    self._push(now + self.hop, _ACT, s + 1, task.subnet)
-                elif task.kind == BACKWARD and s > 0:
-                    self.in_flight[s - 1][(GRADIENT, task.subnet)] = now + self.hop
-                    self._push(now + self.hop, _GRAD, s - 1, task.subnet)
-            elif etype == _ACT:
-                self.in_flight[s].pop((ACTIVATION, payload), None)
-                self.delivered[s].add((ACTIVATION, payload))
-                sched.on_activation(payload)
-            elif etype == _GRAD:
-                self.in_flight[s].pop((GRADIENT, payload), None)
-                self.delivered[s].add((GRADIENT, payload))
-                sched.on_gradient(payload)
-            else:
-                self.mems[s].copy_done(payload, now)
-            self._after_event(s, now, etype != _COPY)
-        wall = time.perf_counter() - t_wall
-        stuck = [s for s in range(P) if not self.scheds[s].finished]
-        if stuck:
-            detail = "; ".join(f"stage {s}: oldest unfinished subnet {self.scheds[s].lo}, device "
-                               f"{self.mems[s].used} of {self.mems[s].budget} bytes used" for s in stuck)
-            raise DeadlockError(f"policy {self.policy!r} deadlocked with swap {self.cfg.swap!r}: {detail}")
+        wall = self._loop()
+        trace = self.trace
         result = SimResult(trace, self.scheds, self.costs, wall, self.decision_time, self.decisions)
         acc = None
         cov = None

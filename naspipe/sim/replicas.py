@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from naspipe.partition import Partition, partition
-from naspipe.sched.shared import SharedLayers
 from naspipe.sched.tasks import BACKWARD, WEIGHT, Task
 from naspipe.sequence import SubnetStream, UniformStream
+from naspipe.shared import SharedLayers
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA, CostModel, batch_time_scale
 from naspipe.space import SearchSpace, Subnet
 

@@ -59,6 +59,14 @@ _CACHE: dict[Any, Supernet] = {}  # source or payload digest -> supernet (one im
 _PRESETS: dict[int, tuple[SearchSpace, Supernet]] = {}
 _BY_ID: dict[int, tuple[Any, Supernet]] = {}  # id(space.model) -> (model, supernet): per-task lookups
 _BY_NAME: dict[str, SearchSpace] = {}  # supernets defined in this process, by name (latest wins)
+# model kind of a built-in space -> its declaration (``naspipe.models.presets`` registers the preset families
+# when ``naspipe.models`` is imported, so this package never imports the torch models)
+_FAMILIES: dict[str, Any] = {}
+
+
+def register_family(kind: str, declare: Any) -> None:
+    """``declare(space) -> Supernet`` for the spaces whose ``model.kind`` is ``kind`` (the presets)."""
+    _FAMILIES[kind] = declare
 
 
 def is_spec(text: str) -> bool:
@@ -189,9 +197,8 @@ def supernet_of(space: SearchSpace) -> Supernet:
         preset = _PRESETS.get(id(space))
         if preset is not None and preset[0] is space:
             return preset[1]
-        from naspipe.models.presets import KINDS, declare
-
-        if m.get("kind") not in KINDS:
+        declare = _FAMILIES.get(m.get("kind"))
+        if declare is None:
             raise SupernetError(f"space {space.name!r} has no torch model (model kind {m.get('kind')!r})")
         _PRESETS[id(space)] = (space, declare(space))
         return _PRESETS[id(space)][1]

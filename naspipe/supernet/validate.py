@@ -42,12 +42,12 @@ def _same(a: Any, b: Any) -> bool:
 def _probe(sn: Supernet) -> None:
     import torch
 
-    from naspipe.models.seeding import hashed_generator
-    from naspipe.models.user import _draw, build_candidate
+    from naspipe.seeding import hashed_generator
+    from naspipe.supernet.build import build_candidate, draw_batch
 
     def draw() -> tuple[Any, Any]:
         try:
-            return _draw(sn.data, sn.batch_size, hashed_generator("data-user", 0, 0), 0)
+            return draw_batch(sn.data, sn.batch_size, hashed_generator("data-user", 0, 0), 0)
         except SupernetError:
             raise
         except Exception as e:  # noqa: BLE001

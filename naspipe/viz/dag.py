@@ -8,7 +8,7 @@ attributes ``kind``, ``subnet``, ``stage``, ``duration``. Edges carry ``kind``:
   and for trained shared layers (``serial`` / ``delayed:D``) the writes ``F(j,s)`` must wait for.
 
 Cross-stage data edges carry ``delay`` = the message time ``hop``. The same edges define
-``naspipe.bound.lower_bound``'s critical path, so both agree (a test checks it).
+``naspipe.bound.lower_bound``'s critical path: both take the causal edges from ``naspipe.bound.causal_writers``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import networkx as nx
 import numpy as np
 import plotly.graph_objects as go
 
+from naspipe.bound import causal_writers
 from naspipe.partition import Partition
-from naspipe.sched.shared import SharedLayers
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
+from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace, Subnet
 from naspipe.trace import Trace
 from naspipe.viz.style import NAMES, color
@@ -36,9 +37,6 @@ def causal_dag(space: SearchSpace, part: Partition, subnets: Sequence[Subnet],
     dur = duration or (lambda t: 1.0)
     P = part.stages
     write = WEIGHT if split_backward else BACKWARD
-    choice = [[b for b in part.blocks(s) if not space.blocks[b].fixed] for s in range(P)]
-    gated = [shared.gate is not None and any(space.blocks[b].fixed for b in part.blocks(s)) for s in range(P)]
-    d = shared.gate or 0
     g = nx.DiGraph(stages=P, split_backward=split_backward, subnets=len(subnets), hop=hop, shared=str(shared))
     kinds = (FORWARD, BACKWARD, WEIGHT) if split_backward else (FORWARD, BACKWARD)
     for j in range(len(subnets)):
@@ -46,23 +44,16 @@ def causal_dag(space: SearchSpace, part: Partition, subnets: Sequence[Subnet],
             for k in kinds:
                 t = Task(k, j, s)
                 g.add_node(t, kind=k, subnet=j, stage=s, duration=float(dur(t)))
-    last_writer: list[dict[tuple[int, int], int]] = [{} for _ in range(P)]
-    for j, sub in enumerate(subnets):
-        for s in range(P):
-            if s > 0:
-                g.add_edge(Task(FORWARD, j, s - 1), Task(FORWARD, j, s), kind="data", delay=hop)
-                g.add_edge(Task(BACKWARD, j, s), Task(BACKWARD, j, s - 1), kind="data", delay=hop)
-            if split_backward:
-                g.add_edge(Task(BACKWARD, j, s), Task(WEIGHT, j, s), kind="data", delay=0.0)
-            writers = {last_writer[s][(b, sub[b])] for b in choice[s] if (b, sub[b]) in last_writer[s]}
-            if gated[s]:
-                writers.update(range(max(0, j - 2 * d - 1), j - d))
-            for i in sorted(writers):
-                g.add_edge(Task(write, i, s), Task(FORWARD, j, s), kind="causal", delay=0.0)
-        g.add_edge(Task(FORWARD, j, P - 1), Task(BACKWARD, j, P - 1), kind="data", delay=0.0)
-        for s in range(P):
-            for b in choice[s]:
-                last_writer[s][(b, sub[b])] = j
+    for j, s, writers in causal_writers(space, part, subnets, shared):  # the edges bound.py uses too
+        if s > 0:
+            g.add_edge(Task(FORWARD, j, s - 1), Task(FORWARD, j, s), kind="data", delay=hop)
+            g.add_edge(Task(BACKWARD, j, s), Task(BACKWARD, j, s - 1), kind="data", delay=hop)
+        if split_backward:
+            g.add_edge(Task(BACKWARD, j, s), Task(WEIGHT, j, s), kind="data", delay=0.0)
+        for i in writers:
+            g.add_edge(Task(write, i, s), Task(FORWARD, j, s), kind="causal", delay=0.0)
+        if s == P - 1:
+            g.add_edge(Task(FORWARD, j, P - 1), Task(BACKWARD, j, P - 1), kind="data", delay=0.0)
     return g
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from naspipe import runs
 from naspipe.trace import Trace, TraceEvent
 from naspipe.viz.gantt import gantt, gantt_bars
 from naspipe.viz.hitrate import hit_series
@@ -300,7 +301,7 @@ class _FileReader:
 
     def _run_ended(self) -> bool:
         """The runtime wrote ``status.json`` beside the events file, after the events file's last write."""
-        st = self.path.parent / "status.json"
+        st = self.path.parent / runs.STATUS
         try:
             if st.stat().st_mtime < self.path.stat().st_mtime:
                 return False

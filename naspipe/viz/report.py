@@ -29,8 +29,8 @@ import plotly.graph_objects as go
 from naspipe.bound import lower_bound
 from naspipe.partition import Partition, partition
 from naspipe.results import ResultsError, verify
-from naspipe.sched.shared import parse_shared
 from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import load_space, resolve_space
 from naspipe.trace import Trace, check_causal
 from naspipe.viz.dag import critical_path, dag_figure, dag_from_trace, time_layout, trace_durations
@@ -207,7 +207,7 @@ def headline(run: Run, reference: str | Path | None = None, ctx: RunContext | st
     if isinstance(ctx, RunContext):
         h["context"] = ""
         try:
-            from naspipe.viz.figures import simulated_twin  # the simulator, rescaled to the measured F/B times
+            from naspipe.sim.twin import simulated_twin  # the simulator, rescaled to the measured F/B times
 
             if tr.meta.get("driver") != "sim":
                 stream = ReplayStream(ctx.space, ctx.subnets)

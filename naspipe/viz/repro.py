@@ -4,12 +4,11 @@
   compares), so "bit-for-bit identical" becomes "same short hash";
 * ``hash_table(rows, reference)`` / ``hash_table_figure``: rows of runs with their digests and whether each
   equals the reference's, as dicts and as a plotly table;
-* ``write_reference(config, out)``: the independent sequential reference trainer on a config's sequence,
-  written as a run directory;
 * ``conflict_dense(space, k)``: the space with only ``k`` candidates per choice block, so neighbouring
   subnets share layers and an asynchronous pipeline reads stale weights (the hazard CSP prevents);
-* ``TrainJob`` / ``start_training``: ``train`` in a background thread, so a notebook cell can return while
-  the live monitor follows the run's ``events.jsonl``; ``start_reference`` likewise for the reference.
+
+Training and reference jobs (``TrainJob``, ``start_training``, ``start_reference``, ``write_reference``) live in
+``naspipe.experiments``: this module only reads run directories and draws.
 """
 
 from __future__ import annotations
@@ -17,17 +16,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
 
+from naspipe.runs import LOSSES, TRACE  # the run-directory names live in naspipe.runs
 from naspipe.space import Block, SearchSpace, resolve_space
 
-LOSSES = "losses.csv"
-PARAMS = "params.json"
 SHORT = 12  # hex digits shown in tables
 
 
@@ -58,7 +55,7 @@ def schedule_digest(run_dir: str | Path) -> str | None:
     ``trace.json``): jitter changes it, CSP keeps the result anyway. None when the run has no trace."""
     from naspipe.trace import Trace
 
-    path = Path(run_dir) / "trace.json"
+    path = Path(run_dir) / TRACE
     if not path.exists():
         return None
     events = sorted(Trace.load(path).compute_events(), key=lambda e: (e.start, e.stage, e.kind, e.subnet))
@@ -94,7 +91,7 @@ def hash_table(rows: Iterable[Mapping[str, Any]], reference: str | Path | None =
 
 def hash_table_figure(table: list[dict[str, Any]], title: str | None = None) -> go.Figure:
     """A plotly table of ``hash_table`` rows, rows that differ from the reference in red."""
-    from naspipe.viz.compare import table_figure
+    from naspipe.viz.table import table_figure
 
     cols = [c for c in table[0] if c != "equal"] if table else []
     fig = table_figure(table, cols, title=title)
@@ -132,15 +129,6 @@ def loss_curves(runs: Mapping[str, str | Path], title: str = "training loss per 
     return fig
 
 
-def write_reference(config: Any, out: str | Path, progress: bool = False) -> Path:
-    """Train ``config``'s sequence with the sequential reference trainer; write losses and params to ``out``."""
-    from naspipe.reference import train_reference
-
-    ref = train_reference(config.space, config.stream(), config.seed, config.shared, optimizer=config.optimizer,
-                          lr=config.lr, progress=progress, threads=getattr(config, "threads", 1))
-    return ref.save(out, metrics={})
-
-
 def conflict_dense(space: SearchSpace | str, k: int = 1) -> SearchSpace:
     """``space`` with only the first ``k`` candidates of every choice block (fixed blocks unchanged)."""
     sp = resolve_space(space)
@@ -150,81 +138,12 @@ def conflict_dense(space: SearchSpace | str, k: int = 1) -> SearchSpace:
     return dataclasses.replace(sp, name=f"{sp.name}-k{k}", blocks=blocks)
 
 
-class Job:
-    """``fn(*args)`` running in a background (daemon) thread; ``wait()`` returns its value or re-raises."""
-
-    def __init__(self, fn: Any, *args: Any, name: str = "naspipe-job"):
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self._fn, self._args = fn, args
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            self.result = self._fn(*self._args)
-        except BaseException as e:  # noqa: BLE001 - re-raised by wait()
-            self.error = e
-
-    def start(self) -> Job:
-        self._thread.start()
-        return self
-
-    def is_alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def wait(self, timeout: float | None = None) -> Any:
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise TimeoutError(f"still running after {timeout} s")
-        if self.error is not None:
-            raise self.error
-        return self.result
-
-
-def _train(config: Any) -> Any:
-    from naspipe.runtime import train
-
-    return train(config)
-
-
-class TrainJob(Job):
-    """``naspipe.runtime.train(config)`` running in a background thread.
-
-    ``events`` is the run's live ``events.jsonl`` (give it to ``LiveMonitor.follow``, with the job as
-    ``until``: the monitor stops when the job ends); ``wait()`` returns the ``RunResult`` or re-raises the
-    training error.
-    """
-
-    def __init__(self, config: Any):
-        super().__init__(_train, config, name="naspipe-train")
-        self.config = config
-        self.events = Path(config.out) / "events.jsonl"
-
-    def start(self) -> TrainJob:
-        if getattr(self.config, "overwrite", False):  # an earlier run's files would end the monitor at once
-            for name in ("events.jsonl", "status.json"):
-                (Path(self.config.out) / name).unlink(missing_ok=True)
-        super().start()
-        return self
-
-
-def start_training(config: Any) -> TrainJob:
-    """Start ``train(config)`` in a background thread and return its ``TrainJob``."""
-    return TrainJob(config).start()
-
-
-def start_reference(config: Any, out: str | Path) -> Job:
-    """``write_reference(config, out)`` in a background thread (it overlaps with a pipeline run's start-up);
-    ``wait()`` returns the reference directory."""
-    return Job(write_reference, config, out, name="naspipe-reference").start()
-
-
 def digests_json(table: list[dict[str, Any]], **extra: Any) -> str:
     """The table's run names and hashes plus ``summary`` as one JSON line (a notebook's machine-readable result)."""
     data = {"hashes": {str(r.get("run")): r["hash"] for r in table}, **summary(table), **extra}
     return json.dumps(data, sort_keys=True)
 
 
-__all__ = ["Job", "TrainJob", "conflict_dense", "digests_json", "hash_table", "hash_table_figure", "loss_curves",
-           "run_digest", "schedule_digest", "start_reference", "start_training", "summary", "write_reference"]
+__all__ = ["conflict_dense", "digests_json", "hash_table", "hash_table_figure", "loss_curves", "run_digest",
+           "schedule_digest", "summary"]
 

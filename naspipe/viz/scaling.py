@@ -1,14 +1,14 @@
 """Simulated sweeps over K (candidates per block) and stage counts: utilisation, efficiency, CSP vs BSP.
 
-``scaling_sweep`` simulates every (K, stages, policy) on one seeded sequence per (K, stages); the rows are
-plain dicts. ``scaling_figure`` draws utilisation, efficiency against the lower bound and the throughput
-ratio of each policy to ``bsp`` over K, one line per (policy, stages).
+``naspipe.experiments.scaling_sweep`` simulates every (K, stages, policy) on one seeded sequence per
+(K, stages); the rows are plain dicts. ``scaling_figure`` draws utilisation, efficiency against the lower
+bound and the throughput ratio of each policy to ``bsp`` over K, one line per (policy, stages).
 
 Reference: the paper's unit-time bubble model (4 stages, 8 blocks per stage, window 200) gives CSP a
 utilisation of 0.32 / 0.42 / 0.56 / 0.81 at K = 12 / 24 / 48 / 96 (``PAPER_UNIT_UTILIZATION``); compare
 it with ``space="unit-k{k}"``. These sweeps leave device memory out, so the paper's large speed-ups over
 BSP (which come from the small batches a whole-supernet-on-device baseline must use) do not show here: the
-ratio isolates the scheduling effect (``naspipe.viz.memory.trend_row`` adds memory).
+ratio isolates the scheduling effect (``naspipe.experiments.trend_row`` adds memory).
 """
 
 from __future__ import annotations
@@ -19,29 +19,8 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from naspipe.partition import partition
-from naspipe.sequence import UniformStream
-from naspipe.space import preset
-from naspipe.viz.compare import compare_policies, summary_rows
-
 PAPER_UNIT_UTILIZATION = {12: 0.32, 24: 0.42, 48: 0.56, 96: 0.81}
 POLICY_COLORS = {"csp": "#4C78A8", "csp-bw": "#54A24B", "bsp": "#F58518", "asp": "#B279A2", "sequential": "#9D9D9D"}
-
-
-def scaling_sweep(ks: Sequence[int] = (12, 24, 48, 96), stages: Sequence[int] = (4, 8),
-                  policies: Sequence[str] = ("csp", "csp-bw", "bsp"), *, subnets: int = 200,
-                  space: str = "naspipe-k{k}", seed: int = 0, window: int = 200) -> list[dict[str, Any]]:
-    """Rows of ``summary_rows`` for every (K, stages, policy), with ``k`` added; speed-up is against bsp."""
-    rows = []
-    for k in ks:
-        sp = preset(space.format(k=k))
-        for p in stages:
-            part = partition(sp, p)
-            stream = UniformStream(sp, seed, subnets)
-            res = compare_policies(sp, part, stream, policies, window=window, seed=seed)
-            for r in summary_rows(res, sp, part, stream, reference="bsp"):
-                rows.append({"k": k, **r})
-    return rows
 
 
 def scaling_figure(rows: Sequence[Mapping[str, Any]], reference: Mapping[int, float] | None = None,

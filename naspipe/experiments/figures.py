@@ -1,4 +1,4 @@
-"""Export the README's pictures: ``python -m naspipe.viz.figures [--measured] docs/figures`` (``make figures``).
+"""Export the README's pictures: ``python -m naspipe.experiments.figures [--measured] docs/figures`` (``make figures``).
 
 A Gantt chart of a simulated CSP run (naspipe-k48, 4 stages, 20 subnets), the same run with the split
 backward (``csp-bw``), and the causal DAG of its first 12 subnets. With ``--measured`` also a real CSP run
@@ -7,26 +7,24 @@ backward (``csp-bw``), and the causal DAG of its first 12 subnets. With ``--meas
 HTML (plotly.js from its CDN, to keep the files small) and as PNG when plotly can render images (kaleido and
 a headless browser installed) or, failing that, when ``rsvg-convert`` (librsvg) can render the SVG.
 
-``simulated_twin`` is the simulation of a measured run's sequence with the space's cost model rescaled so
-that its mean forward and backward task times match the measured ones (the cost model is relative).
+``simulated_twin`` (``naspipe.sim.twin``) is the simulation of a measured run's sequence with the space's cost
+model rescaled so that its mean forward and backward task times match the measured ones.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import plotly.graph_objects as go
 
 from naspipe.partition import partition
 from naspipe.sequence import UniformStream
 from naspipe.sim import simulate
-from naspipe.space import Block, SearchSpace, preset
-from naspipe.trace import Trace
+from naspipe.sim.twin import scaled_space, simulated_twin  # re-exported for notebooks
+from naspipe.space import preset
 from naspipe.viz.dag import critical_path, dag_figure, dag_from_trace
 from naspipe.viz.gantt import gantt
 from naspipe.viz.svg import dag_svg, gantt_svg
@@ -48,27 +46,6 @@ def export(fig: go.Figure, svg: str, out: Path, stem: str) -> list[Path]:
                                    capture_output=True, timeout=60).returncode == 0:
             paths.append(png)
     return paths
-
-
-def scaled_space(space: SearchSpace, fwd: float, bwd: float) -> SearchSpace:
-    """``space`` with every candidate's forward cost times ``fwd`` and backward cost times ``bwd``."""
-    blocks = tuple(Block(b.name, tuple(dataclasses.replace(c, fwd=c.fwd * fwd, bwd=c.bwd * bwd) for c in b.candidates),
-                         b.fixed, b.role) for b in space.blocks)
-    return dataclasses.replace(space, blocks=blocks)
-
-
-def simulated_twin(space: SearchSpace, part: Any, stream: Any, measured: Trace, policy: str = "csp",
-                   seed: int = 0) -> Trace:
-    """Simulate ``stream`` with the cost model rescaled to ``measured``'s mean F and B durations."""
-    first = simulate(space, part, stream, policy, seed=seed).trace
-
-    def total(t: Trace, kind: str) -> float:
-        return sum(e.end - e.start for e in t.events if e.kind == kind)
-
-    scale = {k: (total(measured, k) / total(first, k)) if total(first, k) > 0 else 1.0 for k in ("F", "B")}
-    trace = simulate(scaled_space(space, scale["F"], scale["B"]), part, stream, policy, seed=seed).trace
-    trace.meta.update(driver="sim", policy=policy, scale_f=scale["F"], scale_b=scale["B"])
-    return trace
 
 
 def measured_figures(out: Path, space: str = "digits-cnn", stages: int = 4, subnets: int = 16,
@@ -117,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     measured = "--measured" in args
     args = [a for a in args if a != "--measured"]
     if len(args) != 1:
-        print("usage: python -m naspipe.viz.figures [--measured] OUT_DIR", file=sys.stderr)
+        print("usage: python -m naspipe.experiments.figures [--measured] OUT_DIR", file=sys.stderr)
         return 2
     for p in make_figures(args[0], measured=measured):
         print(p)
@@ -126,3 +103,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+__all__ = ["export", "make_figures", "measured_figures", "scaled_space", "simulated_twin"]

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from naspipe.models import StageModel, build_stage
 from naspipe.results import merge_disjoint
-from naspipe.sched.shared import SharedLayers
+from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace
 
 WEIGHTS = "weights.pt"

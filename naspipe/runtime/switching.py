@@ -14,7 +14,7 @@ autograd saves them by reference (``ContextCache.saved_by_reference``): between 
 they may leave the device, and the backward's ``acquire`` brings them back (CSP lets nobody write them
 in between). The budget counts candidates, not activations, so the default pins per subnet.
 ``--swap predictive`` then prefetches, on the cache's background worker, the candidates of the next
-``prefetch_depth`` forwards the stage is likely to run (``StageMemory.forecast``: the stage's scheduler
+``prefetch_depth`` forwards the stage is likely to run (``ContextSwitch.forecast``: the stage's scheduler
 run speculatively by ``naspipe.sched.predictor`` on the messages already delivered, then the
 lowest-numbered subnets not forwarded yet); the cache evicts the least recently used unpinned candidates
 to make room.
@@ -37,11 +37,12 @@ import torch
 from torch import nn
 
 from naspipe.memsize import parse_budget
-from naspipe.sched.predictor import Predictor, gated_next_task
+from naspipe.sched.predictor import Predictor
+from naspipe.sched.speculate import gated_next_task
 from naspipe.sched.tasks import FORWARD, Task
-from naspipe.sim.memory import Gate
+from naspipe.sim.memory import SWAP_MODES, Gate
 
-SWAPS = ("predictive", "on-demand", "resident")
+SWAPS = SWAP_MODES  # the swap modes are declared once, in naspipe.sim.memory
 # optimizer state tensors per parameter element (they move with the candidate once created)
 STATE_FACTOR = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "rmsprop": 1}
 
@@ -129,7 +130,7 @@ class _CacheFootprint:
         return 0
 
 
-class StageMemory:
+class ContextSwitch:
     """The worker's side of the context cache for one stage."""
 
     def __init__(self, model: Any, bank: Any, subnets: Any, n: int, *, device_memory: str, swap: str,
@@ -142,7 +143,7 @@ class StageMemory:
         self.pin_task = pin == "task" and swap != "resident"
         self.budget, self.share, self.need = stage_budget(device_memory, model, optimizer)
         self.mods = candidate_modules(model)
-        opt = getattr(bank, "_opt", None)
+        opt = getattr(bank, "optimizer", None)
         params = {k: list(m.parameters()) for k, m in self.mods.items()}
 
         def state(k: Any) -> list[torch.Tensor]:
@@ -158,7 +159,7 @@ class StageMemory:
         self.fp = fp = _CacheFootprint(0, {k: self.cache.nbytes(k) for k in self.mods}, list(model.blocks))
         self.gate = Gate(0, self.budget, fp, [subnets[j] for j in range(n)], write_kind,  # type: ignore[arg-type]
                          resident=swap == "resident", pin_task=self.pin_task)
-        self.gate.next_unstarted = self.gate.lo = start
+        self.gate.start_at(start)
         self.refusals = 0
         # without arrival times only the order of tasks matters to the forecast, not their durations
         self.predictor = Predictor(lambda task: 1.0, depth)

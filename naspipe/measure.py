@@ -27,7 +27,7 @@ def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: in
     import torch
 
     from naspipe.models import build_stage, input_of, make_batch, target_of
-    from naspipe.sched.shared import SharedLayers
+    from naspipe.shared import SharedLayers
 
     sp: SearchSpace = resolve_space(space)
     if device == "cuda" and not torch.cuda.is_available():

@@ -1,0 +1,56 @@
+"""Train in one process in the order of a simulated schedule: the real stage executors, no processes.
+
+Why it exists: notebooks and tests compare update rules on the exact task order a policy produces, without
+the cost of stage processes and transport; the arithmetic is the same as ``naspipe train`` given that order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def replay_schedule(space: Any, stages: int, policy: str, subnets: Sequence[Sequence[int]], *, seed: int = 0,
+                    shared: str = "frozen", optimizer: str = "sgd", lr: float | None = None,
+                    jitter: float = 0.0) -> tuple[dict[int, float], list[Any]]:
+    """Train in one process: the real stage executors run in the order of a simulated schedule of ``policy``.
+
+    Fast (no processes, no transport) and the same arithmetic as ``naspipe train`` given the same task order.
+    Returns the losses and the stage executors (``ex.model``, ``ex.rule.reads``); for notebooks and tests.
+    """
+    from naspipe.models import DEFAULT_LR, build_stage
+    from naspipe.partition import partition
+    from naspipe.runtime.stage_exec import StageExecutor
+    from naspipe.sched.async_options import parse_async_options
+    from naspipe.sequence import ReplayStream
+    from naspipe.shared import parse_shared
+    from naspipe.sim import simulate
+
+    sh = parse_shared(shared)
+    part = partition(space, stages)
+    subs = [tuple(s) for s in subnets]
+    sim = simulate(space, part, ReplayStream(space, [list(s) for s in subs]), policy, shared=sh, jitter=jitter,
+                   seed=seed)
+    sched = sim.schedulers[0]
+    execs = [StageExecutor(build_stage(space, part.blocks(s), seed, sh), subs, seed=seed,
+                           policy=policy.partition(":")[0], optimizer=optimizer,
+                           lr=DEFAULT_LR[optimizer] if lr is None else lr,
+                           shared_delay=sh.delay if sh.trains_shared else None, write_kind=sched.write_kind,
+                           micro_batches=getattr(sched, "m", None), stage=s, stages=stages,
+                           policy_options=parse_async_options(policy)) for s in range(stages)]
+    acts: dict = {}
+    grads: dict = {}
+    for ev in sorted(sim.trace.compute_events(), key=lambda e: (e.start, e.stage)):
+        s, j, ex = ev.stage, ev.subnet, execs[ev.stage]
+        if ev.kind == "F":
+            x, rg = acts.pop((j, s), (None, False))
+            out, rg = ex.forward(j, x, rg)
+            if s + 1 < stages:
+                acts[(j, s + 1)] = (out.clone(), rg)
+        elif ev.kind == "B":
+            gin = ex.backward(j, grads.pop((j, s), None))
+            if s > 0:
+                grads[(j, s - 1)] = gin.clone() if gin is not None else None
+        else:
+            ex.weight(j)
+    return execs[-1].losses, execs

@@ -1,0 +1,94 @@
+"""Shared-layer policies: how fixed blocks (embeddings, norms, output head) take part in the causal rule.
+
+Every subnet uses every fixed block, so under the exact rule each subnet writes them and conflicts with
+every earlier one. The user picks the semantics explicitly:
+
+* ``frozen``: fixed blocks are never updated (what the NASPipe artifact silently does); no ordering;
+* ``serial``: the exact rule; ``F(j,s)`` waits for every earlier write on a stage with fixed blocks;
+* ``delayed:D``: subnet ``j`` reads the shared weights as they were after subnet ``j-D-1``'s update, a
+  version that depends on ``j`` alone, so runs stay reproducible. ``serial`` is ``delayed:0``.
+
+Corrections of the staleness of ``delayed:D``, appended with ``+`` (``delayed:4+predict+t1=200``); both keep
+the run a function of ``j`` alone, so ``verify`` still holds against the reference, which implements them too:
+
+* ``+predict`` (PipeOptim, ``s = D``): subnet ``j`` reads ``v_{j-D} - lr * D * dW`` instead of ``v_{j-D}``,
+  ``dW`` the optimizer's step direction (``naspipe.corrections.pipeoptim``) computed from the optimizer
+  state and the last applied gradient *when ``v_{j-D}`` is snapshotted* (right after subnet ``j-D-1``'s
+  shared update), never at forward time. ``v_0`` is not moved (no optimizer state yet).
+* ``+t1=K`` (PipeMare T1, ``tau = D``): the shared-layer update of subnet ``j`` uses the step size
+  ``lr * t1_multiplier(j, D, K)``: ``lr / D`` at first, the base rate from subnet ``K`` on. Candidates keep
+  their rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class SharedPolicyError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class SharedLayers:
+    mode: str = "frozen"  # "frozen" | "serial" | "delayed"
+    delay: int = 0
+    predict: bool = False  # +predict: read a PipeOptim prediction of the shared weights (s = D)
+    t1: int = 0  # +t1=K: PipeMare T1 on the shared-layer step size (tau = D, anneal over K updates); 0 = off
+
+    @property
+    def trains_shared(self) -> bool:
+        return self.mode != "frozen"
+
+    @property
+    def gate(self) -> int | None:
+        """``F(j,s)`` on a stage with fixed blocks needs every write ``i <= j - gate - 1`` done; None = free."""
+        return None if self.mode == "frozen" else self.delay
+
+    def version_read(self, j: int) -> int:
+        """Number of shared-layer updates subnet ``j`` sees (``v_k`` = after updates of subnets < k)."""
+        if self.mode == "frozen":
+            return 0
+        return max(0, j - self.delay)
+
+    def __str__(self) -> str:
+        base = self.mode if self.mode != "delayed" else f"delayed:{self.delay}"
+        return base + ("+predict" if self.predict else "") + (f"+t1={self.t1}" if self.t1 else "")
+
+
+MAX_DELAY = 100_000  # far beyond any window; a larger D is a typo, not a policy
+
+
+def parse_shared(text: str | SharedLayers) -> SharedLayers:
+    if isinstance(text, SharedLayers):
+        return text
+    t, *extras = [x.strip() for x in text.strip().lower().split("+")]
+    if extras:
+        base = parse_shared(t)
+        if base.mode != "delayed":
+            raise SharedPolicyError(f"bad shared-layer policy {text!r}: +predict and +t1=K apply to delayed:D only")
+        predict, t1 = False, 0
+        for x in extras:
+            key, sep, val = x.partition("=")
+            if x == "predict":
+                predict = True
+            elif key == "t1" and sep and val.isdigit() and int(val) > 0:
+                t1 = int(val)
+            else:
+                raise SharedPolicyError(f"bad shared-layer correction {x!r} in {text!r}: use +predict or +t1=K "
+                                        f"with a whole number K >= 1")
+        return SharedLayers("delayed", base.delay, predict, t1)
+    if t == "frozen":
+        return SharedLayers("frozen")
+    if t == "serial":
+        return SharedLayers("serial", 0)
+    if t.startswith("delayed"):
+        _, sep, d = t.partition(":")
+        if not sep or not d.strip().isdigit():
+            raise SharedPolicyError(f"bad shared-layer policy {text!r}: use delayed:D with a whole number D >= 0")
+        if int(d) > MAX_DELAY:
+            raise SharedPolicyError(f"bad shared-layer policy {text!r}: the delay D must lie in 0..{MAX_DELAY} "
+                                    "(a delay beyond the subnets in flight only makes the shared layers staler)")
+        return SharedLayers("delayed", int(d))
+    raise SharedPolicyError(f"unknown shared-layer policy {text!r}; choose frozen, serial or delayed:D "
+                            f"(optionally +predict, +t1=K)")

@@ -1,0 +1,37 @@
+"""The simulated twin of a measured run: its sequence simulated with the cost model rescaled to its times.
+
+Why it exists: the cost model is relative, so a measured run (``naspipe train``) is compared with the schedule
+the simulator makes of the same sequence once the model's mean forward and backward task times match the
+measured ones. The report (``naspipe.viz.report``) and the figure export (``naspipe.experiments.figures``)
+both draw it. Torch-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from naspipe.sim.engine import simulate
+from naspipe.space import Block, SearchSpace
+from naspipe.trace import Trace
+
+
+def scaled_space(space: SearchSpace, fwd: float, bwd: float) -> SearchSpace:
+    """``space`` with every candidate's forward cost times ``fwd`` and backward cost times ``bwd``."""
+    blocks = tuple(Block(b.name, tuple(dataclasses.replace(c, fwd=c.fwd * fwd, bwd=c.bwd * bwd) for c in b.candidates),
+                         b.fixed, b.role) for b in space.blocks)
+    return dataclasses.replace(space, blocks=blocks)
+
+
+def simulated_twin(space: SearchSpace, part: Any, stream: Any, measured: Trace, policy: str = "csp",
+                   seed: int = 0) -> Trace:
+    """Simulate ``stream`` with the cost model rescaled to ``measured``'s mean F and B durations."""
+    first = simulate(space, part, stream, policy, seed=seed).trace
+
+    def total(t: Trace, kind: str) -> float:
+        return sum(e.end - e.start for e in t.events if e.kind == kind)
+
+    scale = {k: (total(measured, k) / total(first, k)) if total(first, k) > 0 else 1.0 for k in ("F", "B")}
+    trace = simulate(scaled_space(space, scale["F"], scale["B"]), part, stream, policy, seed=seed).trace
+    trace.meta.update(driver="sim", policy=policy, scale_f=scale["F"], scale_b=scale["B"])
+    return trace
