@@ -131,3 +131,20 @@ def test_a_policy_defined_in_main_is_refused_before_any_process_starts(tmp_path)
         unregister_policy("csp-main")
     with pytest.raises(PolicyError, match="unknown policy 'csp-main'"):
         get_policy("csp-main")
+
+
+def test_options_a_scheduler_would_drop_are_refused_at_registration():
+    with pytest.raises(PolicyError, match=r"options \['depth'\] are declared but its scheduler CSPScheduler"):
+        register_policy(Policy("csp-depth", CSPScheduler, causal=True, options={"depth": int}))
+    with pytest.raises(PolicyError):
+        get_policy("csp-depth")
+
+
+def test_a_policy_module_that_raises_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    (tmp_path / "broken_policy_module.py").write_text("1 / 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from naspipe.cli import main
+
+    rc = main(["simulate", "--space", "naspipe-k12", "--subnets", "4", "--policy", "broken_policy_module:x"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and "raised ZeroDivisionError" in err, err

@@ -61,13 +61,14 @@ def run(args: argparse.Namespace) -> int:
 
     from naspipe.search import InfeasibleError, ProfileError, search_run
     from naspipe.search.run import RunError
+    from naspipe.space import SpaceError
     from naspipe.weights import WeightsError
 
     try:
         result = search_run(run_dir, strategy=args.strategy, budget=args.budget, constraints=constraints,
                             seed=args.seed, profile=args.profile, heldout=args.heldout, space=args.space,
                             top=args.top, population=args.population, sample_size=args.sample_size)
-    except (RunError, ProfileError, InfeasibleError, WeightsError) as e:
+    except (RunError, ProfileError, InfeasibleError, WeightsError, SpaceError) as e:
         raise UsageError(str(e).splitlines()[0]) from None
     if args.json:
         print(json.dumps(result.to_dict(args.top)))

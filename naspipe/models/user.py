@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from naspipe.seeding import hashed_generator
 from naspipe.space import SearchSpace
 from naspipe.supernet.build import build_candidate, draw_batch
+from naspipe.supernet.declare import SupernetError
 from naspipe.supernet.load import supernet_of
 
 
@@ -36,7 +37,7 @@ def user_heldout(space: SearchSpace, n: int | None) -> list[tuple[Tensor, Any]]:
         avail = (len(src) + bs - 1) // bs
         n = avail if n is None else n
         if n > avail:
-            raise ValueError(f"the held-out set has {len(src)} samples = {avail} batches of {bs}; asked for {n}")
+            raise SupernetError(f"the held-out set has {len(src)} samples = {avail} batches of {bs}; asked for {n}")
         return [tuple(default_collate([src[i] for i in range(k * bs, min(len(src), (k + 1) * bs))]))
                 for k in range(n)]
     return [draw_batch(src, sn.batch_size, hashed_generator(f"heldout-{sn.seed_domain}", i), i)

@@ -87,6 +87,11 @@ def register_policy(policy: Policy, *, replace: bool = False) -> Policy:
         raise PolicyError(f"register_policy takes a naspipe Policy, not {type(policy).__name__}")
     if not (isinstance(policy.scheduler, type) and callable(getattr(policy.scheduler, "next_task", None))):
         raise PolicyError(f"policy {policy.name!r}: scheduler must be a StageScheduler subclass")
+    taken = set(getattr(policy.scheduler, "options", ()))
+    unread = set(policy.options) - taken
+    if unread and not getattr(policy.scheduler, "text_options", False):  # they would be parsed, then dropped
+        raise PolicyError(f"policy {policy.name!r}: options {sorted(unread)} are declared but its scheduler "
+                          f"{policy.scheduler.__name__} takes only {sorted(taken)} (its class attribute 'options')")
     old = _REGISTRY.get(policy.name)
     if old is not None and old != policy and not replace:
         raise PolicyError(f"policy {policy.name!r} is already registered; pass replace=True to redefine it")
@@ -176,6 +181,8 @@ def load_policy_spec(text: str) -> str:
         importlib.import_module(head)
     except ImportError as e:
         raise PolicyError(f"policy {text!r}: {head!r} is neither a policy nor an importable module ({e})") from None
+    except Exception as e:  # noqa: BLE001 - the user's module: one line, not a traceback
+        raise PolicyError(f"policy {text!r}: importing module {head!r} raised {type(e).__name__}: {e}") from None
     get_policy(rest)
     return rest
 

@@ -200,6 +200,8 @@ def supernet_of(space: SearchSpace) -> Supernet:
         declare = _FAMILIES.get(m.get("kind"))
         if declare is None:
             raise SupernetError(f"space {space.name!r} has no torch model (model kind {m.get('kind')!r})")
+        if len(_PRESETS) >= 256:  # sweeps make many spaces: keep the cache bounded (oldest first out)
+            _PRESETS.pop(next(iter(_PRESETS)))
         _PRESETS[id(space)] = (space, declare(space))
         return _PRESETS[id(space)][1]
     hit = _BY_ID.get(id(m))
