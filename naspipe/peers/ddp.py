@@ -18,6 +18,7 @@ With one rank there is nothing to combine: the single-process baseline, on the s
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import os
 import time
@@ -36,50 +37,61 @@ def worker(rank: int, world: int, space: Any, subnets: Sequence[Sequence[int]], 
     torch.set_num_threads(threads)
     import torch.distributed as dist
 
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout))
+    try:
+        _train(rank, world, space, subnets, seed, mode, out)
+    finally:
+        # torch's DDP wrapper holds the process group; it must be gone before the group is destroyed, or the
+        # group's gloo threads are torn down at interpreter exit under spawn ("terminate called", SIGABRT)
+        gc.collect()
+        dist.destroy_process_group()
+
+
+def _train(rank: int, world: int, space: Any, subnets: Sequence[Sequence[int]], seed: int, mode: str,
+           out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
     from naspipe.models import build_stage, make_batch, make_optimizer
     from naspipe.models.shards import shard_batch
     from naspipe.shared import SharedLayers
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout))
-    try:
-        model = build_stage(space, range(space.num_blocks), seed, SharedLayers())
-        opt = make_optimizer(model.parameters(), "sgd", None)
-        net: Any = model
-        if mode == "wrapper" and world > 1:
-            from torch.nn.parallel import DistributedDataParallel
+    model = build_stage(space, range(space.num_blocks), seed, SharedLayers())
+    opt = make_optimizer(model.parameters(), "sgd", None)
+    net: Any = model
+    if mode == "wrapper" and world > 1:
+        from torch.nn.parallel import DistributedDataParallel
 
-            net = DistributedDataParallel(model, find_unused_parameters=True)
-        make_batch(space, seed, 0)  # lazily-built data before the clock starts
-        dist.barrier()
-        t0 = time.perf_counter()
-        reduced = 0
-        for j, sub in enumerate(subnets):
-            x, y = shard_batch(space, *make_batch(space, seed, j), rank, world)
-            opt.zero_grad(set_to_none=True)
-            loss = model.loss(net(x, tuple(sub)), y)
-            loss.backward()
-            if mode == "used" and world > 1:
-                used = [p for p in model.parameters() if p.grad is not None]
-                flat = torch.cat([p.grad.reshape(-1) for p in used])
-                dist.all_reduce(flat)
-                flat.div_(world)
-                reduced += flat.numel() * flat.element_size()
-                at = 0
-                for p in used:
-                    p.grad.copy_(flat[at:at + p.numel()].view_as(p.grad))
-                    at += p.numel()
-            opt.step()
-        dist.barrier()
-        wall = time.perf_counter() - t0
-        if rank == 0:
-            from naspipe.results import param_hashes
+        net = DistributedDataParallel(model, find_unused_parameters=True)
+    make_batch(space, seed, 0)  # lazily-built data before the clock starts
+    dist.barrier()
+    t0 = time.perf_counter()
+    reduced = 0
+    for j, sub in enumerate(subnets):
+        x, y = shard_batch(space, *make_batch(space, seed, j), rank, world)
+        opt.zero_grad(set_to_none=True)
+        loss = model.loss(net(x, tuple(sub)), y)
+        loss.backward()
+        if mode == "used" and world > 1:
+            used = [p for p in model.parameters() if p.grad is not None]
+            flat = torch.cat([p.grad.reshape(-1) for p in used])
+            dist.all_reduce(flat)
+            flat.div_(world)
+            reduced += flat.numel() * flat.element_size()
+            at = 0
+            for p in used:
+                p.grad.copy_(flat[at:at + p.numel()].view_as(p.grad))
+                at += p.numel()
+        opt.step()
+    dist.barrier()
+    wall = time.perf_counter() - t0
+    if rank == 0:
+        from naspipe.results import param_hashes
 
-            Path(out).write_text(json.dumps({"wall_s": wall, "subnets": len(subnets), "bytes_reduced": reduced,
-                                             "final_loss": loss.item(),
-                                             "params": param_hashes(model.global_named_parameters())}))
-    finally:
-        dist.destroy_process_group()
+        Path(out).write_text(json.dumps({"wall_s": wall, "subnets": len(subnets), "bytes_reduced": reduced,
+                                         "final_loss": loss.item(),
+                                         "params": param_hashes(model.global_named_parameters())}))
 
 
 def run_ddp(space: Any, subnets: Sequence[Sequence[int]], *, ranks: int, mode: str = "used", seed: int = 0,

@@ -16,6 +16,7 @@ timings), which the launcher merges.
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import os
 import queue
@@ -115,6 +116,7 @@ def run_stage(rank: int, world: int, cfg: TrainConfig, report: Report | None = N
             after_barrier()
         return result
     finally:
+        gc.collect()  # objects in reference cycles that hold a process group go before the group does
         dist.destroy_process_group()
 
 
