@@ -142,7 +142,7 @@ def test_torchrun_world_is_stages_times_replicas(tmp_path):
     common = ["--space", "tiny-transformer", "--subnets", "6", "--replicas", "2"]
     run, ref = tmp_path / "run", tmp_path / "ref"
     p = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", "4", "--master-addr",
-                        "127.0.0.1", "--master-port", str(port), "-m", "naspipe.launch", *common, "--out", str(run),
+                        "127.0.0.1", "--master-port", str(port), "-m", "naspipe.torchrun", *common, "--out", str(run),
                         "--jitter-ms", "1", "--no-progress"], capture_output=True, text=True, timeout=300, cwd=root)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "2 stages x 2 replicas" in p.stdout

@@ -72,7 +72,7 @@ def test_your_own_supernet_from_a_module_on_pythonpath(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     p = subprocess.run([str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                        "--master-port", str(port), "-m", "naspipe.launch", *common, "--out", "torchrun"],
+                        "--master-port", str(port), "-m", "naspipe.torchrun", *common, "--out", "torchrun"],
                        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert _naspipe(["verify", "torchrun", "ref"], env, tmp_path).startswith("identical: 24 subnets")

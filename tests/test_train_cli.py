@@ -1,8 +1,9 @@
-"""``naspipe train`` and ``python -m naspipe.launch`` (torchrun): outputs, verify, bad input, failures."""
+"""``naspipe train`` and ``python -m naspipe.torchrun`` (torchrun): outputs, verify, bad input, failures."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -241,7 +242,7 @@ def test_torchrun_entry_point_matches_the_reference(tmp_path):
         port = s.getsockname()[1]
     common = ["--space", "digits-cnn", "--subnets", "12", "--shared-layers", "serial"]
     p = subprocess.run([str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                        "--master-port", str(port), "-m", "naspipe.launch", *common, "--out", str(run),
+                        "--master-port", str(port), "-m", "naspipe.torchrun", *common, "--out", str(run),
                         "--checkpoint-every", "4", "--no-progress"], capture_output=True, text=True, timeout=240,
                        cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -254,3 +255,15 @@ def test_torchrun_entry_point_matches_the_reference(tmp_path):
                  "--no-progress"]) == 0
     assert main(["verify", str(tmp_path / "resumed"), str(ref)]) == 0
     assert not _children()
+
+
+@pytest.mark.parametrize("module", ["naspipe.torchrun", "naspipe.launch"])
+def test_torchrun_entry_outside_torchrun_is_one_line_and_exit_2(module, tmp_path):
+    # naspipe.launch is the entry point's old name; both refuse to run without torchrun's environment
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    p = subprocess.run([sys.executable, "-m", module, "--out", str(tmp_path / "run")], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == ["naspipe: error: environment variable RANK is not set to a whole "
+                                             "number: run under torchrun"]
+    assert not (tmp_path / "run").exists()

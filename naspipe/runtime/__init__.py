@@ -5,7 +5,7 @@ activations and gradients with point-to-point ops (``comm``), execute tasks on t
 (``stage_exec``; the update rule a policy's key names, behind one protocol: ``rules``, ``updates``,
 ``async_rules``, ``versions``), save and resume through that protocol (``checkpoint``), record the
 simulator's trace format (``recorder``) and are started and supervised by ``launcher`` (one machine) or
-``naspipe.launch`` (torchrun).
+``naspipe.torchrun`` (the torchrun entry point).
 
 Library API::
 

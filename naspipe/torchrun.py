@@ -1,0 +1,151 @@
+"""The torchrun entry point: ``torchrun --nproc-per-node P -m naspipe.torchrun --out DIR [train options]``.
+
+Why it exists: across machines, processes are started by torchrun (or any launcher that sets ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``), not by ``naspipe train``. Every
+process parses the same ``naspipe train`` options and runs the same stage worker (``env://``
+rendezvous); ``--stages`` defaults to the world size (divided by ``--replicas``) and stages x replicas must
+equal it. Rank 0 prepares ``--out`` before
+the rendezvous, shows the progress bar, and after the final barrier merges every stage's part file
+into the run's outputs, which therefore needs ``--out`` on a filesystem all machines share.
+
+``--checkpoint-every N`` and ``--resume DIR`` work as in ``naspipe train`` (checkpoint files are written
+by each rank into ``OUT/checkpoint/``, so ``--out`` must be shared; rank 0 marks a checkpoint complete).
+
+Exit codes: 0 done, 2 bad arguments (nothing started), 1 a stage failed (torchrun stops the others).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from naspipe.cli.common import UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name)
+    if value is None or not value.isdigit():
+        raise UsageError(f"environment variable {name} is not set to a whole number: run under torchrun")
+    return int(value)
+
+
+def _config(argv: Sequence[str] | None, world: int, rank: int) -> Any:
+    from naspipe.cli.train import add_arguments, config_from_args
+
+    parser = _Parser(prog="python -m naspipe.torchrun", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    parser.set_defaults(stages=None)
+    args = parser.parse_args(argv)
+    replicas = args.replicas
+    if args.stages is None:
+        args.stages = world // replicas
+    if args.stages * replicas != world:
+        raise UsageError(f"--stages {args.stages} x --replicas {replicas} differs from the {world} processes "
+                         "torchrun started; use one process per stage and replica")
+    return config_from_args(args, check_out=rank == 0)
+
+
+class _Bar:
+    """Rank 0's progress bar (subnets fully done = written on stage 0)."""
+
+    def __init__(self, total: int, desc: str, enabled: bool):
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit="subnet", file=sys.stderr)
+
+    def __call__(self, kind: str, *payload: Any) -> None:
+        if kind == "progress" and self.bar is not None:
+            self.bar.update(payload[1] - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _record_failure(cfg: Any, rank: int, e: BaseException) -> None:
+    """Keep what was written, mark the run incomplete: every rank leaves ``error-stage<rank>.txt``; rank 0
+    writes ``status.json`` (naming itself only when its failure is not a lost neighbour) and, with
+    checkpoints, marks the newest complete one and says how to resume."""
+    import traceback
+
+    try:
+        (cfg.out / f"error-stage{rank}.txt").write_text("".join(traceback.format_exception(e)))
+    except OSError:
+        pass
+    if rank != 0:
+        return
+    from naspipe.runtime.outputs import write_status
+    from naspipe.runtime.worker import is_root_cause
+
+    saved = None
+    if cfg.checkpoint_every:
+        from naspipe.runtime.checkpoint import finalize
+
+        saved = finalize(cfg.out)
+        if saved is not None:
+            print(f"naspipe: the last complete checkpoint is at subnet {saved}: continue with --resume {cfg.out}",
+                  file=sys.stderr)
+    primary = is_root_cause(e)
+    write_status(cfg.out, False, f"stage 0 (rank 0) failed: {type(e).__name__}: {e}", 0 if primary else None,
+                 checkpoint=saved)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
+        cfg = _config(argv, world, rank)
+        if rank == 0:
+            from naspipe.runtime.checkpoint import prepare_run_dir, verify_resume
+            from naspipe.runtime.config import ConfigError
+
+            try:
+                verify_resume(cfg)
+                prepare_run_dir(cfg)
+            except ConfigError as e:
+                raise UsageError(str(e)) from None
+    except UsageError as e:
+        print(f"naspipe: error: {e}", file=sys.stderr)
+        return 2
+    import torch
+
+    from naspipe.runtime.outputs import merge_outputs
+    from naspipe.runtime.worker import run_stage
+
+    torch.set_num_threads(cfg.threads)
+    bar = _Bar(cfg.n, f"{cfg.policy} {cfg.space.name} P={cfg.stages}", rank == 0 and cfg.progress)
+    t0 = time.perf_counter()
+    merged: list[Any] = []
+
+    def merge() -> None:
+        if rank == 0:
+            merged.append(merge_outputs(cfg, wall_s=time.perf_counter() - t0))
+
+    try:
+        run_stage(rank, world, cfg, bar, local_rank=local_rank, after_barrier=merge)
+    except Exception as e:  # noqa: BLE001 - one line; torchrun reports the failed rank and stops the others
+        bar.close()
+        _record_failure(cfg, rank, e)
+        print(f"naspipe: error: stage {rank} (rank {rank}) failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    bar.close()
+    if merged:
+        from naspipe.cli.train import summary_line
+
+        print(summary_line(merged[0].metrics))
+        print(f"wrote {cfg.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
