@@ -33,6 +33,7 @@ METRICS = "metrics.json"
 EVENTS = "events.jsonl"
 STATUS = "status.json"
 SEQUENCE = "sequence.json"
+SPACE = "space.json"  # a custom search space put beside a trace by hand (the report reads it)
 WEIGHTS = "weights.pt"
 PARTS = "parts"
 KINDS = ("train", "reference")

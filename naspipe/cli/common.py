@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 
-from naspipe.partition import Partition, partition
-from naspipe.sched.policies import DEFAULT_POLICY, POLICIES, PolicyError
-from naspipe.sched.registry import get_policy, load_policy_spec
-from naspipe.sequence import ReplayStream, SubnetStream, UniformStream
-from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
-from naspipe.space import SearchSpace, SpaceError, resolve_space
+from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError
+from naspipe.sched.policies import POLICIES
 
 
 class UsageError(Exception):
@@ -68,51 +63,23 @@ def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-
     p.add_argument("--subnets", type=positive_int("--subnets"), default=default_subnets,
                    help="number of subnets to train (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the subnet sequence and the weights")
-    p.add_argument("--window", type=int, default=200, help="scheduler look-ahead window (default %(default)s)")
+    p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                   help="scheduler look-ahead window (default %(default)s)")
     p.add_argument("--sequence", default=None, help="replay the subnet sequence from this JSON file")
-    p.add_argument("--shared-layers", default="frozen",
+    p.add_argument("--shared-layers", default=DEFAULT_SHARED,
                    help="fixed-block semantics: frozen, serial or delayed:D (default %(default)s)")
 
 
-@dataclass
-class RunConfig:
-    space: SearchSpace
-    partition: Partition
-    stream: SubnetStream
-    shared: SharedLayers
-    policy: str
-    window: int
-    seed: int
-
-
-def resolve_run(args: argparse.Namespace) -> RunConfig:
-    """Validate the shared run arguments; raises UsageError with one clear line."""
+def resolve_run(args: argparse.Namespace) -> RunSpec:
+    """Validate the shared run arguments into the one run description; raises UsageError with one line."""
+    for flag, value in (("--stages", args.stages), ("--window", args.window)):
+        if value < 1:  # named as the user typed them (RunSpec names its own arguments)
+            raise UsageError(f"{flag} must be >= 1, got {value}")
     try:
-        space = resolve_space(args.space)
-    except SpaceError as e:
+        spec = RunSpec.create(args.space, stages=args.stages, subnets=args.subnets, seed=args.seed,
+                              policy=args.policy, window=args.window, shared_layers=args.shared_layers,
+                              sequence=args.sequence or None)
+    except RunSpecError as e:
         raise UsageError(str(e)) from None
-    if args.stages < 1:
-        raise UsageError(f"--stages must be >= 1, got {args.stages}")
-    if args.window < 1:
-        raise UsageError(f"--window must be >= 1, got {args.window}")
-    try:  # MODULE:NAME imports a user's module that registers NAME (naspipe.register_policy)
-        args.policy = load_policy_spec(args.policy)
-        get_policy(args.policy)
-    except PolicyError as e:
-        raise UsageError(str(e)) from None
-    try:
-        part = partition(space, args.stages)
-        shared = parse_shared(args.shared_layers)
-    except (SpaceError, SharedPolicyError, PolicyError) as e:
-        raise UsageError(str(e)) from None
-    try:
-        if args.sequence:
-            stream: SubnetStream = ReplayStream.from_file(space, args.sequence)
-            if len(stream) < args.subnets:
-                raise UsageError(f"--sequence holds {len(stream)} subnets, fewer than --subnets {args.subnets}")
-            stream = ReplayStream(space, [stream[j] for j in range(args.subnets)])
-        else:
-            stream = UniformStream(space, args.seed, args.subnets)
-    except SpaceError as e:
-        raise UsageError(str(e)) from None
-    return RunConfig(space, part, stream, shared, args.policy, args.window, args.seed)
+    args.policy = spec.policy  # MODULE:NAME resolved to NAME
+    return spec

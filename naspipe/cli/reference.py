@@ -14,6 +14,7 @@ a train run is refused unless ``--overwrite``, which clears it first. The model 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from naspipe.sequence import save_sequence
 
     if spec.online:
-        cfg.stream = make_stream(cfg.space, cfg.seed, len(cfg.stream), spec)
+        cfg = dataclasses.replace(cfg, stream=make_stream(cfg.space, cfg.seed, len(cfg.stream), spec))
 
     def ident(digest: str | None) -> dict:
         return runs.identity(space=cfg.space, seed=cfg.seed, subnets=len(cfg.stream), sampler=str(spec),

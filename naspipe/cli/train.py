@@ -14,6 +14,7 @@ which may differ). A missing, corrupted or foreign checkpoint is refused like an
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -117,7 +118,6 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
 
     ``check_out``: also refuse an output directory that holds another run (unless ``--overwrite``).
     """
-    from pathlib import Path
 
     from naspipe.cli.reference import sampler_from_args
 
@@ -153,11 +153,9 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
         part = run.partition
         if args.balance == "measured" and part.stages > 1:
             part = measured_partition(run.space, part.stages, run.seed)
-        cfg = TrainConfig(
-            space=run.space, out=Path(args.out), partition=part, balance=args.balance,
-            sequence=() if spec.online else tuple(run.stream[j] for j in range(len(run.stream))),
-            sampler=str(spec), subnet_count=len(run.stream), seed=run.seed, policy=policy,
-            shared=run.shared, window=run.window, optimizer=args.optimizer, lr=args.lr, jitter_ms=args.jitter_ms,
+        cfg = TrainConfig.from_spec(
+            dataclasses.replace(run, partition=part, policy=policy), args.out, balance=args.balance, sampler=str(spec),
+            optimizer=args.optimizer, lr=args.lr, jitter_ms=args.jitter_ms,
             threads=args.threads, device=args.device, timeout=args.timeout, micro_batches=args.micro_batches,
             max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,
             progress=not args.no_progress, fault=args.fault, start_method=args.start_method,
@@ -166,7 +164,6 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             replicas=getattr(args, "replicas", 1), replica_exchange=getattr(args, "replica_exchange", "exact"),
             # options not given keep TrainConfig's defaults (declared once, there)
             **{k: v for k in ("swap", "prefetch_depth", "pin") if (v := getattr(args, k, None)) is not None})
-        cfg.validate()
         check_model_of(cfg)
         if getattr(args, "resume", None):
             from naspipe.runtime.checkpoint import apply_resume, resumes_in_place

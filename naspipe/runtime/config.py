@@ -17,19 +17,27 @@ from typing import Any
 from naspipe import runs
 from naspipe.partition import Partition
 from naspipe.partition import partition as make_partition
+from naspipe.runspec import DEFAULT_POLICY, DEFAULT_WINDOW, RunSpec, RunSpecError
 from naspipe.runtime.rundir import ConfigError, check_out_dir, check_writable, prepare_out_dir  # noqa: F401
 from naspipe.samplers import SamplerError, make_stream, parse_sampler
 from naspipe.sched.policies import PolicyError, StageSpec, make_scheduler
 from naspipe.sched.registry import Policy, get_policy, policy_names
-from naspipe.sequence import ReplayStream, SubnetStream, UniformStream
-from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
-from naspipe.space import SearchSpace, SpaceError, Subnet, resolve_space
+from naspipe.sequence import ReplayStream, SubnetStream
+from naspipe.shared import SharedLayers
+from naspipe.space import SearchSpace, SpaceError, Subnet
 
 DEVICES = ("cpu", "cuda")
 START_METHODS = ("forkserver", "spawn")
 BALANCES = ("cost", "measured")
 FAULT_ACTIONS = ("raise", "kill", "exit", "hang")
 # policies whose writes can be ordered by subnet across a stage's replicas (naspipe.runtime.replicas)
+
+
+def _online(sampler: Any) -> bool:
+    try:
+        return parse_sampler(str(sampler)).online
+    except SamplerError as e:
+        raise ConfigError(str(e)) from None
 
 
 def replica_policies() -> list[str]:
@@ -54,9 +62,9 @@ class TrainConfig:
     partition: Partition
     sequence: tuple[Subnet, ...]  # the subnets to train, in order
     seed: int = 0
-    policy: str = "csp"
+    policy: str = DEFAULT_POLICY
     shared: SharedLayers = field(default_factory=SharedLayers)
-    window: int = 200
+    window: int = DEFAULT_WINDOW
     optimizer: str = "sgd"
     lr: float | None = None  # None: the optimizer's default (naspipe.models.DEFAULT_LR)
     jitter_ms: float = 0.0
@@ -102,51 +110,46 @@ class TrainConfig:
         ``stages``); by default ``stages`` ranges balanced on the space's cost model or, with
         ``balance="measured"``, on block costs measured on this machine (``naspipe.runtime.profile``).
         """
-        try:
-            sp = resolve_space(space)
-        except SpaceError as e:
-            raise ConfigError(str(e)) from None
         fixed = {"space", "out", "partition", "sequence", "shared"}  # set through the named arguments
         unknown = set(options) - ({f.name for f in dataclasses.fields(cls)} - fixed)
         if unknown:
             raise ConfigError(f"unknown option(s) {sorted(unknown)}")
-        if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
-            raise ConfigError(f"stages must be a whole number >= 1, got {stages!r}")
-        if not isinstance(subnets, int) or isinstance(subnets, bool) or subnets < 1:
-            raise ConfigError(f"subnets must be a whole number >= 1, got {subnets!r}")
-        seed = int(options.get("seed", 0))
         balance = options.get("balance", "cost")
         if balance not in BALANCES:
             raise ConfigError(f"unknown balance {balance!r}; choose one of {', '.join(BALANCES)}")
+        online = _online(options.get("sampler", "uniform"))
+        if online and sequence is not None:
+            raise ConfigError("a run-time generated sequence (sampler) cannot be combined with sequence")
+        run = {k: options.pop(k) for k in ("seed", "policy", "window") if k in options}
         try:
-            shared = parse_shared(shared_layers)
-            if partition is not None:
-                part = partition
-            elif balance == "measured" and stages > 1:
-                part = measured_partition(sp, stages, seed)
-            else:
-                part = make_partition(sp, stages)
-        except (SpaceError, SharedPolicyError) as e:
+            spec = RunSpec.create(space, stages=stages, subnets=subnets, shared_layers=shared_layers,
+                                  sequence=sequence, partition=partition, **run)
+        except RunSpecError as e:
             raise ConfigError(str(e)) from None
-        try:
-            if parse_sampler(str(options.get("sampler", "uniform"))).online:
-                if sequence is not None:
-                    raise ConfigError("a run-time generated sequence (sampler) cannot be combined with sequence")
-                subs = ()
-                options["subnet_count"] = subnets
-            elif sequence is None:
-                check_sequence_size(sp, subnets, part.stages + 1)
-                stream = UniformStream(sp, seed, subnets)
-                subs = tuple(stream[j] for j in range(subnets))
-            else:
-                if len(sequence) < subnets:
-                    raise ConfigError(f"the sequence holds {len(sequence)} subnets, fewer than subnets={subnets}")
-                subs = tuple(ReplayStream(sp, [list(sequence[j]) for j in range(subnets)]))
-        except (SpaceError, SamplerError) as e:
-            raise ConfigError(str(e)) from None
+        if partition is None and balance == "measured" and spec.stages > 1:
+            spec = dataclasses.replace(spec, partition=measured_partition(spec.space, spec.stages, spec.seed))
+        if not online:  # before the sequence is materialised
+            check_sequence_size(spec.space, spec.subnets, spec.stages + 1)
+        return cls.from_spec(spec, out, **options)
+
+    @classmethod
+    def from_spec(cls, spec: RunSpec, out: str | Path, **options: Any) -> TrainConfig:
+        """The training run of ``spec`` (``naspipe.runspec``, the run description every command shares);
+        ``options`` are this class's own fields (optimizer, device, timeout, ``resume``, ...). Validates;
+        raises ConfigError."""
+        fixed = {"space", "out", "partition", "sequence", "shared", "seed", "policy", "window"}
+        unknown = set(options) - ({f.name for f in dataclasses.fields(cls)} - fixed)
+        if unknown:
+            raise ConfigError(f"unknown option(s) {sorted(unknown)}")
         resume = options.pop("resume", None)  # a run directory or checkpoint/: resolved below
         options.pop("start", None)
-        cfg = cls(space=sp, out=Path(out), partition=part, sequence=subs, shared=shared, **options)
+        if _online(options.get("sampler", "uniform")):
+            subs: tuple[Subnet, ...] = ()
+            options.setdefault("subnet_count", spec.subnets)
+        else:
+            subs = tuple(spec.stream[j] for j in range(spec.subnets))
+        cfg = cls(space=spec.space, out=Path(out), partition=spec.partition, sequence=subs, shared=spec.shared,
+                  seed=spec.seed, policy=spec.policy, window=spec.window, **options)
         cfg.validate()
         if resume is not None:
             from naspipe.runtime.checkpoint import apply_resume

@@ -26,6 +26,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from naspipe import runs
 from naspipe.bound import lower_bound
 from naspipe.partition import Partition, partition
 from naspipe.results import ResultsError, verify
@@ -59,7 +60,7 @@ def load_run(run_dir: str | Path) -> Run:
     p = Path(run_dir)
     if not p.exists():
         raise ReportError(f"run directory {str(p)!r} does not exist")
-    trace_file = p if p.is_file() else p / "trace.json"
+    trace_file = p if p.is_file() else p / runs.TRACE
     if not trace_file.is_file():
         raise ReportError(f"{str(p)!r} holds no trace.json (write one with `naspipe simulate --trace` or a run)")
     try:
@@ -67,7 +68,7 @@ def load_run(run_dir: str | Path) -> Run:
     except (OSError, ValueError, TypeError, KeyError) as e:
         raise ReportError(f"cannot read trace {str(trace_file)!r}: {e}") from None
     metrics: dict[str, Any] = {}
-    mfile = trace_file.parent / "metrics.json"
+    mfile = trace_file.parent / runs.METRICS
     if mfile.is_file():
         try:
             data = json.loads(mfile.read_text())
@@ -126,13 +127,13 @@ def run_context(run: Run) -> RunContext | str:
     """The run's space, partition and subnet sequence (as many subnets as the trace holds), or why not."""
     meta = run.trace.meta
     try:
-        sfile = run.path / "space.json"
+        sfile = run.path / runs.SPACE
         space = load_space(sfile) if sfile.is_file() else resolve_space(str(meta["space"]))
         bounds = meta.get("partition")
         part = Partition(tuple(tuple(b) for b in bounds)) if bounds else partition(space, run.trace.stages)
         if part.stages != run.trace.stages:
             return f"the partition has {part.stages} stages, the trace {run.trace.stages}"
-        qfile = run.path / "sequence.json"
+        qfile = run.path / runs.SEQUENCE
         n = run.trace.subnets()
         if qfile.is_file():
             stream = ReplayStream.from_file(space, qfile)
@@ -178,7 +179,7 @@ def dag_excerpt(run: Run, subnets: int = DAG_SUBNETS, ctx: RunContext | str | No
 def find_reference(run: Run) -> Path | None:
     """A ``reference`` run directory beside the run (``naspipe demo``'s layout), if there is one."""
     cand = run.path.parent / "reference"
-    return cand if cand.resolve() != run.path.resolve() and (cand / "params.json").is_file() else None
+    return cand if cand.resolve() != run.path.resolve() and (cand / runs.PARAMS).is_file() else None
 
 
 def headline(run: Run, reference: str | Path | None = None, ctx: RunContext | str | None = None) -> dict[str, Any]:
@@ -318,7 +319,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, *, extra: M
     ``extra``: other traces drawn in the Gantt under the run (e.g. ``{"simulated": "sim/trace.json"}``);
     ``reference``: the sequential reference to verify against (default: ``reference/`` beside the run).
     """
-    if reference is not None and not (Path(reference) / "params.json").is_file():
+    if reference is not None and not (Path(reference) / runs.PARAMS).is_file():
         raise ReportError(f"reference {str(reference)!r} holds no params.json (make one with `naspipe reference`)")
     run = load_run(run_dir)
     others = {name: load_run(path).trace for name, path in (extra or {}).items()}

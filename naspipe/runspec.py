@@ -1,0 +1,106 @@
+"""What a run is, declared once: the space, its partition, the subnet sequence, the shared-layer semantics,
+the policy, the window and the seed, with their defaults and their one-line errors.
+
+Why it exists: ``naspipe simulate``, ``reference``, ``train``, the torchrun entry point and the library's
+``TrainConfig`` all describe a run with these seven things. They are resolved and validated here, once, from
+the forms people type (a preset name, a JSON file or ``module:function``; ``bsp:8`` or ``module:name``;
+``delayed:2``; a sequence file), so a default or a check cannot drift between the command line and the
+library. ``naspipe.runtime.config.TrainConfig`` adds what only training needs (optimizer, device, output
+folder, ...) and is built from a ``RunSpec`` (``TrainConfig.from_spec``). No torch here: the simulator's
+command validates a run without importing it.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from naspipe.partition import Partition
+from naspipe.partition import partition as make_partition
+from naspipe.sched.policies import DEFAULT_POLICY, PolicyError
+from naspipe.sched.registry import get_policy, load_policy_spec
+from naspipe.sequence import ReplayStream, SubnetStream, UniformStream
+from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
+from naspipe.space import SearchSpace, SpaceError, resolve_space
+
+DEFAULT_WINDOW = 200  # the scheduler's look-ahead (subnets)
+DEFAULT_SHARED = "frozen"
+
+__all__ = ["DEFAULT_POLICY", "DEFAULT_SHARED", "DEFAULT_WINDOW", "RunSpec", "RunSpecError"]
+
+
+class RunSpecError(ValueError):
+    """A run that cannot be described as given; its message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A validated run description. Build with ``RunSpec.create(...)``."""
+
+    space: SearchSpace
+    partition: Partition
+    stream: SubnetStream
+    shared: SharedLayers
+    policy: str
+    window: int
+    seed: int
+
+    @property
+    def stages(self) -> int:
+        return self.partition.stages
+
+    @property
+    def subnets(self) -> int:
+        return len(self.stream)
+
+    @classmethod
+    def create(cls, space: SearchSpace | str, *, stages: int = 1, subnets: int = 100, seed: int = 0,
+               policy: str = DEFAULT_POLICY, window: int = DEFAULT_WINDOW,
+               shared_layers: SharedLayers | str = DEFAULT_SHARED, sequence: Any = None,
+               partition: Partition | None = None) -> RunSpec:
+        """Resolve and validate; raises ``RunSpecError`` (one line).
+
+        ``space``: a ``SearchSpace``, a preset name, a JSON file or ``module:function``. ``policy``: a
+        registered policy string or ``MODULE:NAME`` (MODULE registers NAME). ``sequence``: None (uniform
+        sampling keyed by ``seed``), a sequence file, or a stream / list of subnets; its first ``subnets`` are
+        trained. ``partition`` overrides ``stages`` (default: cost-balanced contiguous stages).
+        """
+        try:
+            sp = resolve_space(space)
+        except SpaceError as e:
+            raise RunSpecError(str(e)) from None
+        for name, value in (("stages", stages), ("subnets", subnets)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise RunSpecError(f"{name} must be a whole number >= 1, got {value!r}")
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise RunSpecError(f"window must be >= 1, got {window!r} (the subnets the scheduler looks ahead)")
+        try:
+            seed = operator.index(seed)  # an int, a numpy integer; not 1.5, "3" or True
+        except TypeError:
+            raise RunSpecError(f"seed must be a whole number, got {seed!r}") from None
+        if isinstance(seed, bool):
+            raise RunSpecError(f"seed must be a whole number, got {seed!r}")
+        try:  # MODULE:NAME imports a user's module that registers NAME (naspipe.register_policy)
+            policy = load_policy_spec(policy)
+            get_policy(policy)
+        except PolicyError as e:
+            raise RunSpecError(str(e)) from None
+        try:
+            part = partition if partition is not None else make_partition(sp, stages)
+            shared = parse_shared(shared_layers)
+            stream = _stream(sp, seed, subnets, sequence)
+        except (SpaceError, SharedPolicyError, PolicyError) as e:
+            raise RunSpecError(str(e)) from None
+        return cls(sp, part, stream, shared, policy, window, seed)
+
+
+def _stream(space: SearchSpace, seed: int, subnets: int, sequence: Any) -> SubnetStream:
+    if sequence is None:
+        return UniformStream(space, seed, subnets)
+    given = ReplayStream.from_file(space, sequence) if isinstance(sequence, (str, Path)) else sequence
+    if len(given) < subnets:
+        where = f" ({sequence})" if isinstance(sequence, (str, Path)) else ""
+        raise RunSpecError(f"the sequence{where} holds {len(given)} subnets, fewer than the {subnets} to train")
+    return ReplayStream(space, [given[j] for j in range(subnets)])

@@ -1,0 +1,73 @@
+"""One run description (``naspipe.runspec``): the command line and the library share its defaults and checks."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from naspipe.cli.common import add_run_arguments, resolve_run
+from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError
+from naspipe.runtime.config import ConfigError, TrainConfig
+
+
+def test_the_command_line_and_the_library_share_one_set_of_defaults(tmp_path):
+    p = argparse.ArgumentParser()
+    add_run_arguments(p, default_space="digits-cnn", default_subnets=6)
+    args = p.parse_args(["--stages", "2"])
+    cli = resolve_run(args)
+    lib = RunSpec.create("digits-cnn", stages=2, subnets=6)
+    assert (cli.policy, cli.window, str(cli.shared), cli.seed) == (lib.policy, lib.window, str(lib.shared), lib.seed)
+    assert (lib.policy, lib.window, str(lib.shared)) == (DEFAULT_POLICY, DEFAULT_WINDOW, DEFAULT_SHARED)
+    cfg = TrainConfig.create("digits-cnn", tmp_path / "run", stages=2, subnets=6)
+    assert (cfg.policy, cfg.window, str(cfg.shared), cfg.seed) == (lib.policy, lib.window, str(lib.shared), 0)
+    assert cfg.sequence == tuple(cli.stream[j] for j in range(6))
+    assert cfg.partition == cli.partition
+    declared = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    assert (declared["policy"], declared["window"]) == (DEFAULT_POLICY, DEFAULT_WINDOW)
+
+
+def test_a_training_config_is_built_from_the_run_description(tmp_path):
+    spec = RunSpec.create("digits-cnn", stages=2, subnets=5, seed=3, policy="csp", window=7,
+                          shared_layers="serial")
+    cfg = TrainConfig.from_spec(spec, tmp_path / "run", optimizer="adam")
+    assert (cfg.policy, cfg.window, cfg.seed, str(cfg.shared), cfg.stages, cfg.optimizer) == (
+        "csp", 7, 3, "serial", 2, "adam")
+    assert cfg.sequence == tuple(spec.stream[j] for j in range(5))
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) \['policy'\]"):
+        TrainConfig.from_spec(spec, tmp_path / "run", policy="gpipe")  # the spec says which policy
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"space": "no-such-space"}, "no-such-space"),
+    ({"stages": 0}, "stages must be a whole number >= 1, got 0"),
+    ({"subnets": True}, "subnets must be a whole number >= 1, got True"),
+    ({"window": 0}, "window must be >= 1, got 0"),
+    ({"seed": 1.5}, "seed must be a whole number, got 1.5"),
+    ({"policy": "nope"}, "unknown policy 'nope'"),
+    ({"policy": "no_such_module_xyz:csp2"}, "neither a policy nor an importable module"),
+    ({"shared_layers": "delayed:x"}, "delayed"),
+    ({"stages": 99}, "stages"),
+])
+def test_bad_descriptions_are_one_line(kwargs, message):
+    kwargs = {"space": "digits-cnn", "subnets": 4, **kwargs}
+    with pytest.raises(RunSpecError, match=message) as e:
+        RunSpec.create(kwargs.pop("space"), **kwargs)
+    assert "\n" not in str(e.value)
+
+
+def test_sequences_seeds_and_user_policies(tmp_path):
+    spec = RunSpec.create("digits-cnn", subnets=4, seed=np.int64(2))
+    assert spec.seed == 2 and type(spec.seed) is int
+    path = tmp_path / "seq.json"
+    path.write_text(json.dumps({"space": "digits-cnn", "subnets": [list(spec.stream[j]) for j in range(3)]}))
+    with pytest.raises(RunSpecError, match=r"holds 3 subnets, fewer than the 4 to train"):
+        RunSpec.create("digits-cnn", subnets=4, sequence=str(path))
+    replay = RunSpec.create("digits-cnn", subnets=2, sequence=path)
+    assert [replay.stream[j] for j in range(2)] == [spec.stream[j] for j in range(2)]
+    user = RunSpec.create("digits-cnn", subnets=2, policy="user_policies:csp-newest")
+    assert user.policy == "csp-newest"
+    assert dataclasses.replace(user, window=3).window == 3
