@@ -1,9 +1,12 @@
 """The run configuration of a training job, validated completely before any process starts.
 
-Why it exists: the CLI, the torchrun entry point and notebooks all describe a run the same way, and a bad
-run must be refused with one clear line before a single worker is spawned (``ConfigError``, which the
+Why it exists: the CLI, the torchrun entry point and notebooks all describe a run the same way — the run
+itself (space, partition, sequence, shared layers, policy, window, seed) as a ``naspipe.runspec.RunSpec``,
+and here what only training adds (optimizer, device, threads, output folder, replicas, checkpoints) — and a
+bad run must be refused with one clear line before a single worker is spawned (``ConfigError``, which the
 CLI turns into exit code 2). A validated ``TrainConfig`` holds only plain, picklable data: it is what
-every stage process receives.
+every stage process receives. The checks that build the model (``check_model_of``, ``measured_partition``)
+live beside it; output folders are ``naspipe.runtime.rundir``'s, ports ``naspipe.runtime.ports``'.
 """
 
 from __future__ import annotations
@@ -463,22 +466,3 @@ def measured_partition(space: SearchSpace, stages: int, seed: int = 0) -> Partit
     from naspipe.runtime.profile import measure_block_costs
 
     return make_partition(space, stages, profile=measure_block_costs(space, seed))
-
-
-def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])

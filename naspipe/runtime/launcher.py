@@ -29,8 +29,9 @@ from multiprocessing.connection import wait as mp_wait
 from typing import Any
 
 from naspipe.runtime import checkpoint
-from naspipe.runtime.config import ConfigError, TrainConfig, check_model_of, free_port, port_free
+from naspipe.runtime.config import ConfigError, TrainConfig, check_model_of
 from naspipe.runtime.outputs import RunResult, merge_outputs, write_status
+from naspipe.runtime.ports import free_port, port_free
 
 HOST = "127.0.0.1"
 KILL_GRACE_S = 3.0  # SIGTERM, then SIGKILL after this long
