@@ -48,7 +48,7 @@ def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: in
             stage = build_stage(sp, range(b, b + 1), seed, SharedLayers("serial")).to(device)
             nxt = None
             for c, cand in enumerate(blk.candidates):
-                mod = stage._module(b, c)
+                mod = stage.candidate(b, c)
                 fwd, bwd, saved = [], [], 0
                 for r in range(repeats + 1):
                     xin = x.detach().requires_grad_(x.is_floating_point())

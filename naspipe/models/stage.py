@@ -149,7 +149,8 @@ class StageModel(nn.Module):
         return self.family.accuracy(out, target)
 
     # ---- parameters ---------------------------------------------------------------------------
-    def _module(self, block: int, choice: int) -> nn.Module:
+    def candidate(self, block: int, choice: int) -> nn.Module:
+        """The module of candidate ``choice`` of ``block`` (a fixed block's only choice is 0)."""
         if block not in self.blocks:
             raise ValueError(f"block {block} is not on this stage (blocks {self.blocks.start}..{self.blocks.stop - 1})")
         _, fixed, mod, _ = self._plan[block - self.blocks.start]
@@ -160,7 +161,7 @@ class StageModel(nn.Module):
         return mod[choice]  # type: ignore[index]
 
     def candidate_parameters(self, block: int, choice: int) -> list[nn.Parameter]:
-        return list(self._module(block, choice).parameters())
+        return list(self.candidate(block, choice).parameters())
 
     def subnet_parameters(self, subnet: Sequence[int]) -> list[nn.Parameter]:
         """Parameters of the choice-block candidates ``subnet`` uses on this stage (no fixed blocks)."""

@@ -50,7 +50,7 @@ STATE_FACTOR = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "rmsprop": 1}
 def candidate_modules(model: Any) -> dict[tuple[int, int], nn.Module]:
     """``(block, choice) -> module`` for every candidate of the stage's choice blocks."""
     space = model.space
-    return {(b, c): model._module(b, c) for b in model.blocks if not space.blocks[b].fixed
+    return {(b, c): model.candidate(b, c) for b in model.blocks if not space.blocks[b].fixed
             for c in range(space.blocks[b].k)}
 
 
