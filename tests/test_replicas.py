@@ -94,24 +94,39 @@ def test_bad_replicas_are_one_line_exit_2(tmp_path, capsys, args, message):
     assert not (tmp_path / "o").exists()
 
 
-class _FakeScheduler:
-    write_kind = "B"
-
-    def __init__(self, ready: list[int]):
-        self._b_ready = ready
-
-    def next_task(self):
-        return min(self._b_ready, default=None)
-
-
 def test_a_follower_starts_only_the_write_its_leader_announced():
     from naspipe.sched.ordered import next_task_writing
+    from naspipe.sched.policies import CSPScheduler, StageSpec, make_scheduler
+    from naspipe.sched.tasks import B, F
+    from naspipe.sequence import ReplayStream
+    from naspipe.space import Block, Candidate, SearchSpace
 
-    s = _FakeScheduler([2, 1])
+    two = tuple(Candidate(f"c{i}", 1.0, 1.0) for i in range(2))
+    space = SearchSpace("two-by-two", (Block("b0", two), Block("b1", two)))
+    s = make_scheduler("csp-cp", StageSpec(stage=0, stages=2, choice_blocks=(0,)),
+                       ReplayStream(space, [(0, 0), (1, 1)]), 10)
+    assert next_task_writing(s, None) == F(0, 0)  # forwards stay free
+    s.on_finish(F(0, 0))
+    s.on_gradient(0)
+    assert s.clone().next_task() == F(1, 0)  # csp-cp on its own would run the forward first...
+    assert next_task_writing(s, 0) == B(0, 0)  # ...but the announced write goes first: its leader waits
+    s.on_finish(B(0, 0))
+    assert next_task_writing(s, None) == F(1, 0)
+    s.on_finish(F(1, 0))
+    s = CSPScheduler(StageSpec(stage=0, stages=2, choice_blocks=(0,)), ReplayStream(space, [(0, 0), (1, 1)]),
+                     window=10)
+    for j in (0, 1):
+        assert next_task_writing(s, None) == F(j, 0)
+        s.on_finish(F(j, 0))
+    s.on_gradient(1)
+    s.on_gradient(0)
     assert next_task_writing(s, None) is None  # nothing announced: no write starts
-    assert next_task_writing(s, 0) is None  # B(0) announced, not ready here yet: B(1), B(2) wait
-    assert sorted(s._b_ready) == [1, 2]
-    assert next_task_writing(s, 2) == 2  # the leader wrote 2 first: so does the follower
+    assert next_task_writing(s, 2) is None  # an announced write not ready here: B(0), B(1) wait
+    assert next_task_writing(s, 1) == B(1, 0)  # the leader wrote 1 first: so does the follower
+    s.on_finish(B(1, 0))
+    assert next_task_writing(s, 0) == B(0, 0)
+    s.on_finish(B(0, 0))
+    assert s.finished
 
 
 @pytest.mark.usefixtures("no_process_left_behind")

@@ -12,23 +12,14 @@ leader did not. No torch here.
 
 from __future__ import annotations
 
-import heapq
 from typing import Any
 
-from naspipe.sched.tasks import WEIGHT, Task
+from naspipe.sched.tasks import Task
 
 
 def next_task_writing(sched: Any, allowed: int | None) -> Task | None:
-    """``sched.next_task()`` that may start no write but that of subnet ``allowed`` (None: no write)."""
-    attr = "_w_ready" if sched.write_kind == WEIGHT else "_b_ready"
-    ready: list[int] = getattr(sched, attr)
-    later = [x for x in ready if x != allowed]
-    if not later:
-        return sched.next_task()
-    setattr(sched, attr, [x for x in ready if x == allowed])
-    try:
-        return sched.next_task()
-    finally:
-        merged = later + getattr(sched, attr)
-        heapq.heapify(merged)
-        setattr(sched, attr, merged)
+    """``sched.next_task()`` that may start no write but that of subnet ``allowed`` (None: no write).
+
+    The scheduler holds its ready writes itself (``StageScheduler.next_task_writing``); a policy whose
+    scheduler lacks the method cannot train with replicas (``Policy.replicas``)."""
+    return sched.next_task_writing(allowed)

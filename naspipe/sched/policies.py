@@ -130,6 +130,25 @@ class StageScheduler:
         self.decisions = 0
         self._admit()
 
+    # ---- one write order across replicas (naspipe.sched.ordered) --------------------------------
+    _write_heap = "_b_ready"  # the attribute holding this policy's ready writes (a heap of subnets)
+
+    def next_task_writing(self, allowed: int | None) -> Task | None:
+        """``next_task()`` that may start no write but that of subnet ``allowed`` (None: no write), and that
+        starts no forward while that write is ready (the leader waits for it in the gradient exchange); every
+        other choice stays free. The followers among a stage's replicas schedule with it."""
+        ready: list[int] = getattr(self, self._write_heap)
+        later = [x for x in ready if x != allowed]
+        setattr(self, self._write_heap, [x for x in ready if x == allowed])
+        try:  # the announced write, once ready, goes before any forward: its leader waits for it
+            if len(later) < len(ready):
+                return self.next_task_without_forward()
+            return self.next_task()
+        finally:
+            merged = later + getattr(self, self._write_heap)
+            heapq.heapify(merged)
+            setattr(self, self._write_heap, merged)
+
     # ---- events from the driver ------------------------------------------------------------------
     def on_activation(self, j: int) -> None:
         """The activation of ``j`` arrived from the previous stage (never called on stage 0)."""
@@ -459,6 +478,7 @@ class SplitBackwardCSPScheduler(ChainCSPScheduler):
     name = "csp-bw"
     options = ("max_pending_w",)
     write_kind = WEIGHT
+    _write_heap = "_w_ready"
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, max_pending_w: int | None = None,
                  **base: Any):
