@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -118,16 +119,17 @@ class ReplicaGroup:
             self._pending.append((dist.isend(t, dst=dst, group=g), t))
 
     def close(self, timeout: float) -> None:
-        """Wait (with the timeout) for the announcements to be sent and the receiver to end."""
+        """Wait for the announcements to be sent and the receiver to end: ``timeout`` seconds in all."""
+        deadline = time.monotonic() + timeout
         while self._pending:
             work = self._pending.popleft()[0]
             try:
-                work.wait(self.timeout)
+                work.wait(datetime.timedelta(seconds=max(0.001, deadline - time.monotonic())))
             except Exception as e:
                 raise TransportError(f"stage {self.stage}: a write announcement was not sent within "
                                      f"{timeout:g} s: {e}") from e
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._thread.join(max(0.0, deadline - time.monotonic()))
             if self._thread.is_alive():
                 raise TransportError(f"stage {self.stage} replica {self.replica}: the write-order receiver "
                                      f"still runs after {timeout:g} s")
