@@ -65,7 +65,7 @@ def main() -> int:
         for stages, jitter, r in itertools.product(STAGES, (0.0, args.jitter_ms), range(repeats)):
             out = root / f"{space}-{shared.replace(':', '')}-{stages}-{jitter:g}-{r}"
             cfg = TrainConfig.create(space, out, stages=stages, subnets=n, seed=args.seed, shared_layers=shared,
-                                     jitter_ms=jitter, progress=False, timeout=300)
+                                     policy="csp", jitter_ms=jitter, progress=False, timeout=300)
             row: dict[str, Any] = {"space": space, "shared_layers": shared, "stages": stages, "jitter_ms": jitter,
                                    "run": r, "reference_s": ref_s}
             try:
