@@ -7,6 +7,7 @@ sequences, partitions and traces never import torch; the runtime and models do, 
 from naspipe.bound import Bound, lower_bound
 from naspipe.measure import measure_costs
 from naspipe.partition import Partition, partition
+from naspipe.runspec import RunSpec, RunSpecError
 from naspipe.runtime import TrainConfig, train
 from naspipe.sched import SharedLayers, make_scheduler, parse_shared, policy_names
 from naspipe.sched.registry import Policy, get_policy, register_policy
@@ -23,5 +24,5 @@ __all__ = [
     "Block", "Bound", "Candidate", "Partition", "ReplayStream", "SearchSpace", "SharedLayers", "SpaceError", "Trace",
     "TraceEvent", "UniformStream", "Window", "load_space", "lower_bound", "make_scheduler", "parse_shared",
     "partition", "Policy", "get_policy", "register_policy", "policy_names", "preset", "preset_names",
-    "resolve_space", "simulate", "TrainConfig", "train",
+    "resolve_space", "RunSpec", "RunSpecError", "simulate", "TrainConfig", "train",
 ]
