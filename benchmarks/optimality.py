@@ -37,7 +37,7 @@ SUBNETS = 30
 
 
 def instance(space: SearchSpace, stages: int, subnets: int, seed: int, time_limit: float,
-             split: bool = True, workers: int = 1) -> dict:
+             split: bool = True, workers: int = 1, gap: float = 0.0) -> dict:
     part = partition(space, stages)
     stream = UniformStream(space, seed, subnets)
     subs = [stream[j] for j in range(subnets)]
@@ -46,7 +46,7 @@ def instance(space: SearchSpace, stages: int, subnets: int, seed: int, time_limi
     costs = runs["csp"].costs
     pb = build_problem(space, part, subs, costs.duration, hop=costs.transfer())
     bad = {p: feasibility_violations(pb, r.trace) for p, r in runs.items()}
-    sol = solve(pb, hints=[r.trace for r in runs.values()], time_limit=time_limit, workers=workers)
+    sol = solve(pb, hints=[r.trace for r in runs.values()], time_limit=time_limit, workers=workers, gap=gap)
     b = lower_bound(space, part, subs, costs.duration, hop=costs.transfer())
     row.update({"optimum": sol.makespan, "solver_bound": sol.bound, "gap": _gap(sol, b.tight_bound),
                 "proven": sol.optimal, "solve_seconds": round(sol.seconds, 2), "lower_bound": b.lower_bound,
@@ -60,7 +60,7 @@ def instance(space: SearchSpace, stages: int, subnets: int, seed: int, time_limi
         r = simulate(space, part, stream, "csp-bw")
         sc = CostModel(space, part, subs, split_backward=True)
         spb = build_problem(space, part, subs, sc.duration, split_backward=True, hop=sc.transfer())
-        ssol = solve(spb, hints=[r.trace], time_limit=time_limit, workers=workers)
+        ssol = solve(spb, hints=[r.trace], time_limit=time_limit, workers=workers, gap=gap)
         sb = lower_bound(space, part, subs, sc.duration, split_backward=True, hop=sc.transfer())
         row["csp-bw"] = {"makespan": r.makespan, "vs_optimum": r.makespan / ssol.makespan,
                          "vs_lower_bound": sb.lower_bound / r.makespan, "optimum": ssol.makespan,
@@ -149,21 +149,27 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=6, help="seeds per preset (default 6)")
     ap.add_argument("--quick", action="store_true", help="the small grid only")
     ap.add_argument("--workers", type=int, default=1, help="CP-SAT search workers (default 1)")
+    ap.add_argument("--gap", type=float, default=0.0,
+                    help="stop a solve once proven within this relative gap (default 0: prove optimality)")
     args = ap.parse_args()
+    if args.time_limit <= 0 or args.workers < 1 or not 0 <= args.gap < 1 or args.seeds < 1:
+        ap.error("--time-limit must be > 0, --workers and --seeds >= 1, --gap in [0, 1)")
     t0 = time.perf_counter()
     rows = []
     for sp, stages, n, seed in small_grid():
-        rows.append(instance(sp, stages, n, seed, args.time_limit, workers=args.workers))
+        rows.append(instance(sp, stages, n, seed, args.time_limit, workers=args.workers, gap=args.gap))
     if not args.quick:
         for name, stages in PRESETS:
             for seed in range(args.seeds):
-                rows.append(instance(preset(name), stages, SUBNETS, seed, args.time_limit, workers=args.workers))
+                rows.append(instance(preset(name), stages, SUBNETS, seed, args.time_limit, workers=args.workers,
+                                     gap=args.gap))
     scale = [] if args.quick else at_scale()
     orders = (*ORDERS, "csp-bw")
     groups = summary(rows, orders)
     table = markdown(groups, orders)
     write_result("optimality", {
-        "time_limit": args.time_limit, "workers": args.workers, "subnets": SUBNETS, "orders": list(orders),
+        "time_limit": args.time_limit, "workers": args.workers, "gap_limit": args.gap, "subnets": SUBNETS,
+        "orders": list(orders),
         "all_feasible": all(r["feasible"] for r in rows), "bound_never_above": all(r["bound_ok"] for r in rows),
         "max_tight_over_proven_bound": max(r["tight_over_solver_bound"] for r in rows if r["proven"]),
         "groups": groups, "rows": rows, "markdown": table, "at_1000_subnets": scale,
