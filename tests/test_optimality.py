@@ -122,3 +122,16 @@ def test_a_stop_at_the_gap_limit_is_not_called_proven() -> None:
     assert loose.bound < loose.makespan and not loose.optimal  # CP-SAT says OPTIMAL here; it is not proven
     exact = solve(pb, hints=[r.trace], time_limit=10)
     assert exact.optimal and exact.makespan == pytest.approx(exact.bound, rel=1e-4)
+
+
+def test_two_workers_prove_the_same_optimum() -> None:
+    # the parallel portfolio (a lower-bound search and neighbourhood searches) is a valid configuration
+    sp = unit_space(4, choice_blocks=4, fwd=0.25, bwd=0.5)
+    part = partition(sp, 2)
+    stream = UniformStream(sp, 3, 8)
+    subs = [stream[j] for j in range(8)]
+    r = simulate(sp, part, stream, "csp-cp")
+    pb = build_problem(sp, part, subs, r.costs.duration)
+    one, two = (solve(pb, hints=[r.trace], time_limit=10, workers=w) for w in (1, 2))
+    assert one.optimal and two.optimal
+    assert two.makespan == pytest.approx(one.makespan, rel=1e-4)
