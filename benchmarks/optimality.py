@@ -12,8 +12,10 @@ subnets, B = 2F), which CP-SAT proves at once. Then, where the optimum is out of
 order's efficiency against the lower bound at 1,000 subnets (naspipe-k96 and -k48, 4 stages, seeds 0-3).
 Prints JSON, then a markdown table.
 
-Run: ``.venv/bin/python benchmarks/optimality.py`` (about 10 minutes on one core; ``--time-limit S`` per
-solve, ``--seeds N``, ``--quick`` for the small grid only).
+Run: ``.venv/bin/python benchmarks/optimality.py --workers 2 --time-limit 60 --split-time-limit 20`` (the
+recorded run: 6 minutes on 2 cores; ``--time-limit S`` per solve, ``--split-time-limit S`` for csp-bw's
+split problem, ``--workers N`` CP-SAT workers, ``--gap G`` to stop at a proven gap, ``--seeds N``, ``--quick``
+for the small grid only).
 """
 
 from __future__ import annotations
