@@ -207,10 +207,10 @@ def solve(pb: Problem, *, hints: Sequence[Trace] = (), time_limit: float = 10.0,
     ``workers``: CP-SAT's parallel portfolio. With 2 or more, one worker runs its neighbourhood searches
     (they improve the warm start far faster than a single worker's search) and the first full worker searches
     for the lower bound (``objective_lb_search``; the default LP search seldom lifts it above the stage
-    bound on these instances); measured on naspipe-k96, 30 subnets, 4 stages, 60 s, 2 workers: seeds 0, 3,
-    4, 5 proven in 1-19 s, seed 2 bracketed within 1.3%, against 1.9-2.0% and slower proofs with the
-    default portfolio. ``gap``: stop once the best schedule is proven within this relative gap of the bound
-    (0: until optimal or ``time_limit``).
+    bound on these instances). On naspipe-k96, 30 subnets, 4 stages, 60 s, 2 workers it proves five of seeds
+    0-5 (in 3-45 s under load, ``benchmarks/results/optimality.json``) and brackets seed 2 within 0.9-1.3%;
+    the default portfolio bracketed seed 2 within 1.9-2.0% only, one worker within 4%. ``gap``: stop once the
+    best schedule is proven within this relative gap of the bound (0: until optimal or ``time_limit``).
     """
     from ortools.sat.python import cp_model
 
