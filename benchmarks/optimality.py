@@ -12,8 +12,10 @@ subnets, B = 2F), which CP-SAT proves at once. Then, where the optimum is out of
 order's efficiency against the lower bound at 1,000 subnets (naspipe-k96 and -k48, 4 stages, seeds 0-3).
 Prints JSON, then a markdown table.
 
-Run: ``.venv/bin/python benchmarks/optimality.py`` (about 10 minutes on one core; ``--time-limit S`` per
-solve, ``--seeds N``, ``--quick`` for the small grid only).
+Run: ``.venv/bin/python benchmarks/optimality.py --workers 2 --time-limit 60 --split-time-limit 20`` (the
+recorded run: 6 minutes on 2 cores; ``--time-limit S`` per solve, ``--split-time-limit S`` for csp-bw's
+split problem, ``--workers N`` CP-SAT workers, ``--gap G`` to stop at a proven gap, ``--seeds N``, ``--quick``
+for the small grid only).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ SUBNETS = 30
 
 
 def instance(space: SearchSpace, stages: int, subnets: int, seed: int, time_limit: float,
-             split: bool = True, workers: int = 1) -> dict:
+             split: bool = True, workers: int = 1, gap: float = 0.0, split_time_limit: float | None = None) -> dict:
     part = partition(space, stages)
     stream = UniformStream(space, seed, subnets)
     subs = [stream[j] for j in range(subnets)]
@@ -46,7 +48,7 @@ def instance(space: SearchSpace, stages: int, subnets: int, seed: int, time_limi
     costs = runs["csp"].costs
     pb = build_problem(space, part, subs, costs.duration, hop=costs.transfer())
     bad = {p: feasibility_violations(pb, r.trace) for p, r in runs.items()}
-    sol = solve(pb, hints=[r.trace for r in runs.values()], time_limit=time_limit, workers=workers)
+    sol = solve(pb, hints=[r.trace for r in runs.values()], time_limit=time_limit, workers=workers, gap=gap)
     b = lower_bound(space, part, subs, costs.duration, hop=costs.transfer())
     row.update({"optimum": sol.makespan, "solver_bound": sol.bound, "gap": _gap(sol, b.tight_bound),
                 "proven": sol.optimal, "solve_seconds": round(sol.seconds, 2), "lower_bound": b.lower_bound,
@@ -60,7 +62,7 @@ def instance(space: SearchSpace, stages: int, subnets: int, seed: int, time_limi
         r = simulate(space, part, stream, "csp-bw")
         sc = CostModel(space, part, subs, split_backward=True)
         spb = build_problem(space, part, subs, sc.duration, split_backward=True, hop=sc.transfer())
-        ssol = solve(spb, hints=[r.trace], time_limit=time_limit, workers=workers)
+        ssol = solve(spb, hints=[r.trace], time_limit=split_time_limit or time_limit, workers=workers, gap=gap)
         sb = lower_bound(space, part, subs, sc.duration, split_backward=True, hop=sc.transfer())
         row["csp-bw"] = {"makespan": r.makespan, "vs_optimum": r.makespan / ssol.makespan,
                          "vs_lower_bound": sb.lower_bound / r.makespan, "optimum": ssol.makespan,
@@ -149,21 +151,32 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=6, help="seeds per preset (default 6)")
     ap.add_argument("--quick", action="store_true", help="the small grid only")
     ap.add_argument("--workers", type=int, default=1, help="CP-SAT search workers (default 1)")
+    ap.add_argument("--split-time-limit", type=float, default=None,
+                    help="CP-SAT seconds per solve of csp-bw's split problem (default: --time-limit)")
+    ap.add_argument("--gap", type=float, default=0.0,
+                    help="stop a solve once proven within this relative gap (default 0: prove optimality)")
     args = ap.parse_args()
+    if (args.time_limit <= 0 or (args.split_time_limit is not None and args.split_time_limit <= 0)
+            or args.workers < 1 or not 0 <= args.gap < 1 or args.seeds < 1):
+        ap.error("--time-limit and --split-time-limit must be > 0, --workers and --seeds >= 1, --gap in [0, 1)")
     t0 = time.perf_counter()
     rows = []
     for sp, stages, n, seed in small_grid():
-        rows.append(instance(sp, stages, n, seed, args.time_limit, workers=args.workers))
+        rows.append(instance(sp, stages, n, seed, args.time_limit, workers=args.workers, gap=args.gap,
+                             split_time_limit=args.split_time_limit))
     if not args.quick:
         for name, stages in PRESETS:
             for seed in range(args.seeds):
-                rows.append(instance(preset(name), stages, SUBNETS, seed, args.time_limit, workers=args.workers))
+                rows.append(instance(preset(name), stages, SUBNETS, seed, args.time_limit, workers=args.workers,
+                                     gap=args.gap, split_time_limit=args.split_time_limit))
     scale = [] if args.quick else at_scale()
     orders = (*ORDERS, "csp-bw")
     groups = summary(rows, orders)
     table = markdown(groups, orders)
     write_result("optimality", {
-        "time_limit": args.time_limit, "workers": args.workers, "subnets": SUBNETS, "orders": list(orders),
+        "time_limit": args.time_limit, "split_time_limit": args.split_time_limit or args.time_limit,
+        "workers": args.workers, "gap_limit": args.gap, "subnets": SUBNETS,
+        "orders": list(orders),
         "all_feasible": all(r["feasible"] for r in rows), "bound_never_above": all(r["bound_ok"] for r in rows),
         "max_tight_over_proven_bound": max(r["tight_over_solver_bound"] for r in rows if r["proven"]),
         "groups": groups, "rows": rows, "markdown": table, "at_1000_subnets": scale,

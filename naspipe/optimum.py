@@ -12,6 +12,10 @@ part of it: the optimum may look arbitrarily far ahead.
 produces is a point of it), and ``solve`` hands the problem to OR-Tools CP-SAT (a dev dependency, imported
 only there) with integer durations rounded *down*: its proven bound is then a bound of the real problem,
 and its best schedule, replayed in its per-stage order with the real durations, an achievable makespan.
+The model carries redundant facts CP-SAT does not derive by itself, each implied by the problem: every task's
+*head* (longest path of work and lags before it) bounds its start, its *tail* (longest path after it) ties
+it to the makespan (``makespan >= end + tail``), and the makespan starts at the best of the critical path
+and every stage's ``earliest head + its load + shortest tail`` (the bound ``naspipe.bound`` proves too).
 """
 
 from __future__ import annotations
@@ -154,6 +158,32 @@ def replay(pb: Problem, order: Sequence[Sequence[int]]) -> tuple[float, list[flo
     return max((start[i] + pb.durations[i] for i in range(n)), default=0.0), start
 
 
+def heads_tails(n: int, dur: Sequence[int], edges: Sequence[tuple[int, int, int]]) -> tuple[list[int], list[int]]:
+    """Per task: its head (the longest path of durations and lags that must precede its start) and its tail
+    (the longest path that must follow its end), over the precedence ``edges`` ``(before, after, lag)``."""
+    succ: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for a, b, lag in edges:
+        succ[a].append((b, lag))
+        indeg[b] += 1
+    order = [i for i in range(n) if indeg[i] == 0]
+    for i in order:  # grows while it is walked: a topological order (the edges form a DAG)
+        for b, _ in succ[i]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                order.append(b)
+    if len(order) != n:
+        raise ValueError("the precedences contain a cycle")
+    head, tail = [0] * n, [0] * n
+    for i in order:
+        for b, lag in succ[i]:
+            head[b] = max(head[b], head[i] + dur[i] + lag)
+    for i in reversed(order):
+        for b, lag in succ[i]:
+            tail[i] = max(tail[i], lag + dur[b] + tail[b])
+    return head, tail
+
+
 @dataclass(frozen=True)
 class Solution:
     makespan: float  # an achievable makespan (the best schedule found, replayed with the real durations)
@@ -170,10 +200,17 @@ class Solution:
 
 
 def solve(pb: Problem, *, hints: Sequence[Trace] = (), time_limit: float = 10.0, workers: int = 1,
-          resolution: float = 10000.0) -> Solution:
+          resolution: float = 10000.0, gap: float = 0.0) -> Solution:
     """Minimise the makespan of ``pb`` with CP-SAT, warm-started from the best of ``hints`` (feasible traces).
 
     Durations and lags are scaled so the shortest positive one becomes ``resolution`` units and rounded down.
+    ``workers``: CP-SAT's parallel portfolio. With 2 or more, one worker runs its neighbourhood searches
+    (they improve the warm start far faster than a single worker's search) and the first full worker searches
+    for the lower bound (``objective_lb_search``; the default LP search seldom lifts it above the stage
+    bound on these instances). On naspipe-k96, 30 subnets, 4 stages, 60 s, 2 workers it proves five of seeds
+    0-5 (in 3-45 s under load, ``benchmarks/results/optimality.json``) and brackets seed 2 within 0.9-1.3%;
+    the default portfolio bracketed seed 2 within 1.9-2.0% only, one worker within 4%. ``gap``: stop once the
+    best schedule is proven within this relative gap of the bound (0: until optimal or ``time_limit``).
     """
     from ortools.sat.python import cp_model
 
@@ -187,16 +224,23 @@ def solve(pb: Problem, *, hints: Sequence[Trace] = (), time_limit: float = 10.0,
             best_hint = (tr.makespan, tr)
     horizon = (math.ceil(best_hint[0] * scale) if best_hint else
                sum(dur) + sum(math.ceil(lag * scale) for _, _, lag in pb.edges)) + 1
+    n = len(pb.tasks)
+    edges = [(a, b, math.floor(lag * scale + EPS)) for a, b, lag in pb.edges]
+    head, tail = heads_tails(n, dur, edges)
+    floor = max([head[i] + dur[i] + tail[i] for i in range(n)]
+                + [min(head[i] for i in ts) + sum(dur[i] for i in ts) + min(tail[i] for i in ts)
+                   for ts in pb.stage_tasks if ts])
+    horizon = max(horizon, floor)
     m = cp_model.CpModel()
-    starts = [m.NewIntVar(0, horizon, f"s{i}") for i in range(len(pb.tasks))]
-    ivs = [m.NewFixedSizeIntervalVar(starts[i], dur[i], f"i{i}") for i in range(len(pb.tasks))]
-    for a, b, lag in pb.edges:
-        m.Add(starts[b] >= starts[a] + dur[a] + math.floor(lag * scale + EPS))
+    starts = [m.NewIntVar(head[i], horizon - dur[i] - tail[i], f"s{i}") for i in range(n)]
+    ivs = [m.NewFixedSizeIntervalVar(starts[i], dur[i], f"i{i}") for i in range(n)]
+    for a, b, lag in edges:
+        m.Add(starts[b] >= starts[a] + dur[a] + lag)
     for tasks in pb.stage_tasks:
         m.AddNoOverlap([ivs[i] for i in tasks])
-    mk = m.NewIntVar(0, horizon, "makespan")
-    for i in range(len(pb.tasks)):
-        m.Add(mk >= starts[i] + dur[i])
+    mk = m.NewIntVar(floor, horizon, "makespan")
+    for i in range(n):
+        m.Add(mk >= starts[i] + dur[i] + tail[i])
     m.Minimize(mk)
     if best_hint is not None:
         at = {Task(e.kind, e.subnet, e.stage): e.start for e in best_hint[1].compute_events()}
@@ -206,6 +250,9 @@ def solve(pb: Problem, *, hints: Sequence[Trace] = (), time_limit: float = 10.0,
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit
     solver.parameters.num_workers = workers
+    if workers >= 2:
+        solver.parameters.subsolvers.extend(["objective_lb_search", "default_lp"][:workers - 1])
+    solver.parameters.relative_gap_limit = gap
     status = solver.Solve(m)
     name = solver.StatusName(status)
     bound = solver.BestObjectiveBound() / scale if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
@@ -221,5 +268,6 @@ def solve(pb: Problem, *, hints: Sequence[Trace] = (), time_limit: float = 10.0,
                 makespan, at = found, tuple(real)
         except ValueError:  # ties between zero-length tasks ordered against an edge: keep the hint
             pass
-    return Solution(makespan, min(bound, makespan), status == cp_model.OPTIMAL, time.perf_counter() - t0, name,
-                    at)
+    # a stop at the gap limit reports OPTIMAL too: proven only where the bound meets the schedule
+    proven = status == cp_model.OPTIMAL and solver.BestObjectiveBound() >= solver.ObjectiveValue()
+    return Solution(makespan, min(bound, makespan), proven, time.perf_counter() - t0, name, at)

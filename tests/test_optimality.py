@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from naspipe.bound import lower_bound
-from naspipe.optimum import build_problem, feasibility_violations, replay, solve
+from naspipe.optimum import build_problem, feasibility_violations, heads_tails, replay, solve
 from naspipe.partition import partition
 from naspipe.sequence import UniformStream
 from naspipe.sim import CostModel, simulate
@@ -99,3 +99,39 @@ def test_replay_rejects_orders_against_the_edges() -> None:
     assert replay(pb, [stage0, stage1])[0] == pytest.approx(4.0)
     with pytest.raises(ValueError):
         replay(pb, [stage0[::-1], stage1])
+
+
+def test_heads_and_tails_of_a_small_dag() -> None:
+    # 0 -> 1 (lag 2) -> 3, 0 -> 2 -> 3; durations 1, 3, 5, 2: head = longest path before, tail = after
+    head, tail = heads_tails(4, [1, 3, 5, 2], [(0, 1, 2), (1, 3, 0), (0, 2, 0), (2, 3, 0)])
+    assert head == [0, 3, 1, 6]
+    assert tail == [7, 2, 2, 0]
+    with pytest.raises(ValueError, match="cycle"):
+        heads_tails(2, [1, 1], [(0, 1, 0), (1, 0, 0)])
+
+
+def test_a_stop_at_the_gap_limit_is_not_called_proven() -> None:
+    sp = unit_space(6, choice_blocks=6, fwd=1.0 / 6, bwd=2.0 / 6)
+    part = partition(sp, 3)
+    stream = UniformStream(sp, 1, 10)
+    subs = [stream[j] for j in range(10)]
+    r = simulate(sp, part, stream, "csp")
+    pb = build_problem(sp, part, subs, r.costs.duration)
+    loose = solve(pb, hints=[r.trace], time_limit=10, gap=0.5)  # csp is within 50% of the bound at once
+    assert loose.makespan <= r.makespan + 1e-9 and loose.gap <= 0.5 + 1e-9
+    assert loose.bound < loose.makespan and not loose.optimal  # CP-SAT says OPTIMAL here; it is not proven
+    exact = solve(pb, hints=[r.trace], time_limit=10)
+    assert exact.optimal and exact.makespan == pytest.approx(exact.bound, rel=1e-4)
+
+
+def test_two_workers_prove_the_same_optimum() -> None:
+    # the parallel portfolio (a lower-bound search and neighbourhood searches) is a valid configuration
+    sp = unit_space(4, choice_blocks=4, fwd=0.25, bwd=0.5)
+    part = partition(sp, 2)
+    stream = UniformStream(sp, 3, 8)
+    subs = [stream[j] for j in range(8)]
+    r = simulate(sp, part, stream, "csp-cp")
+    pb = build_problem(sp, part, subs, r.costs.duration)
+    one, two = (solve(pb, hints=[r.trace], time_limit=10, workers=w) for w in (1, 2))
+    assert one.optimal and two.optimal
+    assert two.makespan == pytest.approx(one.makespan, rel=1e-4)
