@@ -13,26 +13,34 @@ command validates a run without importing it.
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from naspipe.partition import Partition
 from naspipe.partition import partition as make_partition
-from naspipe.sched.policies import DEFAULT_POLICY, PolicyError
+from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW, PolicyError
 from naspipe.sched.registry import get_policy, load_policy_spec
 from naspipe.sequence import ReplayStream, SubnetStream, UniformStream
 from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
 from naspipe.space import SearchSpace, SpaceError, resolve_space
 
-DEFAULT_WINDOW = 200  # the scheduler's look-ahead (subnets)
 DEFAULT_SHARED = "frozen"
 
-__all__ = ["DEFAULT_POLICY", "DEFAULT_SHARED", "DEFAULT_WINDOW", "RunSpec", "RunSpecError"]
+__all__ = ["DEFAULT_POLICY", "DEFAULT_SHARED", "DEFAULT_WINDOW", "RunSpec", "RunSpecError", "SequenceTooShort"]
 
 
 class RunSpecError(ValueError):
     """A run that cannot be described as given; its message is one line for the user."""
+
+
+class SequenceTooShort(RunSpecError):
+    """The replayed sequence holds fewer subnets than the run trains."""
+
+    def __init__(self, message: str, have: int, need: int):
+        super().__init__(message)
+        self.have, self.need = have, need
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,11 @@ class RunSpec:
     policy: str
     window: int
     seed: int
+
+    @property
+    def replayed(self) -> bool:
+        """The sequence was given (a file, a stream or a list), not sampled from the seed."""
+        return not isinstance(self.stream, UniformStream)
 
     @property
     def stages(self) -> int:
@@ -76,12 +89,12 @@ class RunSpec:
                 raise RunSpecError(f"{name} must be a whole number >= 1, got {value!r}")
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise RunSpecError(f"window must be >= 1, got {window!r} (the subnets the scheduler looks ahead)")
-        try:
-            seed = operator.index(seed)  # an int, a numpy integer; not 1.5, "3" or True
+        try:  # an int or a numpy integer; not 1.5, "3" or True
+            if isinstance(seed, bool):
+                raise TypeError
+            seed = operator.index(seed)
         except TypeError:
             raise RunSpecError(f"seed must be a whole number, got {seed!r}") from None
-        if isinstance(seed, bool):
-            raise RunSpecError(f"seed must be a whole number, got {seed!r}")
         try:  # MODULE:NAME imports a user's module that registers NAME (naspipe.register_policy)
             policy = load_policy_spec(policy)
             get_policy(policy)
@@ -99,8 +112,15 @@ class RunSpec:
 def _stream(space: SearchSpace, seed: int, subnets: int, sequence: Any) -> SubnetStream:
     if sequence is None:
         return UniformStream(space, seed, subnets)
-    given = ReplayStream.from_file(space, sequence) if isinstance(sequence, (str, Path)) else sequence
+    if isinstance(sequence, (str, Path)):
+        given = ReplayStream.from_file(space, sequence)
+    elif hasattr(sequence, "__len__") and hasattr(sequence, "__getitem__") and not isinstance(sequence, Mapping):
+        given = sequence
+    else:
+        raise RunSpecError(f"sequence must be a file, a subnet stream or a list of subnets, got "
+                           f"{type(sequence).__name__}")
     if len(given) < subnets:
         where = f" ({sequence})" if isinstance(sequence, (str, Path)) else ""
-        raise RunSpecError(f"the sequence{where} holds {len(given)} subnets, fewer than the {subnets} to train")
+        raise SequenceTooShort(f"the sequence{where} holds {len(given)} subnets, fewer than the {subnets} to train",
+                               len(given), subnets)
     return ReplayStream(space, [given[j] for j in range(subnets)])

@@ -47,6 +47,9 @@ def test_a_training_config_is_built_from_the_run_description(tmp_path):
     ({"subnets": True}, "subnets must be a whole number >= 1, got True"),
     ({"window": 0}, "window must be >= 1, got 0"),
     ({"seed": 1.5}, "seed must be a whole number, got 1.5"),
+    ({"seed": True}, "seed must be a whole number, got True"),
+    ({"sequence": 42}, "sequence must be a file, a subnet stream or a list of subnets, got int"),
+    ({"sequence": {"a": 1}}, "got dict"),
     ({"policy": "nope"}, "unknown policy 'nope'"),
     ({"policy": "no_such_module_xyz:csp2"}, "neither a policy nor an importable module"),
     ({"shared_layers": "delayed:x"}, "delayed"),
@@ -71,3 +74,26 @@ def test_sequences_seeds_and_user_policies(tmp_path):
     user = RunSpec.create("digits-cnn", subnets=2, policy="user_policies:csp-newest")
     assert user.policy == "csp-newest"
     assert dataclasses.replace(user, window=3).window == 3
+
+
+def test_from_spec_refuses_what_create_refuses(tmp_path):
+    given = RunSpec.create("digits-cnn", subnets=4, sequence=[RunSpec.create("digits-cnn", subnets=4).stream[j]
+                                                              for j in range(4)])
+    assert given.replayed and not RunSpec.create("digits-cnn", subnets=4).replayed
+    with pytest.raises(ConfigError, match="cannot be combined with sequence"):
+        TrainConfig.from_spec(given, tmp_path / "a", sampler="evolution:2")
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) \['subnet_count'\]"):
+        TrainConfig.from_spec(given, tmp_path / "b", subnet_count=50)
+    huge = RunSpec.create("digits-cnn", stages=2, subnets=10**10)  # lazy: nothing is built yet
+    with pytest.raises(ConfigError, match="subnets would need about"):
+        TrainConfig.from_spec(huge, tmp_path / "c")
+
+
+def test_the_command_line_names_its_flags_for_a_short_sequence(tmp_path, capsys):
+    from naspipe.cli import main
+
+    path = tmp_path / "seq.json"
+    spec = RunSpec.create("digits-cnn", subnets=3)
+    path.write_text(json.dumps({"space": "digits-cnn", "subnets": [list(spec.stream[j]) for j in range(3)]}))
+    assert main(["simulate", "--space", "digits-cnn", "--sequence", str(path), "--subnets", "5"]) == 2
+    assert capsys.readouterr().err.strip() == "naspipe: error: --sequence holds 3 subnets, fewer than --subnets 5"

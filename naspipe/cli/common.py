@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError
+from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError, SequenceTooShort
 from naspipe.sched.policies import POLICIES
 
 
@@ -79,6 +79,8 @@ def resolve_run(args: argparse.Namespace) -> RunSpec:
         spec = RunSpec.create(args.space, stages=args.stages, subnets=args.subnets, seed=args.seed,
                               policy=args.policy, window=args.window, shared_layers=args.shared_layers,
                               sequence=args.sequence or None)
+    except SequenceTooShort as e:
+        raise UsageError(f"--sequence holds {e.have} subnets, fewer than --subnets {e.need}") from None
     except RunSpecError as e:
         raise UsageError(str(e)) from None
     args.policy = spec.policy  # MODULE:NAME resolved to NAME

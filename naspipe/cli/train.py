@@ -143,13 +143,10 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
         TrainConfig,
         check_model_of,
         check_out_dir,
-        check_sequence_size,
         measured_partition,
     )
 
     try:
-        if not spec.online:
-            check_sequence_size(run.space, len(run.stream), run.partition.stages * getattr(args, "replicas", 1) + 1)
         part = run.partition
         if args.balance == "measured" and part.stages > 1:
             part = measured_partition(run.space, part.stages, run.seed)

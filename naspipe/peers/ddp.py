@@ -22,6 +22,7 @@ import gc
 import json
 import os
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,9 @@ def worker(rank: int, world: int, space: Any, subnets: Sequence[Sequence[int]], 
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout))
     try:
         _train(rank, world, space, subnets, seed, mode, out)
+    except BaseException as e:  # the traceback holds _train's frame, and so the wrapper: let it go
+        traceback.clear_frames(e.__traceback__)
+        raise
     finally:
         # torch's DDP wrapper holds the process group; it must be gone before the group is destroyed, or the
         # group's gloo threads are torn down at interpreter exit under spawn ("terminate called", SIGABRT)

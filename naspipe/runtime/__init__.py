@@ -10,7 +10,7 @@ simulator's trace format (``recorder``) and are started and supervised by ``laun
 Library API::
 
     from naspipe.runtime import TrainConfig, train
-    result = train(TrainConfig.create("tiny-transformer", "runs/csp2", stages=2, subnets=50))
+    result = train(TrainConfig.create("tiny-transformer", "runs/csp2", stages=2, subnets=50, policy="csp"))
     result.metrics["subnets_per_s"], result.verify("runs/reference")
 
 Importing this package does not import torch; ``train`` does.

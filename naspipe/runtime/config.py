@@ -131,8 +131,6 @@ class TrainConfig:
             raise ConfigError(str(e)) from None
         if partition is None and balance == "measured" and spec.stages > 1:
             spec = dataclasses.replace(spec, partition=measured_partition(spec.space, spec.stages, spec.seed))
-        if not online:  # before the sequence is materialised
-            check_sequence_size(spec.space, spec.subnets, spec.stages + 1)
         return cls.from_spec(spec, out, **options)
 
     @classmethod
@@ -140,16 +138,21 @@ class TrainConfig:
         """The training run of ``spec`` (``naspipe.runspec``, the run description every command shares);
         ``options`` are this class's own fields (optimizer, device, timeout, ``resume``, ...). Validates;
         raises ConfigError."""
-        fixed = {"space", "out", "partition", "sequence", "shared", "seed", "policy", "window"}
+        fixed = {"space", "out", "partition", "sequence", "shared", "seed", "policy", "window", "subnet_count"}
         unknown = set(options) - ({f.name for f in dataclasses.fields(cls)} - fixed)
         if unknown:
             raise ConfigError(f"unknown option(s) {sorted(unknown)}")
         resume = options.pop("resume", None)  # a run directory or checkpoint/: resolved below
         options.pop("start", None)
         if _online(options.get("sampler", "uniform")):
+            if spec.replayed:
+                raise ConfigError("a run-time generated sequence (sampler) cannot be combined with sequence")
             subs: tuple[Subnet, ...] = ()
-            options.setdefault("subnet_count", spec.subnets)
-        else:
+            options["subnet_count"] = spec.subnets
+        else:  # refuse a sequence too large to hold before it is materialised
+            replicas = options.get("replicas", 1)
+            processes = spec.stages * (replicas if isinstance(replicas, int) else 1) + 1  # stages and launcher
+            check_sequence_size(spec.space, spec.subnets, processes)
             subs = tuple(spec.stream[j] for j in range(spec.subnets))
         cfg = cls(space=spec.space, out=Path(out), partition=spec.partition, sequence=subs, shared=spec.shared,
                   seed=spec.seed, policy=spec.policy, window=spec.window, **options)

@@ -52,6 +52,8 @@ from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.sequence import SubnetStream, Window
 from naspipe.shared import SharedLayers
 
+DEFAULT_WINDOW = 200  # subnets a scheduler looks ahead (its Window), unless a run says otherwise
+
 
 @dataclass(frozen=True)
 class StageSpec:
@@ -107,7 +109,7 @@ class StageScheduler:
     # gate must admit those forwards, or the oldest subnet never finishes (naspipe.sim.memory.Gate)
     flush_group = 1
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, *, start: int = 0,
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, *, start: int = 0,
                  fence: int | None = None):
         """``start``: subnets ``< start`` are already done (resuming from a checkpoint taken at a fence);
         ``fence``: admit no subnet ``>= fence`` until ``set_fence`` moves it (see ``set_fence``)."""
@@ -131,7 +133,10 @@ class StageScheduler:
         self._admit()
 
     # ---- one write order across replicas (naspipe.sched.ordered) --------------------------------
-    _write_heap = "_b_ready"  # the attribute holding this policy's ready writes (a heap of subnets)
+    @property
+    def _write_heap(self) -> str:
+        """The attribute holding this policy's ready writes (a heap of subnets)."""
+        return "_w_ready" if self.write_kind == WEIGHT else "_b_ready"
 
     def next_task_writing(self, allowed: int | None) -> Task | None:
         """``next_task()`` that may start no write but that of subnet ``allowed`` (None: no write), and that
@@ -305,7 +310,7 @@ class CSPScheduler(StageScheduler):
 
     name = "csp"
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, **base: Any):
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, **base: Any):
         self.tracker = CausalTracker()
         self._arrived: set[int] = set()
         self._gate = spec.shared.gate if spec.has_fixed else None
@@ -357,7 +362,7 @@ class ChainCSPScheduler(CSPScheduler):
     name = "csp-chain"
     CHAIN_HORIZON = 16
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, **base: Any):
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, **base: Any):
         blocks = spec.all_choice_blocks or tuple(spec.choice_blocks if t == spec.stage else ()
                                                  for t in range(spec.stages))
         extra = 1.0 if self.write_kind == WEIGHT else 0.0
@@ -424,7 +429,7 @@ class CriticalPathCSPScheduler(ChainCSPScheduler):
     name = "csp-cp"
     OVERTAKE = 0.05  # a forward overtakes ready backwards only with a tail more than 5% longer
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, **base: Any):
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, **base: Any):
         super().__init__(spec, stream, window, **base)
         blocks = spec.all_blocks or spec.all_choice_blocks or tuple(
             spec.choice_blocks if t == spec.stage else () for t in range(spec.stages))
@@ -478,10 +483,9 @@ class SplitBackwardCSPScheduler(ChainCSPScheduler):
     name = "csp-bw"
     options = ("max_pending_w",)
     write_kind = WEIGHT
-    _write_heap = "_w_ready"
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, max_pending_w: int | None = None,
-                 **base: Any):
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW,
+                 max_pending_w: int | None = None, **base: Any):
         self._w_ready: list[int] = []
         self.max_pending_w = max_pending_w if max_pending_w is not None else 2 * spec.stages
         if self.max_pending_w < 1:
@@ -529,7 +533,7 @@ class ASPScheduler(StageScheduler):
 
     name = "asp"
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, **base: Any):
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, **base: Any):
         self.in_flight = 0
         self.limit = spec.stages - spec.stage
         super().__init__(spec, stream, window, **base)
@@ -554,7 +558,7 @@ class BSPScheduler(StageScheduler):
     name = "bsp"
     options = ("micro_batches",)
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, micro_batches: int = 4,
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, micro_batches: int = 4,
                  **base: Any):
         if micro_batches < 1:
             raise PolicyError("bsp needs micro_batches >= 1")
@@ -599,7 +603,8 @@ class AsyncScheduler(ASPScheduler):
     name = "pipedream"
     text_options = True
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = 200, warmup: int = 0, **base: Any):
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, warmup: int = 0,
+                 **base: Any):
         self.warmup = warmup
         super().__init__(spec, stream, window, **base)
 
@@ -663,7 +668,7 @@ def follows_causal_rule(policy: str) -> bool:
     return get_policy(policy).causal
 
 
-def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: int = 200, *, start: int = 0,
+def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, *, start: int = 0,
                    fence: int | None = None, **options: int) -> StageScheduler:
     """A fresh scheduler of ``policy`` for one stage. Options: ``micro_batches`` (bsp), ``max_pending_w``."""
     pol, text = parse_policy(policy)  # the one grammar (naspipe.sched.registry)

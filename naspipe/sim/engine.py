@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from naspipe.partition import Partition
-from naspipe.sched.policies import StageScheduler, make_scheduler, stage_specs
+from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW, StageScheduler, make_scheduler, stage_specs
 from naspipe.sched.speculate import gated_next_task
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.sequence import ReplayStream, SubnetStream
@@ -63,8 +63,9 @@ _FINISH, _ACT, _GRAD = 0, 1, 2
 _START = -1  # the first call of each stage's ``_after``, before any event
 
 
-def simulate(space: SearchSpace, part: Partition, stream: SubnetStream, policy: str = "csp", *,
-             window: int = 200, shared: SharedLayers | None = None, jitter: float = 0.0, seed: int = 0,
+def simulate(space: SearchSpace, part: Partition, stream: SubnetStream, policy: str = DEFAULT_POLICY, *,
+             window: int = DEFAULT_WINDOW, shared: SharedLayers | None = None, jitter: float = 0.0,
+             seed: int = 0,
              latency: float = 0.0, bandwidth: float = math.inf, policy_options: dict[str, int] | None = None,
              costs: CostModel | None = None, memory: MemoryConfig | None = None) -> SimResult:
     """Run ``policy`` over ``stream`` on ``part.stages`` simulated stages and return the trace.

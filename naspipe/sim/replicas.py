@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from naspipe.partition import Partition, partition
+from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW
 from naspipe.sched.tasks import BACKWARD, WEIGHT, Task
 from naspipe.sequence import SubnetStream, UniformStream
 from naspipe.shared import SharedLayers
@@ -133,8 +134,9 @@ def peak_in_flight(trace: Any, stages: int, write_kind: str) -> list[int]:
     return out
 
 
-def simulate_replicas(space: SearchSpace, stages: int, replicas: int, stream: SubnetStream, policy: str = "csp", *,
-                      window: int = 200, shared: SharedLayers | None = None, jitter: float = 0.0, seed: int = 0,
+def simulate_replicas(space: SearchSpace, stages: int, replicas: int, stream: SubnetStream,
+                      policy: str = DEFAULT_POLICY, *, window: int = DEFAULT_WINDOW, shared: SharedLayers | None = None,
+                      jitter: float = 0.0, seed: int = 0,
                       link: LinkModel = DEFAULT_LINK, alpha: float = DEFAULT_BATCH_ALPHA, native: bool = False,
                       latency: float = 0.0, bandwidth: float = math.inf,
                       policy_options: dict[str, int] | None = None, part: Partition | None = None) -> Any:
@@ -167,8 +169,8 @@ def simulate_replicas(space: SearchSpace, stages: int, replicas: int, stream: Su
     return result
 
 
-def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = "csp", seed: int = 0,
-         window: int = 200, shared: SharedLayers | None = None, link: LinkModel = DEFAULT_LINK,
+def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = DEFAULT_POLICY, seed: int = 0,
+         window: int = DEFAULT_WINDOW, shared: SharedLayers | None = None, link: LinkModel = DEFAULT_LINK,
          alpha: float = DEFAULT_BATCH_ALPHA) -> list[dict[str, Any]]:
     """Every ``stages x replicas = devices`` split that can run (stages <= blocks, replicas divide the batch),
     simulated on the same sequence; rows ranked by throughput (subnets/s), best first."""
