@@ -49,9 +49,9 @@ POLICIES = ("csp", "csp-bw")
 
 
 def measure_stage_costs(space: Any, part: Any, seed: int, shared: str, samples: int = 12) -> list[dict[str, float]]:
-    """CPU seconds per stage of F, one full backward, and the split B and W as the executor runs them
-    (``LayerCapture`` local graphs; stage 0: B computes nothing, W one plain backward); medians over
-    ``samples`` subnets after two warm-ups, one thread."""
+    """CPU seconds per stage of F and one full backward, and of F with the layer capture and the split B and
+    W as the executor runs them (``naspipe.runtime.splitgrad``; stage 0: B computes nothing, W one plain
+    backward); medians over ``samples`` subnets after two warm-ups, one thread."""
     torch.set_num_threads(1)
     return [_stage_costs(space, part, s, seed, parse_shared(shared), samples) for s in range(part.stages)]
 
@@ -64,7 +64,7 @@ def _stage_costs(space: Any, part: Any, s: int, seed: int, sh: Any, samples: int
     targets = BlockTargets(model)
     capture = LayerCapture(model)
     stream = UniformStream(space, seed, samples + 2)
-    rows: dict[str, list[float]] = {"F": [], "full": [], "B": [], "W": []}
+    rows: dict[str, list[float]] = {"F": [], "full": [], "F_split": [], "B": [], "W": []}
 
     def fwd(x0: Any, sub: Any, batch: Any, blocks: list | None = None, layers: list | None = None) -> Any:
         x = x0 if head is None else x0.detach().clone().requires_grad_(True)
@@ -89,26 +89,27 @@ def _stage_costs(space: Any, part: Any, s: int, seed: int, sh: Any, samples: int
         torch.autograd.backward(y, g)
         c2 = time.process_time()
         if head is None:  # stage 0: B has nothing to send, W is one plain backward
-            b_t, w_t = 0.0, c2 - c1
+            f_t, b_t, w_t = c1 - c0, 0.0, c2 - c1
         else:
             blocks: list = []
             layers: list = []
+            c2b = time.process_time()
             x, y = fwd(x0, sub, batch, blocks, layers)
             c3 = time.process_time()
-            _, seen = input_grad(y, x, g, [*blocks, *(t for t, _ in layers)])
+            _, seen = input_grad(y, x, g, [*blocks, *(c.out for c in layers)])
             c4 = time.process_time()
             weight_grads(blocks, seen[:len(blocks)], targets.targets(sub, None), layers, seen[len(blocks):])
-            b_t, w_t = c4 - c3, time.process_time() - c4
+            f_t, b_t, w_t = c3 - c2b, c4 - c3, time.process_time() - c4
         if j >= 2:
-            for k, v in (("F", c1 - c0), ("full", c2 - c1), ("B", b_t), ("W", w_t)):
+            for k, v in (("F", c1 - c0), ("full", c2 - c1), ("F_split", f_t), ("B", b_t), ("W", w_t)):
                 rows[k].append(v)
     capture.remove()
     return {k: statistics.median(v) for k, v in rows.items()}
 
 
 class MeasuredCosts:
-    """Per-stage measured durations for the simulator (the same for every subnet): F, and either one full
-    backward (``csp``) or the split B and W (``csp-bw``)."""
+    """Per-stage measured durations for the simulator (the same for every subnet): either F and one full
+    backward (``csp``) or F with the layer capture and the split B and W (``csp-bw``)."""
 
     def __init__(self, stages: list[dict[str, float]], split: bool, batch_size: int):
         self.stages, self.split, self.batch_size = stages, split, batch_size
@@ -116,7 +117,7 @@ class MeasuredCosts:
     def duration(self, task: Task) -> float:
         c = self.stages[task.stage]
         if task.kind == FORWARD:
-            return c["F"]
+            return c["F_split"] if self.split else c["F"]
         if task.kind == BACKWARD:
             return c["B"] if self.split else c["full"]
         return c["W"]

@@ -40,7 +40,7 @@ from torch import Tensor
 from naspipe.models import StageModel, input_of, make_batch, target_of
 from naspipe.models.shards import input_batch_dim, shard
 from naspipe.runtime.rules import make_updates
-from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
+from naspipe.runtime.splitgrad import BlockTargets, LayerCall, LayerCapture, input_grad, weight_grads
 from naspipe.runtime.updates import ForwardContext, OptimizerBank
 from naspipe.sched.tasks import BACKWARD, WEIGHT
 from naspipe.space import Subnet
@@ -53,7 +53,7 @@ class _Stash:
     ctx: ForwardContext
     blocks: list[Tensor] | None = None  # split backward: each block's output, in block order
     block_grads: list[Tensor | None] | None = None  # split backward, after B: their gradients
-    layers: list[tuple[Tensor, list[Tensor]]] | None = None  # split backward: (layer output, weights used)
+    layers: list[LayerCall] | None = None  # split backward: the weight-owning layer calls of F
     layer_grads: list[Tensor | None] | None = None  # split backward, after B: the layer outputs' gradients
     seed: Tensor | None = None  # split backward, after B: the received output gradient
 
@@ -105,7 +105,7 @@ class StageExecutor:
                 x.requires_grad_(True)
             stage_in = x
         blocks: list[Tensor] | None = None
-        layers: list[tuple[Tensor, list[Tensor]]] | None = None
+        layers: list[LayerCall] | None = None
         if self.split and stage_in is not None and stage_in.requires_grad:
             assert self._layers is not None
             layers = self._layers.active = []
@@ -162,7 +162,7 @@ class StageExecutor:
         if st.blocks is None or not st.out.requires_grad:  # the input needs no gradient: all is left to W
             st.block_grads = []
             return None
-        layer_outs = [t for t, _ in st.layers or ()]
+        layer_outs = [c.out for c in st.layers or ()]
         gin, seen = input_grad(st.out, st.x, None if self.last else grad, [*st.blocks, *layer_outs])
         st.block_grads, st.layer_grads = seen[:len(st.blocks)], seen[len(st.blocks):]
         return gin
