@@ -2,32 +2,32 @@
 
 Why it exists: zero-bubble pipelines split a stage's backward into ``B`` (the gradient with respect to the
 stage input, which the upstream stage waits for) and ``W`` (the gradients with respect to the weights, which
-only the update needs). This module does that split with autograd alone, no hand-written gradients
-(TECHNIQUES section 8), at the granularity of the *layers that own weights* (Linear, Conv, LayerNorm, ...):
+only the update needs). This module does that split the way zero-bubble implementations do, at the
+granularity of the *layers that own weights* (Linear, Conv, LayerNorm, ...):
 
 * during ``F``, ``LayerCapture`` (forward hooks on every module that owns parameters directly) records each
-  such layer call's output and the weight tensors it used (under ``functional_call`` these are the
-  fixed-version leaves); the stage model also records each block's output (``StageModel.capturing``);
-* ``input_grad`` (``B``) registers a hook on each recorded output, calls
-  ``torch.autograd.grad(out, x, grad_outputs=g, retain_graph=True)`` and returns the input gradient together
-  with the gradient every recorded output received (what the hooks saw);
-* ``weight_grads`` (``W``) calls ``torch.autograd.grad(layer_out, layer_weights, grad_outputs=captured)``
-  per layer call: for a Linear that is just the weight and bias gradient kernels, nothing of ``B`` is
-  recomputed. Weights a layer capture cannot cover (a module called twice, a weight used outside its
-  module's ``forward`` such as a position table sliced directly, an output that got no gradient in ``B``)
-  fall back to ``torch.autograd.grad(block_out, block_weights, ...)`` per block, which recomputes the
-  block's internal backward but is just as exact.
+  such layer call: the module, its input, its output and the weight tensors it used (under
+  ``functional_call`` the fixed-version leaves); the stage model also records each block's output
+  (``StageModel.capturing``). The computation is untouched;
+* ``input_grad`` (``B``) is ONE ``torch.autograd.grad`` with the stage input and every recorded output as
+  its inputs: autograd runs no weight-gradient kernel (a weight's edge leads to no requested input), so
+  ``B`` costs the input-gradient part of a backward, and the engine hands back the gradient every recorded
+  output received (fully accumulated, what its node gets in a full backward);
+* ``weight_grads`` (``W``) computes each layer call's weight gradients from that output gradient: for
+  ``nn.Linear``, ``nn.LayerNorm`` and ``nn.Conv1d/2d/3d`` explicitly, with the very kernels autograd would
+  call on the tensors their nodes saved (``naspipe.runtime.wgrad``); for any other layer by
+  ``torch.autograd.grad(layer_out, weights)`` (exact, but it walks the graph behind the output). Weights a
+  layer call cannot cover (a module called twice, a weight used outside its module's ``forward`` such as a
+  position table sliced directly, an output that got no gradient in ``B``) fall back to
+  ``torch.autograd.grad(block_out, block_weights, ...)`` per block, which recomputes the block's internal
+  backward but is just as exact.
 
-Capturing per *block* only (one ``autograd.grad`` per block in ``W``) would be simpler, but then ``W``
-re-runs the whole inside of each block (attention, norms) down to its first layer: measured on
-tiny-transformer, B + W cost about 2.5x one backward; per layer they cost about one backward.
-
-Bit-identity with one full backward: each weight gradient is computed by the same autograd node from the
-same incoming gradient, and each target tensor gets its gradient from exactly one ``autograd.grad`` call
-(no sum is reordered; a weight shared by two layer calls goes to the block-level fallback, which
-accumulates in the engine's order as the full backward does). The output gradient a hook sees is the fully
-accumulated one, as in the full backward. Assumption: a weight used by a captured layer call is not also
-used outside any module call in the same block (a tied weight read directly); tests check the presets.
+Bit-identity with one full backward: each weight gradient is computed by the same kernel from the same
+incoming gradient and saved tensors as in the full backward, and each target tensor gets its gradient from
+exactly one call (no sum is reordered; a weight shared by two layer calls goes to the block-level fallback,
+which accumulates in the engine's order as the full backward does). Assumption: a weight used by a captured
+layer call is not also used outside any module call in the same block (a tied weight read directly); tests
+check the presets and a user supernet.
 
 ``BlockTargets`` maps each block of a stage to the tensors its weight gradients are taken for: the
 candidate the subnet uses (parameters that require grad) and, for a fixed block, its fixed-version leaves

@@ -13,18 +13,18 @@ tensor into the tensor to send.
   the last stage); returns the input gradient to send upstream (None when the input needs none); hands
   the parameter gradients to the policy's update rule (``naspipe.runtime.updates``), applies the update
   and drops the stash.
-* ``B(j)`` with a split backward (``csp-bw``, write kind ``W``): only the input gradient,
-  ``torch.autograd.grad(out, x, retain_graph=True)``, while hooks record the output gradient of each block
-  and of each weight-owning layer call captured in ``F``
-  (``naspipe.runtime.splitgrad``); returns it at once for the upstream stage. Where the input needs no
-  gradient (stage 0) ``B`` computes nothing: all of the backward is weight gradients and waits for ``W``.
+* ``B(j)`` with a split backward (``csp-bw``, write kind ``W``): only the input gradient, one
+  ``torch.autograd.grad`` for the stage input that also hands back the output gradient of each block and
+  of each weight-owning layer call captured in ``F`` (``naspipe.runtime.splitgrad``); no weight-gradient
+  kernel runs; returns it at once for the upstream stage. Where the input needs no gradient (stage 0)
+  ``B`` computes nothing: all of the backward is weight gradients and waits for ``W``.
 * ``W(j)`` (split backward): the weight gradients of the candidates ``j`` used and of the fixed-version
-  leaves (``delayed:D``, ``serial``), one ``torch.autograd.grad`` per weight-owning layer call from the
-  output gradient recorded in ``B`` (per block where a layer cannot be used; on stage 0: one plain
-  backward, the cheapest way to get only weight gradients); they are put
-  on ``.grad`` where the update rule reads them (``rule.after_backward``), the update is applied
-  (``rule.write``) and the stash, graph included, is dropped. Per-block weight gradients are bit-identical
-  to one full backward (tests/test_split_backward.py), so ``csp-bw`` reproduces the sequential run.
+  leaves (``delayed:D``, ``serial``), per layer call from the output gradient recorded in ``B``
+  (explicitly for Linear, LayerNorm and Conv, ``naspipe.runtime.wgrad``; per block where a layer cannot be
+  used; on stage 0: one plain backward, the cheapest way to get only weight gradients); they are put on
+  ``.grad`` where the update rule reads them (``rule.after_backward``), the update is applied
+  (``rule.write``) and the stash, graph included, is dropped. The split gradients are bit-identical to one
+  full backward (tests/test_split_backward.py), so ``csp-bw`` reproduces the sequential run.
 """
 
 from __future__ import annotations

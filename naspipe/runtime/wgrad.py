@@ -9,8 +9,9 @@ gradient has the same bits as in one full backward:
 
 * ``nn.Linear`` (``addmm`` / ``mm`` on the input flattened to 2-d, or ``matmul`` + ``add`` on a
   non-contiguous n-d input): weight ``grad.t().mm(input_2d)`` (autograd's ``mm_mat2_backward`` for the
-  column-major ``weight.t()``), bias the sum over the leading dimensions (the engine's ``sum_to``; the same
-  bits as the sum over dimension 0 of the gradient flattened to 2-d, checked by the tests);
+  column-major ``weight.t()``), bias the sum over the leading dimensions of the gradient the bias's node received
+  (the engine's ``sum_to``: the n-d gradient after ``add``, the 2-d one in ``addmm``; on a non-contiguous
+  gradient the two differ in the last bits);
 * ``nn.LayerNorm``: ``native_layer_norm_backward`` with the saved mean and rstd, input gradient masked off;
 * ``nn.Conv1d/2d/3d``: ``convolution_backward`` with the saved (padded) input, input gradient masked off.
 
@@ -104,9 +105,13 @@ def _linear(x: object, fn: object, weights: Sequence[Tensor]) -> Recipe | None:
         else:
             return None
 
+    add = fn.name() == "AddBackward0"  # type: ignore[attr-defined]
+
     def grads(g: Tensor) -> list[Tensor]:
-        g2 = g if g.dim() == 2 else g.flatten(0, -2)
-        return [torch.mm(g2.t(), x if x.dim() == 2 else x.reshape(-1, n_in)) if k else g2.sum(0) for k in kinds]
+        g2 = g if g.dim() == 2 else g.reshape(-1, g.shape[-1])  # what the view's backward hands addmm/mm
+        # the bias: sum_to of the gradient its node got (the n-d one after add, the 2-d one in addmm)
+        return [torch.mm(g2.t(), x if x.dim() == 2 else x.reshape(-1, n_in)) if k
+                else (g.sum(tuple(range(g.dim() - 1))) if add else g2.sum(0)) for k in kinds]
     return grads
 
 
