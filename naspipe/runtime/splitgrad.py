@@ -92,8 +92,9 @@ class LayerCall(NamedTuple):
 
 class LayerCapture:
     """Forward hooks on each module of ``model`` that owns parameters directly; while ``active`` is a list,
-    every call of such a module whose output requires grad appends a ``LayerCall`` to it. The computation
-    is untouched: the hook returns nothing and does little (``F`` pays a few microseconds per call)."""
+    every call of such a module whose output requires grad and that used a weight needing a gradient
+    appends a ``LayerCall`` to it. The computation is untouched: the hook returns nothing and does little
+    (``F`` pays a few microseconds per call)."""
 
     def __init__(self, model: nn.Module):
         self.active: list[LayerCall] | None = None
@@ -105,6 +106,8 @@ class LayerCapture:
             return
         # under functional_call, _parameters holds the tensors passed in
         ws = [w for w in mod._parameters.values() if w is not None and w.requires_grad]
+        if not ws:  # a frozen layer: nothing for W
+            return
         self.active.append(LayerCall(mod, args[0] if args else None, out, ws))  # type: ignore[index]
 
     def remove(self) -> None:
