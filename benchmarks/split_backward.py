@@ -8,16 +8,17 @@ within each repeat (``ratio_paired_median``), utilisation, per-task overhead, an
 utilisation for both policies on the same sequence and cost model. Both runs must pass ``verify`` against
 each other's losses (same bits), which the script checks.
 
-What to expect on a CPU box: the split gains where a stage would otherwise idle waiting for a whole
-downstream backward (the simulator's utilisation rises), but it costs one extra task per subnet and stage
-and, off stage 0, more CPU than one backward: the layer calls run on local graphs
-(``naspipe.runtime.splitgrad``), so ``W`` is one ``autograd.grad`` over all of them (about 2 ms of CPU on
-tiny-transformer's second stage, where it cost about 4 ms when each layer's call walked the whole stage
-graph), but ``B`` now makes one nested ``autograd.grad`` per layer call (about 3.9 ms against 3.2 ms for a
-whole backward). The presets here are overhead-bound; models with larger layers amortise the per-call cost.
-The row also carries the simulator's prediction from these measured per-stage costs
-(``simulated_ratio_measured_costs``, csp-bw speed / csp speed) beside the cost model's (``simulated_ratio``,
-utilisation ratio), so prediction and measurement can be compared.
+What to expect on a CPU box: the split gains where a stage would otherwise idle waiting for a whole downstream
+backward (the simulator's utilisation rises), but it costs one extra task per subnet and stage. ``B`` is one
+``autograd.grad`` for the stage input that runs no weight-gradient kernel and ``W`` computes the weight
+gradients of Linear, LayerNorm and Conv explicitly (``naspipe.runtime.splitgrad``, ``naspipe.runtime.wgrad``),
+so B + W cost one backward's kernels plus Python dispatch per layer call in ``W`` (a full backward dispatches
+in C++); how the backward divides between them depends on the model: on tiny-transformer's second stage most
+of it is input gradient (attention, softmax, norms), so ``B`` stays most of a backward and the critical path
+shortens little; on sparse-mlp the weight half is the larger. ``measured_stage_costs_s`` holds the per-stage
+CPU medians (F, full backward, F with the layer capture, B, W). The row also carries the simulator's
+prediction from these measured costs (``simulated_ratio_measured_costs``, csp-bw speed / csp speed) beside the
+cost model's (``simulated_ratio``, utilisation ratio), so prediction and measurement can be compared.
 
 Run: ``.venv/bin/python benchmarks/split_backward.py [--spaces sparse-mlp,tiny-transformer] [--subnets 150]
 [--repeats 2]``
