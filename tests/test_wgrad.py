@@ -148,3 +148,29 @@ def test_presets_split_bit_for_bit_on_the_explicit_path(space, lo, shared):
 def test_a_user_supernet_with_odd_layers_splits_bit_for_bit(shared):
     explicit, calls = _split_equals_full("user_supernets:odd", shared, 1, subnets=12)
     assert 0 < explicit < calls  # both paths were taken
+
+
+def test_measured_costs_carry_the_input_gradient_share_the_simulator_splits_by():
+    """``naspipe profile`` measures the split backward's B per candidate; the space built from the profile
+    hands it to the cost model, so a simulated ``csp-bw`` uses the measured B and W."""
+    import naspipe
+    from naspipe.sched.tasks import BACKWARD, WEIGHT, Task
+    from naspipe.sim.costs import CostModel
+    from naspipe.supernet import load_spec
+
+    sn = load_spec("user_supernets:good")
+    costs = naspipe.measure_costs(sn, repeats=2)
+    shares = {(b, n): c["bwd_input_share"] for b, cs in costs["candidates"].items() for n, c in cs.items()}
+    assert all(0.0 <= v <= 1.0 for v in shares.values())
+    assert shares[("inp", "inp")] == 0.0  # the batch input takes no gradient: B computes nothing
+    assert all(v > 0 for (b, _), v in shares.items() if b != "inp")
+    sp = naspipe.resolve_space(sn.with_costs(costs))
+    cand = sp.blocks[1].candidates[0]
+    assert cand.bwd_input_share == shares[("b0", cand.name)]
+    part = naspipe.partition(sp, 2)
+    subs = [tuple(0 for _ in range(sp.num_blocks))]
+    cm = CostModel(sp, part, subs, split_backward=True)
+    blocks = part.blocks(1)
+    b, w = cm.duration(Task(BACKWARD, 0, 1)), cm.duration(Task(WEIGHT, 0, 1))
+    assert b == pytest.approx(sum(sp.candidate(k, 0).bwd * sp.candidate(k, 0).bwd_input_share for k in blocks))
+    assert b + w == pytest.approx(sum(sp.candidate(k, 0).bwd for k in blocks))
