@@ -1,7 +1,7 @@
 """Explicit weight gradients (``naspipe.runtime.wgrad``) and the split backward on odd layer types.
 
 * unit: for Linear (2-d, 3-d, 4-d, contiguous or not, with and without bias), LayerNorm (with and without
-  bias) and Conv1d/Conv2d (padding, dilation, stride, groups, without bias), on contiguous and
+  bias) and Conv1d/Conv2d (padding, reflect padding, dilation, stride, groups, without bias), on contiguous and
   non-contiguous inputs and gradients, the explicit gradient has the bits of autograd's; a layer without a
   rule (Embedding, a Linear subclass with its own forward, GroupNorm) has no recipe;
 * split backward on every preset with a torch model and on a user supernet with odd layers (a Linear
@@ -43,6 +43,7 @@ LAYERS = [
     (lambda: nn.Conv1d(16, 8, 3, stride=2, dilation=2, padding=1, groups=4, bias=False), (5, 16, 13), False),
     (lambda: nn.Conv2d(8, 8, 3, padding=1, groups=8), (16, 8, 8, 8), True),
     (lambda: nn.Conv2d(1, 8, 3, padding="same"), (16, 1, 8, 8), True),
+    (lambda: nn.Conv2d(4, 4, 2, padding="same", padding_mode="reflect"), (6, 4, 7, 7), False),
 ]
 
 

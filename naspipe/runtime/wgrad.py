@@ -13,7 +13,8 @@ gradient has the same bits as in one full backward:
   (the engine's ``sum_to``: the n-d gradient after ``add``, the 2-d one in ``addmm``; on a non-contiguous
   gradient the two differ in the last bits);
 * ``nn.LayerNorm``: ``native_layer_norm_backward`` with the saved mean and rstd, input gradient masked off;
-* ``nn.Conv1d/2d/3d``: ``convolution_backward`` with the saved (padded) input, input gradient masked off.
+* ``nn.Conv1d/2d/3d``: ``convolution_backward`` with the saved input (padded first for a padding mode other
+  than zeros), input gradient masked off.
 
 ``recipe`` returns None for anything else (another module type, a subclass with its own ``forward``, a
 weight that is not the node's, an unexpected graph shape); the caller then falls back to
@@ -23,6 +24,7 @@ weight that is not the node's, an unexpected graph shape); the caller then falls
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -70,10 +72,9 @@ def _conv(fn: object, weights: Sequence[Tensor]) -> Recipe | None:
     slots = _slots(fn, weights, (1, 2))
     if slots is None:
         return None
-    f = fn
-    args = (f._saved_input, f._saved_weight, f._saved_bias_sym_sizes_opt, f._saved_stride,  # type: ignore[attr-defined]
-            f._saved_padding, f._saved_dilation, f._saved_transposed, f._saved_output_padding,  # type: ignore[attr-defined]
-            f._saved_groups)  # type: ignore[attr-defined]
+    f: Any = fn
+    args = (f._saved_input, f._saved_weight, f._saved_bias_sym_sizes_opt, f._saved_stride, f._saved_padding,
+            f._saved_dilation, f._saved_transposed, f._saved_output_padding, f._saved_groups)
     mask = [False, 0 in slots, 1 in slots]
 
     def grads(g: Tensor) -> list[Tensor]:
@@ -127,6 +128,6 @@ def recipe(mod: nn.Module, x: object, out: Tensor, weights: Sequence[Tensor]) ->
         return _linear(x, fn, weights)
     if fwd is nn.LayerNorm.forward:
         return _layer_norm(fn, weights)
-    if fwd in _CONVS and getattr(mod, "padding_mode", "zeros") == "zeros":
+    if fwd in _CONVS:  # (another padding mode pads first: the node saved the padded input)
         return _conv(fn, weights)
     return None
