@@ -63,17 +63,19 @@ def _stage_costs(space: Any, part: Any, s: int, seed: int, sh: Any, samples: int
     model = build_stage(space, range(lo, hi), seed, sh)
     last = hi == space.num_blocks
     targets = BlockTargets(model)
-    capture = LayerCapture(model)
     stream = UniformStream(space, seed, samples + 2)
     rows: dict[str, list[float]] = {"F": [], "full": [], "F_split": [], "B": [], "W": []}
 
-    def fwd(x0: Any, sub: Any, batch: Any, blocks: list | None = None, layers: list | None = None) -> Any:
+    def fwd(x0: Any, sub: Any, batch: Any, capture: LayerCapture | None = None, blocks: list | None = None,
+            layers: list | None = None) -> Any:
         x = x0 if head is None else x0.detach().clone().requires_grad_(True)
-        capture.active = layers
+        if capture is not None:
+            capture.active = layers
         try:
             y = model(x, sub, capture=blocks)
         finally:
-            capture.active = None
+            if capture is not None:
+                capture.active = None
         return x, (model.loss(y, target_of(space, batch)) if last else y)
 
     for j in range(samples + 2):
@@ -94,17 +96,18 @@ def _stage_costs(space: Any, part: Any, s: int, seed: int, sh: Any, samples: int
         else:
             blocks: list = []
             layers: list = []
+            capture = LayerCapture(model)  # (csp's F runs without the hooks: they are there only for this)
             c2b = time.process_time()
-            x, y = fwd(x0, sub, batch, blocks, layers)
+            x, y = fwd(x0, sub, batch, capture, blocks, layers)
             c3 = time.process_time()
             _, seen = input_grad(y, x, g, [*blocks, *(c.out for c in layers)])
             c4 = time.process_time()
             weight_grads(blocks, seen[:len(blocks)], targets.targets(sub, None), layers, seen[len(blocks):])
             f_t, b_t, w_t = c3 - c2b, c4 - c3, time.process_time() - c4
+            capture.remove()
         if j >= 2:
             for k, v in (("F", c1 - c0), ("full", c2 - c1), ("F_split", f_t), ("B", b_t), ("W", w_t)):
                 rows[k].append(v)
-    capture.remove()
     return {k: statistics.median(v) for k, v in rows.items()}
 
 
