@@ -97,6 +97,8 @@ def _stage_costs(space: Any, part: Any, s: int, seed: int, sh: Any, samples: int
             blocks: list = []
             layers: list = []
             capture = LayerCapture(model)  # (csp's F runs without the hooks: they are there only for this)
+            with torch.no_grad():  # the same warm caches as csp's F had (its input was computed just before)
+                model(x0, sub)
             c2b = time.process_time()
             x, y = fwd(x0, sub, batch, capture, blocks, layers)
             c3 = time.process_time()
