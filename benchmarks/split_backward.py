@@ -8,16 +8,17 @@ within each repeat (``ratio_paired_median``), utilisation, per-task overhead, an
 utilisation for both policies on the same sequence and cost model. Both runs must pass ``verify`` against
 each other's losses (same bits), which the script checks.
 
-What to expect on a CPU box: the split gains where a stage would otherwise idle waiting for a whole
-downstream backward (the simulator's utilisation rises), but it costs one extra task per subnet and stage
-and, off stage 0, more CPU than one backward: the layer calls run on local graphs
-(``naspipe.runtime.splitgrad``), so ``W`` is one ``autograd.grad`` over all of them (about 2 ms of CPU on
-tiny-transformer's second stage, where it cost about 4 ms when each layer's call walked the whole stage
-graph), but ``B`` now makes one nested ``autograd.grad`` per layer call (about 3.9 ms against 3.2 ms for a
-whole backward). The presets here are overhead-bound; models with larger layers amortise the per-call cost.
-The row also carries the simulator's prediction from these measured per-stage costs
-(``simulated_ratio_measured_costs``, csp-bw speed / csp speed) beside the cost model's (``simulated_ratio``,
-utilisation ratio), so prediction and measurement can be compared.
+What to expect on a CPU box: the split gains where a stage would otherwise idle waiting for a whole downstream
+backward (the simulator's utilisation rises), but it costs one extra task per subnet and stage. ``B`` is one
+``autograd.grad`` for the stage input that runs no weight-gradient kernel and ``W`` computes the weight
+gradients of Linear, LayerNorm and Conv explicitly (``naspipe.runtime.splitgrad``, ``naspipe.runtime.wgrad``),
+so B + W cost one backward's kernels plus Python dispatch per layer call in ``W`` (a full backward dispatches
+in C++); how the backward divides between them depends on the model: on tiny-transformer's second stage most
+of it is input gradient (attention, softmax, norms), so ``B`` stays most of a backward and the critical path
+shortens little; on sparse-mlp the weight half is the larger. ``measured_stage_costs_s`` holds the per-stage
+CPU medians (F, full backward, F with the layer capture, B, W). The row also carries the simulator's
+prediction from these measured costs (``simulated_ratio_measured_costs``, csp-bw speed / csp speed) beside the
+cost model's (``simulated_ratio``, utilisation ratio), so prediction and measurement can be compared.
 
 Run: ``.venv/bin/python benchmarks/split_backward.py [--spaces sparse-mlp,tiny-transformer] [--subnets 150]
 [--repeats 2]``
@@ -49,9 +50,9 @@ POLICIES = ("csp", "csp-bw")
 
 
 def measure_stage_costs(space: Any, part: Any, seed: int, shared: str, samples: int = 12) -> list[dict[str, float]]:
-    """CPU seconds per stage of F, one full backward, and the split B and W as the executor runs them
-    (``LayerCapture`` local graphs; stage 0: B computes nothing, W one plain backward); medians over
-    ``samples`` subnets after two warm-ups, one thread."""
+    """CPU seconds per stage of F and one full backward, and of F with the layer capture and the split B and
+    W as the executor runs them (``naspipe.runtime.splitgrad``; stage 0: B computes nothing, W one plain
+    backward); medians over ``samples`` subnets after two warm-ups, one thread."""
     torch.set_num_threads(1)
     return [_stage_costs(space, part, s, seed, parse_shared(shared), samples) for s in range(part.stages)]
 
@@ -62,17 +63,19 @@ def _stage_costs(space: Any, part: Any, s: int, seed: int, sh: Any, samples: int
     model = build_stage(space, range(lo, hi), seed, sh)
     last = hi == space.num_blocks
     targets = BlockTargets(model)
-    capture = LayerCapture(model)
     stream = UniformStream(space, seed, samples + 2)
-    rows: dict[str, list[float]] = {"F": [], "full": [], "B": [], "W": []}
+    rows: dict[str, list[float]] = {"F": [], "full": [], "F_split": [], "B": [], "W": []}
 
-    def fwd(x0: Any, sub: Any, batch: Any, blocks: list | None = None, layers: list | None = None) -> Any:
+    def fwd(x0: Any, sub: Any, batch: Any, capture: LayerCapture | None = None, blocks: list | None = None,
+            layers: list | None = None) -> Any:
         x = x0 if head is None else x0.detach().clone().requires_grad_(True)
-        capture.active = layers
+        if capture is not None:
+            capture.active = layers
         try:
             y = model(x, sub, capture=blocks)
         finally:
-            capture.active = None
+            if capture is not None:
+                capture.active = None
         return x, (model.loss(y, target_of(space, batch)) if last else y)
 
     for j in range(samples + 2):
@@ -89,26 +92,30 @@ def _stage_costs(space: Any, part: Any, s: int, seed: int, sh: Any, samples: int
         torch.autograd.backward(y, g)
         c2 = time.process_time()
         if head is None:  # stage 0: B has nothing to send, W is one plain backward
-            b_t, w_t = 0.0, c2 - c1
+            f_t, b_t, w_t = c1 - c0, 0.0, c2 - c1
         else:
             blocks: list = []
             layers: list = []
-            x, y = fwd(x0, sub, batch, blocks, layers)
+            capture = LayerCapture(model)  # (csp's F runs without the hooks: they are there only for this)
+            with torch.no_grad():  # the same warm caches as csp's F had (its input was computed just before)
+                model(x0, sub)
+            c2b = time.process_time()
+            x, y = fwd(x0, sub, batch, capture, blocks, layers)
             c3 = time.process_time()
-            _, seen = input_grad(y, x, g, [*blocks, *(t for t, _ in layers)])
+            _, seen = input_grad(y, x, g, [*blocks, *(c.out for c in layers)])
             c4 = time.process_time()
             weight_grads(blocks, seen[:len(blocks)], targets.targets(sub, None), layers, seen[len(blocks):])
-            b_t, w_t = c4 - c3, time.process_time() - c4
+            f_t, b_t, w_t = c3 - c2b, c4 - c3, time.process_time() - c4
+            capture.remove()
         if j >= 2:
-            for k, v in (("F", c1 - c0), ("full", c2 - c1), ("B", b_t), ("W", w_t)):
+            for k, v in (("F", c1 - c0), ("full", c2 - c1), ("F_split", f_t), ("B", b_t), ("W", w_t)):
                 rows[k].append(v)
-    capture.remove()
     return {k: statistics.median(v) for k, v in rows.items()}
 
 
 class MeasuredCosts:
-    """Per-stage measured durations for the simulator (the same for every subnet): F, and either one full
-    backward (``csp``) or the split B and W (``csp-bw``)."""
+    """Per-stage measured durations for the simulator (the same for every subnet): either F and one full
+    backward (``csp``) or F with the layer capture and the split B and W (``csp-bw``)."""
 
     def __init__(self, stages: list[dict[str, float]], split: bool, batch_size: int):
         self.stages, self.split, self.batch_size = stages, split, batch_size
@@ -116,7 +123,7 @@ class MeasuredCosts:
     def duration(self, task: Task) -> float:
         c = self.stages[task.stage]
         if task.kind == FORWARD:
-            return c["F"]
+            return c["F_split"] if self.split else c["F"]
         if task.kind == BACKWARD:
             return c["B"] if self.split else c["full"]
         return c["W"]

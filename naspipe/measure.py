@@ -1,13 +1,14 @@
 """Costs from measurement: each candidate's forward and backward time, parameter and activation bytes.
 
-Why it exists: the scheduler, the partitioner, the memory plan and the simulated Gantt twin all read a
-space's per-candidate costs; for a user's own supernet only a measurement on the chosen device can give
-them. ``measure_costs`` builds every block alone (exactly as a one-block stage would), feeds each candidate
-the previous block's output, and times ``repeats`` forwards and backwards after a warm-up (the median; on
-CUDA with synchronisation). Activation bytes are the bytes autograd saves for the backward, counted with
-``torch.autograd.graph.saved_tensors_hooks``, per sample; ``message_bytes`` is the largest block output
-per sample. The result is plain JSON (``save_costs``) that ``Supernet(costs=...)`` and
-``--space module:function`` (from ``<module>.<function>.costs.json``) read back.
+Why it exists: the scheduler, the partitioner, the memory plan and the simulated Gantt twin all read a space's
+per-candidate costs; for a user's own supernet only a measurement on the chosen device can give them.
+``measure_costs`` builds every block alone (exactly as a one-block stage would), feeds each candidate the
+previous block's output, and times ``repeats`` forwards and backwards after a warm-up (the median; on CUDA
+with synchronisation), and the backward for the input gradient alone (the split backward's ``B``). Activation
+bytes are the bytes autograd saves for the backward, counted with
+``torch.autograd.graph.saved_tensors_hooks``, per sample; ``message_bytes`` is the largest block output per
+sample. The result is plain JSON (``save_costs``) that ``Supernet(costs=...)`` and ``--space module:function``
+(from ``<module>.<function>.costs.json``) read back.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from naspipe.space import SearchSpace, resolve_space
 
 def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: int = 1,
                   seed: int = 0) -> dict[str, Any]:
-    """``{"candidates": {label: {name: {fwd, bwd, param_bytes, act_bytes}}}, "message_bytes": ..., ...}``."""
+    """``{"candidates": {label: {name: {fwd, bwd, bwd_input_share, param_bytes, act_bytes}}},
+    "message_bytes": ..., ...}``; ``bwd_input_share``: the median input-gradient-only backward (the split
+    backward's ``B``) over the median full backward, which the simulator's ``csp-bw`` splits ``bwd`` by."""
     import torch
 
     from naspipe.models import build_stage, input_of, make_batch, target_of
@@ -49,7 +52,7 @@ def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: in
             nxt = None
             for c, cand in enumerate(blk.candidates):
                 mod = stage.candidate(b, c)
-                fwd, bwd, saved = [], [], 0
+                fwd, bwd, bin_, saved = [], [], [], 0
                 for r in range(repeats + 1):
                     xin = x.detach().requires_grad_(x.is_floating_point())
                     sizes: list[int] = []
@@ -74,11 +77,15 @@ def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: in
                         bwd.append(t2 - t1)
                         saved = sum(sizes)
                     mod.zero_grad(set_to_none=True)
+                    if r:  # block 0's input (the batch) never takes a gradient: its B computes nothing
+                        bin_.append(_input_backward(mod, stage, x, target, b == last, sync) if b else 0.0)
                 if nxt is None:
                     nxt = y.detach()
                 params = sum(p.numel() * p.element_size() for p in mod.parameters())
+                med_bwd = statistics.median(bwd)
                 out.setdefault(blk.name, {})[cand.name] = {
-                    "fwd": statistics.median(fwd), "bwd": statistics.median(bwd),
+                    "fwd": statistics.median(fwd), "bwd": med_bwd,
+                    "bwd_input_share": min(1.0, statistics.median(bin_) / med_bwd) if med_bwd > 0 else 0.5,
                     "param_bytes": int(params), "act_bytes": int(saved // bs)}
             if b < last:
                 message = max(message, nxt.numel() * nxt.element_size() // bs)
@@ -87,6 +94,25 @@ def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: in
                 "batch_size": sp.batch_size, "message_bytes": int(message), "candidates": out}
     finally:
         torch.set_num_threads(old)
+
+
+def _input_backward(mod: Any, stage: Any, x: Any, target: Any, last: bool, sync: Any) -> float:
+    """Seconds of the split backward's ``B`` on a fresh forward: the input gradient alone
+    (``torch.autograd.grad``, no weight-gradient kernel); 0 where the input takes no gradient (token ids)."""
+    import torch
+
+    if not x.is_floating_point():
+        return 0.0
+    xin = x.detach().requires_grad_(True)
+    y = mod(xin)
+    res = stage.loss(y, target) if last else y
+    if not res.requires_grad:
+        return 0.0
+    sync()
+    t = time.perf_counter()
+    torch.autograd.grad(res, xin, None if res.dim() == 0 else torch.ones_like(res), allow_unused=True)
+    sync()
+    return time.perf_counter() - t
 
 
 def save_costs(costs: dict[str, Any], path: str | Path) -> Path:

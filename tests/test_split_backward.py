@@ -91,7 +91,7 @@ def test_split_gradients_equal_one_full_backward_bit_for_bit(space, shared, wher
         x, leaves, out = run(blocks)
         capture.active = None
         assert len(blocks) == hi - lo and layers
-        gin, seen = input_grad(out, x, g_out, [*blocks, *(t for t, _ in layers)])
+        gin, seen = input_grad(out, x, g_out, [*blocks, *(c.out for c in layers)])
         block_grads, layer_grads = seen[:len(blocks)], seen[len(blocks):]
         assert x.grad is None and all(g is not None for g in block_grads)
         ts_split = targets.targets(subnet, leaves)

@@ -102,3 +102,56 @@ def not_a_supernet() -> dict:
 def attribute_label() -> naspipe.Supernet:
     return naspipe.Supernet(_blocks(b1={"h8": lambda: Res(8), "add_module": lambda: Res(16)}), data=data,
                             loss=F.cross_entropy, batch_size=16)
+
+
+# ---- odd layer types, for the split backward (tests/test_wgrad.py) ----------------------------------------------
+class _Twice(nn.Module):
+    """One Linear called twice: its weight gets two contributions (the block-level fallback's case)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.lin(torch.tanh(self.lin(x)))
+
+
+class _Scaled(nn.Linear):
+    """A Linear subclass with its own forward (no explicit rule applies) and a parameter used directly."""
+
+    def __init__(self):
+        super().__init__(WIDTH, WIDTH, bias=False)
+        self.gain = nn.Parameter(torch.linspace(0.5, 1.5, WIDTH))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + super().forward(x) * self.gain
+
+
+class _Seq(nn.Module):
+    """Conv1d (dilation, groups, no bias) over a reshaped view, a transposed (non-contiguous) Linear
+    input, LayerNorm without bias, GroupNorm, PReLU and a bilinear layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(2, 2, 3, dilation=2, padding=2, groups=2, bias=False)
+        self.mix = nn.Linear(2, 2)
+        self.norm = nn.LayerNorm(WIDTH, bias=False)
+        self.group = nn.GroupNorm(2, 2)
+        self.act = nn.PReLU()
+        self.bil = nn.Bilinear(WIDTH, WIDTH, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv(x.reshape(x.shape[0], 2, WIDTH // 2))  # (B, 2, 6)
+        h = self.group(h)
+        h = self.mix(h.transpose(1, 2)).transpose(1, 2).reshape(x.shape[0], WIDTH)  # Linear on a transpose
+        h = self.act(self.norm(h))
+        return x + self.bil(h, x)
+
+
+def odd() -> naspipe.Supernet:
+    cands = {"twice": _Twice, "scaled": _Scaled, "seq": _Seq, "h8": lambda: Res(8)}
+    blocks = [naspipe.Fixed("inp", lambda: nn.Linear(6, WIDTH))]
+    blocks += [naspipe.Choice(f"b{i}", cands) for i in range(3)]
+    blocks.append(naspipe.Fixed("norm", lambda: nn.LayerNorm(WIDTH)))
+    blocks.append(naspipe.Fixed("out", lambda: nn.Linear(WIDTH, 3)))
+    return naspipe.Supernet(blocks, data=data, loss=F.cross_entropy, batch_size=16, name="user-odd")

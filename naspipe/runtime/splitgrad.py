@@ -2,32 +2,32 @@
 
 Why it exists: zero-bubble pipelines split a stage's backward into ``B`` (the gradient with respect to the
 stage input, which the upstream stage waits for) and ``W`` (the gradients with respect to the weights, which
-only the update needs). This module does that split with autograd alone, no hand-written gradients
-(TECHNIQUES section 8), at the granularity of the *layers that own weights* (Linear, Conv, LayerNorm, ...):
+only the update needs). This module does that split the way zero-bubble implementations do, at the
+granularity of the *layers that own weights* (Linear, Conv, LayerNorm, ...):
 
 * during ``F``, ``LayerCapture`` (forward hooks on every module that owns parameters directly) records each
-  such layer call's output and the weight tensors it used (under ``functional_call`` these are the
-  fixed-version leaves); the stage model also records each block's output (``StageModel.capturing``);
-* ``input_grad`` (``B``) registers a hook on each recorded output, calls
-  ``torch.autograd.grad(out, x, grad_outputs=g, retain_graph=True)`` and returns the input gradient together
-  with the gradient every recorded output received (what the hooks saw);
-* ``weight_grads`` (``W``) calls ``torch.autograd.grad(layer_out, layer_weights, grad_outputs=captured)``
-  per layer call: for a Linear that is just the weight and bias gradient kernels, nothing of ``B`` is
-  recomputed. Weights a layer capture cannot cover (a module called twice, a weight used outside its
-  module's ``forward`` such as a position table sliced directly, an output that got no gradient in ``B``)
-  fall back to ``torch.autograd.grad(block_out, block_weights, ...)`` per block, which recomputes the
-  block's internal backward but is just as exact.
+  such layer call: the module, its input, its output and the weight tensors it used (under
+  ``functional_call`` the fixed-version leaves); the stage model also records each block's output
+  (``StageModel.capturing``). The computation is untouched;
+* ``input_grad`` (``B``) is ONE ``torch.autograd.grad`` with the stage input and every recorded output as
+  its inputs: autograd runs no weight-gradient kernel (a weight's edge leads to no requested input), so
+  ``B`` costs the input-gradient part of a backward, and the engine hands back the gradient every recorded
+  output received (fully accumulated, what its node gets in a full backward);
+* ``weight_grads`` (``W``) computes each layer call's weight gradients from that output gradient: for
+  ``nn.Linear``, ``nn.LayerNorm`` and ``nn.Conv1d/2d/3d`` explicitly, with the very kernels autograd would
+  call on the tensors their nodes saved (``naspipe.runtime.wgrad``); for any other layer by
+  ``torch.autograd.grad(layer_out, weights)`` (exact, but it walks the graph behind the output). Weights a
+  layer call cannot cover (a module called twice, a weight used outside its module's ``forward`` such as a
+  position table sliced directly, an output that got no gradient in ``B``) fall back to
+  ``torch.autograd.grad(block_out, block_weights, ...)`` per block, which recomputes the block's internal
+  backward but is just as exact.
 
-Capturing per *block* only (one ``autograd.grad`` per block in ``W``) would be simpler, but then ``W``
-re-runs the whole inside of each block (attention, norms) down to its first layer: measured on
-tiny-transformer, B + W cost about 2.5x one backward; per layer they cost about one backward.
-
-Bit-identity with one full backward: each weight gradient is computed by the same autograd node from the
-same incoming gradient, and each target tensor gets its gradient from exactly one ``autograd.grad`` call
-(no sum is reordered; a weight shared by two layer calls goes to the block-level fallback, which
-accumulates in the engine's order as the full backward does). The output gradient a hook sees is the fully
-accumulated one, as in the full backward. Assumption: a weight used by a captured layer call is not also
-used outside any module call in the same block (a tied weight read directly); tests check the presets.
+Bit-identity with one full backward: each weight gradient is computed by the same kernel from the same
+incoming gradient and saved tensors as in the full backward, and each target tensor gets its gradient from
+exactly one call (no sum is reordered; a weight shared by two layer calls goes to the block-level fallback,
+which accumulates in the engine's order as the full backward does). Assumption: a weight used by a captured
+layer call is not also used outside any module call in the same block (a tied weight read directly); tests
+check the presets and a user supernet.
 
 ``BlockTargets`` maps each block of a stage to the tensors its weight gradients are taken for: the
 candidate the subnet uses (parameters that require grad) and, for a fixed block, its fixed-version leaves
@@ -37,11 +37,13 @@ candidate the subnet uses (parameters that require grad) and, for a fixed block,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from naspipe.models import StageModel
+from naspipe.runtime.wgrad import recipe
 
 
 class BlockTargets:
@@ -60,13 +62,17 @@ class BlockTargets:
                 prefix = f"{space.blocks[b].name}."
                 self._fixed_names[b] = [n for n in live if n.startswith(prefix)]
         self._live = live
+        self._cands: dict[tuple[int, int], list[Tensor]] = {}
 
     def targets(self, subnet: Sequence[int], leaves: Mapping[str, Tensor] | None) -> list[list[Tensor]]:
         """One list per block (in block order) of the tensors needing a weight gradient; may be empty."""
         out: list[list[Tensor]] = []
         for b, fixed in zip(self.blocks, self.fixed, strict=True):
             if not fixed:
-                out.append([p for p in self._model.candidate_parameters(b, subnet[b]) if p.requires_grad])
+                key = (b, subnet[b])
+                if key not in self._cands:  # a candidate's parameters are fixed objects: listed once
+                    self._cands[key] = [p for p in self._model.candidate_parameters(*key) if p.requires_grad]
+                out.append(self._cands[key])
             elif leaves is not None:
                 out.append([leaves[n] for n in self._fixed_names[b] if leaves[n].requires_grad])
             else:
@@ -74,85 +80,35 @@ class BlockTargets:
         return out
 
 
-class _Local:
-    """One layer call run on a local graph: its detached input, its output there, and (after ``B``) the
-    gradient its output received."""
+class LayerCall(NamedTuple):
+    """One call of a weight-owning layer recorded in ``F``: the module, its input, its output and the weights it used
+    (those needing a gradient); ``W`` asks ``naspipe.runtime.wgrad`` how to compute their gradients."""
 
-    __slots__ = ("x_local", "out_local", "grad")
-
-    def __init__(self, x_local: Tensor) -> None:
-        self.x_local = x_local
-        self.out_local: Tensor | None = None
-        self.grad: Tensor | None = None
-
-
-class _Reattach(torch.autograd.Function):
-    """Joins a layer call's local graph to the stage graph: forward passes the local output on; backward
-    keeps the output gradient for ``W``, computes the input gradient on the local graph alone and passes
-    the output gradient into the local graph too (for a caller that asks for weight gradients through the
-    stage graph, such as the per-block fallback; ``B``, which asks for the input gradient only, never runs
-    the local graph that way)."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, out_local: Tensor, rec: _Local) -> Tensor:  # noqa: ANN001
-        ctx.rec = rec
-        return out_local.view_as(out_local)
-
-    @staticmethod
-    def backward(ctx, g: Tensor) -> tuple[Tensor | None, Tensor, None]:  # noqa: ANN001
-        rec = ctx.rec
-        rec.grad = g
-        gx = None
-        if rec.x_local.requires_grad and ctx.needs_input_grad[0]:
-            (gx,) = torch.autograd.grad(rec.out_local, rec.x_local, grad_outputs=g, retain_graph=True)
-        return gx, g, None
+    module: nn.Module
+    input: object  # the call's first argument
+    out: Tensor
+    weights: list[Tensor]
 
 
 class LayerCapture:
     """Forward hooks on each module of ``model`` that owns parameters directly; while ``active`` is a list,
-    every call of such a module whose output requires grad appends ``(output, weights used)`` to it.
+    every call of such a module whose output requires grad and that used a weight needing a gradient
+    appends a ``LayerCall`` to it. The computation is untouched: the hook returns nothing and does little
+    (``F`` pays a few microseconds per call)."""
 
-    ``local`` (the default): a call whose only tensor argument needing a gradient is its first runs on a
-    *local graph*: its input is detached at the boundary, and ``_Reattach`` joins the call's output to the
-    stage graph, so ``W`` walks the layers alone (all of them in one ``autograd.grad``) instead of
-    everything back to the stage input. The recorded output is then the local one; ``input_grad`` reads its
-    gradient from the join."""
-
-    def __init__(self, model: nn.Module, local: bool = True):
-        self.active: list[tuple[Tensor, list[Tensor]]] | None = None
-        self.local = local
-        self._open: dict[int, list[tuple[Tensor, _Local]]] = {}
+    def __init__(self, model: nn.Module):
+        self.active: list[LayerCall] | None = None
         mods = [m for m in model.modules() if any(p is not None for p in m._parameters.values())]
         self._handles = [m.register_forward_hook(self._hook) for m in mods]
-        if local:
-            self._handles += [m.register_forward_pre_hook(self._pre_hook) for m in mods]
 
-    def _pre_hook(self, mod: nn.Module, args: tuple) -> tuple | None:
-        if self.active is None or not args or not isinstance(args[0], Tensor):
-            return None
-        if any(isinstance(a, Tensor) and a.requires_grad for a in args[1:]):
-            return None
-        x = args[0]
-        rec = _Local(x.detach().requires_grad_(x.requires_grad))
-        self._open.setdefault(id(mod), []).append((x, rec))
-        return (rec.x_local, *args[1:])
-
-    def _hook(self, mod: nn.Module, args: object, out: object) -> Tensor | None:
-        opened = self._open.get(id(mod))
-        x_rec = opened.pop() if opened else None
+    def _hook(self, mod: nn.Module, args: object, out: object) -> None:
         if self.active is None or not isinstance(out, Tensor) or not out.requires_grad:
-            return None
-        ws = [getattr(mod, n) for n in mod._parameters]  # under functional_call: the tensors passed in
-        ws = [w for w in ws if isinstance(w, Tensor) and w.requires_grad]
-        if x_rec is None:
-            self.active.append((out, ws))
-            return None
-        x, rec = x_rec
-        rec.out_local = out
-        joined = _Reattach.apply(x, out, rec)
-        out._naspipe_local = rec  # type: ignore[attr-defined]  # input_grad reads the gradient here
-        self.active.append((out, ws))
-        return joined
+            return
+        # under functional_call, _parameters holds the tensors passed in
+        ws = [w for w in mod._parameters.values() if w is not None and w.requires_grad]
+        if not ws:  # a frozen layer: nothing for W
+            return
+        self.active.append(LayerCall(mod, args[0] if args else None, out, ws))  # type: ignore[index]
 
     def remove(self) -> None:
         for h in self._handles:
@@ -166,76 +122,57 @@ def input_grad(out: Tensor, x: Tensor, grad: Tensor | None, outs: Sequence[Tenso
     and the gradient each of ``outs`` (block and layer outputs) received on the way (None for one that got
     none).
 
-    The graph is retained for ``weight_grads``.
+    One ``autograd.grad`` with ``x`` and ``outs`` as its inputs: the engine captures each output's fully
+    accumulated gradient (what its node receives in a full backward) and runs no weight-gradient kernel (no
+    requested input lies behind a weight's edge). The graph is retained for ``weight_grads``.
     """
+    idx = [i for i, t in enumerate(outs) if t.requires_grad and t is not out]
+    got = torch.autograd.grad(out, [x, *(outs[i] for i in idx)], grad_outputs=grad, retain_graph=True,
+                              allow_unused=True)
     seen: list[Tensor | None] = [None] * len(outs)
-    handles = []
-
-    def keep(i: int):
-        def hook(g: Tensor) -> None:
-            seen[i] = g
-        return hook
-
-    local: list[tuple[int, _Local]] = []
-    for i, t in enumerate(outs):
-        rec = getattr(t, "_naspipe_local", None)
-        if rec is not None:
-            rec.grad = None
-            local.append((i, rec))
-        elif t.requires_grad:
-            handles.append(t.register_hook(keep(i)))
-    try:
-        (gin,) = torch.autograd.grad(out, x, grad_outputs=grad, retain_graph=True)
-    finally:
-        for h in handles:
-            h.remove()
-    for i, rec in local:
-        seen[i] = rec.grad
+    for i, g in zip(idx, got[1:], strict=True):
+        seen[i] = g
     for i, t in enumerate(outs):  # the root itself: its gradient is the seed
-        if seen[i] is None and t is out and t.requires_grad:
+        if t is out and t.requires_grad:
             seen[i] = grad if grad is not None else torch.ones_like(out)
+    gin = got[0]
+    if gin is None:
+        raise RuntimeError("the stage output does not depend on its input")
     return gin, seen
 
 
 def weight_grads(block_outs: Sequence[Tensor], block_grads: Sequence[Tensor | None],
-                 targets: Sequence[Sequence[Tensor]], layers: Sequence[tuple[Tensor, list[Tensor]]] = (),
+                 targets: Sequence[Sequence[Tensor]], layers: Sequence[LayerCall] = (),
                  layer_grads: Sequence[Tensor | None] = ()) -> dict[Tensor, Tensor | None]:
     """``W``: the gradients of ``targets`` (per block) as tensor -> gradient, per layer call where possible
-    (``layers``: ``(output, weights)`` with the output gradients ``layer_grads``), else per block.
+    (``layers``, with their output gradients ``layer_grads``): explicitly where the call has a recipe, else
+    by ``autograd.grad`` from the call's output; the rest per block.
 
     A target that does not influence its block's output gets None, as ``.grad`` would stay None in a full
     backward. The graph is retained (dropping the stash frees it).
     """
-    wanted = {t for ts in targets for t in ts}
-    uses: dict[Tensor, int] = {}
-    for _, ws in layers:
-        for w in ws:
-            uses[w] = uses.get(w, 0) + 1
-    grads: dict[Tensor, Tensor | None] = {}
-    # layer calls on local graphs (LayerCapture's default) share no node: one autograd.grad over all of them
-    # computes each weight's gradient from its own call alone, in one walk of the small local graphs
-    roots, seeds, inputs = [], [], []
-    for (t_out, ws), g in reversed(list(zip(layers, layer_grads, strict=True))):
-        mine = [w for w in ws if w in wanted]
-        if g is None or not mine or any(uses[w] > 1 for w in mine):
-            continue  # left to the block-level fallback
-        if getattr(t_out, "_naspipe_local", None) is not None:
-            roots.append(t_out)
-            seeds.append(g)
-            inputs += mine
-            continue
-        got = torch.autograd.grad(t_out, mine, grad_outputs=g, retain_graph=True, allow_unused=True)
-        grads.update(zip(mine, got, strict=True))
-    if roots:
-        got = torch.autograd.grad(roots, inputs, grad_outputs=seeds, retain_graph=True, allow_unused=True)
-        grads.update(zip(inputs, got, strict=True))
-    for t_out, g, ts in reversed(list(zip(block_outs, block_grads, targets, strict=True))):
-        rest = [t for t in ts if t not in grads]
-        if not rest:
-            continue
-        if g is None or not t_out.requires_grad:
-            grads.update({t: None for t in rest})
-            continue
-        got = torch.autograd.grad(t_out, rest, grad_outputs=g, retain_graph=True, allow_unused=True)
-        grads.update(zip(rest, got, strict=True))
-    return grads
+    wanted = {id(t) for ts in targets for t in ts}
+    uses: dict[int, int] = {}
+    for call in layers:
+        for w in call.weights:
+            uses[id(w)] = uses.get(id(w), 0) + 1
+    grads: dict[int, Tensor | None] = {}
+    with torch.no_grad():  # the explicit kernels build no graph; autograd.grad below is unaffected
+        for call, g in reversed(list(zip(layers, layer_grads, strict=True))):
+            mine = [w for w in call.weights if id(w) in wanted]
+            if g is None or not mine or any(uses[id(w)] > 1 for w in mine):
+                continue  # left to the block-level fallback
+            explicit = recipe(call.module, call.input, call.out, mine)
+            got = explicit(g) if explicit is not None else torch.autograd.grad(
+                call.out, mine, grad_outputs=g, retain_graph=True, allow_unused=True)
+            grads.update(zip(map(id, mine), got, strict=True))
+        for t_out, g, ts in reversed(list(zip(block_outs, block_grads, targets, strict=True))):
+            rest = [t for t in ts if id(t) not in grads]
+            if not rest:
+                continue
+            if g is None or not t_out.requires_grad:
+                grads.update((id(t), None) for t in rest)
+                continue
+            got = torch.autograd.grad(t_out, rest, grad_outputs=g, retain_graph=True, allow_unused=True)
+            grads.update(zip(map(id, rest), got, strict=True))
+    return {t: grads[id(t)] for ts in targets for t in ts}

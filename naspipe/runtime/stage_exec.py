@@ -13,18 +13,18 @@ tensor into the tensor to send.
   the last stage); returns the input gradient to send upstream (None when the input needs none); hands
   the parameter gradients to the policy's update rule (``naspipe.runtime.updates``), applies the update
   and drops the stash.
-* ``B(j)`` with a split backward (``csp-bw``, write kind ``W``): only the input gradient,
-  ``torch.autograd.grad(out, x, retain_graph=True)``, while hooks record the output gradient of each block
-  and of each weight-owning layer call captured in ``F``
-  (``naspipe.runtime.splitgrad``); returns it at once for the upstream stage. Where the input needs no
-  gradient (stage 0) ``B`` computes nothing: all of the backward is weight gradients and waits for ``W``.
+* ``B(j)`` with a split backward (``csp-bw``, write kind ``W``): only the input gradient, one
+  ``torch.autograd.grad`` for the stage input that also hands back the output gradient of each block and
+  of each weight-owning layer call captured in ``F`` (``naspipe.runtime.splitgrad``); no weight-gradient
+  kernel runs; returns it at once for the upstream stage. Where the input needs no gradient (stage 0)
+  ``B`` computes nothing: all of the backward is weight gradients and waits for ``W``.
 * ``W(j)`` (split backward): the weight gradients of the candidates ``j`` used and of the fixed-version
-  leaves (``delayed:D``, ``serial``), one ``torch.autograd.grad`` per weight-owning layer call from the
-  output gradient recorded in ``B`` (per block where a layer cannot be used; on stage 0: one plain
-  backward, the cheapest way to get only weight gradients); they are put
-  on ``.grad`` where the update rule reads them (``rule.after_backward``), the update is applied
-  (``rule.write``) and the stash, graph included, is dropped. Per-block weight gradients are bit-identical
-  to one full backward (tests/test_split_backward.py), so ``csp-bw`` reproduces the sequential run.
+  leaves (``delayed:D``, ``serial``), per layer call from the output gradient recorded in ``B``
+  (explicitly for Linear, LayerNorm and Conv, ``naspipe.runtime.wgrad``; per block where a layer cannot be
+  used; on stage 0: one plain backward, the cheapest way to get only weight gradients); they are put on
+  ``.grad`` where the update rule reads them (``rule.after_backward``), the update is applied
+  (``rule.write``) and the stash, graph included, is dropped. The split gradients are bit-identical to one
+  full backward (tests/test_split_backward.py), so ``csp-bw`` reproduces the sequential run.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from torch import Tensor
 from naspipe.models import StageModel, input_of, make_batch, target_of
 from naspipe.models.shards import input_batch_dim, shard
 from naspipe.runtime.rules import make_updates
-from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
+from naspipe.runtime.splitgrad import BlockTargets, LayerCall, LayerCapture, input_grad, weight_grads
 from naspipe.runtime.updates import ForwardContext, OptimizerBank
 from naspipe.sched.tasks import BACKWARD, WEIGHT
 from naspipe.space import Subnet
@@ -53,7 +53,7 @@ class _Stash:
     ctx: ForwardContext
     blocks: list[Tensor] | None = None  # split backward: each block's output, in block order
     block_grads: list[Tensor | None] | None = None  # split backward, after B: their gradients
-    layers: list[tuple[Tensor, list[Tensor]]] | None = None  # split backward: (layer output, weights used)
+    layers: list[LayerCall] | None = None  # split backward: the weight-owning layer calls of F
     layer_grads: list[Tensor | None] | None = None  # split backward, after B: the layer outputs' gradients
     seed: Tensor | None = None  # split backward, after B: the received output gradient
 
@@ -105,7 +105,7 @@ class StageExecutor:
                 x.requires_grad_(True)
             stage_in = x
         blocks: list[Tensor] | None = None
-        layers: list[tuple[Tensor, list[Tensor]]] | None = None
+        layers: list[LayerCall] | None = None
         if self.split and stage_in is not None and stage_in.requires_grad:
             assert self._layers is not None
             layers = self._layers.active = []
@@ -162,7 +162,7 @@ class StageExecutor:
         if st.blocks is None or not st.out.requires_grad:  # the input needs no gradient: all is left to W
             st.block_grads = []
             return None
-        layer_outs = [t for t, _ in st.layers or ()]
+        layer_outs = [c.out for c in st.layers or ()]
         gin, seen = input_grad(st.out, st.x, None if self.last else grad, [*st.blocks, *layer_outs])
         st.block_grads, st.layer_grads = seen[:len(st.blocks)], seen[len(st.blocks):]
         return gin

@@ -150,8 +150,8 @@ def space_of(sn: Supernet, source: str | None = None) -> SearchSpace:
         cands = []
         for name in b.candidates:
             c = pc.get(b.label, {}).get(name, {})
-            cands.append(Candidate(name=name, op="user", **{k: c[k] for k in
-                                                            ("fwd", "bwd", "param_bytes", "act_bytes") if k in c}))
+            keys = ("fwd", "bwd", "bwd_input_share", "param_bytes", "act_bytes")
+            cands.append(Candidate(name=name, op="user", **{k: c[k] for k in keys if k in c}))
         blocks.append(Block(b.label, tuple(cands), fixed=b.fixed, role="fixed" if b.fixed else "choice"))
     model = ModelInfo(kind=KIND)
     model.profiled = bool(prof)  # an attribute, not an item: costs never change what a run computes

@@ -1,0 +1,133 @@
+"""Explicit weight gradients of the dominant layer types, computed from their autograd node's saved tensors.
+
+Why it exists: the split backward (``naspipe.runtime.splitgrad``) wants ``B`` to cost the input-gradient half
+of a backward and ``W`` the weight-gradient half, as zero-bubble pipelines do. ``B`` is one
+``torch.autograd.grad`` for the stage input, which runs no weight-gradient kernel (autograd skips the edges
+no requested input needs). ``W`` then needs, per layer call, the kernels autograd would have run for the
+weights; this module calls exactly those kernels, with the tensors the call's autograd node saved, so each
+gradient has the same bits as in one full backward:
+
+* ``nn.Linear`` (``addmm`` / ``mm`` on the input flattened to 2-d, or ``matmul`` + ``add`` on a
+  non-contiguous n-d input): weight ``grad.t().mm(input_2d)`` (autograd's ``mm_mat2_backward`` for the
+  column-major ``weight.t()``), bias the sum over the leading dimensions of the gradient the bias's node received
+  (the engine's ``sum_to``: the n-d gradient after ``add``, the 2-d one in ``addmm``; on a non-contiguous
+  gradient the two differ in the last bits);
+* ``nn.LayerNorm``: ``native_layer_norm_backward`` with the saved mean and rstd, input gradient masked off;
+* ``nn.Conv1d/2d/3d``: ``convolution_backward`` with the saved input (padded first for a padding mode other
+  than zeros), input gradient masked off.
+
+``recipe`` returns None for anything else (another module type, a subclass with its own ``forward``, a
+weight that is not the node's, an unexpected graph shape); the caller then falls back to
+``torch.autograd.grad``, which is as exact but walks the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+Recipe = Callable[[Tensor], list[Tensor]]  # output gradient -> the gradient of each weight, in order
+
+_CONVS = (nn.Conv1d.forward, nn.Conv2d.forward, nn.Conv3d.forward)
+
+
+def _leaf(node: object, w: Tensor) -> bool:
+    return node is not None and getattr(node, "variable", None) is w
+
+
+def _slots(node: object, weights: Sequence[Tensor], edges: Sequence[int]) -> list[int] | None:
+    """For each weight, the index in ``edges`` of the node's next edge that accumulates into it."""
+    nxt = node.next_functions  # type: ignore[attr-defined]
+    out = []
+    for w in weights:
+        hit = [k for k, e in enumerate(edges) if _leaf(nxt[e][0], w)]
+        if len(hit) != 1:
+            return None
+        out.append(hit[0])
+    return out
+
+
+def _layer_norm(fn: object, weights: Sequence[Tensor]) -> Recipe | None:
+    if fn.name() != "NativeLayerNormBackward0":  # type: ignore[attr-defined]
+        return None
+    slots = _slots(fn, weights, (1, 2))
+    if slots is None:
+        return None
+    saved = (fn._saved_input, fn._saved_normalized_shape, fn._saved_result1,  # type: ignore[attr-defined]
+             fn._saved_result2, fn._saved_weight, fn._saved_bias)  # type: ignore[attr-defined]
+    mask = [False, 0 in slots, 1 in slots]
+
+    def grads(g: Tensor) -> list[Tensor]:
+        res = torch.ops.aten.native_layer_norm_backward(g, *saved, mask)
+        return [res[1 + k] for k in slots]
+    return grads
+
+
+def _conv(fn: object, weights: Sequence[Tensor]) -> Recipe | None:
+    if fn.name() != "ConvolutionBackward0":  # type: ignore[attr-defined]
+        return None
+    slots = _slots(fn, weights, (1, 2))
+    if slots is None:
+        return None
+    f: Any = fn
+    args = (f._saved_input, f._saved_weight, f._saved_bias_sym_sizes_opt, f._saved_stride, f._saved_padding,
+            f._saved_dilation, f._saved_transposed, f._saved_output_padding, f._saved_groups)
+    mask = [False, 0 in slots, 1 in slots]
+
+    def grads(g: Tensor) -> list[Tensor]:
+        res = torch.ops.aten.convolution_backward(g, *args, mask)
+        return [res[1 + k] for k in slots]
+    return grads
+
+
+_LINEAR_NODES = {"AddmmBackward0", "ViewBackward0", "MmBackward0", "UnsafeViewBackward0", "AddBackward0"}
+
+
+def _linear(x: object, fn: object, weights: Sequence[Tensor]) -> Recipe | None:
+    """``F.linear(x, weight, bias)``: ``addmm``/``mm`` on ``x`` flattened to 2-d (contiguous or 2-d ``x``) or
+    ``matmul`` (which flattens ``x`` by ``reshape``) then ``add`` of the bias; either way the weight's
+    gradient is ``mm_mat2_backward``'s ``grad.t().mm(mat1)`` (``weight.t()`` is column-major) and the bias's
+    the sum over the leading dimensions. ``weights`` are the call's own tensors (under ``functional_call``
+    not the module's attributes), told apart by their dimension: the weight is 2-d, the bias 1-d."""
+    if not isinstance(x, Tensor) or x.dim() < 2 or fn.name() not in _LINEAR_NODES:  # type: ignore[attr-defined]
+        return None
+    n_in = x.shape[-1]
+    kinds = []
+    for w in weights:
+        if w.dim() == 2:
+            if w.stride(1) != 1 or w.stride(0) != w.shape[1] or w.shape[1] != n_in:
+                return None
+            kinds.append(True)
+        elif w.dim() == 1:
+            kinds.append(False)
+        else:
+            return None
+
+    add = fn.name() == "AddBackward0"  # type: ignore[attr-defined]
+
+    def grads(g: Tensor) -> list[Tensor]:
+        g2 = g if g.dim() == 2 else g.reshape(-1, g.shape[-1])  # what the view's backward hands addmm/mm
+        # the bias: sum_to of the gradient its node got (the n-d one after add, the 2-d one in addmm)
+        return [torch.mm(g2.t(), x if x.dim() == 2 else x.reshape(-1, n_in)) if k
+                else (g.sum(tuple(range(g.dim() - 1))) if add else g2.sum(0)) for k in kinds]
+    return grads
+
+
+def recipe(mod: nn.Module, x: object, out: Tensor, weights: Sequence[Tensor]) -> Recipe | None:
+    """How ``W`` computes the gradients of ``weights`` (tensors ``mod`` used in its call on input ``x``, in
+    order) from the gradient of ``out`` (the call's output) explicitly, or None where
+    ``torch.autograd.grad`` must."""
+    fn = out.grad_fn
+    if fn is None or not weights:
+        return None
+    fwd = type(mod).forward
+    if fwd is nn.Linear.forward:
+        return _linear(x, fn, weights)
+    if fwd is nn.LayerNorm.forward:
+        return _layer_norm(fn, weights)
+    if fwd in _CONVS:  # (another padding mode pads first: the node saved the padded input)
+        return _conv(fn, weights)
+    return None
