@@ -1,9 +1,12 @@
-"""The simulated twin of a measured run: its sequence simulated with the cost model rescaled to its times.
+"""The simulated twin of a measured run: its sequence simulated with the cost model rescaled to its times,
+or with the very task times the run recorded.
 
 Why it exists: the cost model is relative, so a measured run (``naspipe train``) is compared with the schedule
 the simulator makes of the same sequence once the model's mean forward and backward task times match the
-measured ones. The report (``naspipe.viz.report``) and the figure export (``naspipe.experiments.figures``)
-both draw it. Torch-free.
+measured ones (``simulated_twin``; the figure export, ``naspipe.experiments.figures``, draws it). The report
+(``naspipe.viz.report``) asks a sharper question: what would this policy's schedule take with exactly the
+run's own task times (``TraceCosts``, ``replayed_schedule``)? That schedule and the causal lower bound are then
+computed from the same durations, so the bound never exceeds it. Torch-free.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from naspipe.sched.tasks import Task
 from naspipe.sim.engine import simulate
 from naspipe.space import Block, SearchSpace
 from naspipe.trace import Trace
@@ -34,4 +38,27 @@ def simulated_twin(space: SearchSpace, part: Any, stream: Any, measured: Trace, 
     scale = {k: (total(measured, k) / total(first, k)) if total(first, k) > 0 else 1.0 for k in ("F", "B")}
     trace = simulate(scaled_space(space, scale["F"], scale["B"]), part, stream, policy, seed=seed).trace
     trace.meta.update(driver="sim", policy=policy, scale_f=scale["F"], scale_b=scale["B"])
+    return trace
+
+
+class TraceCosts:
+    """The task durations a trace recorded, as the simulator's cost model (no transfer time; a task the trace
+    lacks, such as a stage-0 input gradient that computes nothing, takes 0)."""
+
+    def __init__(self, trace: Trace, batch_size: int):
+        self._durations = {Task(e.kind, e.subnet, e.stage): e.end - e.start for e in trace.compute_events()}
+        self.batch_size = batch_size
+
+    def duration(self, task: Task) -> float:
+        return self._durations.get(task, 0.0)
+
+    def transfer(self) -> float:
+        return 0.0
+
+
+def replayed_schedule(space: SearchSpace, part: Any, stream: Any, measured: Trace, policy: str,
+                      seed: int = 0) -> Trace:
+    """The schedule ``policy`` makes of ``stream`` when every task takes exactly the time ``measured`` recorded."""
+    trace = simulate(space, part, stream, policy, seed=seed, costs=TraceCosts(measured, space.batch_size)).trace
+    trace.meta.update(driver="sim", policy=policy, durations="measured")
     return trace

@@ -1,8 +1,9 @@
 """A self-contained HTML report of one run directory that leads with the answer.
 
 First the headline: the verdict against the sequential reference (``--reference`` or a ``reference/`` run
-beside the run directory), subnets/s, utilisation against the simulated schedule of the same sequence and the
-causal lower bound, and each stage's idle time split by cause (``naspipe.viz.idle``). Then the Gantt chart, a
+beside the run directory), subnets/s, utilisation against the schedule the policy makes of the same sequence
+with the run's own task times (``naspipe.sim.twin.replayed_schedule``) and against the causal lower bound of
+those times (so the bound is never above the schedule), and each stage's idle time split by cause (``naspipe.viz.idle``). Then the Gantt chart, a
 DAG excerpt of about a dozen subnets laid out in time, the hit rate when memory was budgeted, and the
 configuration last, folded.
 
@@ -208,11 +209,11 @@ def headline(run: Run, reference: str | Path | None = None, ctx: RunContext | st
     if isinstance(ctx, RunContext):
         h["context"] = ""
         try:
-            from naspipe.sim.twin import simulated_twin  # the simulator, rescaled to the measured F/B times
+            from naspipe.sim.twin import replayed_schedule  # the simulator, with this run's own task times
 
             if tr.meta.get("driver") != "sim":
                 stream = ReplayStream(ctx.space, ctx.subnets)
-                h["simulated_utilization"] = simulated_twin(ctx.space, ctx.part, stream, tr, policy).utilization()
+                h["simulated_utilization"] = replayed_schedule(ctx.space, ctx.part, stream, tr, policy).utilization()
         except Exception as e:  # noqa: BLE001 - a policy the simulator does not take: no twin
             h["context"] = f"no simulated schedule: {e}"
         try:
@@ -250,7 +251,8 @@ def headline_html(h: Mapping[str, Any]) -> str:
            f"{h['subnets']}</td></tr>",
            f"<tr><th>subnets/s</th><td><b>{h['subnets_per_s']:.4g}</b> (makespan {h['makespan_s']:.4g} s)</td></tr>",
            f"<tr><th>utilisation (busy / stages x makespan)</th><td><b>{_pct(h['utilization'])}</b></td></tr>",
-           f"<tr><th>simulated schedule of the same sequence</th><td>{_pct(h['simulated_utilization'])}</td></tr>",
+           "<tr><th>simulated schedule of the same sequence and task times</th>"
+           f"<td>{_pct(h['simulated_utilization'])}</td></tr>",
            f"<tr><th>at the lower bound (no schedule can beat it)</th><td>{_pct(h['bound_utilization'])}"
            + (f" (bound {h['lower_bound_s']:.4g} s)" if h["lower_bound_s"] else "") + "</td></tr>", "</table>"]
     if h.get("context"):
