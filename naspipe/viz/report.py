@@ -3,7 +3,8 @@
 First the headline: the verdict against the sequential reference (``--reference`` or a ``reference/`` run
 beside the run directory), subnets/s, utilisation against the schedule the policy makes of the same sequence
 with the run's own task times (``naspipe.sim.twin.replayed_schedule``) and against the causal lower bound of
-those times (so the bound is never above the schedule), and each stage's idle time split by cause (``naspipe.viz.idle``). Then the Gantt chart, a
+those times (so the bound is never above the schedule), and each stage's idle time split by cause
+(``naspipe.viz.idle``). Then the Gantt chart, a
 DAG excerpt of about a dozen subnets laid out in time, the hit rate when memory was budgeted, and the
 configuration last, folded.
 
