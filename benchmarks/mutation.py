@@ -27,9 +27,9 @@ from pathlib import Path
 from _common import ROOT, write_result
 
 FILES = ("naspipe/sched/causal.py", "naspipe/sched/policies.py", "naspipe/sched/chains.py",
-         "naspipe/sched/critical.py", "naspipe/sched/shared.py", "naspipe/bound.py")
-TESTS = ("tests/test_sched_tables.py", "tests/test_sched_choices.py", "tests/test_bound.py",
-         "tests/test_sched_properties.py")  # fastest first: most mutants die early (-x)
+         "naspipe/sched/critical.py", "naspipe/shared.py", "naspipe/bound.py")  # shared.py: the layer policies
+TESTS = ("tests/test_shared_layers.py", "tests/test_sched_tables.py", "tests/test_sched_choices.py",
+         "tests/test_bound.py", "tests/test_sched_properties.py")  # fastest first: most mutants die early (-x)
 SWAP_CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
             ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
 SWAP_BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.FloorDiv: ast.Mult}
