@@ -366,3 +366,75 @@ def test_csp_bw_w_beats_a_forward_only_with_a_deeper_chain() -> None:
     s.on_finish(B(0, 0))
     assert s.pending_w == 1
     assert s.next_task() == F(2, 0)
+
+
+def test_sequential_admits_one_subnet_at_a_time() -> None:
+    s = _sched("sequential", [(0, 0), (1, 1), (2, 2)])  # no conflicts: only the window of one holds 1 back
+    assert s.decisions == 0
+    assert s.next_task() == F(0, 0)
+    s.on_finish(F(0, 0))
+    assert s.next_task() is None  # csp would run F(1) now
+    s.on_gradient(0)
+    assert s.next_task() == B(0, 0)
+    s.on_finish(B(0, 0))
+    assert s.next_task() == F(1, 0)
+    assert s.decisions == 4  # every call decides, also the one that started nothing
+
+
+def test_a_policy_string_sets_its_options() -> None:
+    assert _sched("bsp:3", [(0, 0)] * 6, space=ONE).m == 3
+    assert _sched("bsp", [(0, 0)] * 6, space=ONE, micro_batches=2).m == 2
+
+
+def test_next_weight_task_starts_the_only_pending_w_before_a_ready_forward() -> None:
+    s = _sched("csp-bw", [(0, 0), (1, 1), (2, 2)], max_pending_w=5)
+    for task in (F(0, 0), F(1, 0)):
+        assert s.next_task() == task
+        s.on_finish(task)
+    s.on_gradient(0)
+    assert s.next_task() == B(0, 0)
+    s.on_finish(B(0, 0))
+    assert s.pending_w == 1 and s.clone().next_task() == F(2, 0)  # the policy itself would run F2 first
+    assert s.next_weight_task() == W(0, 0)
+
+
+def test_a_follower_starts_only_the_announced_write_and_that_one_before_forwards() -> None:
+    s = _sched("csp-cp", [(0, 0), (1, 1)], space=_space([(1, 1), (1, 1)], [(1, 1), (1, 1)]))
+    assert s.next_task_writing(None) == F(0, 0)  # forwards stay free
+    s.on_finish(F(0, 0))
+    s.on_gradient(0)
+    assert s.clone().next_task() == F(1, 0)  # csp-cp on its own runs the forward first...
+    assert s.next_task_writing(0) == B(0, 0)  # ...a follower runs the write its leader waits for
+    s.on_finish(B(0, 0))
+    s = _sched("csp", [(0, 0), (1, 1)], space=_space([(1, 1), (1, 1)], [(1, 1), (1, 1)]))
+    for j in (0, 1):
+        assert s.next_task_writing(None) == F(j, 0)
+        s.on_finish(F(j, 0))
+    s.on_gradient(1)
+    s.on_gradient(0)
+    assert s.next_task_writing(None) is None  # nothing announced: no write starts
+    assert s.next_task_writing(2) is None  # announced but not ready here: B0 and B1 wait
+    assert s.next_task_writing(1) == B(1, 0)  # the leader wrote 1 first
+    s.on_finish(B(1, 0))
+    assert s.next_task_writing(0) == B(0, 0)
+    s.on_finish(B(0, 0))
+    assert s.finished
+
+
+def test_copy_on_write_queues_leave_the_base_alone() -> None:
+    from collections import deque
+
+    from naspipe.sched.causal import CopyOnWriteQueues
+
+    base = {(0, 1): deque([3, 4]), (1, 0): deque([5])}
+    view = CopyOnWriteQueues(base)
+    view[(0, 1)].popleft()
+    del view[(1, 0)]
+    with pytest.raises(KeyError):
+        del view[(1, 0)]
+    with pytest.raises(KeyError):
+        del view[(9, 9)]
+    view[(2, 2)] = deque([7])
+    assert base == {(0, 1): deque([3, 4]), (1, 0): deque([5])}
+    assert list(view[(0, 1)]) == [4] and (1, 0) not in view and (2, 2) in view
+    assert sorted(view.keys()) == [(0, 1), (2, 2)]
