@@ -113,17 +113,11 @@ class TrainConfig:
         ``stages``); by default ``stages`` ranges balanced on the space's cost model or, with
         ``balance="measured"``, on block costs measured on this machine (``naspipe.runtime.profile``).
         """
-        fixed = {"space", "out", "partition", "sequence", "shared"}  # set through the named arguments
-        unknown = set(options) - ({f.name for f in dataclasses.fields(cls)} - fixed)
-        if unknown:
-            raise ConfigError(f"unknown option(s) {sorted(unknown)}")
+        run = {k: options.pop(k) for k in ("seed", "policy", "window") if k in options}  # the RunSpec's part
+        cls._check_options(options)  # before a measured partition is profiled
         balance = options.get("balance", "cost")
         if balance not in BALANCES:
             raise ConfigError(f"unknown balance {balance!r}; choose one of {', '.join(BALANCES)}")
-        online = _online(options.get("sampler", "uniform"))
-        if online and sequence is not None:
-            raise ConfigError("a run-time generated sequence (sampler) cannot be combined with sequence")
-        run = {k: options.pop(k) for k in ("seed", "policy", "window") if k in options}
         try:
             spec = RunSpec.create(space, stages=stages, subnets=subnets, shared_layers=shared_layers,
                                   sequence=sequence, partition=partition, **run)
@@ -138,10 +132,7 @@ class TrainConfig:
         """The training run of ``spec`` (``naspipe.runspec``, the run description every command shares);
         ``options`` are this class's own fields (optimizer, device, timeout, ``resume``, ...). Validates;
         raises ConfigError."""
-        fixed = {"space", "out", "partition", "sequence", "shared", "seed", "policy", "window", "subnet_count"}
-        unknown = set(options) - ({f.name for f in dataclasses.fields(cls)} - fixed)
-        if unknown:
-            raise ConfigError(f"unknown option(s) {sorted(unknown)}")
+        cls._check_options(options)
         resume = options.pop("resume", None)  # a run directory or checkpoint/: resolved below
         options.pop("start", None)
         if _online(options.get("sampler", "uniform")):
@@ -162,6 +153,14 @@ class TrainConfig:
 
             cfg = apply_resume(cfg, resume)
         return cfg
+
+    @classmethod
+    def _check_options(cls, options: dict[str, Any]) -> None:
+        """Refuse options that are not training options (the run itself comes from a ``RunSpec``)."""
+        fixed = {"space", "out", "partition", "sequence", "shared", "seed", "policy", "window", "subnet_count"}
+        unknown = set(options) - ({f.name for f in dataclasses.fields(cls)} - fixed)
+        if unknown:
+            raise ConfigError(f"unknown option(s) {sorted(unknown)}")
 
     def replace(self, **changes: Any) -> TrainConfig:
         cfg = dataclasses.replace(self, **changes)
