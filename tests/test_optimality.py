@@ -28,12 +28,17 @@ def _instances():
                 yield k, blocks, stages, 6 + seed, seed
 
 
+def _unit_instance(k: int, blocks: int, stages: int, seed: int, n: int):
+    """A unit space (K candidates per block, B = 2F, one time unit per subnet forward), its partition,
+    a seeded stream of ``n`` subnets and those subnets."""
+    sp = unit_space(k, choice_blocks=blocks, fwd=1.0 / blocks, bwd=2.0 / blocks)
+    stream = UniformStream(sp, seed, n)
+    return sp, partition(sp, stages), stream, [stream[j] for j in range(n)]
+
+
 @pytest.mark.parametrize("k,blocks,stages,n,seed", list(_instances()))
 def test_bound_never_above_the_optimum_and_every_schedule_is_feasible(k, blocks, stages, n, seed) -> None:
-    sp = unit_space(k, choice_blocks=blocks, fwd=1.0 / blocks, bwd=2.0 / blocks)
-    part = partition(sp, stages)
-    stream = UniformStream(sp, seed, n)
-    subs = [stream[j] for j in range(n)]
+    sp, part, stream, subs = _unit_instance(k, blocks, stages, seed, n)
     for split in (False, True):
         costs = CostModel(sp, part, subs, split_backward=split)
         pb = build_problem(sp, part, subs, costs.duration, split_backward=split)
@@ -63,10 +68,7 @@ def test_a_hand_solved_instance() -> None:
 
 
 def test_checker_flags_broken_schedules() -> None:
-    sp = unit_space(2, choice_blocks=4, fwd=0.25, bwd=0.5)
-    part = partition(sp, 2)
-    stream = UniformStream(sp, 0, 6)
-    subs = [stream[j] for j in range(6)]
+    sp, part, stream, subs = _unit_instance(2, 4, 2, 0, 6)
     r = simulate(sp, part, stream, "csp")
     pb = build_problem(sp, part, subs, r.costs.duration)
     assert feasibility_violations(pb, r.trace) == []
@@ -111,10 +113,7 @@ def test_heads_and_tails_of_a_small_dag() -> None:
 
 
 def test_a_stop_at_the_gap_limit_is_not_called_proven() -> None:
-    sp = unit_space(6, choice_blocks=6, fwd=1.0 / 6, bwd=2.0 / 6)
-    part = partition(sp, 3)
-    stream = UniformStream(sp, 1, 10)
-    subs = [stream[j] for j in range(10)]
+    sp, part, stream, subs = _unit_instance(6, 6, 3, 1, 10)
     r = simulate(sp, part, stream, "csp")
     pb = build_problem(sp, part, subs, r.costs.duration)
     loose = solve(pb, hints=[r.trace], time_limit=10, gap=0.5)  # csp is within 50% of the bound at once
@@ -126,10 +125,7 @@ def test_a_stop_at_the_gap_limit_is_not_called_proven() -> None:
 
 def test_two_workers_prove_the_same_optimum() -> None:
     # the parallel portfolio (a lower-bound search and neighbourhood searches) is a valid configuration
-    sp = unit_space(4, choice_blocks=4, fwd=0.25, bwd=0.5)
-    part = partition(sp, 2)
-    stream = UniformStream(sp, 3, 8)
-    subs = [stream[j] for j in range(8)]
+    sp, part, stream, subs = _unit_instance(4, 4, 2, 3, 8)
     r = simulate(sp, part, stream, "csp-cp")
     pb = build_problem(sp, part, subs, r.costs.duration)
     one, two = (solve(pb, hints=[r.trace], time_limit=10, workers=w) for w in (1, 2))

@@ -19,6 +19,7 @@ import functools
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_sched_tables import table  # per stage, tasks as F0/B0/W0 in start order
 
 from naspipe.partition import Partition, partition
 from naspipe.sched.chains import ConflictChains
@@ -40,14 +41,6 @@ def _space(*blocks: list[tuple[float, float]], fixed: tuple[int, ...] = ()) -> S
 
 def run(space: SearchSpace, subnets, policy: str, stages: int = 2, **kw):
     return simulate(space, partition(space, stages), ReplayStream(space, subnets), policy, **kw)
-
-
-def table(result) -> list[list[str]]:
-    rows = []
-    for s in range(result.trace.stages):
-        evs = sorted((e for e in result.trace.compute_events() if e.stage == s), key=lambda e: (e.start, e.end))
-        rows.append([f"{e.kind}{e.subnet}" for e in evs])
-    return rows
 
 
 @st.composite
