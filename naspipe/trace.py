@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from naspipe.sched.tasks import Task
+
 COMPUTE_KINDS = ("F", "B", "W")
 MEMORY_KINDS = ("prefetch", "evict", "stall")
 
@@ -61,6 +63,10 @@ class Trace:
 
     def compute_events(self) -> list[TraceEvent]:
         return [e for e in self.events if e.kind in COMPUTE_KINDS]
+
+    def task_durations(self) -> dict[Task, float]:
+        """The duration each compute task took, by task (the DAG, the lower bound and a replay read them)."""
+        return {Task(e.kind, e.subnet, e.stage): e.end - e.start for e in self.compute_events()}
 
     @property
     def makespan(self) -> float:

@@ -46,7 +46,7 @@ class TraceCosts:
     lacks, such as a stage-0 input gradient that computes nothing, takes 0)."""
 
     def __init__(self, trace: Trace, batch_size: int):
-        self._durations = {Task(e.kind, e.subnet, e.stage): e.end - e.start for e in trace.compute_events()}
+        self._durations = trace.task_durations()
         self.batch_size = batch_size
 
     def duration(self, task: Task) -> float:

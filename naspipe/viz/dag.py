@@ -87,8 +87,8 @@ def critical_path(g: nx.DiGraph) -> CriticalPath:
 
 
 def trace_durations(trace: Trace) -> dict[Task, float]:
-    """Measured (or simulated) durations of the compute tasks of a trace."""
-    return {Task(e.kind, e.subnet, e.stage): e.end - e.start for e in trace.compute_events()}
+    """Measured (or simulated) durations of the compute tasks of a trace (``Trace.task_durations``)."""
+    return trace.task_durations()
 
 
 def dag_from_trace(trace: Trace, space: SearchSpace, part: Partition, subnets: Sequence[Subnet], *,
