@@ -110,6 +110,8 @@ UNBUILDABLE = [
     ("unknown-op", "tiny-transformer", _set(["blocks", 1, "candidates", 0, "op"], "lstm"),
      "candidate 0 ('attn1', op 'lstm', args {\"heads\": 1}): cannot be built: candidate 'attn1': transformer op "
      "'lstm' is not one of attention, conv, glu"),
+    ("unknown-mlp-op", "sparse-mlp", _set(["blocks", 1, "candidates", 0, "op"], "attention"),
+     "cannot be built: candidate 'h256_0': mlp op 'attention' is not 'mlp'"),
     ("zero-kernel", "digits-cnn", _set(["blocks", 1, "candidates", 0, "args", "kernel"], 0),
      "block 1 ('cell0'), candidate 0 ('conv3', op 'conv', args {\"kernel\": 0}): cannot be built"),
     ("zero-vocab", "tiny-transformer", _set(["model", "vocab"], 0), "vocab must be >= 3"),

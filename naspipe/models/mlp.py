@@ -45,6 +45,9 @@ class Block(nn.Module):
 def fixed_block(space: SearchSpace, index: int) -> nn.Module:
     n_in, width, classes = _dims(space)
     block = space.blocks[index]
+    op = block.candidates[0].op
+    if op != "linear":
+        raise ValueError(f"block {block.name!r}: a fixed mlp block's op is 'linear', not {op!r}")
     if block.role == "input":
         return nn.Linear(n_in, width)
     if block.role == "head":
@@ -54,6 +57,8 @@ def fixed_block(space: SearchSpace, index: int) -> nn.Module:
 
 def candidate(space: SearchSpace, index: int, cand: Candidate) -> nn.Module:
     _, width, _ = _dims(space)
+    if cand.op != "mlp":
+        raise ValueError(f"candidate {cand.name!r}: mlp op {cand.op!r} is not 'mlp' (a residual block of width 'hidden')")
     hidden = int(cand.args.get("hidden", width))
     if hidden < 1:
         raise ValueError(f"candidate {cand.name!r}: hidden must be >= 1")
