@@ -115,7 +115,7 @@ def train(config: TrainConfig) -> RunResult:
         msg = str(e) if isinstance(e, TrainError) else f"{type(e).__name__}: {e}"
         saved = checkpoint.finalize(config.out) if config.checkpoint_every else None
         if saved is not None and isinstance(e, TrainError):
-            e.args = (f"{e}; the last complete checkpoint is at subnet {saved}: continue with "
+            e.args = (f"{e}; the last complete checkpoint is at subnet {saved}: to continue, run the same command with "
                       f"--resume {config.out}",)
         write_status(config.out, False, msg, getattr(e, "rank", None), checkpoint=saved)
         raise
