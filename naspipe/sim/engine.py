@@ -71,7 +71,15 @@ def simulate(space: SearchSpace, part: Partition, stream: SubnetStream, policy: 
     """Run ``policy`` over ``stream`` on ``part.stages`` simulated stages and return the trace.
 
     ``memory``: model device memory, swapping and prefetching (off by default); see ``naspipe.sim.memory``.
+    ``csp-plan`` (the default) without a plan first chooses one (``naspipe.sim.plan.choose_plan``: a fixed number
+    of plans simulated with these arguments) and returns the chosen plan's run (``extra["plan"]`` says which).
     """
+    from naspipe.sim.plan import choose_plan, needs_plan
+
+    if needs_plan(policy, policy_options):
+        return choose_plan(space, part, stream, policy, window=window, shared=shared, jitter=jitter, seed=seed,
+                           latency=latency, bandwidth=bandwidth, policy_options=policy_options, costs=costs,
+                           memory=memory).result
     if memory is not None:
         return _simulate_with_memory(space, part, stream, policy, memory, window=window, shared=shared,
                                     jitter=jitter, seed=seed, latency=latency, bandwidth=bandwidth,

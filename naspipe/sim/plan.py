@@ -1,0 +1,91 @@
+"""Planning the default order: which ``csp-plan`` plan a run uses, chosen by simulating a fixed set of plans.
+
+Why it exists: optimal schedules hold some ready tasks back, and no fixed greedy rule (csp-cp and a dozen
+variants) gets within a few percent of the optimum on every instance; the best of a few hundred perturbed
+csp-cp rankings per instance does. ``csp-plan`` ranks like csp-cp with per-task factors named by a plan number
+(``naspipe.sched.policies.plan_factor_unit``); ``choose_plan`` simulates plans ``0, 1, ..., tries - 1`` on the
+run's own sequence and cost model and keeps the shortest makespan (ties: the lowest plan; plan 0 is exactly
+csp-cp, so the chosen plan is never worse than csp-cp in simulation). The budget is a number of simulated
+subnets (``PLAN_BUDGET``), never wall-clock time, so every machine picks the same plan. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from naspipe.partition import Partition
+from naspipe.sched.registry import parse_policy
+from naspipe.sequence import ReplayStream, SubnetStream
+from naspipe.space import SearchSpace
+
+PLANNED = "csp-plan"  # the policy a plan is chosen for
+PLAN_BUDGET = 6000  # simulated subnets per planning: 200 plans at 30 subnets, 6 at 1,000
+MAX_PLANS = 200  # beyond this many plans the best of them measured no better at 30 subnets
+DEFAULT_EPS = 0.2  # largest relative priority factor (0.1-0.3 measured alike; 0.2 best on naspipe-k96)
+
+
+def plan_tries(subnets: int, budget: int = PLAN_BUDGET) -> int:
+    """How many plans (0, 1, ...) a sequence of ``subnets`` gets: ``budget // subnets``, at least 1 (plan 0),
+    at most ``MAX_PLANS``."""
+    return max(1, min(MAX_PLANS, budget // max(1, subnets)))
+
+
+def needs_plan(policy: str, policy_options: dict[str, Any] | None = None) -> bool:
+    """True for ``csp-plan`` given without a plan (neither in the policy string nor in ``policy_options``)."""
+    if str(policy).partition(":")[0].strip() != PLANNED:
+        return False
+    _, text = parse_policy(policy)
+    return "plan" not in text and (policy_options or {}).get("plan") is None
+
+
+def planned_policy(plan: int, eps: float = DEFAULT_EPS) -> str:
+    """The policy string of a chosen plan (what a training run records and every stage parses)."""
+    return f"{PLANNED}:plan={plan},eps={eps!r}"
+
+
+@dataclass
+class PlanChoice:
+    """The chosen plan, its simulated makespan, plan 0's (csp-cp's) and how many plans were simulated; ``result``
+    is the chosen plan's simulation."""
+
+    plan: int
+    eps: float
+    makespan: float
+    baseline: float
+    tries: int
+    result: Any = None
+
+    @property
+    def policy(self) -> str:
+        return planned_policy(self.plan, self.eps)
+
+    def summary(self) -> dict[str, Any]:
+        return {"policy": self.policy, "plan": self.plan, "eps": self.eps, "makespan": self.makespan,
+                "plan0_makespan": self.baseline, "tries": self.tries}
+
+
+def choose_plan(space: SearchSpace, part: Partition, stream: SubnetStream, policy: str = PLANNED, *,
+                budget: int = PLAN_BUDGET, tries: int | None = None, **simulate_kw: Any) -> PlanChoice:
+    """Simulate ``csp-plan`` plans ``0 .. tries-1`` (default ``plan_tries(len(stream), budget)``) with
+    ``simulate``'s keyword arguments (window, shared, costs, memory, jitter, ...) and return the plan with the
+    shortest makespan, the lowest plan on ties. ``policy`` may carry ``eps`` (``csp-plan:eps=0.1``)."""
+    from naspipe.sim.engine import simulate
+
+    _, text = parse_policy(policy)
+    eps = float(text.get("eps", (simulate_kw.get("policy_options") or {}).get("eps") or DEFAULT_EPS))
+    options = {k: v for k, v in (simulate_kw.pop("policy_options", None) or {}).items() if k not in ("plan", "eps")}
+    private = ReplayStream.materialize(stream)
+    n = plan_tries(len(private), budget) if tries is None else max(1, tries)
+    best: PlanChoice | None = None
+    for plan in range(n):
+        r = simulate(space, part, private, planned_policy(plan, eps), policy_options=options or None, **simulate_kw)
+        if simulate_kw.get("costs") is None and simulate_kw.get("memory") is None:
+            simulate_kw["costs"] = r.costs  # the same durations for every plan; built once
+        if best is None:
+            best = PlanChoice(plan, eps, r.makespan, r.makespan, n, r)
+        elif r.makespan < best.makespan:
+            best.plan, best.makespan, best.result = plan, r.makespan, r
+    assert best is not None
+    best.result.extra["plan"] = best.summary()
+    return best
