@@ -12,6 +12,7 @@ import pytest
 from naspipe.cli.common import add_run_arguments, resolve_run
 from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError
 from naspipe.runtime.config import ConfigError, TrainConfig
+from naspipe.sim.plan import choose_plan
 
 
 def test_the_command_line_and_the_library_share_one_set_of_defaults(tmp_path):
@@ -23,7 +24,9 @@ def test_the_command_line_and_the_library_share_one_set_of_defaults(tmp_path):
     assert (cli.policy, cli.window, str(cli.shared), cli.seed) == (lib.policy, lib.window, str(lib.shared), lib.seed)
     assert (lib.policy, lib.window, str(lib.shared)) == (DEFAULT_POLICY, DEFAULT_WINDOW, DEFAULT_SHARED)
     cfg = TrainConfig.create("digits-cnn", tmp_path / "run", stages=2, subnets=6)
-    assert (cfg.policy, cfg.window, str(cfg.shared), cfg.seed) == (lib.policy, lib.window, str(lib.shared), 0)
+    assert (cfg.policy_name, cfg.window, str(cfg.shared), cfg.seed) == (lib.policy, lib.window, str(lib.shared), 0)
+    # the default, csp-plan, has its plan chosen once, on the run's own sequence, and recorded in the policy
+    assert cfg.policy == choose_plan(lib.space, lib.partition, lib.stream, window=lib.window, shared=lib.shared).policy
     assert cfg.sequence == tuple(cli.stream[j] for j in range(6))
     assert cfg.partition == cli.partition
     declared = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
