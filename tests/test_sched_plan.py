@@ -102,3 +102,14 @@ def test_needs_plan_and_bad_options():
         assert "\n" not in str(e.value)
     with pytest.raises(PolicyError, match="plan >= 0"):
         make_scheduler("csp-plan", spec, stream, plan=-2)
+
+
+def test_a_memory_aware_default_plans_memory_free_then_runs_its_plan_with_memory():
+    from naspipe.sim import MemoryConfig
+
+    sp = preset("naspipe-k48")
+    part, stream, mem = partition(sp, 4), UniformStream(sp, 1, 20), MemoryConfig(device_memory="25%")
+    r = simulate(sp, part, stream, memory=mem)
+    chosen = choose_plan(sp, part, stream)
+    assert r.extra["plan"] == chosen.summary() and r.memory is not None
+    assert _events(r) == _events(simulate(sp, part, stream, chosen.policy, memory=mem))

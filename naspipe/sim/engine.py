@@ -72,14 +72,21 @@ def simulate(space: SearchSpace, part: Partition, stream: SubnetStream, policy: 
 
     ``memory``: model device memory, swapping and prefetching (off by default); see ``naspipe.sim.memory``.
     ``csp-plan`` (the default) without a plan first chooses one (``naspipe.sim.plan.choose_plan``: a fixed number
-    of plans simulated with these arguments) and returns the chosen plan's run (``extra["plan"]`` says which).
+    of plans simulated with these arguments, memory-free: a memory-aware run costs tens of times more) and
+    returns the chosen plan's run (``extra["plan"]`` says which).
     """
     from naspipe.sim.plan import choose_plan, needs_plan
 
     if needs_plan(policy, policy_options):
-        return choose_plan(space, part, stream, policy, window=window, shared=shared, jitter=jitter, seed=seed,
-                           latency=latency, bandwidth=bandwidth, policy_options=policy_options, costs=costs,
-                           memory=memory).result
+        choice = choose_plan(space, part, stream, policy, window=window, shared=shared, jitter=jitter, seed=seed,
+                             latency=latency, bandwidth=bandwidth, policy_options=policy_options, costs=costs)
+        if memory is None:
+            return choice.result
+        result = _simulate_with_memory(space, part, stream, choice.policy, memory, window=window, shared=shared,
+                                       jitter=jitter, seed=seed, latency=latency, bandwidth=bandwidth,
+                                       policy_options=policy_options, costs=costs)
+        result.extra["plan"] = choice.summary()
+        return result
     if memory is not None:
         return _simulate_with_memory(space, part, stream, policy, memory, window=window, shared=shared,
                                     jitter=jitter, seed=seed, latency=latency, bandwidth=bandwidth,
