@@ -12,6 +12,7 @@ import pytest
 from naspipe.cli.common import add_run_arguments, resolve_run
 from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError
 from naspipe.runtime.config import ConfigError, TrainConfig
+from naspipe.sched.policies import make_scheduler, stage_specs
 from naspipe.sim.plan import choose_plan
 
 
@@ -100,3 +101,16 @@ def test_the_command_line_names_its_flags_for_a_short_sequence(tmp_path, capsys)
     path.write_text(json.dumps({"space": "digits-cnn", "subnets": [list(spec.stream[j]) for j in range(3)]}))
     assert main(["simulate", "--space", "digits-cnn", "--sequence", str(path), "--subnets", "5"]) == 2
     assert capsys.readouterr().err.strip() == "naspipe: error: --sequence holds 3 subnets, fewer than --subnets 5"
+
+
+def test_a_training_run_plans_the_default_once_and_keeps_a_named_plan(tmp_path):
+    """The default's plan is chosen when the config is built (before any process) and recorded in ``policy``; a
+    plan the user names is kept (no planning); a run-time generated sequence is unknown up front: plan 0."""
+    cfg = TrainConfig.create("digits-cnn", tmp_path / "a", stages=2, subnets=12, seed=1)
+    assert cfg.policy.startswith("csp-plan:plan=") and cfg.describe()["policy"] == cfg.policy
+    assert TrainConfig.create("digits-cnn", tmp_path / "a", stages=2, subnets=12, seed=1).policy == cfg.policy
+    assert TrainConfig.create("digits-cnn", tmp_path / "b", stages=2, subnets=12,
+                              policy="csp-plan:plan=5").policy == "csp-plan:plan=5"
+    online = TrainConfig.create("digits-cnn", tmp_path / "c", stages=2, subnets=12, sampler="evolution")
+    assert online.policy == "csp-plan" and make_scheduler(online.policy, stage_specs(
+        online.space, online.partition)[0], online.stream()).plan == 0

@@ -75,6 +75,10 @@ def test_the_planner_keeps_the_shortest_makespan_lowest_plan_on_ties_determinist
     again = choose_plan(sp, part, stream, tries=12)
     assert (again.plan, again.makespan) == (c.plan, c.makespan)
     assert best < runs[0]  # on this instance some plan beats csp-cp
+    sp = preset("naspipe-k12")  # csp is optimal here: every plan ties, the lowest is kept
+    part, stream = partition(sp, 4), UniformStream(sp, 0, 10)
+    assert len({simulate(sp, part, stream, planned_policy(p)).makespan for p in range(12)}) == 1
+    assert choose_plan(sp, part, stream, tries=12).plan == 0
 
 
 def test_simulates_default_plans_first_and_is_never_worse_than_csp_cp():
