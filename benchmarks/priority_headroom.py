@@ -34,8 +34,7 @@ from naspipe.partition import partition
 from naspipe.sched.policies import CriticalPathCSPScheduler
 from naspipe.sched.registry import Policy, register_policy
 from naspipe.sequence import UniformStream
-from naspipe.sim import simulate
-from naspipe.sim.plan import choose_plan
+from naspipe.sim import choose_plan, simulate
 from naspipe.space import preset
 
 SPACES = ("naspipe-k96", "naspipe-k48")

@@ -13,7 +13,7 @@ from naspipe.cli.common import add_run_arguments, resolve_run
 from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError
 from naspipe.runtime.config import ConfigError, TrainConfig
 from naspipe.sched.policies import make_scheduler, stage_specs
-from naspipe.sim.plan import choose_plan
+from naspipe.sim import choose_plan
 
 
 def test_the_command_line_and_the_library_share_one_set_of_defaults(tmp_path):

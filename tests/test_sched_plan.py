@@ -16,8 +16,8 @@ import pytest
 from naspipe.partition import partition
 from naspipe.sched.policies import DEFAULT_POLICY, PolicyError, make_scheduler, plan_factor_unit, stage_specs
 from naspipe.sequence import UniformStream
-from naspipe.sim import simulate
-from naspipe.sim.plan import choose_plan, needs_plan, plan_tries, planned_policy
+from naspipe.sim import choose_plan, simulate
+from naspipe.sim.plan import needs_plan, plan_tries, planned_policy
 from naspipe.space import preset
 
 

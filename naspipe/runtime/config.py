@@ -169,7 +169,8 @@ class TrainConfig:
         (``csp-plan:plan=S,eps=E``), which every stage parses and the run's config and checkpoints record, so a
         resumed run plans the same. A run-time generated sequence is not known up front: it runs plan 0
         (csp-cp's order). Any other policy, or one naming its plan, is returned as it is."""
-        from naspipe.sim.plan import choose_plan, needs_plan
+        from naspipe.sim import choose_plan
+        from naspipe.sim.plan import needs_plan
 
         if self.online or not needs_plan(self.policy):
             return self

@@ -3,10 +3,12 @@
 Why it exists: optimal schedules hold some ready tasks back, and no fixed greedy rule (csp-cp and a dozen
 variants) gets within a few percent of the optimum on every instance; the best of a few hundred perturbed
 csp-cp rankings per instance does. ``csp-plan`` ranks like csp-cp with per-task factors named by a plan number
-(``naspipe.sched.policies.plan_factor_unit``); ``choose_plan`` simulates plans ``0, 1, ..., tries - 1`` on the
+(``naspipe.sched.policies.plan_factor_unit``); ``choose_plan`` (in ``naspipe.sim.engine``, beside ``simulate``,
+which calls it) simulates plans ``0, 1, ..., tries - 1`` on the
 run's own sequence and cost model and keeps the shortest makespan (ties: the lowest plan; plan 0 is exactly
 csp-cp, so the chosen plan is never worse than csp-cp in simulation). The budget is a number of simulated
-subnets (``PLAN_BUDGET``), never wall-clock time, so every machine picks the same plan. Torch-free.
+subnets (``PLAN_BUDGET``), never wall-clock time, so every machine picks the same plan. This module holds
+the plan's vocabulary (budget, policy text, the choice); torch-free.
 """
 
 from __future__ import annotations
@@ -14,10 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from naspipe.partition import Partition
 from naspipe.sched.registry import parse_policy
-from naspipe.sequence import ReplayStream, SubnetStream
-from naspipe.space import SearchSpace
 
 PLANNED = "csp-plan"  # the policy a plan is chosen for
 PLAN_BUDGET = 6000  # simulated subnets per planning: 200 plans at 30 subnets, 6 at 1,000
@@ -63,29 +62,3 @@ class PlanChoice:
     def summary(self) -> dict[str, Any]:
         return {"policy": self.policy, "plan": self.plan, "eps": self.eps, "makespan": self.makespan,
                 "plan0_makespan": self.baseline, "tries": self.tries}
-
-
-def choose_plan(space: SearchSpace, part: Partition, stream: SubnetStream, policy: str = PLANNED, *,
-                budget: int = PLAN_BUDGET, tries: int | None = None, **simulate_kw: Any) -> PlanChoice:
-    """Simulate ``csp-plan`` plans ``0 .. tries-1`` (default ``plan_tries(len(stream), budget)``) with
-    ``simulate``'s keyword arguments (window, shared, costs, memory, jitter, ...) and return the plan with the
-    shortest makespan, the lowest plan on ties. ``policy`` may carry ``eps`` (``csp-plan:eps=0.1``)."""
-    from naspipe.sim.engine import simulate
-
-    _, text = parse_policy(policy)
-    eps = float(text.get("eps", (simulate_kw.get("policy_options") or {}).get("eps") or DEFAULT_EPS))
-    options = {k: v for k, v in (simulate_kw.pop("policy_options", None) or {}).items() if k not in ("plan", "eps")}
-    private = ReplayStream.materialize(stream)
-    n = plan_tries(len(private), budget) if tries is None else max(1, tries)
-    best: PlanChoice | None = None
-    for plan in range(n):
-        r = simulate(space, part, private, planned_policy(plan, eps), policy_options=options or None, **simulate_kw)
-        if simulate_kw.get("costs") is None and simulate_kw.get("memory") is None:
-            simulate_kw["costs"] = r.costs  # the same durations for every plan; built once
-        if best is None:
-            best = PlanChoice(plan, eps, r.makespan, r.makespan, n, r)
-        elif r.makespan < best.makespan:
-            best.plan, best.makespan, best.result = plan, r.makespan, r
-    assert best is not None
-    best.result.extra["plan"] = best.summary()
-    return best
