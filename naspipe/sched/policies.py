@@ -13,9 +13,12 @@ Policies:
 * ``csp-chain``: CSP, backward first, then the free forward that heads the longest chain of conflicts
   among the next subnets (``naspipe.sched.chains``), oldest on ties: a critical-path list scheduler that
   sees no further than its window;
-* ``csp-cp`` (the default of the command line): CSP ranked by critical path: the ready task, backward or
-  forward, that heads the longest path of work behind it (``naspipe.sched.critical``) runs first, so a
-  just-freed forward heading a chain of conflicts may overtake ready backwards;
+* ``csp-cp``: CSP ranked by critical path: the ready task, backward or forward, that heads the longest path
+  of work behind it (``naspipe.sched.critical``) runs first, so a just-freed forward heading a chain of
+  conflicts may overtake ready backwards;
+* ``csp-plan`` (the default of the command line and the library): csp-cp with every priority scaled by a
+  per-task factor ``1 + eps * u(plan, stage, kind, j)`` (a hash); ``plan=0`` is csp-cp; without a plan option
+  the simulator and ``TrainConfig`` first choose one by simulation (``naspipe.sim.plan``);
 * ``csp-bw``: CSP with a split backward: ``B`` (input gradient) goes first, the causal rule waits on
   ``W`` (weight gradient + update); ``W`` and forwards are ordered by conflict chains, so a ``W`` that
   later forwards wait for runs early and the rest fill idle time; ``W`` tasks are bounded by
