@@ -101,7 +101,8 @@ def choose_plan(space: SearchSpace, part: Partition, stream: SubnetStream, polic
     ``simulate``'s keyword arguments (window, shared, costs, memory, jitter, ...) and return the plan with the
     shortest makespan, the lowest plan on ties. ``policy`` may carry ``eps`` (``csp-plan:eps=0.1``)."""
     _, text = parse_policy(policy)
-    eps = float(text.get("eps", (simulate_kw.get("policy_options") or {}).get("eps") or DEFAULT_EPS))
+    given = (simulate_kw.get("policy_options") or {}).get("eps")
+    eps = float(text.get("eps", DEFAULT_EPS if given is None else given))
     options = {k: v for k, v in (simulate_kw.pop("policy_options", None) or {}).items() if k not in ("plan", "eps")}
     private = ReplayStream.materialize(stream)
     n = plan_tries(len(private), budget) if tries is None else max(1, tries)
