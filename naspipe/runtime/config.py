@@ -170,10 +170,12 @@ class TrainConfig:
         resumed run plans the same. A run-time generated sequence is not known up front: it runs plan 0
         (csp-cp's order). Any other policy, or one naming its plan, is returned as it is."""
         from naspipe.sim import choose_plan
-        from naspipe.sim.plan import needs_plan
+        from naspipe.sim.plan import eps_of, needs_plan, plan_tries, planned_policy
 
         if self.online or not needs_plan(self.policy):
             return self
+        if plan_tries(self.n) == 1:  # the budget buys plan 0 alone: nothing to choose, nothing to simulate
+            return self.replace(policy=planned_policy(0, eps_of(self.policy)))
         choice = choose_plan(self.space, self.partition, self.stream(), self.policy,
                              window=self.window, shared=self.shared)
         return self.replace(policy=choice.policy)

@@ -22,13 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from naspipe.partition import Partition
 from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW, StageScheduler, make_scheduler, stage_specs
-from naspipe.sched.registry import parse_policy
 from naspipe.sched.speculate import gated_next_task
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.sequence import ReplayStream, SubnetStream
 from naspipe.shared import SharedLayers
 from naspipe.sim.costs import CostModel
-from naspipe.sim.plan import DEFAULT_EPS, PLAN_BUDGET, PLANNED, PlanChoice, needs_plan, plan_tries, planned_policy
+from naspipe.sim.plan import PLAN_BUDGET, PLANNED, PlanChoice, eps_of, needs_plan, plan_tries, planned_policy
 from naspipe.space import SearchSpace
 from naspipe.trace import Trace
 
@@ -100,9 +99,7 @@ def choose_plan(space: SearchSpace, part: Partition, stream: SubnetStream, polic
     """Simulate ``csp-plan`` plans ``0 .. tries-1`` (default ``plan_tries(len(stream), budget)``) with
     ``simulate``'s keyword arguments (window, shared, costs, memory, jitter, ...) and return the plan with the
     shortest makespan, the lowest plan on ties. ``policy`` may carry ``eps`` (``csp-plan:eps=0.1``)."""
-    _, text = parse_policy(policy)
-    given = (simulate_kw.get("policy_options") or {}).get("eps")
-    eps = float(text.get("eps", DEFAULT_EPS if given is None else given))
+    eps = eps_of(policy, simulate_kw.get("policy_options"))
     options = {k: v for k, v in (simulate_kw.pop("policy_options", None) or {}).items() if k not in ("plan", "eps")}
     private = ReplayStream.materialize(stream)
     n = plan_tries(len(private), budget) if tries is None else max(1, tries)

@@ -43,6 +43,13 @@ def planned_policy(plan: int, eps: float = DEFAULT_EPS) -> str:
     return f"{PLANNED}:plan={plan},eps={eps!r}"
 
 
+def eps_of(policy: str, policy_options: dict[str, Any] | None = None) -> float:
+    """The ``eps`` a ``csp-plan`` policy string (or, failing that, ``policy_options``) gives; the default if none."""
+    _, text = parse_policy(policy)
+    given = (policy_options or {}).get("eps")
+    return float(text.get("eps", DEFAULT_EPS if given is None else given))
+
+
 @dataclass
 class PlanChoice:
     """The chosen plan, its simulated makespan, plan 0's (csp-cp's) and how many plans were simulated; ``result``
