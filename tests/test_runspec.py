@@ -112,7 +112,7 @@ def test_a_training_run_plans_the_default_once_and_keeps_a_named_plan(tmp_path):
     assert TrainConfig.create("digits-cnn", tmp_path / "b", stages=2, subnets=12,
                               policy="csp-plan:plan=5").policy == "csp-plan:plan=5"
     online = TrainConfig.create("digits-cnn", tmp_path / "c", stages=2, subnets=12, sampler="evolution")
-    assert online.policy == "csp-plan" and make_scheduler(online.policy, stage_specs(
+    assert online.policy == "csp-plan:plan=0,eps=0.2" and make_scheduler(online.policy, stage_specs(
         online.space, online.partition)[0], online.stream()).plan == 0
     # past the planning budget (6,000 simulated subnets) only plan 0 is left: recorded without a simulation
     assert TrainConfig.create("digits-cnn", tmp_path / "d", stages=2, subnets=6001,

@@ -168,13 +168,14 @@ class TrainConfig:
         simulated on the run's sequence with the space's cost model, then written into ``policy``
         (``csp-plan:plan=S,eps=E``), which every stage parses and the run's config and checkpoints record, so a
         resumed run plans the same. A run-time generated sequence is not known up front: it runs plan 0
-        (csp-cp's order). Any other policy, or one naming its plan, is returned as it is."""
+        (csp-cp's order), recorded as such (a replay of the run, e.g. the report's, must not plan anew). Any
+        other policy, or one naming its plan, is returned as it is."""
         from naspipe.sim import choose_plan
         from naspipe.sim.plan import eps_of, needs_plan, plan_tries, planned_policy
 
-        if self.online or not needs_plan(self.policy):
+        if not needs_plan(self.policy):
             return self
-        if plan_tries(self.n) == 1:  # the budget buys plan 0 alone: nothing to choose, nothing to simulate
+        if self.online or plan_tries(self.n) == 1:  # no sequence, or a budget for plan 0 alone: nothing to simulate
             return self.replace(policy=planned_policy(0, eps_of(self.policy)))
         choice = choose_plan(self.space, self.partition, self.stream(), self.policy,
                              window=self.window, shared=self.shared)
