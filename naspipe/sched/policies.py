@@ -487,9 +487,10 @@ class PlannedCriticalPathCSPScheduler(CriticalPathCSPScheduler):
     """``csp-cp`` with every priority scaled by a fixed per-task factor ``1 + eps * u(plan, stage, kind, j)``.
 
     The factors are a hash of the task (``plan_factor_unit``), chosen by a plan number: ``plan=0`` is exactly
-    ``csp-cp``; ``naspipe.sim.plan`` simulates a fixed number of plans before a run and keeps the one with the
-    shortest makespan (optimal schedules hold some ready tasks back, which no fixed greedy rule does on every
-    instance; a plan picks, per instance, which ties of csp-cp's rule to break the other way). A decision costs
+    ``csp-cp``; ``naspipe.sim.choose_plan`` simulates a fixed number of plans before a run and keeps the one with
+    the shortest makespan (optimal schedules hold some ready tasks back, which no fixed greedy rule does on every
+    instance; a plan picks, per instance, which near-equal priorities of csp-cp to order the other way; see
+    ``naspipe.sim.plan``). A decision costs
     what csp-cp's does plus a hash per ranked task; the order stays exact (the causal rule decides what is
     ready), so results are bit-identical to ``csp``'s whatever the plan.
     """

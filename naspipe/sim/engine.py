@@ -72,9 +72,9 @@ def simulate(space: SearchSpace, part: Partition, stream: SubnetStream, policy: 
     """Run ``policy`` over ``stream`` on ``part.stages`` simulated stages and return the trace.
 
     ``memory``: model device memory, swapping and prefetching (off by default); see ``naspipe.sim.memory``.
-    ``csp-plan`` (the default) without a plan first chooses one (``naspipe.sim.plan.choose_plan``: a fixed number
-    of plans simulated with these arguments, memory-free: a memory-aware run costs tens of times more) and
-    returns the chosen plan's run (``extra["plan"]`` says which).
+    ``csp-plan`` (the default) without a plan first chooses one (``choose_plan``: a fixed number of plans
+    simulated with these arguments, memory-free: a memory-aware run costs tens of times more) and returns the
+    chosen plan's run (``extra["plan"]`` says which).
     """
     if needs_plan(policy, policy_options):
         choice = choose_plan(space, part, stream, policy, window=window, shared=shared, jitter=jitter, seed=seed,
