@@ -34,7 +34,10 @@ def test_json_summary_has_the_required_fields(capsys) -> None:
     out = _json(capsys, "--space", "naspipe-k48", "--stages", "4", "--subnets", "200", "--seed", "3")
     for key in REQUIRED:
         assert key in out, key
-    assert out["policy"] == "csp-cp" and out["stages"] == 4 and out["subnets"] == 200
+    # the default, csp-plan, reports the plan it chose (30 plans simulated at 200 subnets; plan 0 is csp-cp)
+    assert out["policy"] == f"csp-plan:plan={out['plan']['plan']},eps=0.2" and out["plan"]["tries"] == 30
+    assert out["makespan"] == out["plan"]["makespan"] <= out["plan"]["plan0_makespan"]
+    assert out["stages"] == 4 and out["subnets"] == 200
     assert 0 < out["utilization"] <= 1
     assert 0 < out["efficiency"] <= 1
     assert out["efficiency"] == pytest.approx(out["lower_bound"] / out["makespan"])
@@ -59,7 +62,8 @@ def test_same_command_same_numbers(capsys) -> None:
     assert a == b
 
 
-@pytest.mark.parametrize("policy", ["sequential", "csp", "csp-chain", "csp-cp", "csp-bw", "bsp", "bsp:3", "asp"])
+@pytest.mark.parametrize("policy", ["sequential", "csp", "csp-chain", "csp-cp", "csp-plan:plan=3", "csp-bw", "bsp",
+                                    "bsp:3", "asp"])
 def test_every_policy_runs(capsys, policy: str) -> None:
     out = _json(capsys, "--space", "tiny-transformer", "--stages", "3", "--subnets", "30", "--policy", policy,
                 "--shared-layers", "delayed:2")
@@ -69,7 +73,7 @@ def test_every_policy_runs(capsys, policy: str) -> None:
 def test_text_summary(capsys) -> None:
     assert main(["simulate", "--space", "unit-k12", "--subnets", "40"]) == 0
     out = capsys.readouterr().out
-    assert "csp-cp on unit-k12, 4 stages, 40 subnets" in out
+    assert "csp-plan:plan=" in out and ",eps=0.2 on unit-k12, 4 stages, 40 subnets" in out
     assert "utilization" in out and "efficiency" in out
 
 

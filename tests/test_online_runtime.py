@@ -58,6 +58,7 @@ def test_csp_with_an_evolution_stream_matches_the_reference_on_2_stages(tmp_path
     cfg = TrainConfig.create(SPACE, tmp_path / "run", stages=2, subnets=N, seed=SEED, sampler=SAMPLER,
                              progress=False, timeout=60)
     assert cfg.online and cfg.n == N and cfg.sequence == ()
+    assert cfg.policy == "csp-plan:plan=0,eps=0.2"  # the default: the sequence is unknown up front, plan 0
     train(cfg)
     _check_same_run(cfg.out, ref)
 

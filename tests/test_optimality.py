@@ -18,7 +18,7 @@ from naspipe.trace import Trace
 
 pytest.importorskip("ortools")
 
-CAUSAL = ("sequential", "csp", "csp-chain", "csp-cp", "csp-bw")
+CAUSAL = ("sequential", "csp", "csp-chain", "csp-cp", "csp-plan", "csp-bw")  # csp-plan: the default, planned
 
 
 def _instances():

@@ -12,6 +12,8 @@ import pytest
 from naspipe.cli.common import add_run_arguments, resolve_run
 from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError
 from naspipe.runtime.config import ConfigError, TrainConfig
+from naspipe.sched.policies import make_scheduler, stage_specs
+from naspipe.sim import choose_plan
 
 
 def test_the_command_line_and_the_library_share_one_set_of_defaults(tmp_path):
@@ -23,7 +25,9 @@ def test_the_command_line_and_the_library_share_one_set_of_defaults(tmp_path):
     assert (cli.policy, cli.window, str(cli.shared), cli.seed) == (lib.policy, lib.window, str(lib.shared), lib.seed)
     assert (lib.policy, lib.window, str(lib.shared)) == (DEFAULT_POLICY, DEFAULT_WINDOW, DEFAULT_SHARED)
     cfg = TrainConfig.create("digits-cnn", tmp_path / "run", stages=2, subnets=6)
-    assert (cfg.policy, cfg.window, str(cfg.shared), cfg.seed) == (lib.policy, lib.window, str(lib.shared), 0)
+    assert (cfg.policy_name, cfg.window, str(cfg.shared), cfg.seed) == (lib.policy, lib.window, str(lib.shared), 0)
+    # the default, csp-plan, has its plan chosen once, on the run's own sequence, and recorded in the policy
+    assert cfg.policy == choose_plan(lib.space, lib.partition, lib.stream, window=lib.window, shared=lib.shared).policy
     assert cfg.sequence == tuple(cli.stream[j] for j in range(6))
     assert cfg.partition == cli.partition
     declared = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
@@ -97,3 +101,19 @@ def test_the_command_line_names_its_flags_for_a_short_sequence(tmp_path, capsys)
     path.write_text(json.dumps({"space": "digits-cnn", "subnets": [list(spec.stream[j]) for j in range(3)]}))
     assert main(["simulate", "--space", "digits-cnn", "--sequence", str(path), "--subnets", "5"]) == 2
     assert capsys.readouterr().err.strip() == "naspipe: error: --sequence holds 3 subnets, fewer than --subnets 5"
+
+
+def test_a_training_run_plans_the_default_once_and_keeps_a_named_plan(tmp_path):
+    """The default's plan is chosen when the config is built (before any process) and recorded in ``policy``; a
+    plan the user names is kept (no planning); a run-time generated sequence is unknown up front: plan 0."""
+    cfg = TrainConfig.create("digits-cnn", tmp_path / "a", stages=2, subnets=12, seed=1)
+    assert cfg.policy.startswith("csp-plan:plan=") and cfg.describe()["policy"] == cfg.policy
+    assert TrainConfig.create("digits-cnn", tmp_path / "a", stages=2, subnets=12, seed=1).policy == cfg.policy
+    assert TrainConfig.create("digits-cnn", tmp_path / "b", stages=2, subnets=12,
+                              policy="csp-plan:plan=5").policy == "csp-plan:plan=5"
+    online = TrainConfig.create("digits-cnn", tmp_path / "c", stages=2, subnets=12, sampler="evolution")
+    assert online.policy == "csp-plan:plan=0,eps=0.2" and make_scheduler(online.policy, stage_specs(
+        online.space, online.partition)[0], online.stream()).plan == 0
+    # past the planning budget (6,000 simulated subnets) only plan 0 is left: recorded without a simulation
+    assert TrainConfig.create("digits-cnn", tmp_path / "d", stages=2, subnets=6001,
+                              policy="csp-plan:eps=0.05").policy == "csp-plan:plan=0,eps=0.05"

@@ -161,6 +161,7 @@ CASES = [  # (space, stages, shared layers, jitter ms, policy, optimizer)
     ("tiny-transformer", 3, "serial", 0, "csp", "sgd"),
     ("tiny-transformer", 2, "delayed:2", 0, "csp", "adam"),
     ("tiny-transformer", 3, "delayed:2", 0.5, "csp-chain", "sgd"),
+    ("tiny-transformer", 3, "delayed:2", 1.0, "csp-plan:plan=7", "sgd"),  # the default's order with a plan
     ("digits-cnn", 1, "delayed:2", 0, "csp", "sgd"),
     ("digits-cnn", 2, "frozen", 1.0, "csp", "sgd"),
     ("digits-cnn", 3, "delayed:2", 0, "csp", "sgd"),

@@ -3,9 +3,9 @@
 * brute-force oracles for the conflict-chain depths (``ConflictChains``) and the critical-path tails
   (``CriticalPaths``) on random sequences: longest paths recomputed from scratch over every pair of
   subnets that share a candidate;
-* a trace property of the default order (``csp-cp``): every task it started had the longest tail among
-  the tasks ready on its stage at that moment (ties: a backward, then the oldest), ready-ness and tails
-  recomputed from the trace and the space, independently of the scheduler;
+* a trace property of ``csp-cp`` and the default ``csp-plan`` (tails scaled by the plan's factors): every
+  task it started had the longest tail among the tasks ready on its stage at that moment (ties: a backward,
+  then the oldest), ready-ness and tails recomputed from the trace and the space, independently of the scheduler;
 * literal schedule tables for ``csp-chain``, ``csp-bw`` with several ``W`` pending at different chain
   depths, and ``csp-cp``, worked out by hand;
 * scheduler-level tests of ``start``, the fence, BSP resume, the asynchronous warm-up boundary and the
@@ -24,7 +24,13 @@ from test_sched_tables import table  # per stage, tasks as F0/B0/W0 in start ord
 from naspipe.partition import Partition, partition
 from naspipe.sched.chains import ConflictChains
 from naspipe.sched.critical import CriticalPaths
-from naspipe.sched.policies import CriticalPathCSPScheduler, PolicyError, make_scheduler, stage_specs
+from naspipe.sched.policies import (
+    CriticalPathCSPScheduler,
+    PolicyError,
+    make_scheduler,
+    plan_factor_unit,
+    stage_specs,
+)
 from naspipe.sched.tasks import B, F, W
 from naspipe.sequence import ReplayStream
 from naspipe.sim import simulate
@@ -131,19 +137,23 @@ def tails(space, part, subnets) -> dict[int, list[float]]:
 
 # ---- the default order's choices, recomputed from its trace -----------------------------------------------
 @SETTINGS
-@given(inst=instances(), seed=st.integers(0, 3))
-def test_csp_cp_always_starts_a_ready_task_with_the_longest_tail(inst, seed) -> None:
+@given(inst=instances(), seed=st.integers(0, 3), plan=st.sampled_from([0, 0, 1, 7, 1234]),
+       eps=st.sampled_from([0.2, 0.5]))
+def test_csp_cp_always_starts_a_ready_task_with_the_longest_tail(inst, seed, plan, eps) -> None:
     """At every start on a stage, no task of the same kind that was ready there strictly earlier had a
     longer tail (or an equal one and was older), and a forward was chosen over a ready backward only with
     a tail more than ``OVERTAKE`` longer, a backward over a ready forward only without. Ready: data
     predecessor done, the write of every earlier subnet sharing a candidate on the stage done, not started
     yet. Tails: the brute-force oracle over the whole (short) sequence, which the scheduler's 16-subnet
-    horizon covers."""
+    horizon covers. ``csp-plan`` (the default) with plan ``p``: the same, each tail scaled by its task's
+    factor ``1 + eps * u(p, stage, kind, j)`` (``plan_factor_unit``); plan 0 runs csp-cp."""
     space, part, subnets = inst
-    r = simulate(space, part, ReplayStream(space, subnets), "csp-cp", jitter=0.3, seed=seed)
+    policy = "csp-cp" if plan == 0 else f"csp-plan:plan={plan},eps={eps}"
+    r = simulate(space, part, ReplayStream(space, subnets), policy, jitter=0.3, seed=seed)
     P, n = part.stages, len(subnets)
     ev = {(e.kind, e.subnet, e.stage): e for e in r.trace.compute_events()}
-    tl = tails(space, part, subnets)
+    tl = {j: [x * (1.0 + (eps * plan_factor_unit(plan, i % P, "F" if i < P else "B", j) if plan else 0.0))
+              for i, x in enumerate(row)] for j, row in tails(space, part, subnets).items()}
 
     def ready_at(kind: str, j: int, s: int) -> float:
         if kind == "F":

@@ -31,7 +31,7 @@ from naspipe.space import Block, Candidate, SearchSpace
 from naspipe.trace import Trace, check_causal
 
 EPS = 1e-9
-CAUSAL = ("csp", "sequential", "csp-bw", "csp-chain", "csp-cp")
+CAUSAL = ("csp", "sequential", "csp-bw", "csp-chain", "csp-cp", "csp-plan:plan=5,eps=0.5")
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # ---- recording: which subnets a window handed out, and when it moved --------------------------------

@@ -186,7 +186,8 @@ def test_single_stage_runs_in_sequence_order(policy: str) -> None:
 def test_the_causal_family_is_read_from_the_scheduler_classes():
     from naspipe.sched.policies import PolicyError, follows_causal_rule
 
-    assert [follows_causal_rule(p) for p in ("sequential", "csp", "csp-chain", "csp-cp", "csp-bw")] == [True] * 5
+    exact = ("sequential", "csp", "csp-chain", "csp-cp", "csp-plan", "csp-bw")
+    assert [follows_causal_rule(p) for p in exact] == [True] * 6
     assert not any(follows_causal_rule(p) for p in ("bsp:8", "asp", "pipedream", "2bw", "pipemare:t1=4", "pipeoptim"))
     with pytest.raises(PolicyError, match="unknown policy"):
         follows_causal_rule("gpipe")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -43,7 +44,10 @@ def test_train_writes_a_run_that_verifies_against_the_reference(tmp_path):
     p = subprocess.run([str(BIN / "naspipe"), "train", *common, "--stages", "2", "--jitter-ms", "1",
                         "--out", str(run)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    assert "csp-cp on tiny-transformer, 2 stages, 16 subnets, shared layers delayed:1" in p.stdout
+    # the default order, csp-plan, with the plan chosen before the processes start, recorded with the run
+    planned = re.search(r"(csp-plan:plan=\d+,eps=0\.2) on tiny-transformer, 2 stages, 16 subnets, shared layers "
+                        r"delayed:1", p.stdout)
+    assert planned, p.stdout
     assert "subnet" in p.stderr  # the progress bar
     for f in ("losses.csv", "params.json", "trace.json", "metrics.json", "events.jsonl", "status.json"):
         assert (run / f).exists(), f
@@ -52,6 +56,7 @@ def test_train_writes_a_run_that_verifies_against_the_reference(tmp_path):
     for k in ("subnets_per_s", "samples_per_s", "utilization", "wall_s", "overhead_share", "config"):
         assert m[k] is not None, k
     assert m["config"]["shared_layers"] == "delayed:1" and m["config"]["jitter_ms"] == 1.0
+    assert m["config"]["policy"] == planned.group(1)
     assert Trace.load(run / "trace.json").meta["driver"] == "runtime"
     assert main(["reference", *common, "--out", str(ref), "--no-progress"]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
@@ -85,7 +90,7 @@ BAD = [  # (arguments, part of the one-line message)
     (["--timeout", "0"], "--timeout must be a finite number of seconds > 0"),
     (["--subnets", "0"], "--subnets must be >= 1"),
     (["--device", "tpu"], "invalid choice: 'tpu'"),
-    (["--micro-batches", "2"], "policy 'csp-cp' takes no option"),
+    (["--micro-batches", "2"], "policy 'csp-plan' takes no option"),
     (["--checkpoint-every", "0"], "--checkpoint-every must be >= 1"),
     (["--policy", "bsp:4", "--checkpoint-every", "10"], "multiple of its 4 micro-batches"),
 ]
@@ -218,6 +223,9 @@ def test_resume_from_a_corrupted_checkpoint_is_refused(tmp_path, capsys, checkpo
     (["--stages", "3"], "was taken with stages 2, but the arguments give stages 3"),
     (["--optimizer", "adam"], "was taken with optimizer 'sgd', but the arguments give optimizer 'adam'"),
     (["--subnets", "16"], "was taken with subnets 12, but the arguments give subnets 16"),
+    # a checkpoint of the default (csp-plan with its chosen plan) and another order, e.g. the old default
+    (["--policy", "csp-cp"], "was taken with policy 'csp-plan:plan="),
+    (["--policy", "csp-plan:plan=100000"], "but the arguments give policy 'csp-plan:plan=100000'"),
 ])
 def test_resume_with_other_arguments_is_refused(tmp_path, capsys, checkpointed, change, message):
     # a later option overrides an earlier one (argparse)
@@ -246,7 +254,7 @@ def test_torchrun_entry_point_matches_the_reference(tmp_path):
                         "--checkpoint-every", "4", "--no-progress"], capture_output=True, text=True, timeout=240,
                        cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "csp-cp on digits-cnn, 2 stages, 12 subnets" in p.stdout
+    assert re.search(r"csp-plan:plan=\d+,eps=0\.2 on digits-cnn, 2 stages, 12 subnets", p.stdout), p.stdout
     assert main(["reference", *common, "--out", str(ref), "--no-progress"]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
     # every rank saved its checkpoints and rank 0 marked them complete; the single-machine launcher resumes one

@@ -58,8 +58,9 @@ def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-
     p.add_argument("--stages", type=int, default=4, help="pipeline stages P (default %(default)s)")
     p.add_argument("--policy", default=default_policy,
                    help=f"scheduling policy: {', '.join(POLICIES)} (bsp:M sets the group size; default "
-                        f"%(default)s, csp is the paper's order); MODULE:NAME imports MODULE, which registers "
-                        "policy NAME (naspipe.register_policy)")
+                        f"%(default)s: csp-cp with a plan chosen by simulating a fixed number of plans first, "
+                        f"csp-plan:plan=S names one; csp is the paper's order); MODULE:NAME imports MODULE, which "
+                        "registers policy NAME (naspipe.register_policy)")
     p.add_argument("--subnets", type=positive_int("--subnets"), default=default_subnets,
                    help="number of subnets to train (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the subnet sequence and the weights")

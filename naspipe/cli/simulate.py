@@ -98,7 +98,8 @@ def summarize(cfg: Any, result: Any) -> dict[str, Any]:
     ms = result.makespan
     n = len(subnets)
     return {
-        "policy": cfg.policy, "space": cfg.space.name, "stages": cfg.partition.stages, "subnets": n,
+        "policy": result.extra.get("plan", {}).get("policy", cfg.policy), "plan": result.extra.get("plan"),
+        "space": cfg.space.name, "stages": cfg.partition.stages, "subnets": n,
         "window": cfg.window, "seed": cfg.seed, "shared_layers": str(cfg.shared),
         "makespan": ms, "utilization": result.utilization,
         "stage_utilization": result.trace.stage_utilization(),

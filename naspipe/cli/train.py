@@ -61,7 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="csp-bw: most W tasks pending per stage")
     p.add_argument("--policy-option", action="append", default=[], metavar="KEY=VALUE",
                    help="option of an asynchronous baseline, repeatable: pipemare t1=K t2=D warmup=N tau=T; "
-                        "pipeoptim s=stage|inflight|N offset=K warmup=N; 2bw group=M; pipedream warmup=N")
+                        "pipeoptim s=stage|inflight|N offset=K warmup=N; 2bw group=M; pipedream warmup=N; "
+                        "csp-plan plan=S (no planning) eps=E")
     p.add_argument("--port", type=positive_int("--port"), default=None,
                    help="rendezvous port on 127.0.0.1 (default: a free one)")
     p.add_argument("--balance", choices=("cost", "measured"), default="cost",

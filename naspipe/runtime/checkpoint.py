@@ -90,7 +90,6 @@ def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
         "space": cfg.space.name,
         "space_sha256": hashlib.sha256(cfg.space.to_json().encode()).hexdigest(),
         "seed": cfg.seed,
-        "policy": cfg.policy,
         "policy_options": {k: v for k, v in sorted(cfg.policy_options.items()) if k == "micro_batches"},
         "stages": cfg.stages,
         "partition": [list(b) for b in cfg.partition.bounds],
@@ -104,6 +103,8 @@ def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
         "threads": cfg.threads,
         **({"replicas": cfg.replicas, "replica_exchange": cfg.replica_exchange}
            if getattr(cfg, "replicas", 1) != 1 else {}),
+        # last, so a refusal names the cause first: the default's plan (csp-plan:plan=S) follows from the above
+        "policy": cfg.policy,
     }
 
 

@@ -148,6 +148,7 @@ class TrainConfig:
         cfg = cls(space=spec.space, out=Path(out), partition=spec.partition, sequence=subs, shared=spec.shared,
                   seed=spec.seed, policy=spec.policy, window=spec.window, **options)
         cfg.validate()
+        cfg = cfg.planned()
         if resume is not None:
             from naspipe.runtime.checkpoint import apply_resume
 
@@ -161,6 +162,24 @@ class TrainConfig:
         unknown = set(options) - ({f.name for f in dataclasses.fields(cls)} - fixed)
         if unknown:
             raise ConfigError(f"unknown option(s) {sorted(unknown)}")
+
+    def planned(self) -> TrainConfig:
+        """This config with its ``csp-plan`` plan chosen (``naspipe.sim.plan``), once, before any process starts:
+        simulated on the run's sequence with the space's cost model, then written into ``policy``
+        (``csp-plan:plan=S,eps=E``), which every stage parses and the run's config and checkpoints record, so a
+        resumed run plans the same. A run-time generated sequence is not known up front: it runs plan 0
+        (csp-cp's order), recorded as such (a replay of the run, e.g. the report's, must not plan anew). Any
+        other policy, or one naming its plan, is returned as it is."""
+        from naspipe.sim import choose_plan
+        from naspipe.sim.plan import eps_of, needs_plan, plan_tries, planned_policy
+
+        if not needs_plan(self.policy):
+            return self
+        if self.online or plan_tries(self.n) == 1:  # no sequence, or a budget for plan 0 alone: nothing to simulate
+            return self.replace(policy=planned_policy(0, eps_of(self.policy)))
+        choice = choose_plan(self.space, self.partition, self.stream(), self.policy,
+                             window=self.window, shared=self.shared)
+        return self.replace(policy=choice.policy)
 
     def replace(self, **changes: Any) -> TrainConfig:
         cfg = dataclasses.replace(self, **changes)

@@ -13,9 +13,12 @@ Policies:
 * ``csp-chain``: CSP, backward first, then the free forward that heads the longest chain of conflicts
   among the next subnets (``naspipe.sched.chains``), oldest on ties: a critical-path list scheduler that
   sees no further than its window;
-* ``csp-cp`` (the default of the command line): CSP ranked by critical path: the ready task, backward or
-  forward, that heads the longest path of work behind it (``naspipe.sched.critical``) runs first, so a
-  just-freed forward heading a chain of conflicts may overtake ready backwards;
+* ``csp-cp``: CSP ranked by critical path: the ready task, backward or forward, that heads the longest path
+  of work behind it (``naspipe.sched.critical``) runs first, so a just-freed forward heading a chain of
+  conflicts may overtake ready backwards;
+* ``csp-plan`` (the default of the command line and the library): csp-cp with every priority scaled by a
+  per-task factor ``1 + eps * u(plan, stage, kind, j)`` (a hash); ``plan=0`` is csp-cp; without a plan option
+  the simulator and ``TrainConfig`` first choose one by simulation (``naspipe.sim.plan``);
 * ``csp-bw``: CSP with a split backward: ``B`` (input gradient) goes first, the causal rule waits on
   ``W`` (weight gradient + update); ``W`` and forwards are ordered by conflict chains, so a ``W`` that
   later forwards wait for runs early and the rest fill idle time; ``W`` tasks are bounded by
@@ -462,6 +465,60 @@ class CriticalPathCSPScheduler(ChainCSPScheduler):
         return self._take_forward(best_f[1]) if best_f else None
 
 
+_KIND_CODE = {FORWARD: 0, BACKWARD: 1, WEIGHT: 2}
+_MASK = (1 << 64) - 1
+
+
+def plan_factor_unit(plan: int, stage: int, kind: str, j: int) -> float:
+    """``u(plan, stage, kind, j)`` in ``[0, 1)``: a hash (splitmix64 over the four integers), a pure function of
+    its arguments, so a task keeps its factor whichever order tasks become ready in (simulator or runtime) and
+    in every process (no Python ``hash``, which is salted per process)."""
+    h = 0x9E3779B97F4A7C15
+    for v in (plan, stage, _KIND_CODE[kind], j):
+        h = (h ^ (v & _MASK)) * 0xBF58476D1CE4E5B9 & _MASK
+        h = (h + 0x9E3779B97F4A7C15) & _MASK
+        h ^= h >> 31
+        h = h * 0x94D049BB133111EB & _MASK
+        h ^= h >> 29
+    return (h >> 11) / float(1 << 53)
+
+
+class PlannedCriticalPathCSPScheduler(CriticalPathCSPScheduler):
+    """``csp-cp`` with every priority scaled by a fixed per-task factor ``1 + eps * u(plan, stage, kind, j)``.
+
+    The factors are a hash of the task (``plan_factor_unit``), chosen by a plan number: ``plan=0`` is exactly
+    ``csp-cp``; ``naspipe.sim.choose_plan`` simulates a fixed number of plans before a run and keeps the one with
+    the shortest makespan (optimal schedules hold some ready tasks back, which no fixed greedy rule does on every
+    instance; a plan picks, per instance, which near-equal priorities of csp-cp to order the other way; see
+    ``naspipe.sim.plan``). A decision costs
+    what csp-cp's does plus a hash per ranked task; the order stays exact (the causal rule decides what is
+    ready), so results are bit-identical to ``csp``'s whatever the plan.
+    """
+
+    name = "csp-plan"
+    options = ("plan", "eps")
+    EPS = 0.2  # the default largest relative perturbation
+
+    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, plan: int = 0,
+                 eps: float | None = None, **base: Any):
+        eps = self.EPS if eps is None else float(eps)
+        if not isinstance(plan, int) or plan < 0 or not 0.0 <= eps <= 10.0:
+            raise PolicyError(f"csp-plan needs plan >= 0 (a whole number) and eps in [0, 10], got {plan}, {eps}")
+        self.plan, self.eps = plan, eps
+        super().__init__(spec, stream, window, **base)
+
+    def _factor(self, kind: str, j: int) -> float:
+        if self.plan == 0:
+            return 1.0
+        return 1.0 + self.eps * plan_factor_unit(self.plan, self.spec.stage, kind, j)
+
+    def _forward_priority(self, j: int) -> float:
+        return super()._forward_priority(j) * self._factor(FORWARD, j)
+
+    def _backward_priority(self, j: int) -> float:
+        return super()._backward_priority(j) * self._factor(BACKWARD, j)
+
+
 class SequentialScheduler(CSPScheduler):
     """One subnet at a time: CSP with a window of one."""
 
@@ -636,6 +693,9 @@ for _policy in (
            doc="CSP; among ready forwards the head of the longest conflict chain"),
     Policy("csp-cp", CriticalPathCSPScheduler, causal=True, context_switch=True, replicas=True,
            doc="CSP ranked by critical path: the ready task heading the longest path of work runs first"),
+    Policy("csp-plan", PlannedCriticalPathCSPScheduler, causal=True, context_switch=True, replicas=True,
+           doc="csp-cp with per-task priority factors chosen by a plan number (naspipe.sim.plan picks one)",
+           options={"plan": int, "eps": float}),
     Policy("csp-bw", SplitBackwardCSPScheduler, causal=True, context_switch=True, replicas=True,
            doc="CSP with a split backward (B, then W)", options={"max_pending_w": int},
            check=whole_numbers_from_one),
@@ -654,7 +714,8 @@ for _policy in (
 POLICIES = SchedulerTable()  # {name: scheduler class}, a live view of the registry
 
 
-DEFAULT_POLICY = "csp-cp"  # what `naspipe simulate` and `naspipe train` run without --policy ("csp" is the paper's)
+DEFAULT_POLICY = "csp-plan"  # what `naspipe simulate` and `naspipe train` run without --policy ("csp" is the paper's);
+# without a plan option a plan is chosen by simulation first (naspipe.sim.plan)
 
 
 def policy_class(policy: str) -> type[StageScheduler]:

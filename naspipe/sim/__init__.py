@@ -5,8 +5,8 @@
 """
 
 from naspipe.sim.costs import CostModel, batch_time_scale
-from naspipe.sim.engine import DeadlockError, SimResult, simulate
+from naspipe.sim.engine import DeadlockError, SimResult, choose_plan, simulate
 from naspipe.sim.memory import MemoryBudgetError, MemoryConfig, MemoryReport, plan_memory
 
 __all__ = ["CostModel", "DeadlockError", "MemoryBudgetError", "MemoryConfig", "MemoryReport", "SimResult",
-           "batch_time_scale", "plan_memory", "simulate"]
+           "batch_time_scale", "choose_plan", "plan_memory", "simulate"]

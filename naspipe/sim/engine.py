@@ -27,6 +27,7 @@ from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.sequence import ReplayStream, SubnetStream
 from naspipe.shared import SharedLayers
 from naspipe.sim.costs import CostModel
+from naspipe.sim.plan import PLAN_BUDGET, PLANNED, PlanChoice, eps_of, needs_plan, plan_tries, planned_policy
 from naspipe.space import SearchSpace
 from naspipe.trace import Trace
 
@@ -71,13 +72,49 @@ def simulate(space: SearchSpace, part: Partition, stream: SubnetStream, policy: 
     """Run ``policy`` over ``stream`` on ``part.stages`` simulated stages and return the trace.
 
     ``memory``: model device memory, swapping and prefetching (off by default); see ``naspipe.sim.memory``.
+    ``csp-plan`` (the default) without a plan first chooses one (``choose_plan``: a fixed number of plans
+    simulated with these arguments, memory-free: a memory-aware run costs tens of times more) and returns the
+    chosen plan's run (``extra["plan"]`` says which).
     """
+    if needs_plan(policy, policy_options):
+        choice = choose_plan(space, part, stream, policy, window=window, shared=shared, jitter=jitter, seed=seed,
+                             latency=latency, bandwidth=bandwidth, policy_options=policy_options, costs=costs)
+        if memory is None:
+            return choice.result
+        result = _simulate_with_memory(space, part, stream, choice.policy, memory, window=window, shared=shared,
+                                       jitter=jitter, seed=seed, latency=latency, bandwidth=bandwidth,
+                                       policy_options=policy_options, costs=costs)
+        result.extra["plan"] = choice.summary()
+        return result
     if memory is not None:
         return _simulate_with_memory(space, part, stream, policy, memory, window=window, shared=shared,
                                     jitter=jitter, seed=seed, latency=latency, bandwidth=bandwidth,
                                     policy_options=policy_options, costs=costs)
     return _Run(space, part, stream, policy, window=window, shared=shared, jitter=jitter, seed=seed,
                 latency=latency, bandwidth=bandwidth, policy_options=policy_options, costs=costs).run()
+
+
+def choose_plan(space: SearchSpace, part: Partition, stream: SubnetStream, policy: str = PLANNED, *,
+                budget: int = PLAN_BUDGET, tries: int | None = None, **simulate_kw: Any) -> PlanChoice:
+    """Simulate ``csp-plan`` plans ``0 .. tries-1`` (default ``plan_tries(len(stream), budget)``) with
+    ``simulate``'s keyword arguments (window, shared, costs, memory, jitter, ...) and return the plan with the
+    shortest makespan, the lowest plan on ties. ``policy`` may carry ``eps`` (``csp-plan:eps=0.1``)."""
+    eps = eps_of(policy, simulate_kw.get("policy_options"))
+    options = {k: v for k, v in (simulate_kw.pop("policy_options", None) or {}).items() if k not in ("plan", "eps")}
+    private = ReplayStream.materialize(stream)
+    n = plan_tries(len(private), budget) if tries is None else max(1, tries)
+    best: PlanChoice | None = None
+    for plan in range(n):
+        r = simulate(space, part, private, planned_policy(plan, eps), policy_options=options or None, **simulate_kw)
+        if simulate_kw.get("costs") is None and simulate_kw.get("memory") is None:
+            simulate_kw["costs"] = r.costs  # the same durations for every plan; built once
+        if best is None:
+            best = PlanChoice(plan, eps, r.makespan, r.makespan, n, r)
+        elif r.makespan < best.makespan:
+            best.plan, best.makespan, best.result = plan, r.makespan, r
+    assert best is not None
+    best.result.extra["plan"] = best.summary()
+    return best
 
 
 class _Run:

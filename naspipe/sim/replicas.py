@@ -176,6 +176,10 @@ def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = 
     simulated on the same sequence; rows ranked by throughput (subnets/s), best first."""
     if devices < 1:
         raise ValueError(f"devices must be >= 1, got {devices}")
+    from naspipe.sim.plan import needs_plan, planned_policy
+
+    if needs_plan(policy):  # the default ranks every split in plan 0's order (csp-cp's): planning each split
+        policy = planned_policy(0)  # would cost a planning budget per split, for a gain too small to reorder them
     stream = UniformStream(space, seed, subnets)
     rows = []
     for r in range(1, devices + 1):
