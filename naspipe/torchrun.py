@@ -94,8 +94,8 @@ def _record_failure(cfg: Any, rank: int, e: BaseException) -> None:
 
         saved = finalize(cfg.out)
         if saved is not None:
-            print(f"naspipe: the last complete checkpoint is at subnet {saved}: to continue, run the same command with --resume {cfg.out}",
-                  file=sys.stderr)
+            print(f"naspipe: the last complete checkpoint is at subnet {saved}: to continue, run the same command "
+                  f"with --resume {cfg.out}", file=sys.stderr)
     primary = is_root_cause(e)
     write_status(cfg.out, False, f"stage 0 (rank 0) failed: {type(e).__name__}: {e}", 0 if primary else None,
                  checkpoint=saved)

@@ -58,7 +58,8 @@ def fixed_block(space: SearchSpace, index: int) -> nn.Module:
 def candidate(space: SearchSpace, index: int, cand: Candidate) -> nn.Module:
     _, width, _ = _dims(space)
     if cand.op != "mlp":
-        raise ValueError(f"candidate {cand.name!r}: mlp op {cand.op!r} is not 'mlp' (a residual block of width 'hidden')")
+        raise ValueError(f"candidate {cand.name!r}: mlp op {cand.op!r} is not 'mlp' "
+                         "(a residual block of width 'hidden')")
     hidden = int(cand.args.get("hidden", width))
     if hidden < 1:
         raise ValueError(f"candidate {cand.name!r}: hidden must be >= 1")
