@@ -55,15 +55,15 @@ def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequen
              replica_exchange: str | None = None) -> dict[str, Any]:
     """A run's identity (JSON-ready). ``space``: a ``SearchSpace``; ``lr``: the learning rate actually used;
     ``replica_exchange``: how replicas combine gradients (``exact`` or ``native``; None with one replica)."""
-    import hashlib
-
     return {
-        "space": space.name, "space_sha256": hashlib.sha256(space.to_json().encode()).hexdigest(),
+        "space": space.name, "space_sha256": space.digest(),
         "seed": int(seed), "subnets": int(subnets), "sampler": None if sampler is None else str(sampler),
         "sequence_sha256": sequence_sha256,
         "optimizer": str(optimizer), "lr": float(lr), "threads": int(threads), "shared_layers": str(shared_layers),
         "replicas": int(replicas),
         **({"replica_exchange": str(replica_exchange)} if replica_exchange is not None else {}),
+        # not compared (not in IDENTITY): which in-process definition of a notebook supernet (search finds it)
+        **({"definition": space.model.definition} if getattr(space.model, "definition", None) else {}),
     }
 
 

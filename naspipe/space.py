@@ -159,6 +159,24 @@ class SearchSpace:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
 
+    def digest(self) -> str:
+        """sha256 of what decides a run's numbers: the space without its costs (``COST_FIELDS`` and
+        ``message_bytes``), which only steer the schedule, the partition and the plans; so re-profiling a
+        space does not change the identity of its runs (``naspipe.runs``) or their checkpoints."""
+        import hashlib
+
+        d = self.to_dict()
+        d.pop("message_bytes")
+        for b in d["blocks"]:
+            for c in b["candidates"]:
+                for k in COST_FIELDS:
+                    c.pop(k)
+        return hashlib.sha256(json.dumps(d, indent=1, sort_keys=True).encode()).hexdigest()
+
+
+# the per-candidate cost fields: measured or estimated, never part of what a run computes
+COST_FIELDS = ("fwd", "bwd", "bwd_input_share", "param_bytes", "act_bytes")
+
 
 # ---- validation ----------------------------------------------------------------------------------
 _CAND_NUM = {"fwd": float, "bwd": float, "param_bytes": int, "act_bytes": int, "bwd_input_share": float}

@@ -88,7 +88,7 @@ def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
     seq = json.dumps([list(s) for s in cfg.sequence])
     return {
         "space": cfg.space.name,
-        "space_sha256": hashlib.sha256(cfg.space.to_json().encode()).hexdigest(),
+        "space_sha256": cfg.space.digest(),  # without costs: re-profiling does not stop a resume
         "seed": cfg.seed,
         "policy_options": {k: v for k, v in sorted(cfg.policy_options.items()) if k == "micro_batches"},
         "stages": cfg.stages,
@@ -367,8 +367,9 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
             raise CheckpointError(f"checkpoint file {str(side)!r} is corrupted (position {pos} in {d.name})")
         if fp != want:
             key = next((k for k in want if fp.get(k) != want[k]), None) or next(k for k in fp if k not in want)
-            raise CheckpointError(f"checkpoint {str(d)!r} was taken with {key} {_show(key, fp.get(key))}, but the "
-                                  f"arguments give {key} {_show(key, want.get(key))}; resume with the arguments "
+            have, give = fp.get(key, _UNRECORDED.get(key)), want.get(key, _UNRECORDED.get(key))
+            raise CheckpointError(f"checkpoint {str(d)!r} was taken with {key} {_show(key, have)}, but the "
+                                  f"arguments give {key} {_show(key, give)}; resume with the arguments "
                                   "of the interrupted run")
         pt = d / f"stage{s}.pt"
         try:
@@ -382,6 +383,10 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
     if c >= cfg.n:
         raise CheckpointError(f"checkpoint {str(d)!r} is at subnet {c}, the run has only {cfg.n} subnets")
     return c, d
+
+
+# fingerprint fields recorded only when they differ from their default (a run of one replica records neither)
+_UNRECORDED = {"replicas": 1, "replica_exchange": "exact"}
 
 
 def _show(key: str, value: Any) -> str:

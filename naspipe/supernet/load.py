@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ class ModelInfo(dict):
     supernet: Supernet | None = None
     payload: bytes | None = None
     profiled: bool = False  # its costs come from a measurement (naspipe profile), not unit costs
+    # which definition of a supernet defined in a process (a notebook) this is: ``<process>:<n>``, recorded
+    # in run.json so a run found again in the same process uses its own definition, not a later one of that name
+    definition: str | None = None
 
     def shippable(self) -> bytes | None:
         """The supernet pickled by value (once); SupernetError saying what could not be pickled."""
@@ -45,12 +49,13 @@ class ModelInfo(dict):
         return self.payload
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore, (dict(self), self.shippable()))
+        return (_restore, (dict(self), self.shippable(), self.definition))
 
 
-def _restore(items: dict[str, Any], payload: bytes | None) -> ModelInfo:
+def _restore(items: dict[str, Any], payload: bytes | None, definition: str | None = None) -> ModelInfo:
     m = ModelInfo(items)
     m.payload = payload
+    m.definition = definition
     return m
 
 
@@ -59,6 +64,11 @@ _CACHE: dict[Any, Supernet] = {}  # source or payload digest -> supernet (one im
 _PRESETS: dict[int, tuple[SearchSpace, Supernet]] = {}
 _BY_ID: dict[int, tuple[Any, Supernet]] = {}  # id(space.model) -> (model, supernet): per-task lookups
 _BY_NAME: dict[str, SearchSpace] = {}  # supernets defined in this process, by name (latest wins)
+_PROCESS = uuid.uuid4().hex[:12]  # this process, in definition tokens
+# id(supernet) -> (supernet, token); token -> space: every definition made in this process (kept alive, so a
+# run trained on one is searched with it even after another supernet of the same name is defined)
+_TOKENS: dict[int, tuple[Supernet, str]] = {}
+_BY_DEFINITION: dict[str, SearchSpace] = {}
 # model kind of a built-in space -> its declaration (``naspipe.models.presets`` registers the preset families
 # when ``naspipe.models`` is imported, so this package never imports the torch models)
 _FAMILIES: dict[str, Any] = {}
@@ -161,11 +171,36 @@ def space_of(sn: Supernet, source: str | None = None) -> SearchSpace:
     else:
         model["name"] = name = sn.name or "supernet"
         model.supernet = sn
+        model.definition = _token(sn)
     _BY_ID[id(model)] = (model, sn)
     space = SearchSpace(name=name, blocks=tuple(blocks), model=model, batch_size=sn.batch_size,
                         message_bytes=int(prof.get("message_bytes", 0)))
     if source is None:  # run folders name it: reports and search in this process find it by name
         _BY_NAME[name] = space
+        _BY_DEFINITION[model.definition] = space  # type: ignore[index]
+    return space
+
+
+def _token(sn: Supernet) -> str:
+    """The definition token of ``sn``: one per Supernet object, unique across processes."""
+    hit = _TOKENS.get(id(sn))
+    if hit is not None and hit[0] is sn:
+        return hit[1]
+    tok = f"{_PROCESS}:{len(_TOKENS)}"
+    _TOKENS[id(sn)] = (sn, tok)
+    return tok
+
+
+def defined_space(name: str, definition: str | None) -> SearchSpace | None:
+    """The space a run recorded (``run.json``'s ``definition``) when its supernet was defined in this process;
+    None when it was not (a module:function, a preset, or another process: resolve it by name).
+    SupernetError when it was defined in this process under a definition that is gone (cannot happen: kept)."""
+    if not definition or not str(definition).startswith(_PROCESS + ":"):
+        return None
+    space = _BY_DEFINITION.get(str(definition))
+    if space is None or space.name != name:
+        raise SupernetError(f"the run trained supernet {name!r} defined earlier in this process, which is no "
+                            "longer known; pass its Supernet as space=")
     return space
 
 

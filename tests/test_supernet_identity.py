@@ -1,0 +1,106 @@
+"""A user supernet's identity, its cost profile and the plan of it: what a bug hunt found wrong.
+
+A run of a notebook supernet is searched with its own definition (not a later one of the same name); costs
+never change a run's identity (re-profiling keeps verify and --resume working); a cost profile is validated
+field by field and written atomically, and ``naspipe profile`` refuses an unwritable destination before it
+measures; ``plan`` names unit costs; refusals of replicas and losses say what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import naspipe
+from naspipe.cli import main
+from naspipe.reference import train_reference
+from naspipe.sched.shared import parse_shared
+from naspipe.search import search_run
+
+pytestmark = pytest.mark.usefixtures("no_process_left_behind")
+
+GOOD = "user_supernets:good"
+
+
+def _data(j: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(4, 4, generator=g)
+    return x, (x.sum(1) > 0).long()
+
+
+def _tiny(act, costs=None) -> naspipe.Supernet:
+    class B(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return act(self.a(x))
+
+    return naspipe.Supernet([naspipe.Choice("l0", {"x": B, "y": lambda: nn.Linear(4, 4)}),
+                             naspipe.Fixed("head", lambda: nn.Linear(4, 2))], data=_data, loss=F.cross_entropy,
+                            batch_size=4, costs=costs)
+
+
+def _reference(sn: naspipe.Supernet, out, n: int = 4):
+    sp = naspipe.resolve_space(sn)
+    ref = train_reference(sp, naspipe.UniformStream(sp, 0, n), 0, parse_shared("frozen"))
+    ref.save(out, weights=True, metrics={"config": ref.config})
+    return ref
+
+
+def _losses(result) -> list[tuple]:
+    return sorted((e.subnet, e.loss) for e in result.evaluated)
+
+
+def test_a_notebook_supernets_run_is_searched_with_its_own_definition(tmp_path):
+    """Finding 5: another unnamed supernet defined later (same labels and shapes) must not replace run A's."""
+    _reference(_tiny(torch.relu), tmp_path / "a")
+    before = _losses(search_run(tmp_path / "a", budget=2, seed=0, write=False))
+    naspipe.resolve_space(_tiny(lambda t: -t))  # also named 'supernet'
+    assert _losses(search_run(tmp_path / "a", budget=2, seed=0, write=False)) == before
+    # the recorded token is process-local: not part of what verify compares
+    ident = json.loads((tmp_path / "a" / "run.json").read_text())["identity"]
+    assert ident["definition"] and "definition" not in naspipe.runs.IDENTITY
+
+
+def test_costs_do_not_change_a_runs_identity(tmp_path):
+    """Finding 12: re-profiling keeps the run identity (verify) and the checkpoint fingerprint (--resume)."""
+    from naspipe.results import verify
+    from naspipe.runtime.checkpoint import fingerprint
+
+    sn = _tiny(torch.relu)
+    profiled = sn.with_costs(naspipe.measure_costs(sn, repeats=1))
+    a, b = naspipe.resolve_space(sn), naspipe.resolve_space(profiled)
+    assert a.blocks[0].candidates[0].fwd != b.blocks[0].candidates[0].fwd and a.digest() == b.digest()
+    _reference(sn, tmp_path / "a")
+    _reference(profiled, tmp_path / "b")
+    ok, msg = verify(tmp_path / "a", tmp_path / "b")
+    assert ok, msg
+    fps = [fingerprint(naspipe.TrainConfig.create(s, tmp_path / "o", stages=2, subnets=4)) for s in (sn, profiled)]
+    assert fps[0] == fps[1]
+    # what a run computes still counts: another batch size, another candidate name
+    assert naspipe.resolve_space(naspipe.Supernet(sn.blocks, data=_data, loss=F.cross_entropy,
+                                                  batch_size=2)).digest() != a.digest()
+    c = naspipe.preset("digits-cnn")
+    assert c.digest() != naspipe.preset("tiny-transformer").digest()
+
+
+def test_a_resume_refusal_names_the_default_replicas_not_null(tmp_path):
+    """Lower finding: a one-replica checkpoint records no replicas; the refusal says 1, not null."""
+    from naspipe.runtime.checkpoint import CheckpointError, check_resume, fingerprint, position_dir, root_of
+
+    one = naspipe.TrainConfig.create("digits-cnn", tmp_path / "o", stages=2, subnets=8, checkpoint_every=4)
+    two = one.replace(replicas=2)
+    d = position_dir(root_of(tmp_path / "o"), 4)
+    d.mkdir(parents=True)
+    for cfg, other, want in ((one, two, "taken with replicas 1, but the arguments give replicas 2"),
+                             (two, one, "taken with replicas 2, but the arguments give replicas 1")):
+        for s in range(2):
+            (d / f"stage{s}.json").write_text(json.dumps({"fingerprint": fingerprint(cfg), "bytes": 0,
+                                                          "sha256": "", "position": 4}))
+        with pytest.raises(CheckpointError, match=want):
+            check_resume(other, tmp_path / "o")
