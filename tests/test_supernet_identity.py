@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import nn
 
 import naspipe
-from naspipe.cli import main
 from naspipe.reference import train_reference
 from naspipe.sched.shared import parse_shared
 from naspipe.search import search_run
