@@ -14,7 +14,9 @@ sample. The result is plain JSON (``save_costs``) that ``Supernet(costs=...)`` a
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -115,8 +117,34 @@ def _input_backward(mod: Any, stage: Any, x: Any, target: Any, last: bool, sync:
     return time.perf_counter() - t
 
 
-def save_costs(costs: dict[str, Any], path: str | Path) -> Path:
+def check_writable(path: str | Path) -> Path:
+    """Refuse, before anything is measured, a profile path that cannot be written (a directory, a read-only
+    or missing folder that cannot be made): OSError with one line."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(costs, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    if p.is_dir():
+        raise OSError(f"{str(p)!r} is a directory; give the profile's file name (e.g. {str(p / 'x.costs.json')!r})")
+    up = next((q for q in p.parents if q.exists()), None)
+    if up is not None and not up.is_dir():
+        raise OSError(f"cannot write the profile {str(p)!r}: {str(up)!r} is a file, not a folder")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp"):
+            pass
+    except OSError as e:
+        raise OSError(f"cannot write the profile {str(p)!r}: {e.strerror or e}") from None
+    return p
+
+
+def save_costs(costs: dict[str, Any], path: str | Path) -> Path:
+    """Write ``costs`` to ``path`` atomically (a temporary file beside it, then renamed): a reader never sees
+    half a profile, and a failed write leaves the previous one."""
+    p = check_writable(path)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(costs, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return p

@@ -9,6 +9,7 @@ measures; ``plan`` names unit costs; refusals of replicas and losses say what is
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import naspipe
+from naspipe.cli import main
 from naspipe.reference import train_reference
 from naspipe.sched.shared import parse_shared
 from naspipe.search import search_run
@@ -103,3 +105,59 @@ def test_a_resume_refusal_names_the_default_replicas_not_null(tmp_path):
                                                           "sha256": "", "position": 4}))
         with pytest.raises(CheckpointError, match=want):
             check_resume(other, tmp_path / "o")
+
+
+def test_profile_refuses_an_unwritable_destination_before_it_measures(tmp_path, capsys, monkeypatch):
+    """Finding 11: a directory, a file where a folder belongs, a read-only folder: exit 2, one line, nothing
+    measured; the profile is written atomically (no temporary file left beside it)."""
+    import naspipe.measure as measure
+
+    def boom(*a, **k):
+        raise AssertionError("measured before the destination was checked")
+
+    (tmp_path / "f").write_text("x")
+    with monkeypatch.context() as m:
+        m.setattr(measure, "measure_costs", boom)
+        for out, msg in ((tmp_path, "is a directory; give the profile's file name"),
+                         (tmp_path / "f" / "p.json", "is a file, not a folder")):
+            assert main(["profile", "--space", GOOD, "--out", str(out)]) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and msg in err, err
+
+        def read_only(*a, **k):
+            raise OSError(30, "Read-only file system")
+
+        m.setattr(measure.tempfile, "NamedTemporaryFile", read_only)
+        assert main(["profile", "--space", GOOD, "--out", str(tmp_path / "p.json")]) == 2
+        assert "cannot write the profile" in capsys.readouterr().err
+    assert main(["profile", "--space", GOOD, "--repeats", "1", "--out", str(tmp_path / "p.json")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "p.json"]
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda d: d["candidates"]["b0"]["h8"].update(fwd="fast"), "block 'b0', candidate 'h8': field 'fwd' must be a "
+                                                               "number in [0, 1e+06], got 'fast'"),
+    (lambda d: [1], "must be a JSON object with 'candidates'"),
+    (lambda d: d["candidates"]["b1"]["h16"].update(bwd=1e308), "candidate 'h16': field 'bwd' must be a number"),
+    (lambda d: d["candidates"]["b1"]["h16"].update(fwd=-1), "field 'fwd' must be a number in [0, 1e+06], got -1"),
+    (lambda d: d.update(message_bytes=-3), "field 'message_bytes' must be a whole number in [0, 2**50], got -3"),
+    (lambda d: d["candidates"]["b1"].update(h9={}), "block 'b1', candidate 'h9' is not in the supernet"),
+    (lambda d: d["candidates"].update(b9={}), "block 'b9' is not in the supernet"),
+])
+def test_a_corrupt_cost_profile_is_refused_in_one_line(tmp_path, good_profile, edit, message):
+    """Finding 11: every reader of a profile (simulate, plan, train) refuses it before anything starts."""
+    from naspipe.supernet import load_spec
+
+    prof = json.loads(json.dumps(good_profile))
+    prof = edit(prof) or prof
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(prof))
+    with pytest.raises(naspipe.SupernetError, match=re.escape(message)):
+        naspipe.resolve_space(load_spec(GOOD).with_costs(str(path)))
+
+
+@pytest.fixture(scope="module")
+def good_profile() -> dict:
+    from naspipe.supernet import load_spec
+
+    return naspipe.measure_costs(load_spec(GOOD), repeats=1)

@@ -137,14 +137,62 @@ def _first_line(e: BaseException) -> str:
 
 
 def read_costs(costs: Any) -> dict[str, Any] | None:
+    """The cost profile (a dict or the path of its JSON file), unchecked; SupernetError when unreadable."""
     if costs is None:
         return None
     if isinstance(costs, Mapping):
         return dict(costs)
     try:
         return json.loads(Path(costs).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise SupernetError(f"cannot read the cost profile {str(costs)!r}: {e}") from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise SupernetError(f"cannot read the cost profile {str(costs)!r}: {_first_line(e)}") from None
+
+
+# bounds of a plausible profile: a candidate's time per batch, and bytes (larger values are corruption, and
+# would overflow the simulator's and the planner's sums)
+MAX_SECONDS = 1e6
+MAX_BYTES = 2**50
+_TIMES = ("fwd", "bwd")
+_BYTES = ("param_bytes", "act_bytes")
+
+
+def check_costs(prof: Any, sn: Supernet, where: str) -> dict[str, Any]:
+    """``prof`` (a parsed profile) checked against ``sn``: an object whose ``candidates`` maps each label to
+    its candidates' costs, every field a plausible number; SupernetError (one line naming the block, the
+    candidate and the field) otherwise."""
+    if not isinstance(prof, Mapping):
+        raise SupernetError(f"{where}: must be a JSON object with 'candidates' (naspipe profile writes one), "
+                            f"got {type(prof).__name__}")
+    pc = prof.get("candidates", {})
+    if not isinstance(pc, Mapping):
+        raise SupernetError(f"{where}: 'candidates' must be an object label -> candidate -> costs")
+    names = {b.label: set(b.candidates) for b in sn.blocks}
+    for label, cands in pc.items():
+        if label not in names:
+            raise SupernetError(f"{where}: block {label!r} is not in the supernet; re-run naspipe profile")
+        if not isinstance(cands, Mapping):
+            raise SupernetError(f"{where}: block {label!r}: must be an object candidate -> costs")
+        for name, c in cands.items():
+            w = f"{where}: block {label!r}, candidate {name!r}"
+            if name not in names[label]:
+                raise SupernetError(f"{w} is not in the supernet; re-run naspipe profile")
+            if not isinstance(c, Mapping):
+                raise SupernetError(f"{w}: must be an object of costs")
+            for k in (*_TIMES, *_BYTES, "bwd_input_share"):
+                if k in c:
+                    top = MAX_SECONDS if k in _TIMES else MAX_BYTES if k in _BYTES else 1.0
+                    _check_number(w, k, c[k], top, whole=k in _BYTES)
+    if "message_bytes" in prof:
+        _check_number(where, "message_bytes", prof["message_bytes"], MAX_BYTES, whole=True)
+    return dict(prof)
+
+
+def _check_number(where: str, key: str, v: Any, top: float, whole: bool) -> None:
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v <= top and (not whole or v == int(v))
+    if not ok:
+        kind = "a whole number" if whole else "a number"
+        most = "2**50" if top == MAX_BYTES else f"{top:g}"
+        raise SupernetError(f"{where}: field {key!r} must be {kind} in [0, {most}], got {v!r}")
 
 
 def space_of(sn: Supernet, source: str | None = None) -> SearchSpace:
@@ -153,7 +201,11 @@ def space_of(sn: Supernet, source: str | None = None) -> SearchSpace:
     ``source``: ``module:function`` (also the space's name, so run folders name it); None ships ``sn``
     by value (cloudpickle) to the stage processes.
     """
-    prof = read_costs(sn.costs) or {}
+    prof = read_costs(sn.costs)
+    if prof is not None:
+        where = f"cost profile {str(sn.costs)!r}" if isinstance(sn.costs, (str, Path)) else "cost profile"
+        prof = check_costs(prof, sn, where)
+    prof = prof or {}
     pc = prof.get("candidates", {})
     blocks = []
     for b in sn.blocks:
