@@ -161,3 +161,12 @@ def good_profile() -> dict:
     from naspipe.supernet import load_spec
 
     return naspipe.measure_costs(load_spec(GOOD), repeats=1)
+
+
+def test_plan_names_unit_costs_of_an_unprofiled_supernet(capsys):
+    """Finding 14: the planner's 0 B memory and 0% exchange come with the note that the costs are unit costs."""
+    assert main(["plan", "--devices", "2", "--space", GOOD, "--subnets", "10"]) == 0
+    err = capsys.readouterr().err
+    assert "naspipe: note: unit costs" in err and "naspipe profile --space user_supernets:good" in err
+    assert main(["plan", "--devices", "2", "--space", "digits-cnn", "--subnets", "10"]) == 0
+    assert "unit costs" not in capsys.readouterr().err

@@ -64,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         raise UsageError(f"no stages x replicas split of {args.devices} devices fits {space.name!r} (stages <= "
                          f"{space.num_blocks} blocks, replicas dividing the batch {space.batch_size})")
+    if getattr(space.model, "profiled", None) is False:  # a user supernet not profiled yet: no times, no bytes
+        print(f"naspipe: note: unit costs (no bytes: memory and exchange read 0); measure them with naspipe profile "
+              f"--space {args.space}", file=sys.stderr)
     if args.json:
         print(json.dumps({"space": space.name, "devices": args.devices, "policy": args.policy,
                           "subnets": args.subnets, "link": {"bandwidth": link.bandwidth, "latency": link.latency},
