@@ -170,3 +170,16 @@ def test_plan_names_unit_costs_of_an_unprofiled_supernet(capsys):
     assert "naspipe: note: unit costs" in err and "naspipe profile --space user_supernets:good" in err
     assert main(["plan", "--devices", "2", "--space", "digits-cnn", "--subnets", "10"]) == 0
     assert "unit costs" not in capsys.readouterr().err
+
+
+def test_refusals_say_what_is_wrong_with_replicas_and_an_integer_loss(tmp_path, capsys):
+    """Lower findings: huge --replicas is refused for the batch it cannot split (not as a memory matter); an
+    integer scalar loss is named by its dtype (not 'got ()')."""
+    assert main(["train", "--space", "digits-cnn", "--stages", "2", "--replicas", "99999999999", "--subnets", "4",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "replicas 99999999999 must divide the batch size 32" in capsys.readouterr().err
+    sn = naspipe.Supernet(_tiny(torch.relu).blocks, data=_data, loss=lambda o, t: (o.argmax(1) == t).sum(),
+                          batch_size=4)
+    with pytest.raises(naspipe.SupernetError, match=r"got a scalar of dtype torch.int64 \(last block 'head'\); "
+                                                    "compute it in floating point"):
+        naspipe.resolve_space(sn)

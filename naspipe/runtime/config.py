@@ -141,8 +141,9 @@ class TrainConfig:
             subs: tuple[Subnet, ...] = ()
             options["subnet_count"] = spec.subnets
         else:  # refuse a sequence too large to hold before it is materialised
-            replicas = options.get("replicas", 1)
-            processes = spec.stages * (replicas if isinstance(replicas, int) else 1) + 1  # stages and launcher
+            replicas = options.get("replicas", 1)  # one that cannot split the batch is refused by validate()
+            ok = isinstance(replicas, int) and 1 <= replicas <= spec.space.batch_size
+            processes = spec.stages * (replicas if ok else 1) + 1  # stages and launcher
             check_sequence_size(spec.space, spec.subnets, processes)
             subs = tuple(spec.stream[j] for j in range(spec.subnets))
         cfg = cls(space=spec.space, out=Path(out), partition=spec.partition, sequence=subs, shared=spec.shared,

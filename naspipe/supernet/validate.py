@@ -91,9 +91,12 @@ def _probe(sn: Supernet) -> None:
         raise SupernetError(f"loss raised {type(e).__name__} on the head's output {tuple(x.shape)}: {_line(e)}") \
             from None
     if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not loss.is_floating_point():
-        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
-        raise SupernetError(f"loss must return a scalar float tensor, got {shape} (last block "
-                            f"{sn.blocks[-1].label!r}); reduce it, e.g. with .mean()")
+        scalar = isinstance(loss, torch.Tensor) and loss.dim() == 0
+        got = f"a scalar of dtype {loss.dtype}" if scalar else tuple(loss.shape) \
+            if isinstance(loss, torch.Tensor) else type(loss).__name__
+        fix = "compute it in floating point" if scalar else "reduce it, e.g. with .mean()"
+        raise SupernetError(f"loss must return a scalar float tensor, got {got} (last block "
+                            f"{sn.blocks[-1].label!r}); {fix}")
 
 
 def _line(e: BaseException) -> str:
