@@ -59,10 +59,14 @@ def _losses(result) -> list[tuple]:
 
 def test_a_notebook_supernets_run_is_searched_with_its_own_definition(tmp_path):
     """Finding 5: another unnamed supernet defined later (same labels and shapes) must not replace run A's."""
-    _reference(_tiny(torch.relu), tmp_path / "a")
+    from naspipe.supernet.load import recorded_space
+
+    a = _tiny(torch.relu)
+    _reference(a, tmp_path / "a")
     before = _losses(search_run(tmp_path / "a", budget=2, seed=0, write=False))
     naspipe.resolve_space(_tiny(lambda t: -t))  # also named 'supernet'
     assert _losses(search_run(tmp_path / "a", budget=2, seed=0, write=False)) == before
+    assert naspipe.supernet.load.supernet_of(recorded_space(tmp_path / "a", "supernet")) is a  # what report reads
     # the recorded token is process-local: not part of what verify compares
     ident = json.loads((tmp_path / "a" / "run.json").read_text())["identity"]
     assert ident["definition"] and "definition" not in naspipe.runs.IDENTITY

@@ -24,6 +24,7 @@ from naspipe.search.result import SearchResult
 from naspipe.search.strategies import EvaluateFn, search_space
 from naspipe.shared import SharedLayers, parse_shared
 from naspipe.space import SearchSpace, SpaceError, Subnet, resolve_space
+from naspipe.supernet.load import recorded_space
 from naspipe.weights import load_weights
 
 SEARCH_JSON = "search.json"
@@ -101,18 +102,6 @@ def _read_config(run_dir: Path) -> dict[str, Any]:
     return cfg
 
 
-def _recorded_space(run_dir: Path, name: str) -> Any:
-    """The space a run recorded: the very supernet definition when it was defined in this process (a later
-    definition of the same name does not replace it), else its name."""
-    from naspipe.supernet.load import defined_space
-
-    try:
-        ident = (runs.read_run(run_dir) or {}).get("identity", {})
-    except runs.RunFileError:
-        return name
-    return defined_space(name, ident.get("definition")) or name
-
-
 def load_trained_run(run_dir: str | Path, space: str | SearchSpace | None = None) -> LoadedRun:
     """The trained supernet of a run directory. ``space`` overrides the recorded one (needed for a space
     loaded from a JSON file, whose name alone cannot be resolved)."""
@@ -121,7 +110,7 @@ def load_trained_run(run_dir: str | Path, space: str | SearchSpace | None = None
         raise RunError(f"no such run directory: {str(d)!r}")
     cfg = _read_config(d)
     try:
-        sp = resolve_space(space if space is not None else _recorded_space(d, str(cfg["space"])))
+        sp = resolve_space(space if space is not None else recorded_space(d, str(cfg["space"])))
     except SpaceError as e:
         raise RunError(f"{e} (the run recorded space {cfg['space']!r}; pass its JSON file with --space)") from None
     if sp.name != cfg["space"]:

@@ -243,6 +243,18 @@ def _token(sn: Supernet) -> str:
     return tok
 
 
+def recorded_space(run_dir: str | Path, name: str) -> SearchSpace | str:
+    """What to resolve for the space a run folder recorded as ``name``: the very supernet definition when it
+    was defined in this process (a later one of the same name does not replace it), else the name."""
+    from naspipe import runs
+
+    try:
+        ident = (runs.read_run(run_dir) or {}).get("identity", {})
+    except runs.RunFileError:
+        return name
+    return defined_space(name, ident.get("definition")) or name
+
+
 def defined_space(name: str, definition: str | None) -> SearchSpace | None:
     """The space a run recorded (``run.json``'s ``definition``) when its supernet was defined in this process;
     None when it was not (a module:function, a preset, or another process: resolve it by name).

@@ -35,6 +35,7 @@ from naspipe.results import ResultsError, verify
 from naspipe.sequence import ReplayStream, UniformStream
 from naspipe.shared import parse_shared
 from naspipe.space import load_space, resolve_space
+from naspipe.supernet.load import recorded_space
 from naspipe.trace import Trace, check_causal
 from naspipe.viz.dag import critical_path, dag_figure, dag_from_trace, time_layout, trace_durations
 from naspipe.viz.gantt import DEFAULT_MAX_EVENTS, gantt
@@ -130,7 +131,7 @@ def run_context(run: Run) -> RunContext | str:
     meta = run.trace.meta
     try:
         sfile = run.path / runs.SPACE
-        space = load_space(sfile) if sfile.is_file() else resolve_space(str(meta["space"]))
+        space = load_space(sfile) if sfile.is_file() else resolve_space(recorded_space(run.path, str(meta["space"])))
         bounds = meta.get("partition")
         part = Partition(tuple(tuple(b) for b in bounds)) if bounds else partition(space, run.trace.stages)
         if part.stages != run.trace.stages:
