@@ -14,7 +14,6 @@ sample. The result is plain JSON (``save_costs``) that ``Supernet(costs=...)`` a
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -138,13 +137,8 @@ def check_writable(path: str | Path) -> Path:
 def save_costs(costs: dict[str, Any], path: str | Path) -> Path:
     """Write ``costs`` to ``path`` atomically (a temporary file beside it, then renamed): a reader never sees
     half a profile, and a failed write leaves the previous one."""
+    from naspipe.runtime.atomic import write_atomic
+
     p = check_writable(path)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(costs, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(p, (json.dumps(costs, indent=1, sort_keys=True) + "\n").encode())
     return p

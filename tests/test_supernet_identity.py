@@ -187,3 +187,28 @@ def test_refusals_say_what_is_wrong_with_replicas_and_an_integer_loss(tmp_path, 
     with pytest.raises(naspipe.SupernetError, match=r"got a scalar of dtype torch.int64 \(last block 'head'\); "
                                                     "compute it in floating point"):
         naspipe.resolve_space(sn)
+
+
+def test_a_run_resumes_after_its_space_is_re_profiled(tmp_path):
+    """Finding 12: the default partition and csp-plan's plan follow from costs; a resume takes the checkpoint's."""
+    import hashlib
+
+    from naspipe.runtime.checkpoint import CheckpointError, apply_resume, fingerprint, position_dir, root_of
+    from naspipe.supernet import load_spec
+
+    sn = load_spec(GOOD)
+    before = naspipe.TrainConfig.create(sn, tmp_path / "o", stages=2, subnets=8, seed=1, checkpoint_every=4)
+    heavy = {"candidates": {"inp": {"inp": {"fwd": 10.0, "bwd": 20.0}}}}  # the stem alone outweighs the rest
+    after = naspipe.TrainConfig.create(sn.with_costs(heavy), tmp_path / "o", stages=2, subnets=8, seed=1,
+                                       checkpoint_every=4)
+    assert after.partition != before.partition
+    d = position_dir(root_of(tmp_path / "o"), 4)
+    d.mkdir(parents=True)
+    for s in range(2):
+        (d / f"stage{s}.pt").write_bytes(b"")
+        (d / f"stage{s}.json").write_text(json.dumps({"fingerprint": fingerprint(before), "bytes": 0, "position": 4,
+                                                      "sha256": hashlib.sha256(b"").hexdigest()}))
+    resumed = apply_resume(after, tmp_path / "o")
+    assert (resumed.partition, resumed.policy, resumed.start) == (before.partition, before.policy, 4)
+    with pytest.raises(CheckpointError, match="taken with seed 1, but the arguments give seed 2"):
+        apply_resume(after.replace(seed=2), tmp_path / "o")  # what the numbers depend on is still refused

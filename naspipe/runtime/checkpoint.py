@@ -400,8 +400,43 @@ def _show(key: str, value: Any) -> str:
     return repr(value) if isinstance(value, str) else json.dumps(value)
 
 
+# fingerprint fields that may follow from the space's costs, not from what the run computes: the default
+# partition (cost-balanced) and the plan csp-plan chooses on the simulator
+_FROM_COSTS = ("partition", "policy")
+
+
+def adopt_layout(cfg: TrainConfig, path: str | Path) -> TrainConfig:
+    """``cfg`` with the partition of the newest complete checkpoint under ``path`` when everything else matches
+    (the same stage count): the default partition follows from costs, and re-profiling the space must not stop
+    the interrupted run from continuing as it was. Unchanged otherwise (``check_resume`` says why). The
+    ``csp-plan`` plan is not taken over (a plan named on the command line must not be overridden): a refusal
+    names the checkpoint's, to pass as ``--policy``."""
+    from naspipe.partition import Partition
+
+    try:
+        _, root = locate(path)
+        c = newest_complete(root)
+        fp = json.loads((position_dir(root, c) / "stage0.json").read_text())["fingerprint"] if c is not None else {}
+        part = Partition(tuple(tuple(int(x) for x in b) for b in fp["partition"]))
+    except (CheckpointError, OSError, ValueError, KeyError, TypeError):
+        return cfg
+    want = fingerprint(cfg)
+    if any(fp.get(k) != v for k, v in want.items() if k not in _FROM_COSTS) or set(fp) != set(want):
+        return cfg
+    changes: dict[str, Any] = {}
+    if fp["partition"] != want["partition"] and part.stages == cfg.stages:
+        changes["partition"] = part
+    if not changes:
+        return cfg
+    try:
+        return cfg.replace(**changes)
+    except ConfigError:
+        return cfg
+
+
 def apply_resume(cfg: TrainConfig, path: str | Path) -> TrainConfig:
     """``cfg`` continuing from the newest complete checkpoint under ``path`` (validated; CheckpointError)."""
+    cfg = adopt_layout(cfg, path)
     c, d = check_resume(cfg, path)
     return cfg.replace(start=c, resume=str(d.resolve()))
 
