@@ -180,6 +180,18 @@ COST_FIELDS = ("fwd", "bwd", "bwd_input_share", "param_bytes", "act_bytes")
 
 # ---- validation ----------------------------------------------------------------------------------
 _CAND_NUM = {"fwd": float, "bwd": float, "param_bytes": int, "act_bytes": int, "bwd_input_share": float}
+# bounds of plausible costs: seconds per batch of one candidate, and bytes (larger values are corruption, and
+# overflow the simulator's and the planner's sums to inf)
+MAX_SECONDS = 1e6
+MAX_BYTES = 2**50
+_MOST = {"fwd": MAX_SECONDS, "bwd": MAX_SECONDS, "param_bytes": MAX_BYTES, "act_bytes": MAX_BYTES,
+         "message_bytes": MAX_BYTES}
+
+
+def _bounded(where: str, key: str, value: float) -> None:
+    if key in _MOST and value > _MOST[key]:
+        most = "2**50" if _MOST[key] == MAX_BYTES else f"{_MOST[key]:g}"
+        raise SpaceError(f"{where}: field {key!r} must be at most {most}, got {value!r}")
 
 
 def _num(where: str, key: str, value: Any, kind: type) -> float | int:
@@ -215,6 +227,7 @@ def space_from_dict(data: Any, source: str = "space") -> SearchSpace:
     if batch_size < 1:
         raise SpaceError(f"{source}: field 'batch_size' must be >= 1")
     message_bytes = _num(source, "message_bytes", data.get("message_bytes", 0), int)
+    _bounded(source, "message_bytes", message_bytes)
     blocks: list[Block] = []
     names: set[str] = set()
     for i, braw in enumerate(blocks_raw):
@@ -258,6 +271,8 @@ def space_from_dict(data: Any, source: str = "space") -> SearchSpace:
             if not isinstance(args, dict):
                 raise SpaceError(f"{cw}: field 'args' must be an object")
             nums = {key: _num(cw, key, c[key], kind) for key, kind in _CAND_NUM.items() if key in c}
+            for key, v in nums.items():
+                _bounded(cw, key, v)
             if nums.get("bwd_input_share", 0.5) > 1:
                 raise SpaceError(f"{cw}: field 'bwd_input_share' must lie in [0, 1]")
             cands.append(Candidate(name=cname, op=op, args=args, **nums))

@@ -212,3 +212,16 @@ def test_a_run_resumes_after_its_space_is_re_profiled(tmp_path):
     assert (resumed.partition, resumed.policy, resumed.start) == (before.partition, before.policy, 4)
     with pytest.raises(CheckpointError, match="taken with seed 1, but the arguments give seed 2"):
         apply_resume(after.replace(seed=2), tmp_path / "o")  # what the numbers depend on is still refused
+
+
+def test_implausibly_large_costs_of_a_json_space_are_refused(tmp_path, capsys):
+    """Finding 11, the same bound for a JSON space: 1e308 s would overflow the planner's sums (ZeroDivisionError)."""
+    blocks = [{"name": "a", "candidates": [{"name": "x", "fwd": 1e308}]}, {"name": "b", "candidates": [{"name": "y"}]}]
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps({"name": "big", "blocks": blocks}))
+    assert main(["plan", "--devices", "2", "--space", str(path), "--subnets", "10"]) == 2
+    err = capsys.readouterr().err
+    assert err == "naspipe: error: big.json: blocks[0].candidates[0]: field 'fwd' must be at most 1e+06, got 1e+308\n"
+    path.write_text(json.dumps({"name": "big", "blocks": blocks[1:], "message_bytes": 2**60}))
+    assert main(["plan", "--devices", "2", "--space", str(path), "--subnets", "10"]) == 2
+    assert "field 'message_bytes' must be at most 2**50" in capsys.readouterr().err

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from naspipe.space import Block, Candidate, SearchSpace, register_resolver
+from naspipe.space import MAX_BYTES, MAX_SECONDS, Block, Candidate, SearchSpace, register_resolver
 from naspipe.supernet.declare import Supernet, SupernetError
 
 KIND = "supernet"
@@ -148,10 +148,6 @@ def read_costs(costs: Any) -> dict[str, Any] | None:
         raise SupernetError(f"cannot read the cost profile {str(costs)!r}: {_first_line(e)}") from None
 
 
-# bounds of a plausible profile: a candidate's time per batch, and bytes (larger values are corruption, and
-# would overflow the simulator's and the planner's sums)
-MAX_SECONDS = 1e6
-MAX_BYTES = 2**50
 _TIMES = ("fwd", "bwd")
 _BYTES = ("param_bytes", "act_bytes")
 
