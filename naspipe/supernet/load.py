@@ -11,7 +11,10 @@ where to find it again in ``space.model``:
   and each stage process unpickles it once.
 
 ``supernet_of(space)`` returns the Supernet in any process (cached). ``space_of(supernet)`` builds the
-space, with measured costs when the supernet has a profile (``naspipe profile``), unit costs otherwise.
+space, with measured costs when the supernet has a profile (``naspipe profile``, checked field by field by
+``check_costs``), unit costs otherwise. A supernet defined in this process gets a definition token that its
+runs record (``run.json``), so ``recorded_space`` finds that very definition again even after another
+supernet of the same name is defined.
 """
 
 from __future__ import annotations
