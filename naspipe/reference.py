@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from naspipe.models import StageModel, build_stage, make_batch, make_optimizer
-from naspipe.models.shards import combine, shard_batch
+from naspipe.models.shards import combine, combine_present, shard_batch
 from naspipe.sequence import SubnetStream
 from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace
@@ -124,7 +124,7 @@ def _sharded_backward(model: StageModel, subnet: Any, x: Tensor, target: Tensor,
     ``.grad`` (the fixed blocks' too when ``version`` is trained) and returns the combined loss."""
     params = [p for p in model.parameters() if p.requires_grad and not any(p is f for f in fixed.values())]
     grads: list[list[Tensor | None]] = [[] for _ in params]
-    fixed_grads: dict[str, list[Tensor]] = {name: [] for name in fixed} if version is not None else {}
+    fixed_grads: dict[str, list[Tensor | None]] = {name: [] for name in fixed} if version is not None else {}
     losses = []
     for r in range(replicas):
         xs, ts = shard_batch(model.space, x, target, r, replicas)
@@ -142,10 +142,9 @@ def _sharded_backward(model: StageModel, subnet: Any, x: Tensor, target: Tensor,
         for name in fixed_grads:
             fixed_grads[name].append(read[name].grad)
     for p, gs in zip(params, grads, strict=True):
-        if gs[0] is not None:
-            p.grad = combine(gs)  # type: ignore[arg-type]
+        p.grad = combine_present(gs, p)
     for name, gs in fixed_grads.items():
-        fixed[name].grad = combine(gs)
+        fixed[name].grad = combine_present(gs, fixed[name])
     return combine(losses)
 
 
