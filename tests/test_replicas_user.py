@@ -30,3 +30,18 @@ def test_replicas_on_shards_that_differ_equal_the_reference(tmp_path, space, pol
     assert main(["train", *common, "--stages", "2", "--replicas", "2", "--policy", policy, "--jitter-ms", "1",
                  "--out", str(run), "--timeout", "60"]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
+
+
+@pytest.mark.usefixtures("no_process_left_behind")
+def test_a_notebook_reference_of_a_replicated_run_has_its_replicas(tmp_path):
+    from replica_supernets import routed
+
+    from naspipe.experiments import start_reference, start_training
+    from naspipe.runtime import TrainConfig
+
+    cfg = TrainConfig.create(routed(), tmp_path / "run", stages=2, subnets=6, seed=3, policy="csp",
+                             shared_layers="delayed:2", progress=False, replicas=2, timeout=60)
+    job = start_training(cfg)
+    ref = start_reference(cfg, tmp_path / "ref")
+    same, summary = job.wait(120).verify(ref.wait(120))
+    assert same, summary
