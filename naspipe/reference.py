@@ -134,7 +134,8 @@ def _sharded_backward(model: StageModel, subnet: Any, x: Tensor, target: Tensor,
         else:
             out = model(xs, subnet)
         loss = model.loss(out, ts)
-        loss.backward()
+        if loss.requires_grad:  # a subnet may train nothing (e.g. parameter-free candidates, frozen fixed blocks)
+            loss.backward()
         losses.append(loss.detach())
         for i, p in enumerate(params):
             grads[i].append(p.grad)

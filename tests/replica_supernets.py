@@ -2,7 +2,7 @@
 
 ``routed``: a candidate and the stem take a data-dependent branch, so the two shards of a batch reach
 different parameters (replica 0 has gradients where replica 1 has none). ``mixed_dtype``: float64 candidates
-beside float32 ones, so a stage's gradients come in two dtypes.
+beside float32 ones, so a stage's gradients come in two dtypes. ``parameter_free``: some subnets train nothing.
 """
 
 from __future__ import annotations
@@ -66,3 +66,11 @@ def mixed_dtype() -> naspipe.Supernet:
     blocks = [naspipe.Fixed("stem", Mixed)] + [naspipe.Choice(f"l{i}", cands) for i in range(3)]
     blocks.append(naspipe.Fixed("head", lambda: nn.Linear(8, 2)))
     return naspipe.Supernet(blocks, data=mixed_data, loss=F.cross_entropy, batch_size=8, name="mixed-dtype")
+
+
+def parameter_free() -> naspipe.Supernet:
+    """Subnets of two Identity candidates train nothing while the fixed blocks are frozen."""
+    cands = {"id": nn.Identity, "lin": lambda: nn.Linear(8, 8)}
+    blocks = [naspipe.Fixed("stem", lambda: nn.Linear(8, 8))] + [naspipe.Choice(f"l{i}", cands) for i in range(2)]
+    blocks.append(naspipe.Fixed("head", lambda: nn.Linear(8, 2)))
+    return naspipe.Supernet(blocks, data=mixed_data, loss=F.cross_entropy, batch_size=8, name="parameter-free")
