@@ -3,6 +3,7 @@
 ``routed``: a candidate and the stem take a data-dependent branch, so the two shards of a batch reach
 different parameters (replica 0 has gradients where replica 1 has none). ``mixed_dtype``: float64 candidates
 beside float32 ones, so a stage's gradients come in two dtypes. ``parameter_free``: some subnets train nothing.
+``spectral``: a candidate's forward advances a buffer that enters its output (each replica has its own).
 """
 
 from __future__ import annotations
@@ -74,3 +75,13 @@ def parameter_free() -> naspipe.Supernet:
     blocks = [naspipe.Fixed("stem", lambda: nn.Linear(8, 8))] + [naspipe.Choice(f"l{i}", cands) for i in range(2)]
     blocks.append(naspipe.Fixed("head", lambda: nn.Linear(8, 2)))
     return naspipe.Supernet(blocks, data=mixed_data, loss=F.cross_entropy, batch_size=8, name="parameter-free")
+
+
+def spectral() -> naspipe.Supernet:
+    """Spectral-norm candidates: their forward advances a buffer (the power iteration) that enters the output."""
+    from torch.nn.utils import spectral_norm
+
+    cands = {"sn": lambda: spectral_norm(nn.Linear(8, 8)), "lin": lambda: nn.Linear(8, 8)}
+    blocks = [naspipe.Fixed("stem", lambda: nn.Linear(8, 8))] + [naspipe.Choice(f"l{i}", cands) for i in range(3)]
+    blocks.append(naspipe.Fixed("head", lambda: nn.Linear(8, 2)))
+    return naspipe.Supernet(blocks, data=mixed_data, loss=F.cross_entropy, batch_size=8, name="spectral")
