@@ -3,7 +3,8 @@
 ``routed``: a candidate and the stem take a data-dependent branch, so the two shards of a batch reach
 different parameters (replica 0 has gradients where replica 1 has none). ``mixed_dtype``: float64 candidates
 beside float32 ones, so a stage's gradients come in two dtypes. ``parameter_free``: some subnets train nothing.
-``spectral``: a candidate's forward advances a buffer that enters its output (each replica has its own).
+``drift``: a candidate's forward advances a buffer that enters its output, like spectral norm's power
+iteration (each replica has its own).
 """
 
 from __future__ import annotations
@@ -77,11 +78,22 @@ def parameter_free() -> naspipe.Supernet:
     return naspipe.Supernet(blocks, data=mixed_data, loss=F.cross_entropy, batch_size=8, name="parameter-free")
 
 
-def spectral() -> naspipe.Supernet:
-    """Spectral-norm candidates: their forward advances a buffer (the power iteration) that enters the output."""
-    from torch.nn.utils import spectral_norm
+class Drift(nn.Module):
+    """Adds a running mean of its inputs (a buffer its forward advances) to its output."""
 
-    cands = {"sn": lambda: spectral_norm(nn.Linear(8, 8)), "lin": lambda: nn.Linear(8, 8)}
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.register_buffer("mean", torch.zeros(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.mean.mul_(0.5).add_(x.mean(0), alpha=0.5)
+        return self.lin(x) + self.mean
+
+
+def drift() -> naspipe.Supernet:
+    cands = {"drift": Drift, "lin": lambda: nn.Linear(8, 8)}
     blocks = [naspipe.Fixed("stem", lambda: nn.Linear(8, 8))] + [naspipe.Choice(f"l{i}", cands) for i in range(3)]
     blocks.append(naspipe.Fixed("head", lambda: nn.Linear(8, 2)))
-    return naspipe.Supernet(blocks, data=mixed_data, loss=F.cross_entropy, batch_size=8, name="spectral")
+    return naspipe.Supernet(blocks, data=mixed_data, loss=F.cross_entropy, batch_size=8, name="drift")

@@ -23,7 +23,7 @@ def test_a_slot_without_a_gradient_on_some_shards_gets_zeros_and_on_none_stays_n
 @pytest.mark.parametrize("space,policy,shared", [("routed", "csp", "frozen"), ("routed", "csp-bw", "delayed:2"),
                                                  ("mixed_dtype", "csp", "delayed:2"),
                                                  ("parameter_free", "csp", "frozen"),
-                                                 ("spectral", "csp", "frozen")])
+                                                 ("drift", "csp", "frozen")])
 def test_replicas_on_shards_that_differ_equal_the_reference(tmp_path, space, policy, shared):
     common = ["--space", f"replica_supernets:{space}", "--subnets", "8", "--seed", "1", "--shared-layers", shared,
               "--optimizer", "adam", "--no-progress"]
