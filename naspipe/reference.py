@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from naspipe.models import StageModel, build_stage, make_batch, make_optimizer
-from naspipe.models.shards import combine, shard_batch
+from naspipe.models.shards import combine, combine_present, shard_batch
 from naspipe.sequence import SubnetStream
 from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace
@@ -121,12 +121,24 @@ def _t1_steps(opt: torch.optim.Optimizer, model: StageModel, fixed: dict[str, to
 def _sharded_backward(model: StageModel, subnet: Any, x: Tensor, target: Tensor, replicas: int,
                       fixed: dict[str, torch.nn.Parameter], version: dict[str, Tensor] | None) -> Tensor:
     """Forward and backward of each of the ``replicas`` shards, in order; leaves the combined gradients on
-    ``.grad`` (the fixed blocks' too when ``version`` is trained) and returns the combined loss."""
+    ``.grad`` (the fixed blocks' too when ``version`` is trained) and returns the combined loss.
+
+    Buffers a forward changes (spectral norm's power iteration, batch-norm statistics) are each replica's
+    own in a run (replica ``r`` only ever sees shard ``r``), so shard ``r`` runs on replica ``r``'s buffers,
+    kept on the model between subnets; the model is left holding replica 0's (the run's weights are its)."""
     params = [p for p in model.parameters() if p.requires_grad and not any(p is f for f in fixed.values())]
     grads: list[list[Tensor | None]] = [[] for _ in params]
-    fixed_grads: dict[str, list[Tensor]] = {name: [] for name in fixed} if version is not None else {}
+    fixed_grads: dict[str, list[Tensor | None]] = {name: [] for name in fixed} if version is not None else {}
     losses = []
+    bufs = list(model.buffers())
+    states = getattr(model, "_replica_buffers", None)
+    if states is None or len(states) != replicas:
+        states = [[b.detach().clone() for b in bufs] for _ in range(replicas)]
+        model._replica_buffers = states  # type: ignore[attr-defined]
     for r in range(replicas):
+        with torch.no_grad():
+            for b, keep in zip(bufs, states[r], strict=True):
+                b.copy_(keep)
         xs, ts = shard_batch(model.space, x, target, r, replicas)
         if version is not None:
             read = {name: t.clone().requires_grad_(True) for name, t in version.items()}
@@ -134,18 +146,22 @@ def _sharded_backward(model: StageModel, subnet: Any, x: Tensor, target: Tensor,
         else:
             out = model(xs, subnet)
         loss = model.loss(out, ts)
-        loss.backward()
+        if loss.requires_grad:  # a subnet may train nothing (e.g. parameter-free candidates, frozen fixed blocks)
+            loss.backward()
         losses.append(loss.detach())
         for i, p in enumerate(params):
             grads[i].append(p.grad)
             p.grad = None
         for name in fixed_grads:
             fixed_grads[name].append(read[name].grad)
+        states[r] = [b.detach().clone() for b in bufs]
+    with torch.no_grad():
+        for b, keep in zip(bufs, states[0], strict=True):
+            b.copy_(keep)
     for p, gs in zip(params, grads, strict=True):
-        if gs[0] is not None:
-            p.grad = combine(gs)  # type: ignore[arg-type]
+        p.grad = combine_present(gs, p)
     for name, gs in fixed_grads.items():
-        fixed[name].grad = combine(gs)
+        fixed[name].grad = combine_present(gs, fixed[name])
     return combine(losses)
 
 

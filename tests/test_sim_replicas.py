@@ -82,3 +82,28 @@ def test_plan_cli_prints_its_table_and_refuses_bad_input(capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and message in err, err
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--replicas", "2", "--policy", "bsp"],
+                                  ["simulate", "--replicas", "2", "--policy", "pipemare"],
+                                  ["simulate", "--replicas", "2", "--policy", "asp"],
+                                  ["plan", "--devices", "4", "--policy", "asp"],
+                                  ["plan", "--devices", "4", "--policy", "bsp:4"]])
+def test_simulate_and_plan_refuse_replicas_with_a_policy_train_refuses(capsys, argv):
+    """As ``train --replicas`` does: asynchronous policies and bsp cannot order their writes across replicas."""
+    assert main([*argv, "--space", "digits-cnn", "--subnets", "10"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "replicas > 1 work with the exact policies" in err, err
+    assert f"not {argv[-1].partition(':')[0]}" in err
+
+
+def test_simulate_refuses_a_native_exchange_without_replicas(capsys):
+    assert main(["simulate", "--space", "digits-cnn", "--subnets", "10", "--replica-exchange", "native"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--replica-exchange native only applies with --replicas > 1" in err, err
+
+
+def test_plan_of_one_device_and_one_replica_simulations_take_any_policy(capsys):
+    assert [(r["stages"], r["replicas"]) for r in plan(resolve_space("digits-cnn"), 1, subnets=10, policy="asp")] == \
+        [(1, 1)]
+    assert main(["simulate", "--space", "digits-cnn", "--subnets", "10", "--policy", "pipemare"]) == 0

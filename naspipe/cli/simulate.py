@@ -176,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
     if replicas < 1 or cfg.space.batch_size % replicas:
         raise UsageError(f"--replicas must be >= 1 and divide the batch size {cfg.space.batch_size} of "
                          f"{cfg.space.name!r}, got {replicas}")
+    if replicas == 1 and args.replica_exchange != "exact":
+        raise UsageError("--replica-exchange native only applies with --replicas > 1")  # as train refuses it
     if replicas > 1 and mem is not None:
         raise UsageError("--replicas > 1 cannot be combined with the device-memory model (--device-memory, --swap)")
     link = link_from_args(args)

@@ -20,11 +20,14 @@ from naspipe import runs
 
 
 def write_reference(config: Any, out: str | Path, progress: bool = False) -> Path:
-    """Train ``config``'s sequence with the sequential reference trainer; write losses and params to ``out``."""
+    """Train ``config``'s sequence with the sequential reference trainer; write losses and params to ``out``.
+    With ``config.replicas`` R > 1 it is ``naspipe reference --replicas R`` (the shards' gradients combined as
+    the run's replicas combine them), the reference such a run verifies against."""
     from naspipe.reference import train_reference
 
     ref = train_reference(config.space, config.stream(), config.seed, config.shared, optimizer=config.optimizer,
-                          lr=config.lr, progress=progress, threads=getattr(config, "threads", 1))
+                          lr=config.lr, progress=progress, threads=getattr(config, "threads", 1),
+                          replicas=getattr(config, "replicas", 1))
     return ref.save(out, metrics={})
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor
 
 from naspipe.space import SearchSpace
@@ -51,3 +52,12 @@ def combine(shards: Sequence[Tensor]) -> Tensor:
     for t in shards[1:]:
         total.add_(t)
     return total.div_(len(shards))
+
+
+def combine_present(shards: Sequence[Tensor | None], like: Tensor) -> Tensor | None:
+    """``combine`` of one slot's shard gradients where some replicas have none (None: a shard whose forward did
+    not reach the parameter): zeros of ``like``'s shape and dtype stand in for them; None when no shard has
+    one (the optimizer then skips the parameter, as without replicas)."""
+    if all(s is None for s in shards):
+        return None
+    return combine([s if s is not None else torch.zeros_like(like) for s in shards])

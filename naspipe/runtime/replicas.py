@@ -5,8 +5,10 @@ of stage ``s`` computes shard ``r`` of every batch and talks only to replica ``r
 ``R`` replicas of a stage must apply the same update, and a run must be reproducible and equal to
 ``naspipe reference --replicas R`` bit for bit. A native ring all-reduce sums in an order that depends on
 ``R`` and on its chunking, so the exact mode gathers every replica's gradients (one ``all_gather`` of one
-flat tensor per subnet, in the stage's own process group: gloo on CPU, NCCL on GPU) and sums them in
-replica order with ``naspipe.models.shards.combine``, the function the reference uses. On the last stage
+flat tensor per dtype per subnet, in the stage's own process group: gloo on CPU, NCCL on GPU) and sums them in
+replica order with ``naspipe.models.shards.combine``, the function the reference uses. Shards may reach
+different parameters (a data-dependent branch): a parameter with a gradient on any replica is combined with
+zeros for the replicas that have none, one with none anywhere keeps None, as in the reference. On the last stage
 the shard losses ride in the same tensor and are combined the same way (the run's loss of a subnet).
 
 The gather is a collective, so every replica of a stage must reach the writes of its subnets in the same
@@ -140,32 +142,67 @@ class ReplicaGroup:
         work.wait(self.timeout)
         return out
 
-    def __call__(self, j: int, tensors: Sequence[Tensor | None]) -> list[Tensor | None]:
-        """Subnet ``j``'s tensors (None stays None) combined over the replicas, in replica order."""
-        present = [t for t in tensors if t is not None]
-        numel = sum(t.numel() for t in present)
-        head = self._gather(torch.tensor([j, numel], dtype=torch.int64, device=self.device))
+    def __call__(self, j: int, tensors: Sequence[Tensor | None],
+                 like: Sequence[Tensor | None] | None = None) -> list[Tensor | None]:
+        """Subnet ``j``'s tensors combined over the replicas, in replica order.
+
+        Slot ``i`` holds ``tensors[i]`` (None: this replica has no gradient there, e.g. a candidate whose
+        forward took another branch on this shard); ``like[i]`` is a tensor of that slot's shape and dtype
+        (its parameter), needed wherever ``tensors[i]`` may be None. One rule, the one the reference applies
+        per slot (``naspipe.models.shards.combine_present``): a slot with a gradient on at least one replica
+        combines every replica's, zeros standing in for the replicas that have none; a slot with none on any
+        replica stays None (so the optimizer skips it, as without replicas). Each dtype is combined in its
+        own flat buffer, in that dtype (no cast)."""
+        like = list(tensors) if like is None else list(like)
+        if len(like) != len(tensors):
+            raise ValueError(f"{len(tensors)} tensors but {len(like)} templates")
+        for i, (t, m) in enumerate(zip(tensors, like, strict=True)):
+            if m is None and t is None:
+                raise ValueError(f"slot {i} has neither a tensor nor a template")
+        shapes = [m if m is not None else t for t, m in zip(tensors, like, strict=True)]
+        numel = sum(m.numel() for m in shapes)  # type: ignore[union-attr]
+        head = self._gather(torch.tensor([j, len(shapes), numel], dtype=torch.int64, device=self.device))
         seen = [tuple(h.tolist()) for h in head]
-        if any(s != (j, numel) for s in seen):
+        if any(s != (j, len(shapes), numel) for s in seen):
             raise ReplicaMismatch(f"stage {self.stage} replica {self.replica}: the replicas write (subnet, "
-                                  f"gradient size) {seen}; they must agree")
-        if not present:
-            return list(tensors)
-        dtype = present[0].dtype
-        flat = torch.cat([t.detach().reshape(-1).to(dtype) for t in present])
-        if self.native:
-            work = dist.all_reduce(flat, group=self.group, async_op=True)
-            work.wait(self.timeout)
-            total = flat.div_(self.replicas)
-        else:
-            total = combine(self._gather(flat))
-        self.bytes_gathered += flat.numel() * flat.element_size() * (self.replicas - 1)
+                                  f"slots, gradient size) {seen}; they must agree")
+        if not shapes:
+            return []
+        # one flat buffer per dtype, in the order the dtypes first appear (the same on every replica); absent
+        # slots are zeros, and the first buffer carries this replica's presence mask (0/1, exact in any dtype)
+        dtypes: list[torch.dtype] = []
+        for m in shapes:
+            if m.dtype not in dtypes:  # type: ignore[union-attr]
+                dtypes.append(m.dtype)  # type: ignore[union-attr]
+        mask = [t is not None for t in tensors]
+        flats: list[Tensor] = []
+        for d in dtypes:
+            parts = [(t.detach() if t is not None else torch.zeros_like(m, device=self.device)).reshape(-1)
+                     for t, m in zip(tensors, shapes, strict=True) if m.dtype == d]  # type: ignore[union-attr]
+            if not flats:
+                parts.append(torch.tensor(mask, dtype=d, device=self.device))
+            flats.append(torch.cat(parts))
+        totals: list[Tensor] = []
+        present: list[bool] = [False] * len(shapes)
+        for k, flat in enumerate(flats):
+            size = flat.numel() - (len(shapes) if k == 0 else 0)
+            if self.native:
+                work = dist.all_reduce(flat, group=self.group, async_op=True)
+                work.wait(self.timeout)
+                if k == 0:
+                    present = flat[size:].ne(0).tolist()
+                totals.append(flat[:size].div_(self.replicas))
+            else:
+                gathered = self._gather(flat)
+                if k == 0:
+                    present = torch.stack([g[size:] for g in gathered]).ne(0).any(0).tolist()
+                totals.append(combine([g[:size] for g in gathered]))
+            self.bytes_gathered += flat.numel() * flat.element_size() * (self.replicas - 1)
         out: list[Tensor | None] = []
-        at = 0
-        for t in tensors:
-            if t is None:
-                out.append(None)
-                continue
-            out.append(total[at:at + t.numel()].reshape(t.shape).to(t.dtype).clone())
-            at += t.numel()
+        at = dict.fromkeys(dtypes, 0)
+        for i, m in enumerate(shapes):
+            d = m.dtype  # type: ignore[union-attr]
+            total, a = totals[dtypes.index(d)], at[d]
+            at[d] = a + m.numel()  # type: ignore[union-attr]
+            out.append(total[a:a + m.numel()].reshape(m.shape).clone() if present[i] else None)  # type: ignore[union-attr]
         return out

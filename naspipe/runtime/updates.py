@@ -204,12 +204,13 @@ class ExactUpdates(RuleState):
         self._grads[j] = (ctx.keys, grads, fixed)
 
     def reduce(self, j: int, fn: Any, extra: Sequence[Tensor] = ()) -> list[Tensor | None]:
-        """Replace ``j``'s held gradients by ``fn(j, [*extra, *gradients])`` (data-parallel replicas:
-        ``naspipe.runtime.replicas``); returns what ``fn`` made of ``extra``."""
+        """Replace ``j``'s held gradients by ``fn(j, [*extra, *gradients], like=[*extra, *parameters])``
+        (data-parallel replicas: ``naspipe.runtime.replicas``); returns what ``fn`` made of ``extra``."""
         keys, grads, fixed = self._grads[j]
         ps, names = list(grads), list(fixed)
         k = len(extra)
-        out = fn(j, [*extra, *(grads[p] for p in ps), *(fixed[n] for n in names)])
+        out = fn(j, [*extra, *(grads[p] for p in ps), *(fixed[n] for n in names)],
+                 like=[*extra, *ps, *(self.bank.fixed[n] for n in names)])  # a slot's shape where it has no grad
         self._grads[j] = (keys, dict(zip(ps, out[k:k + len(ps)], strict=True)),
                           dict(zip(names, out[k + len(ps):], strict=True)))
         return out[:k]

@@ -32,11 +32,20 @@ from typing import Any
 
 from naspipe.partition import Partition, partition
 from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW
+from naspipe.sched.registry import PolicyError, get_policy, policy_names
 from naspipe.sched.tasks import BACKWARD, WEIGHT, Task
 from naspipe.sequence import SubnetStream, UniformStream
 from naspipe.shared import SharedLayers
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA, CostModel, batch_time_scale
 from naspipe.space import SearchSpace, Subnet
+
+
+def check_replica_policy(policy: str) -> None:
+    """PolicyError (one line) unless ``policy`` trains with replicas > 1 (``Policy.replicas``: the exact
+    policies, whose writes a stage's replicas can order by subnet); the runtime refuses the same ones."""
+    if not get_policy(policy).replicas:
+        exact = ", ".join(n for n in policy_names() if get_policy(n).replicas)
+        raise PolicyError(f"replicas > 1 work with the exact policies {exact}, not {str(policy).partition(':')[0]}")
 
 
 @dataclass(frozen=True)
@@ -140,7 +149,10 @@ def simulate_replicas(space: SearchSpace, stages: int, replicas: int, stream: Su
                       link: LinkModel = DEFAULT_LINK, alpha: float = DEFAULT_BATCH_ALPHA, native: bool = False,
                       latency: float = 0.0, bandwidth: float = math.inf,
                       policy_options: dict[str, int] | None = None, part: Partition | None = None) -> Any:
-    """Simulate ``stages x replicas`` devices; the result's ``extra`` holds the replica metrics."""
+    """Simulate ``stages x replicas`` devices; the result's ``extra`` holds the replica metrics. PolicyError for
+    a policy that cannot train with replicas > 1 (``check_replica_policy``)."""
+    if replicas > 1:
+        check_replica_policy(policy)
     from naspipe.sched.policies import make_scheduler, stage_specs
     from naspipe.sequence import ReplayStream
     from naspipe.sim.engine import simulate
@@ -173,9 +185,17 @@ def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = 
          window: int = DEFAULT_WINDOW, shared: SharedLayers | None = None, link: LinkModel = DEFAULT_LINK,
          alpha: float = DEFAULT_BATCH_ALPHA) -> list[dict[str, Any]]:
     """Every ``stages x replicas = devices`` split that can run (stages <= blocks, replicas divide the batch),
-    simulated on the same sequence; rows ranked by throughput (subnets/s), best first."""
+    simulated on the same sequence; rows ranked by throughput (subnets/s), best first. PolicyError, before
+    anything is simulated, for ``devices > 1`` and a policy that cannot train with replicas (its only split,
+    ``devices x 1``, is ``naspipe simulate``'s)."""
     if devices < 1:
         raise ValueError(f"devices must be >= 1, got {devices}")
+    if devices > 1:
+        try:
+            check_replica_policy(policy)
+        except PolicyError as e:
+            raise PolicyError(f"{e}: a plan ranks stages x replicas splits; simulate its one split with "
+                              f"naspipe simulate --stages {devices} --policy {policy}") from None
     from naspipe.sim.plan import needs_plan, planned_policy
 
     if needs_plan(policy):  # the default ranks every split in plan 0's order (csp-cp's): planning each split
