@@ -88,6 +88,20 @@ def test_layers_without_a_rule_have_no_recipe(mod, x):
     assert recipe(mod, x, out, list(mod.parameters())) is None
 
 
+@pytest.mark.parametrize("wrap", [nn.utils.spectral_norm, nn.utils.parametrizations.spectral_norm,
+                                  nn.utils.parametrizations.weight_norm])
+@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 4)])
+def test_a_linear_whose_weight_is_computed_from_a_parameter_has_no_recipe(wrap, shape):
+    """spectral or weight norm: the weight the call used is computed from the parameter; assigning its gradient
+    to the parameter would be wrong (W then falls back to autograd, which applies the chain rule)."""
+    mod = wrap(nn.Linear(4, 4))
+    x = torch.randn(*shape, requires_grad=True)
+    out = mod(x)
+    params = [p for p in mod.parameters() if p.dim() == 2] + [mod.bias]
+    assert recipe(mod, x, out, params) is None
+    assert recipe(mod, x, out, [mod.bias]) is not None  # the bias is used as it is
+
+
 def _split_equals_full(space_name: str, shared: str, lo: int, subnets: int, seed: int = 4) -> tuple[int, int]:
     """Split B then W against one full backward on blocks [lo, end) of ``space_name``, bit for bit; returns
     (layer calls on the explicit path, layer calls with weights to differentiate)."""

@@ -86,6 +86,28 @@ def _conv(fn: object, weights: Sequence[Tensor]) -> Recipe | None:
 _LINEAR_NODES = {"AddmmBackward0", "ViewBackward0", "MmBackward0", "UnsafeViewBackward0", "AddBackward0"}
 
 
+_LINEAR_PATH = _LINEAR_NODES | {"TBackward0"}
+
+
+def _reaches_leaves(fn: object, weights: Sequence[Tensor], stop: object) -> bool:
+    """Whether every weight is a leaf that ``F.linear``'s own nodes (transpose, view, mm, addmm, add) lead to
+    from ``fn`` without passing the input's graph (``stop``): false for a weight computed from a parameter
+    (``spectral_norm``'s ``weight_orig / sigma``), whose gradient the explicit rule would assign wrongly."""
+    found: set[int] = set()
+    todo, seen = [fn], 0
+    while todo and seen < 32:
+        node = todo.pop()
+        seen += 1
+        if node is None or node is stop:
+            continue
+        name = node.name()  # type: ignore[attr-defined]
+        if name == "torch::autograd::AccumulateGrad":
+            found.add(id(node.variable))  # type: ignore[attr-defined]
+        elif name in _LINEAR_PATH:
+            todo.extend(f for f, _ in node.next_functions)  # type: ignore[attr-defined]
+    return all(id(w) in found for w in weights)
+
+
 def _linear(x: object, fn: object, weights: Sequence[Tensor]) -> Recipe | None:
     """``F.linear(x, weight, bias)``: ``addmm``/``mm`` on ``x`` flattened to 2-d (contiguous or 2-d ``x``) or
     ``matmul`` (which flattens ``x`` by ``reshape``) then ``add`` of the bias; either way the weight's
@@ -106,6 +128,8 @@ def _linear(x: object, fn: object, weights: Sequence[Tensor]) -> Recipe | None:
         else:
             return None
 
+    if not _reaches_leaves(fn, weights, getattr(x, "grad_fn", None)):
+        return None  # a weight computed from a parameter (spectral or weight norm): autograd's chain rule
     add = fn.name() == "AddBackward0"  # type: ignore[attr-defined]
 
     def grads(g: Tensor) -> list[Tensor]:
