@@ -6,6 +6,12 @@ worse, a silent mismatch) inside a stage process minutes into a run. ``probe_sup
 candidate exactly as a stage would, draws batch 0 twice, runs each candidate on the previous block's
 output and the loss on the head's output, and raises ``SupernetError`` with one line naming the block
 and the candidate. It runs once per supernet object in a process.
+
+What a pipeline cannot reproduce is refused here too: batch 0 must hold ``batch_size`` samples along dim 0
+(the dimension replicas split) with one target tensor; a candidate run twice from the same state must give the
+same output (no randomness from torch's global generator, e.g. dropout); and a fixed block's forward must not
+change what its next forward computes (e.g. spectral_norm), because a pipeline runs a fixed block's forwards
+out of sequence order (a candidate's run in sequence order: that is accepted).
 """
 
 from __future__ import annotations
@@ -64,19 +70,13 @@ def _probe(sn: Supernet) -> None:
     if not (_same(x, x2) and _same(target, target2)):
         raise SupernetError("data is not deterministic: batch 0 drawn twice differs; draw randomness only from "
                             "the torch.Generator naspipe passes in")
+    _check_batch(sn, x, target)
     with torch.no_grad():
         for b, blk in enumerate(sn.blocks):
             outs = []
             for c, name in enumerate(blk.candidates):
                 mod = build_candidate(sn, b, c, 0)
-                try:
-                    out = mod(x)
-                except Exception as e:  # noqa: BLE001
-                    raise SupernetError(f"block {blk.label!r}, candidate {name!r}: forward on the previous block's "
-                                        f"output {tuple(x.shape)} raised {type(e).__name__}: {_line(e)}") from None
-                if not isinstance(out, torch.Tensor):
-                    raise SupernetError(f"block {blk.label!r}, candidate {name!r}: forward returned "
-                                        f"{type(out).__name__}, not one tensor")
+                out = _forward_twice(blk, name, mod, x)
                 outs.append((name, out))
             first_name, first = outs[0]
             for name, out in outs[1:]:
@@ -94,6 +94,72 @@ def _probe(sn: Supernet) -> None:
         shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
         raise SupernetError(f"loss must return a scalar float tensor, got {shape} (last block "
                             f"{sn.blocks[-1].label!r}); reduce it, e.g. with .mean()")
+
+
+def _forward(blk: Any, name: str, mod: Any, x: Any, what: str = "") -> Any:
+    """``mod(x)``; SupernetError naming the block and candidate when it raises or returns no single tensor."""
+    import torch
+
+    try:
+        out = mod(x)
+    except Exception as e:  # noqa: BLE001
+        raise SupernetError(f"block {blk.label!r}, candidate {name!r}: forward on the previous block's "
+                            f"output {tuple(x.shape)}{what} raised {type(e).__name__}: {_line(e)}") from None
+    if not isinstance(out, torch.Tensor):
+        raise SupernetError(f"block {blk.label!r}, candidate {name!r}: forward returned "
+                            f"{type(out).__name__}, not one tensor")
+    return out
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Bit-equal tensors (NaN equal to NaN: a non-finite output is not randomness)."""
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if torch.equal(a, b):
+        return True
+    return a.is_floating_point() and bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all())
+
+
+def _forward_twice(blk: Any, name: str, mod: Any, x: Any) -> Any:
+    """The output of ``mod`` on ``x``; SupernetError when a second forward from the same state differs (it draws
+    randomness, e.g. dropout) or, for a fixed block, when a forward changes what the next one computes."""
+    state = {k: v.clone() for k, v in mod.state_dict().items()}
+    out = _forward(blk, name, mod, x)
+    changed = {k: v.clone() for k, v in mod.state_dict().items()}
+    mod.load_state_dict(state)
+    if not _identical(out, _forward(blk, name, mod, x)):
+        raise SupernetError(f"block {blk.label!r}, candidate {name!r}: two forwards on the same input give different "
+                            "outputs: it draws randomness (e.g. dropout, from torch's global generator), which "
+                            "naspipe cannot reproduce in a pipeline; remove it (dropout: use none, or a fixed "
+                            "mask drawn in the factory)")
+    if blk.fixed:
+        mod.load_state_dict(changed)
+        if not _identical(out, _forward(blk, name, mod, x)):
+            raise SupernetError(f"fixed block {blk.label!r}: its forward changes state its next forward reads (a "
+                                "buffer, e.g. spectral_norm's power iteration); a pipeline runs a fixed block's "
+                                "forwards out of sequence order, so runs would not be reproducible; declare it as "
+                                "a Choice with one candidate (whose forwards run in sequence order)")
+    return out
+
+
+def _check_batch(sn: Supernet, x: Any, target: Any) -> None:
+    """Batch 0 holds ``batch_size`` samples along dim 0 (input and target) and the target is one tensor."""
+    import torch
+
+    bs = sn.batch_size
+    if not callable(sn.data) and len(sn.data) < bs:
+        raise SupernetError(f"data is a Dataset of {len(sn.data)} samples, fewer than batch_size {bs}")
+    if x.dim() == 0 or x.shape[0] != bs:
+        raise SupernetError(f"data's input {tuple(x.shape)} does not hold batch_size {bs} samples along dim 0 (the "
+                            "batch dimension naspipe splits and counts); return batch_size samples, batch first")
+    if not isinstance(target, torch.Tensor):
+        raise SupernetError(f"data's target must be one tensor, got {type(target).__name__}; pack a structured "
+                            "target into one tensor (e.g. torch.stack of its parts as float) and unpack it in loss")
+    if target.dim() == 0 or target.shape[0] != bs:
+        raise SupernetError(f"data's target {tuple(target.shape)} does not hold batch_size {bs} samples along "
+                            "dim 0; return batch_size targets, batch first")
 
 
 def _line(e: BaseException) -> str:

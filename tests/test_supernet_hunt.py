@@ -1,0 +1,64 @@
+"""Findings of a hostile-user bug hunt on user supernets (``tests/hunt_supernets.py``): what used to crash,
+differ silently or pass the probe and fail in a stage is now either done right or refused in one line up front.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from naspipe.cli import main
+
+pytestmark = pytest.mark.usefixtures("no_process_left_behind")
+
+
+def _args(function: str, n: int = 6, *extra: str) -> list[str]:
+    return ["--space", f"hunt_supernets:{function}", "--subnets", str(n), "--no-progress", *extra]
+
+
+def test_the_reference_ignores_stages_so_a_supernet_of_three_blocks_needs_none(tmp_path, capsys):
+    assert main(["reference", *_args("three_blocks"), "--out", str(tmp_path / "r")]) == 0, capsys.readouterr().err
+
+
+def test_the_reference_trains_subnets_without_a_trainable_parameter_as_train_does(tmp_path, capsys):
+    ref, rep, run = tmp_path / "ref", tmp_path / "rep", tmp_path / "run"
+    assert main(["reference", *_args("no_params", 12), "--out", str(ref)]) == 0, capsys.readouterr().err
+    assert main(["reference", *_args("no_params", 12), "--replicas", "2", "--out", str(rep)]) == 0
+    assert main(["train", *_args("no_params", 12), "--stages", "2", "--out", str(run)]) == 0
+    assert main(["verify", str(run), str(ref)]) == 0
+
+
+def test_a_user_error_partway_through_the_reference_is_one_line(tmp_path, capsys):
+    rc = main(["reference", *_args("fails_late", 8), "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and "\n" not in err, err
+    assert err == "naspipe: error: subnet 5 of 8: KeyError: 'sample 5 missing'", err
+
+
+REFUSED = [
+    ("dropout", "block 'l1', candidate 'drop': two forwards on the same input give different outputs: it draws "
+                "randomness (e.g. dropout, from torch's global generator)"),
+    ("spectral_fixed", "fixed block 'sn': its forward changes state its next forward reads"),
+    ("wrong_batch", "data's input (4, 8) does not hold batch_size 2 samples along dim 0"),
+    ("small_dataset", "data is a Dataset of 3 samples, fewer than batch_size 4"),
+    ("tuple_target", "data's target must be one tensor, got tuple"),
+]
+
+
+@pytest.mark.parametrize("command", ["train", "reference"])
+@pytest.mark.parametrize(("function", "message"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_what_a_pipeline_cannot_reproduce_is_refused_in_one_line_before_start(tmp_path, capsys, command, function,
+                                                                              message):
+    out = tmp_path / "out"
+    rc = main([command, *_args(function, 4, "--stages", "2"), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err, err
+    assert err.startswith(f"naspipe: error: --space hunt_supernets:{function}: ") and message in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("function", ["spectral_choice", "batchnorm"])
+def test_state_a_forward_changes_is_accepted_where_runs_stay_reproducible(tmp_path, capsys, function):
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert main(["reference", *_args(function, 10), "--out", str(ref)]) == 0, capsys.readouterr().err
+    assert main(["train", *_args(function, 10), "--stages", "3", "--out", str(run)]) == 0
+    assert main(["verify", str(run), str(ref)]) == 0
