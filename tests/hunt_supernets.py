@@ -87,3 +87,29 @@ def tuple_target() -> naspipe.Supernet:
         return x, (y, x.mean(1))
 
     return _with(naspipe.Choice("l1", _lin()), data=d, loss=lambda o, t: F.cross_entropy(o, t[0]))
+
+
+class _Clamp(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clamp(0, 19)
+
+
+class _Pool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x.mean(1))
+
+
+def int_message() -> naspipe.Supernet:
+    """Token ids (int64) pass a parameter-free block before the embedding: an integer message between stages."""
+    def d(j: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randint(0, 25, (4, 5), generator=g)
+        return x, x[:, 0] % 2
+
+    emb = {"e1": lambda: nn.Embedding(20, 8), "e2": lambda: nn.Embedding(20, 8)}
+    return naspipe.Supernet([naspipe.Fixed("clamp", _Clamp), naspipe.Choice("emb", emb),
+                             naspipe.Choice("l1", _lin()), naspipe.Fixed("head", _Pool)],
+                            data=d, loss=F.cross_entropy, batch_size=4)

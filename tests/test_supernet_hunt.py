@@ -62,3 +62,12 @@ def test_state_a_forward_changes_is_accepted_where_runs_stay_reproducible(tmp_pa
     assert main(["reference", *_args(function, 10), "--out", str(ref)]) == 0, capsys.readouterr().err
     assert main(["train", *_args(function, 10), "--stages", "3", "--out", str(run)]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
+
+
+@pytest.mark.parametrize("policy", ["csp", "csp-bw"])
+def test_integer_messages_between_stages_carry_no_gradient_and_match_the_reference(tmp_path, capsys, policy):
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert main(["reference", *_args("int_message", 10), "--out", str(ref)]) == 0, capsys.readouterr().err
+    assert main(["train", *_args("int_message", 10), "--stages", "4", "--policy", policy, "--out", str(run)]) == 0, \
+        capsys.readouterr().err
+    assert main(["verify", str(run), str(ref)]) == 0
