@@ -71,3 +71,30 @@ def test_integer_messages_between_stages_carry_no_gradient_and_match_the_referen
     assert main(["train", *_args("int_message", 10), "--stages", "4", "--policy", policy, "--out", str(run)]) == 0, \
         capsys.readouterr().err
     assert main(["verify", str(run), str(ref)]) == 0
+
+
+SHARDS = [
+    ("batchnorm", "4", "block 'bn', candidate 'bn': forward on the previous block's output (1, 8) (a shard of 1 of "
+                       "batch_size 4 with --replicas 4) raised ValueError: Expected more than 1 value per channel"),
+    ("spectral_choice", "2", "block 'sn', candidate 's': its forward changes state its next forward reads (e.g. "
+                             "spectral_norm); each replica would step it on its own"),
+]
+
+
+@pytest.mark.parametrize("command", ["train", "reference"])
+@pytest.mark.parametrize(("function", "replicas", "message"), SHARDS, ids=[s[0] for s in SHARDS])
+def test_replicas_probe_a_shard_of_the_batch_before_start(tmp_path, capsys, command, function, replicas, message):
+    out = tmp_path / "out"
+    rc = main([command, *_args(function, 4, "--stages", "1", "--replicas", replicas), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err, err
+    assert err.startswith(f"naspipe: error: space 'hunt_supernets:{function}': ") and message in err, err
+    assert not out.exists()
+
+
+def test_batchnorm_shards_of_two_match_the_reference(tmp_path, capsys):
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert main(["reference", *_args("batchnorm", 8, "--replicas", "2"), "--out", str(ref)]) == 0, \
+        capsys.readouterr().err
+    assert main(["train", *_args("batchnorm", 8, "--stages", "2", "--replicas", "2"), "--out", str(run)]) == 0
+    assert main(["verify", str(run), str(ref)]) == 0

@@ -474,6 +474,13 @@ def check_model_of(cfg: TrainConfig) -> None:
         check_model(cfg.space, cfg.seed, cfg.shared)
     except ModelCheckError as e:
         raise ConfigError(str(e)) from None
+    from naspipe.supernet.declare import SupernetError
+    from naspipe.supernet.validate import check_replicas
+
+    try:
+        check_replicas(cfg.space, cfg.replicas)  # a user supernet's shard of B/R samples runs
+    except SupernetError as e:
+        raise ConfigError(str(e)) from None
 
 
 def measured_partition(space: SearchSpace, stages: int, seed: int = 0) -> Partition:

@@ -21,6 +21,7 @@ from typing import Any
 from naspipe.supernet.declare import Supernet, SupernetError
 
 _PROBED: dict[int, Supernet] = {}
+_PROBED_SHARDS: dict[tuple[int, int], Supernet] = {}
 
 
 def probe_supernet(sn: Supernet, where: str = "") -> None:
@@ -32,6 +33,62 @@ def probe_supernet(sn: Supernet, where: str = "") -> None:
     except SupernetError as e:
         raise SupernetError(f"{where}{e}") from None
     _PROBED[id(sn)] = sn
+
+
+def probe_replicas(sn: Supernet, replicas: int, where: str = "") -> None:
+    """With ``replicas`` > 1 every replica computes ``batch_size / replicas`` samples: run every candidate and the
+    loss on shard 0 of batch 0 (BatchNorm needs more than one sample per channel, say) and refuse a candidate whose
+    forward changes what its next one computes (each replica's copy would step that state on its own shard, the
+    reference once per shard: the runs would differ). SupernetError (prefixed by ``where``) naming the block."""
+    if replicas == 1 or _PROBED_SHARDS.get((id(sn), replicas)) is sn:
+        return
+    try:
+        _probe_shards(sn, replicas)
+    except SupernetError as e:
+        raise SupernetError(f"{where}{e}") from None
+    _PROBED_SHARDS[(id(sn), replicas)] = sn
+
+
+def check_replicas(space: Any, replicas: int) -> None:
+    """``probe_replicas`` for a user supernet's space (the presets are known to shard); SupernetError."""
+    from naspipe.supernet.load import KIND, supernet_of
+
+    if replicas > 1 and space.model.get("kind") == KIND:
+        probe_replicas(supernet_of(space), replicas, where=f"space {space.name!r}: ")
+
+
+def _probe_shards(sn: Supernet, replicas: int) -> None:
+    import torch
+
+    from naspipe.models.shards import shard
+    from naspipe.seeding import hashed_generator
+    from naspipe.supernet.build import build_candidate, draw_batch
+
+    bs = sn.batch_size
+    if bs % replicas:
+        raise SupernetError(f"--replicas {replicas} must divide batch_size {bs} (each replica computes an equal "
+                            "shard)")
+    x, target = draw_batch(sn.data, bs, hashed_generator("data-user", 0, 0), 0)
+    x, target = shard(x, 0, replicas), shard(target, 0, replicas)
+    what = f" (a shard of {bs // replicas} of batch_size {bs} with --replicas {replicas})"
+    with torch.no_grad():
+        for b, blk in enumerate(sn.blocks):
+            outs = []
+            for c, name in enumerate(blk.candidates):
+                mod = build_candidate(sn, b, c, 0)
+                out = _forward(blk, name, mod, x, what)
+                if not _identical(out, _forward(blk, name, mod, x, what)):
+                    raise SupernetError(f"block {blk.label!r}, candidate {name!r}: its forward changes state its "
+                                        "next forward reads (e.g. spectral_norm); each replica would step it on its "
+                                        f"own, so runs with --replicas {replicas} would not be reproducible; use "
+                                        "--replicas 1")
+                outs.append(out)
+            x = outs[0]
+        try:
+            sn.loss(x, target)
+        except Exception as e:  # noqa: BLE001
+            raise SupernetError(f"loss raised {type(e).__name__} on the head's output {tuple(x.shape)}{what}: "
+                                f"{_line(e)}") from None
 
 
 def _same(a: Any, b: Any) -> bool:
