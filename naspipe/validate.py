@@ -102,6 +102,20 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
     _checked.add(key)
 
 
+def check_replicas(space: SearchSpace, replicas: int) -> None:
+    """With ``replicas`` > 1, run a user supernet's blocks on a shard of ``batch_size / replicas`` samples
+    (``naspipe.supernet.validate.probe_replicas``; the presets are known to shard); ModelCheckError if one fails."""
+    from naspipe.supernet.declare import SupernetError
+    from naspipe.supernet.load import KIND, supernet_of
+    from naspipe.supernet.validate import probe_replicas
+
+    if replicas > 1 and space.model.get("kind") == KIND:
+        try:
+            probe_replicas(supernet_of(space), replicas, where=f"space {space.name!r}: ")
+        except SupernetError as e:
+            raise ModelCheckError(str(e)) from None
+
+
 def _blame_build(space: SearchSpace, b: int, error: BaseException) -> str:
     """Name the candidate of block ``b`` whose construction fails (the block's own error if none alone does)."""
     import torch

@@ -25,6 +25,9 @@ def test_the_reference_trains_subnets_without_a_trainable_parameter_as_train_doe
     assert main(["reference", *_args("no_params", 12), "--replicas", "2", "--out", str(rep)]) == 0
     assert main(["train", *_args("no_params", 12), "--stages", "2", "--out", str(run)]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
+    assert main(["train", *_args("no_params", 12), "--stages", "2", "--replicas", "2", "--out", str(run),
+                 "--overwrite"]) == 0
+    assert main(["verify", str(run), str(rep)]) == 0
 
 
 def test_a_user_error_partway_through_the_reference_is_one_line(tmp_path, capsys):

@@ -101,12 +101,11 @@ def run(args: argparse.Namespace) -> int:
                          f"{cfg.space.name!r} (each replica computes an equal shard)")
     if args.replicas > 1 and spec.online:
         raise UsageError(f"--replicas > 1 needs a fixed sequence; --sampler {spec} generates it at run time")
-    from naspipe.supernet.declare import SupernetError
-    from naspipe.supernet.validate import check_replicas
+    from naspipe.validate import ModelCheckError, check_replicas
 
     try:
         check_replicas(cfg.space, args.replicas)  # a user supernet's shard of B/R samples runs
-    except SupernetError as e:
+    except ModelCheckError as e:
         raise UsageError(str(e)) from None
 
     from naspipe import runs

@@ -468,18 +468,15 @@ def check_sequence_size(space: SearchSpace, subnets: int, processes: int) -> Non
 def check_model_of(cfg: TrainConfig) -> None:
     """Build the run's model block by block and run every candidate on a probe batch (``naspipe.validate``);
     ConfigError naming the block and candidate when it cannot be built or run."""
-    from naspipe.validate import ModelCheckError, check_model
+    from naspipe.validate import ModelCheckError, check_model, check_replicas
 
     try:
         check_model(cfg.space, cfg.seed, cfg.shared)
     except ModelCheckError as e:
         raise ConfigError(str(e)) from None
-    from naspipe.supernet.declare import SupernetError
-    from naspipe.supernet.validate import check_replicas
-
     try:
         check_replicas(cfg.space, cfg.replicas)  # a user supernet's shard of B/R samples runs
-    except SupernetError as e:
+    except ModelCheckError as e:
         raise ConfigError(str(e)) from None
 
 

@@ -49,18 +49,9 @@ def probe_replicas(sn: Supernet, replicas: int, where: str = "") -> None:
     _PROBED_SHARDS[(id(sn), replicas)] = sn
 
 
-def check_replicas(space: Any, replicas: int) -> None:
-    """``probe_replicas`` for a user supernet's space (the presets are known to shard); SupernetError."""
-    from naspipe.supernet.load import KIND, supernet_of
-
-    if replicas > 1 and space.model.get("kind") == KIND:
-        probe_replicas(supernet_of(space), replicas, where=f"space {space.name!r}: ")
-
-
 def _probe_shards(sn: Supernet, replicas: int) -> None:
     import torch
 
-    from naspipe.models.shards import shard
     from naspipe.seeding import hashed_generator
     from naspipe.supernet.build import build_candidate, draw_batch
 
@@ -69,7 +60,8 @@ def _probe_shards(sn: Supernet, replicas: int) -> None:
         raise SupernetError(f"--replicas {replicas} must divide batch_size {bs} (each replica computes an equal "
                             "shard)")
     x, target = draw_batch(sn.data, bs, hashed_generator("data-user", 0, 0), 0)
-    x, target = shard(x, 0, replicas), shard(target, 0, replicas)
+    size = bs // replicas  # replica 0's shard: rows [0, B/R) (naspipe.models.shards, not imported: it imports us)
+    x, target = x.narrow(0, 0, size).contiguous(), target.narrow(0, 0, size).contiguous()
     what = f" (a shard of {bs // replicas} of batch_size {bs} with --replicas {replicas})"
     with torch.no_grad():
         for b, blk in enumerate(sn.blocks):
