@@ -113,3 +113,7 @@ def int_message() -> naspipe.Supernet:
     return naspipe.Supernet([naspipe.Fixed("clamp", _Clamp), naspipe.Choice("emb", emb),
                              naspipe.Choice("l1", _lin()), naspipe.Fixed("head", _Pool)],
                             data=d, loss=F.cross_entropy, batch_size=4)
+
+
+def lazy() -> naspipe.Supernet:
+    return _with(naspipe.Choice("l1", {"a": lambda: nn.Linear(8, 8), "lazy": lambda: nn.LazyLinear(8)}))

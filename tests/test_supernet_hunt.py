@@ -41,6 +41,7 @@ REFUSED = [
     ("dropout", "block 'l1', candidate 'drop': two forwards on the same input give different outputs: it draws "
                 "randomness (e.g. dropout, from torch's global generator)"),
     ("spectral_fixed", "fixed block 'sn': its forward changes state its next forward reads"),
+    ("lazy", "block 'l1', candidate 'lazy': LazyLinear creates its parameters in its first forward"),
     ("wrong_batch", "data's input (4, 8) does not hold batch_size 2 samples along dim 0"),
     ("small_dataset", "data is a Dataset of 3 samples, fewer than batch_size 4"),
     ("tuple_target", "data's target must be one tensor, got tuple"),

@@ -9,9 +9,9 @@ and the candidate. It runs once per supernet object in a process.
 
 What a pipeline cannot reproduce is refused here too: batch 0 must hold ``batch_size`` samples along dim 0
 (the dimension replicas split) with one target tensor; a candidate run twice from the same state must give the
-same output (no randomness from torch's global generator, e.g. dropout); and a fixed block's forward must not
-change what its next forward computes (e.g. spectral_norm), because a pipeline runs a fixed block's forwards
-out of sequence order (a candidate's run in sequence order: that is accepted).
+same output (no randomness from torch's global generator, e.g. dropout, nor a lazy module); and a fixed
+block's forward must not change what its next forward computes (e.g. spectral_norm), because a pipeline runs a
+fixed block's forwards out of sequence order (a candidate's run in sequence order: that is accepted).
 """
 
 from __future__ import annotations
@@ -174,6 +174,13 @@ def _identical(a: Any, b: Any) -> bool:
 def _forward_twice(blk: Any, name: str, mod: Any, x: Any) -> Any:
     """The output of ``mod`` on ``x``; SupernetError when a second forward from the same state differs (it draws
     randomness, e.g. dropout) or, for a fixed block, when a forward changes what the next one computes."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    lazy = next((m for m in mod.modules() if isinstance(m, LazyModuleMixin) and m.has_uninitialized_params()), None)
+    if lazy is not None:
+        raise SupernetError(f"block {blk.label!r}, candidate {name!r}: {type(lazy).__name__} creates its parameters "
+                            "in its first forward from torch's global generator, not in the seeded build, so runs "
+                            "would not be reproducible; give its sizes (e.g. nn.Linear instead of nn.LazyLinear)")
     state = {k: v.clone() for k, v in mod.state_dict().items()}
     out = _forward(blk, name, mod, x)
     changed = {k: v.clone() for k, v in mod.state_dict().items()}
