@@ -209,7 +209,8 @@ def _check_batch(sn: Supernet, x: Any, target: Any) -> None:
         raise SupernetError(f"data is a Dataset of {len(sn.data)} samples, fewer than batch_size {bs}")
     if x.dim() == 0 or x.shape[0] != bs:
         raise SupernetError(f"data's input {tuple(x.shape)} does not hold batch_size {bs} samples along dim 0 (the "
-                            "batch dimension naspipe splits and counts); return batch_size samples, batch first")
+                            "batch dimension naspipe splits and counts); return batch_size samples, batch first "
+                            "(a sequence-first model transposes in its first block)")
     if not isinstance(target, torch.Tensor):
         raise SupernetError(f"data's target must be one tensor, got {type(target).__name__}; pack a structured "
                             "target into one tensor (e.g. torch.stack of its parts as float) and unpack it in loss")
