@@ -90,8 +90,17 @@ def tuple_target() -> naspipe.Supernet:
 
 
 class _Clamp(nn.Module):
+    def __init__(self, dtype: torch.dtype = torch.int64):
+        super().__init__()
+        self.dtype = dtype
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.clamp(0, 19)
+        return x.clamp(0, 19).to(self.dtype)
+
+
+class _Embed(nn.Embedding):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.long())
 
 
 class _Pool(nn.Module):
@@ -103,17 +112,22 @@ class _Pool(nn.Module):
         return self.lin(x.mean(1))
 
 
-def int_message() -> naspipe.Supernet:
+def int_message(dtype: torch.dtype = torch.int64) -> naspipe.Supernet:
     """Token ids (int64) pass a parameter-free block before the embedding: an integer message between stages."""
     def d(j: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.randint(0, 25, (4, 5), generator=g)
         return x, x[:, 0] % 2
 
-    emb = {"e1": lambda: nn.Embedding(20, 8), "e2": lambda: nn.Embedding(20, 8)}
-    return naspipe.Supernet([naspipe.Fixed("clamp", _Clamp), naspipe.Choice("emb", emb),
+    emb = {"e1": lambda: _Embed(20, 8), "e2": lambda: _Embed(20, 8)}
+    return naspipe.Supernet([naspipe.Fixed("clamp", lambda: _Clamp(dtype)), naspipe.Choice("emb", emb),
                              naspipe.Choice("l1", _lin()), naspipe.Fixed("head", _Pool)],
                             data=d, loss=F.cross_entropy, batch_size=4)
 
 
 def lazy() -> naspipe.Supernet:
     return _with(naspipe.Choice("l1", {"a": lambda: nn.Linear(8, 8), "lazy": lambda: nn.LazyLinear(8)}))
+
+
+def int16_message() -> naspipe.Supernet:
+    """An int16 message: a type the transport cannot send (NCCL has none)."""
+    return int_message(torch.int16)

@@ -102,3 +102,13 @@ def test_batchnorm_shards_of_two_match_the_reference(tmp_path, capsys):
         capsys.readouterr().err
     assert main(["train", *_args("batchnorm", 8, "--stages", "2", "--replicas", "2"), "--out", str(run)]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
+
+
+def test_a_message_the_transport_cannot_send_is_refused_for_the_chosen_partition(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(["train", *_args("int16_message", 4, "--stages", "4"), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err, err
+    assert "block 0 ('clamp'): its output (torch.int16) ends a stage, and messages between stages can be" in err, err
+    assert not out.exists()
+    assert main(["train", *_args("int16_message", 4, "--stages", "1"), "--out", str(out)]) == 0  # no message
