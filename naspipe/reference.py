@@ -138,7 +138,7 @@ def _sharded_backward(model: StageModel, subnet: Any, x: Tensor, target: Tensor,
         else:
             out = model(xs, subnet)
         loss = model.loss(out, ts)
-        if loss.requires_grad:  # (a subnet without a trainable parameter: nothing to differentiate)
+        if loss.requires_grad:  # a subnet may train nothing (e.g. parameter-free candidates, frozen fixed blocks)
             loss.backward()
         losses.append(loss.detach())
         for i, p in enumerate(params):

@@ -61,7 +61,7 @@ def spectral_fixed() -> naspipe.Supernet:
 
 
 def spectral_choice() -> naspipe.Supernet:
-    """spectral_norm in a candidate: its forwards run in sequence order (accepted; not with replicas)."""
+    """spectral_norm in a candidate: its forwards run in sequence order (accepted)."""
     return _with(naspipe.Choice("sn", {"s": lambda: spectral_norm(nn.Linear(8, 8)), "f": lambda: nn.Linear(8, 8)}))
 
 

@@ -80,8 +80,6 @@ def test_integer_messages_between_stages_carry_no_gradient_and_match_the_referen
 SHARDS = [
     ("batchnorm", "4", "block 'bn', candidate 'bn': forward on the previous block's output (1, 8) (a shard of 1 of "
                        "batch_size 4 with --replicas 4) raised ValueError: Expected more than 1 value per channel"),
-    ("spectral_choice", "2", "block 'sn', candidate 's': its forward changes state its next forward reads (e.g. "
-                             "spectral_norm); each replica would step it on its own"),
 ]
 
 
