@@ -138,6 +138,11 @@ def _probe(sn: Supernet) -> None:
                             f"{sn.blocks[-1].label!r}); reduce it, e.g. with .mean()")
 
 
+def _line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else ""
+
+
 def _forward(blk: Any, name: str, mod: Any, x: Any, what: str = "") -> Any:
     """``mod(x)``; SupernetError naming the block and candidate when it raises or returns no single tensor."""
     import torch
@@ -210,8 +215,3 @@ def _check_batch(sn: Supernet, x: Any, target: Any) -> None:
     if target.dim() == 0 or target.shape[0] != bs:
         raise SupernetError(f"data's target {tuple(target.shape)} does not hold batch_size {bs} samples along "
                             "dim 0; return batch_size targets, batch first")
-
-
-def _line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else ""
