@@ -194,7 +194,7 @@ def _forward_twice(blk: Any, name: str, mod: Any, x: Any) -> Any:
             raise SupernetError(f"fixed block {blk.label!r}: its forward changes state its next forward reads (a "
                                 "buffer, e.g. spectral_norm's power iteration); a pipeline runs a fixed block's "
                                 "forwards out of sequence order, so runs would not be reproducible; declare it as "
-                                "a Choice with one candidate (whose forwards run in sequence order)")
+                                "a Choice with one candidate (trained; its forwards run in sequence order)")
     return out
 
 
