@@ -10,6 +10,8 @@ wrong (``ModelCheckError``, which the CLI reports with exit code 2).
 block (all its candidates) and runs every candidate on the previous block's probe output; the candidates of a
 block must agree on the output's shape and dtype, and the last block's output must fit the loss. Finally a
 full batch is sized against this machine's memory. Results are cached per (space, seed, shared layers).
+What depends on the run's shape is checked on top: ``check_messages`` (a block output that ends a stage must be
+a dtype the transport sends) and ``check_replicas`` (a user supernet runs on a shard of ``batch_size / R``).
 """
 
 from __future__ import annotations
