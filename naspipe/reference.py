@@ -216,6 +216,8 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
                 if j % 20 == 0:
                     bar.set_postfix(loss=f"{losses[j]:.3f}")
     except Exception as e:  # noqa: BLE001 - user code (data, a candidate, the loss) failed partway: one line
+        if bar is not None:
+            bar.close()  # (the error goes on a line of its own)
         lines = str(e).strip().splitlines()
         raise ReferenceFailed(f"subnet {j} of {n}: {type(e).__name__}: {lines[0] if lines else ''}") from e
     wall = time.perf_counter() - start
