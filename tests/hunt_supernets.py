@@ -131,3 +131,30 @@ def lazy() -> naspipe.Supernet:
 def int16_message() -> naspipe.Supernet:
     """An int16 message: a type the transport cannot send (NCCL has none)."""
     return int_message(torch.int16)
+
+
+class _StochasticDepth(nn.Linear):
+    """Skips itself with probability 1e-9: two forwards all but surely agree, yet each draws from the global RNG."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if float(torch.rand(())) < 1e-9 else super().forward(x)
+
+
+def rare_drop() -> naspipe.Supernet:
+    cands = {"a": lambda: nn.Linear(8, 8), "stochastic_depth": lambda: _StochasticDepth(8, 8)}
+    return _with(naspipe.Choice("l1", cands))
+
+
+class _Noisy(nn.Linear):
+    """Noise from a generator of its own (not torch's global one), advanced by every forward."""
+
+    def __init__(self):
+        super().__init__(8, 8)
+        self.g = torch.Generator().manual_seed(0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) + torch.randn(x.shape, generator=self.g)
+
+
+def own_generator() -> naspipe.Supernet:
+    return _with(naspipe.Choice("l1", {"a": lambda: nn.Linear(8, 8), "noisy": _Noisy}))

@@ -38,8 +38,11 @@ def test_a_user_error_partway_through_the_reference_is_one_line(tmp_path, capsys
 
 
 REFUSED = [
-    ("dropout", "block 'l1', candidate 'drop': two forwards on the same input give different outputs: it draws "
-                "randomness (e.g. dropout, from torch's global generator)"),
+    ("dropout", "block 'l1', candidate 'drop': its forward draws from torch's global random generator "
+                "(randomness, e.g. dropout)"),
+    ("rare_drop", "block 'l1', candidate 'stochastic_depth': its forward draws from torch's global random generator"),
+    ("own_generator", "block 'l1', candidate 'noisy': two forwards on the same input from the same state give "
+                      "different outputs (randomness, e.g. dropout)"),
     ("spectral_fixed", "fixed block 'sn': its forward changes state its next forward reads"),
     ("lazy", "block 'l1', candidate 'lazy': LazyLinear creates its parameters in its first forward"),
     ("wrong_batch", "data's input (4, 8) does not hold batch_size 2 samples along dim 0"),

@@ -179,13 +179,19 @@ def _forward_twice(blk: Any, name: str, mod: Any, x: Any) -> Any:
         raise SupernetError(f"block {blk.label!r}, candidate {name!r}: {type(lazy).__name__} creates its parameters "
                             "in its first forward from torch's global generator, not in the seeded build, so runs "
                             "would not be reproducible; give its sizes (e.g. nn.Linear instead of nn.LazyLinear)")
+    import torch
+
     state = {k: v.clone() for k, v in mod.state_dict().items()}
-    out = _forward(blk, name, mod, x)
+    with torch.random.fork_rng(devices=[]):
+        before = torch.get_rng_state()
+        out = _forward(blk, name, mod, x)
+        drew = not torch.equal(before, torch.get_rng_state())
     changed = {k: v.clone() for k, v in mod.state_dict().items()}
     mod.load_state_dict(state)
-    if not _identical(out, _forward(blk, name, mod, x)):
-        raise SupernetError(f"block {blk.label!r}, candidate {name!r}: two forwards on the same input give different "
-                            "outputs: it draws randomness (e.g. dropout, from torch's global generator), which "
+    if drew or not _identical(out, _forward(blk, name, mod, x)):
+        how = "its forward draws from torch's global random generator" if drew else \
+            "two forwards on the same input from the same state give different outputs"
+        raise SupernetError(f"block {blk.label!r}, candidate {name!r}: {how} (randomness, e.g. dropout), which "
                             "naspipe cannot reproduce in a pipeline; remove it (dropout: use none, or a fixed "
                             "mask drawn in the factory)")
     if blk.fixed:
