@@ -172,6 +172,7 @@ def _identical(a: Any, b: Any) -> bool:
 def _forward_twice(blk: Any, name: str, mod: Any, x: Any) -> Any:
     """The output of ``mod`` on ``x``; SupernetError when a second forward from the same state differs (it draws
     randomness, e.g. dropout) or, for a fixed block, when a forward changes what the next one computes."""
+    import torch
     from torch.nn.modules.lazy import LazyModuleMixin
 
     lazy = next((m for m in mod.modules() if isinstance(m, LazyModuleMixin) and m.has_uninitialized_params()), None)
@@ -179,8 +180,6 @@ def _forward_twice(blk: Any, name: str, mod: Any, x: Any) -> Any:
         raise SupernetError(f"block {blk.label!r}, candidate {name!r}: {type(lazy).__name__} creates its parameters "
                             "in its first forward from torch's global generator, not in the seeded build, so runs "
                             "would not be reproducible; give its sizes (e.g. nn.Linear instead of nn.LazyLinear)")
-    import torch
-
     state = {k: v.clone() for k, v in mod.state_dict().items()}
     with torch.random.fork_rng(devices=[]):
         before = torch.get_rng_state()
