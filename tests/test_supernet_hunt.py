@@ -63,11 +63,13 @@ def test_what_a_pipeline_cannot_reproduce_is_refused_in_one_line_before_start(tm
     assert not out.exists()
 
 
-@pytest.mark.parametrize("function", ["spectral_choice", "batchnorm"])
-def test_state_a_forward_changes_is_accepted_where_runs_stay_reproducible(tmp_path, capsys, function):
+@pytest.mark.parametrize(("function", "shared"), [("spectral_choice", "frozen"), ("batchnorm", "frozen"),
+                                                  ("batchnorm", "delayed:2")])
+def test_state_a_forward_changes_is_accepted_where_runs_stay_reproducible(tmp_path, capsys, function, shared):
     ref, run = tmp_path / "ref", tmp_path / "run"
-    assert main(["reference", *_args(function, 10), "--out", str(ref)]) == 0, capsys.readouterr().err
-    assert main(["train", *_args(function, 10), "--stages", "3", "--out", str(run)]) == 0
+    extra = ("--shared-layers", shared)
+    assert main(["reference", *_args(function, 10, *extra), "--out", str(ref)]) == 0, capsys.readouterr().err
+    assert main(["train", *_args(function, 10, *extra), "--stages", "3", "--out", str(run)]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
 
 
