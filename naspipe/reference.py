@@ -44,6 +44,10 @@ from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace
 
 
+class ReferenceFailed(RuntimeError):
+    """User code (``data``, a candidate, the loss) raised while training subnet ``j`` (one line naming it)."""
+
+
 @dataclass
 class ReferenceResult:
     losses: dict[int, float]
@@ -190,39 +194,47 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
         bar = tqdm(total=n, desc=f"reference {space.name}", unit="subnet", file=sys.stderr)
     report = getattr(stream, "report", None)
     start = time.perf_counter()
-    for j in range(n):
-        subnet = space.validate_subnet(stream[j])
-        x, target = make_batch(space, seed, j)
-        opt.zero_grad(set_to_none=True)
-        if replicas > 1:
-            loss = _sharded_backward(model, subnet, x, target, replicas, fixed,
-                                     versions[max(0, j - delay)] if trains_shared else None)
-        elif trains_shared:
-            read = {name: t.clone().requires_grad_(True) for name, t in versions[max(0, j - delay)].items()}
-            out = model(x, subnet, fixed_params=read)
-        else:
-            out = model(x, subnet)
-        if replicas == 1:
-            loss = model.loss(out, target)
-            loss.backward()
-        if trains_shared and replicas == 1:
-            for name, p in fixed.items():
-                p.grad = read[name].grad
-        # only the candidates this subnet used (and, when trained, the fixed blocks) carry a gradient
-        if trains_shared and shared.t1:
-            _t1_steps(opt, model, fixed, j, delay, shared.t1)
-        else:
-            opt.step()
-        losses[j] = loss.item()
-        if report is not None:
-            report(j, losses[j])
-        if trains_shared:
-            versions[j + 1] = _predicted(fixed, opt, delay) if shared.predict else _snapshot(fixed)
-            versions.pop(j + 1 - delay - 1, None)  # subnet j+1 and later read v_{>= j+1-D}
+    j = 0
+    try:
+        for j in range(n):
+            subnet = space.validate_subnet(stream[j])
+            x, target = make_batch(space, seed, j)
+            opt.zero_grad(set_to_none=True)
+            if replicas > 1:
+                loss = _sharded_backward(model, subnet, x, target, replicas, fixed,
+                                         versions[max(0, j - delay)] if trains_shared else None)
+            elif trains_shared:
+                read = {name: t.clone().requires_grad_(True) for name, t in versions[max(0, j - delay)].items()}
+                out = model(x, subnet, fixed_params=read)
+            else:
+                out = model(x, subnet)
+            if replicas == 1:
+                loss = model.loss(out, target)
+                if loss.requires_grad:  # a subnet without a trainable parameter has nothing to differentiate
+                    loss.backward()
+            if trains_shared and replicas == 1:
+                for name, p in fixed.items():
+                    p.grad = read[name].grad
+            # only the candidates this subnet used (and, when trained, the fixed blocks) carry a gradient
+            if trains_shared and shared.t1:
+                _t1_steps(opt, model, fixed, j, delay, shared.t1)
+            else:
+                opt.step()
+            losses[j] = loss.item()
+            if report is not None:
+                report(j, losses[j])
+            if trains_shared:
+                versions[j + 1] = _predicted(fixed, opt, delay) if shared.predict else _snapshot(fixed)
+                versions.pop(j + 1 - delay - 1, None)  # subnet j+1 and later read v_{>= j+1-D}
+            if bar is not None:
+                bar.update(1)
+                if j % 20 == 0:
+                    bar.set_postfix(loss=f"{losses[j]:.3f}")
+    except Exception as e:  # noqa: BLE001 - user code (data, a candidate, the loss) failed partway: one line
         if bar is not None:
-            bar.update(1)
-            if j % 20 == 0:
-                bar.set_postfix(loss=f"{losses[j]:.3f}")
+            bar.close()  # (the error goes on a line of its own)
+        lines = str(e).strip().splitlines()
+        raise ReferenceFailed(f"subnet {j} of {n}: {type(e).__name__}: {lines[0] if lines else ''}") from e
     wall = time.perf_counter() - start
     if bar is not None:
         bar.close()

@@ -10,6 +10,8 @@ wrong (``ModelCheckError``, which the CLI reports with exit code 2).
 block (all its candidates) and runs every candidate on the previous block's probe output; the candidates of a
 block must agree on the output's shape and dtype, and the last block's output must fit the loss. Finally a
 full batch is sized against this machine's memory. Results are cached per (space, seed, shared layers).
+What depends on the run's shape is checked on top: ``check_messages`` (a block output that ends a stage must be
+a dtype the transport sends) and ``check_replicas`` (a user supernet runs on a shard of ``batch_size / R``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from naspipe.space import SearchSpace
 PROBE_SAMPLES = 2
 MEMORY_SHARE = 0.5  # a batch's activations over all blocks may take at most this share of the machine's memory
 _checked: set[tuple[str, int, str]] = set()
+_out_dtypes: dict[tuple[str, int, str], list] = {}  # (space, seed, shared) -> each block's output dtype
 
 
 class ModelCheckError(ValueError):
@@ -67,6 +70,7 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
         raise ModelCheckError(f"space {space.name!r}: its {kind} model cannot make a batch: {_line(e)}") from None
     nb = space.num_blocks
     per_sample = 0
+    dtypes = []
     from naspipe.seeding import GLOBAL_RNG
 
     # the caller's random state stays as it was, and no other thread's seeded build interleaves with this one
@@ -92,6 +96,7 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
                                           "must agree")
                 outs.append(y)
             x = outs[0]
+            dtypes.append(x.dtype)
             per_sample = max(per_sample, x.element_size() * x.numel() // max(1, x.shape[0] if x.dim() else 1))
         try:
             model.loss(x, target)
@@ -99,7 +104,36 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
             raise ModelCheckError(f"{_where(space, nb - 1, None)}: its output {tuple(x.shape)} does not fit the "
                                   f"loss: {_line(e)}") from None
     _check_batch_memory(space, per_sample)
+    _out_dtypes[key] = dtypes
     _checked.add(key)
+
+
+def check_messages(space: SearchSpace, stage_ends: list[int], sendable: tuple, seed: int = 0,
+                   shared: SharedLayers | None = None) -> None:
+    """ModelCheckError when the output of block ``b`` in ``stage_ends`` (the message to the next stage) has a
+    dtype not in ``sendable``: found before start, not as a transport error in a stage."""
+    shared = shared or SharedLayers()
+    check_model(space, seed, shared)
+    dtypes = _out_dtypes[(space.to_json(), int(seed), str(shared))]
+    for b in stage_ends:
+        if dtypes[b] not in sendable:
+            raise ModelCheckError(f"{_where(space, b, None)}: its output ({dtypes[b]}) ends a stage, and messages "
+                                  f"between stages can be {', '.join(str(d) for d in sendable)}; cast it, or "
+                                  "partition elsewhere")
+
+
+def check_replicas(space: SearchSpace, replicas: int) -> None:
+    """With ``replicas`` > 1, run a user supernet's blocks on a shard of ``batch_size / replicas`` samples
+    (``naspipe.supernet.validate.probe_replicas``; the presets are known to shard); ModelCheckError if one fails."""
+    from naspipe.supernet.declare import SupernetError
+    from naspipe.supernet.load import KIND, supernet_of
+    from naspipe.supernet.validate import probe_replicas
+
+    if replicas > 1 and space.model.get("kind") == KIND:
+        try:
+            probe_replicas(supernet_of(space), replicas, where=f"space {space.name!r}: ")
+        except SupernetError as e:
+            raise ModelCheckError(str(e)) from None
 
 
 def _blame_build(space: SearchSpace, b: int, error: BaseException) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,6 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     spec = sampler_from_args(args)
+    args.stages = 1  # accepted and ignored: the reference has one stage (a supernet of few blocks needs no --stages)
     cfg = resolve_run(args)
     from naspipe.validate import ModelCheckError, check_model
 
@@ -99,6 +101,12 @@ def run(args: argparse.Namespace) -> int:
                          f"{cfg.space.name!r} (each replica computes an equal shard)")
     if args.replicas > 1 and spec.online:
         raise UsageError(f"--replicas > 1 needs a fixed sequence; --sampler {spec} generates it at run time")
+    from naspipe.validate import ModelCheckError, check_replicas
+
+    try:
+        check_replicas(cfg.space, args.replicas)  # a user supernet's shard of B/R samples runs
+    except ModelCheckError as e:
+        raise UsageError(str(e)) from None
 
     from naspipe import runs
     from naspipe.optim_names import DEFAULT_LR
@@ -123,9 +131,15 @@ def run(args: argparse.Namespace) -> int:
         runs.write_run(out, "reference", ident(None if spec.online else digest() if digest else None))
     except OSError as e:
         raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
-    result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
-                             lr=args.lr, progress=not args.no_progress, threads=args.threads,
-                             replicas=args.replicas)
+    from naspipe.reference import ReferenceFailed
+
+    try:
+        result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
+                                 lr=args.lr, progress=not args.no_progress, threads=args.threads,
+                                 replicas=args.replicas)
+    except ReferenceFailed as e:  # user code failed partway (as train reports a stage's failure: one line)
+        print(f"naspipe: error: {e}", file=sys.stderr)
+        return 1
     n = len(result.losses)
     result.save(out, weights=True, metrics={
         "command": COMMAND,

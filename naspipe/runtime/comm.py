@@ -40,7 +40,10 @@ KIND_NAMES = {ACTIVATION: "activation", GRADIENT: "gradient"}
 FLAG_REQUIRES_GRAD = 1  # the sender's tensor requires grad: the receiver mirrors it
 FLAG_EMPTY = 2  # no payload follows (a gradient that does not exist)
 FLAG_LOSS = 4  # the last field holds the subnet's training loss, the bits of a float64 (run-time streams)
-DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+# (codes are positions: append only) integer and bool messages carry no gradient (token ids between stages);
+# no int16: NCCL has no such type
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16,
+          torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool)
 
 
 class TransportError(RuntimeError):

@@ -469,10 +469,17 @@ def check_sequence_size(space: SearchSpace, subnets: int, processes: int) -> Non
 def check_model_of(cfg: TrainConfig) -> None:
     """Build the run's model block by block and run every candidate on a probe batch (``naspipe.validate``);
     ConfigError naming the block and candidate when it cannot be built or run."""
-    from naspipe.validate import ModelCheckError, check_model
+    from naspipe.validate import ModelCheckError, check_messages, check_model, check_replicas
 
     try:
         check_model(cfg.space, cfg.seed, cfg.shared)
+    except ModelCheckError as e:
+        raise ConfigError(str(e)) from None
+    from naspipe.runtime.comm import DTYPES
+
+    try:
+        check_replicas(cfg.space, cfg.replicas)  # a user supernet's shard of B/R samples runs
+        check_messages(cfg.space, [b - 1 for _, b in cfg.partition.bounds[:-1]], DTYPES, cfg.seed, cfg.shared)
     except ModelCheckError as e:
         raise ConfigError(str(e)) from None
 

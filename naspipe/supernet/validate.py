@@ -6,6 +6,12 @@ worse, a silent mismatch) inside a stage process minutes into a run. ``probe_sup
 candidate exactly as a stage would, draws batch 0 twice, runs each candidate on the previous block's
 output and the loss on the head's output, and raises ``SupernetError`` with one line naming the block
 and the candidate. It runs once per supernet object in a process.
+
+What a pipeline cannot reproduce is refused here too: batch 0 must hold ``batch_size`` samples along dim 0
+(the dimension replicas split) with one target tensor; a candidate run twice from the same state must give the
+same output (no randomness from torch's global generator, e.g. dropout, nor a lazy module); and a fixed
+block's forward must not change what its next forward computes (e.g. spectral_norm), because a pipeline runs a
+fixed block's forwards out of sequence order (a candidate's run in sequence order: that is accepted).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 from naspipe.supernet.declare import Supernet, SupernetError
 
 _PROBED: dict[int, Supernet] = {}
+_PROBED_SHARDS: dict[tuple[int, int], Supernet] = {}
 
 
 def probe_supernet(sn: Supernet, where: str = "") -> None:
@@ -26,6 +33,47 @@ def probe_supernet(sn: Supernet, where: str = "") -> None:
     except SupernetError as e:
         raise SupernetError(f"{where}{e}") from None
     _PROBED[id(sn)] = sn
+
+
+def probe_replicas(sn: Supernet, replicas: int, where: str = "") -> None:
+    """With ``replicas`` > 1 every replica computes ``batch_size / replicas`` samples: run every candidate and the
+    loss on shard 0 of batch 0 (BatchNorm needs more than one sample per channel, say); SupernetError (prefixed by
+    ``where``) naming the block and the candidate."""
+    if replicas == 1 or _PROBED_SHARDS.get((id(sn), replicas)) is sn:
+        return
+    try:
+        _probe_shards(sn, replicas)
+    except SupernetError as e:
+        raise SupernetError(f"{where}{e}") from None
+    _PROBED_SHARDS[(id(sn), replicas)] = sn
+
+
+def _probe_shards(sn: Supernet, replicas: int) -> None:
+    import torch
+
+    from naspipe.seeding import hashed_generator
+    from naspipe.supernet.build import build_candidate, draw_batch
+
+    bs = sn.batch_size
+    if bs % replicas:
+        raise SupernetError(f"--replicas {replicas} must divide batch_size {bs} (each replica computes an equal "
+                            "shard)")
+    x, target = draw_batch(sn.data, bs, hashed_generator("data-user", 0, 0), 0)
+    size = bs // replicas  # replica 0's shard: rows [0, B/R) (naspipe.models.shards, not imported: it imports us)
+    x, target = x.narrow(0, 0, size).contiguous(), target.narrow(0, 0, size).contiguous()
+    what = f" (a shard of {bs // replicas} of batch_size {bs} with --replicas {replicas})"
+    with torch.no_grad():
+        for b, blk in enumerate(sn.blocks):
+            outs = []
+            for c, name in enumerate(blk.candidates):
+                mod = build_candidate(sn, b, c, 0)
+                outs.append(_forward(blk, name, mod, x, what))
+            x = outs[0]
+        try:
+            sn.loss(x, target)
+        except Exception as e:  # noqa: BLE001
+            raise SupernetError(f"loss raised {type(e).__name__} on the head's output {tuple(x.shape)}{what}: "
+                                f"{_line(e)}") from None
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -64,19 +112,13 @@ def _probe(sn: Supernet) -> None:
     if not (_same(x, x2) and _same(target, target2)):
         raise SupernetError("data is not deterministic: batch 0 drawn twice differs; draw randomness only from "
                             "the torch.Generator naspipe passes in")
+    _check_batch(sn, x, target)
     with torch.no_grad():
         for b, blk in enumerate(sn.blocks):
             outs = []
             for c, name in enumerate(blk.candidates):
                 mod = build_candidate(sn, b, c, 0)
-                try:
-                    out = mod(x)
-                except Exception as e:  # noqa: BLE001
-                    raise SupernetError(f"block {blk.label!r}, candidate {name!r}: forward on the previous block's "
-                                        f"output {tuple(x.shape)} raised {type(e).__name__}: {_line(e)}") from None
-                if not isinstance(out, torch.Tensor):
-                    raise SupernetError(f"block {blk.label!r}, candidate {name!r}: forward returned "
-                                        f"{type(out).__name__}, not one tensor")
+                out = _forward_twice(blk, name, mod, x)
                 outs.append((name, out))
             first_name, first = outs[0]
             for name, out in outs[1:]:
@@ -102,3 +144,82 @@ def _probe(sn: Supernet) -> None:
 def _line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0] if lines else ""
+
+
+def _forward(blk: Any, name: str, mod: Any, x: Any, what: str = "") -> Any:
+    """``mod(x)``; SupernetError naming the block and candidate when it raises or returns no single tensor."""
+    import torch
+
+    try:
+        out = mod(x)
+    except Exception as e:  # noqa: BLE001
+        raise SupernetError(f"block {blk.label!r}, candidate {name!r}: forward on the previous block's "
+                            f"output {tuple(x.shape)}{what} raised {type(e).__name__}: {_line(e)}") from None
+    if not isinstance(out, torch.Tensor):
+        raise SupernetError(f"block {blk.label!r}, candidate {name!r}: forward returned "
+                            f"{type(out).__name__}, not one tensor")
+    return out
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Bit-equal tensors (NaN equal to NaN: a non-finite output is not randomness)."""
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if torch.equal(a, b):
+        return True
+    return a.is_floating_point() and bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all())
+
+
+def _forward_twice(blk: Any, name: str, mod: Any, x: Any) -> Any:
+    """The output of ``mod`` on ``x``; SupernetError when a second forward from the same state differs (it draws
+    randomness, e.g. dropout) or, for a fixed block, when a forward changes what the next one computes."""
+    import torch
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    lazy = next((m for m in mod.modules() if isinstance(m, LazyModuleMixin) and m.has_uninitialized_params()), None)
+    if lazy is not None:
+        raise SupernetError(f"block {blk.label!r}, candidate {name!r}: {type(lazy).__name__} creates its parameters "
+                            "in its first forward from torch's global generator, not in the seeded build, so runs "
+                            "would not be reproducible; give its sizes (e.g. nn.Linear instead of nn.LazyLinear)")
+    state = {k: v.clone() for k, v in mod.state_dict().items()}
+    with torch.random.fork_rng(devices=[]):
+        before = torch.get_rng_state()
+        out = _forward(blk, name, mod, x)
+        drew = not torch.equal(before, torch.get_rng_state())
+    changed = {k: v.clone() for k, v in mod.state_dict().items()}
+    mod.load_state_dict(state)
+    if drew or not _identical(out, _forward(blk, name, mod, x)):
+        how = "its forward draws from torch's global random generator" if drew else \
+            "two forwards on the same input from the same state give different outputs"
+        raise SupernetError(f"block {blk.label!r}, candidate {name!r}: {how} (randomness, e.g. dropout), which "
+                            "naspipe cannot reproduce in a pipeline; remove it (dropout: use none, or a fixed "
+                            "mask drawn in the factory)")
+    if blk.fixed:
+        mod.load_state_dict(changed)
+        if not _identical(out, _forward(blk, name, mod, x)):
+            raise SupernetError(f"fixed block {blk.label!r}: its forward changes state its next forward reads (a "
+                                "buffer, e.g. spectral_norm's power iteration); a pipeline runs a fixed block's "
+                                "forwards out of sequence order, so runs would not be reproducible; declare it as "
+                                "a Choice with one candidate (trained; its forwards run in sequence order)")
+    return out
+
+
+def _check_batch(sn: Supernet, x: Any, target: Any) -> None:
+    """Batch 0 holds ``batch_size`` samples along dim 0 (input and target) and the target is one tensor."""
+    import torch
+
+    bs = sn.batch_size
+    if not callable(sn.data) and len(sn.data) < bs:
+        raise SupernetError(f"data is a Dataset of {len(sn.data)} samples, fewer than batch_size {bs}")
+    if x.dim() == 0 or x.shape[0] != bs:
+        raise SupernetError(f"data's input {tuple(x.shape)} does not hold batch_size {bs} samples along dim 0 (the "
+                            "batch dimension naspipe splits and counts); return batch_size samples, batch first "
+                            "(a sequence-first model transposes in its first block)")
+    if not isinstance(target, torch.Tensor):
+        raise SupernetError(f"data's target must be one tensor, got {type(target).__name__}; pack a structured "
+                            "target into one tensor (e.g. torch.stack of its parts as float) and unpack it in loss")
+    if target.dim() == 0 or target.shape[0] != bs:
+        raise SupernetError(f"data's target {tuple(target.shape)} does not hold batch_size {bs} samples along "
+                            "dim 0; return batch_size targets, batch first")
