@@ -212,6 +212,62 @@ def test_a_run_resumes_after_its_space_is_re_profiled(tmp_path):
     assert (resumed.partition, resumed.policy, resumed.start) == (before.partition, before.policy, 4)
     with pytest.raises(CheckpointError, match="taken with seed 1, but the arguments give seed 2"):
         apply_resume(after.replace(seed=2), tmp_path / "o")  # what the numbers depend on is still refused
+    # the costs chose another plan today: plain csp-plan continues the checkpoint's; a named plan is refused
+    replanned = after.replace(policy="csp-plan:plan=77,eps=0.2")
+    assert apply_resume(replanned, tmp_path / "o", adopt_plan=True).policy == before.policy
+    with pytest.raises(CheckpointError, match="but the arguments give policy 'csp-plan:plan=77,eps=0.2'"):
+        apply_resume(replanned, tmp_path / "o")
+    with pytest.raises(CheckpointError, match="policy"):  # another order is not a plan the costs chose
+        apply_resume(after.replace(policy="csp-cp"), tmp_path / "o", adopt_plan=True)
+
+
+def test_the_same_command_resumes_after_profiling_changed_the_plan(tmp_path, monkeypatch):
+    """Second hunt, finding 1: train (plain csp-plan) -> profile -> the same command with --resume: the plan the
+    new costs choose differs, and the resume continues the checkpoint's instead of refusing the same command."""
+    import hashlib
+
+    from naspipe.runtime import config as config_module
+    from naspipe.runtime.checkpoint import fingerprint, position_dir, root_of
+    from naspipe.sim.plan import needs_plan
+    from naspipe.supernet import load_spec
+
+    sn = load_spec(GOOD)
+    first = naspipe.TrainConfig.create(sn, tmp_path / "o", stages=2, subnets=8, seed=1, checkpoint_every=4)
+    d = position_dir(root_of(tmp_path / "o"), 4)
+    d.mkdir(parents=True)
+    for s in range(2):
+        (d / f"stage{s}.pt").write_bytes(b"")
+        (d / f"stage{s}.json").write_text(json.dumps({"fingerprint": fingerprint(first), "bytes": 0, "position": 4,
+                                                      "sha256": hashlib.sha256(b"").hexdigest()}))
+    monkeypatch.setattr(config_module.TrainConfig, "planned",
+                        lambda self: self.replace(policy="csp-plan:plan=99,eps=0.2"))  # what new costs chose
+    resumed = naspipe.TrainConfig.create(sn, tmp_path / "o", stages=2, subnets=8, seed=1, checkpoint_every=4,
+                                         resume=tmp_path / "o")
+    assert (resumed.policy, resumed.start) == (first.policy, 4)
+
+    # the command line builds its config its own way (train's --resume): the same rule
+    from naspipe.cli import build_parser
+    from naspipe.cli.train import config_from_args
+
+    def command(*extra: str) -> list[str]:
+        return ["train", "--space", GOOD, "--stages", "2", "--subnets", "8", "--seed", "1", "--checkpoint-every",
+                "4", "--out", str(tmp_path / "c"), *extra]
+
+    monkeypatch.undo()
+    first = config_from_args(build_parser().parse_args(command()))
+    d = position_dir(root_of(tmp_path / "c"), 4)
+    d.mkdir(parents=True)
+    for s in range(2):
+        (d / f"stage{s}.pt").write_bytes(b"")
+        (d / f"stage{s}.json").write_text(json.dumps({"fingerprint": fingerprint(first), "bytes": 0, "position": 4,
+                                                      "sha256": hashlib.sha256(b"").hexdigest()}))
+    monkeypatch.setattr(config_module.TrainConfig, "planned", lambda self: self.replace(
+        policy="csp-plan:plan=99,eps=0.2") if needs_plan(self.policy) else self)
+    resumed = config_from_args(build_parser().parse_args(command("--resume", str(tmp_path / "c"))))
+    assert (resumed.policy, resumed.start) == (first.policy, 4)
+    with pytest.raises(Exception, match="but the arguments give policy 'csp-plan:plan=98"):  # a named plan stays
+        config_from_args(build_parser().parse_args(command("--policy", "csp-plan:plan=98",
+                                                           "--resume", str(tmp_path / "c"))))
 
 
 def test_implausibly_large_costs_of_a_json_space_are_refused(tmp_path, capsys):

@@ -165,8 +165,9 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
         check_model_of(cfg)
         if getattr(args, "resume", None):
             from naspipe.runtime.checkpoint import apply_resume, resumes_in_place
+            from naspipe.sim.plan import needs_plan
 
-            cfg = apply_resume(cfg, args.resume)
+            cfg = apply_resume(cfg, args.resume, adopt_plan=needs_plan(policy))  # plain csp-plan: the checkpoint's
             check_out = check_out and not resumes_in_place(cfg)
         if check_out:
             check_out_dir(cfg.out, cfg.overwrite)

@@ -405,12 +405,13 @@ def _show(key: str, value: Any) -> str:
 _FROM_COSTS = ("partition", "policy")
 
 
-def adopt_layout(cfg: TrainConfig, path: str | Path) -> TrainConfig:
+def adopt_layout(cfg: TrainConfig, path: str | Path, *, adopt_plan: bool = False) -> TrainConfig:
     """``cfg`` with the partition of the newest complete checkpoint under ``path`` when everything else matches
     (the same stage count): the default partition follows from costs, and re-profiling the space must not stop
-    the interrupted run from continuing as it was. Unchanged otherwise (``check_resume`` says why). The
-    ``csp-plan`` plan is not taken over (a plan named on the command line must not be overridden): a refusal
-    names the checkpoint's, to pass as ``--policy``."""
+    the interrupted run from continuing as it was. With ``adopt_plan`` (the arguments said plain ``csp-plan``,
+    and the plan in ``cfg`` was chosen on today's costs) the checkpoint's ``csp-plan`` plan is taken over too;
+    a plan named on the command line is never overridden (a refusal names the checkpoint's, to pass as
+    ``--policy``). Unchanged otherwise (``check_resume`` says why)."""
     from naspipe.partition import Partition
 
     try:
@@ -426,6 +427,8 @@ def adopt_layout(cfg: TrainConfig, path: str | Path) -> TrainConfig:
     changes: dict[str, Any] = {}
     if fp["partition"] != want["partition"] and part.stages == cfg.stages:
         changes["partition"] = part
+    if adopt_plan and fp["policy"] != want["policy"] and _same_planned_order(fp["policy"], cfg.policy):
+        changes["policy"] = fp["policy"]
     if not changes:
         return cfg
     try:
@@ -434,9 +437,21 @@ def adopt_layout(cfg: TrainConfig, path: str | Path) -> TrainConfig:
         return cfg
 
 
-def apply_resume(cfg: TrainConfig, path: str | Path) -> TrainConfig:
-    """``cfg`` continuing from the newest complete checkpoint under ``path`` (validated; CheckpointError)."""
-    cfg = adopt_layout(cfg, path)
+def _same_planned_order(recorded: object, policy: str) -> bool:
+    """Both are ``csp-plan`` with the same ``eps``: they differ at most in the plan the costs chose."""
+    from naspipe.sim.plan import PLANNED, eps_of
+
+    names = [str(p).partition(":")[0].strip() for p in (recorded, policy)]
+    try:
+        return names == [PLANNED, PLANNED] and eps_of(str(recorded)) == eps_of(policy)
+    except (ValueError, TypeError):
+        return False
+
+
+def apply_resume(cfg: TrainConfig, path: str | Path, *, adopt_plan: bool = False) -> TrainConfig:
+    """``cfg`` continuing from the newest complete checkpoint under ``path`` (validated; CheckpointError);
+    ``adopt_plan``: see ``adopt_layout``."""
+    cfg = adopt_layout(cfg, path, adopt_plan=adopt_plan)
     c, d = check_resume(cfg, path)
     return cfg.replace(start=c, resume=str(d.resolve()))
 

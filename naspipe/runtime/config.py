@@ -149,11 +149,14 @@ class TrainConfig:
         cfg = cls(space=spec.space, out=Path(out), partition=spec.partition, sequence=subs, shared=spec.shared,
                   seed=spec.seed, policy=spec.policy, window=spec.window, **options)
         cfg.validate()
+        from naspipe.sim.plan import needs_plan
+
+        chosen_here = needs_plan(cfg.policy)  # plain csp-plan: the plan follows from today's costs
         cfg = cfg.planned()
         if resume is not None:
             from naspipe.runtime.checkpoint import apply_resume
 
-            cfg = apply_resume(cfg, resume)
+            cfg = apply_resume(cfg, resume, adopt_plan=chosen_here)  # a resume continues the checkpoint's plan
         return cfg
 
     @classmethod
