@@ -148,8 +148,19 @@ class _Seq(nn.Module):
         return x + self.bil(h, x)
 
 
+class _Tied(nn.Module):
+    """An autoencoder whose decoder reuses the encoder's weight, transposed: one weight, two uses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc, self.dec_bias = nn.Linear(WIDTH, 8), nn.Parameter(torch.zeros(WIDTH))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + F.linear(torch.relu(self.enc(x)), self.enc.weight.t(), self.dec_bias)
+
+
 def odd() -> naspipe.Supernet:
-    cands = {"twice": _Twice, "scaled": _Scaled, "seq": _Seq, "h8": lambda: Res(8)}
+    cands = {"twice": _Twice, "scaled": _Scaled, "seq": _Seq, "h8": lambda: Res(8), "tied": _Tied}
     blocks = [naspipe.Fixed("inp", lambda: nn.Linear(6, WIDTH))]
     blocks += [naspipe.Choice(f"b{i}", cands) for i in range(3)]
     blocks.append(naspipe.Fixed("norm", lambda: nn.LayerNorm(WIDTH)))

@@ -141,6 +141,28 @@ def input_grad(out: Tensor, x: Tensor, grad: Tensor | None, outs: Sequence[Tenso
     return gin, seen
 
 
+def _graph_uses(roots: Sequence[Tensor], wanted: set[int]) -> dict[int, int]:
+    """How many edges of the graph behind ``roots`` lead to each wanted leaf: more than one where a weight is
+    used twice, e.g. a tied decoder ``F.linear(h, enc.weight.t())`` beside ``enc``'s own call. A per-call
+    gradient (explicit or from the call's output) would miss the other use, so such a weight takes the
+    block-level path."""
+    counts: dict[int, int] = {}
+    todo = [t.grad_fn for t in roots if t.grad_fn is not None]
+    seen = {id(f) for f in todo}
+    while todo:
+        for nxt, _ in todo.pop().next_functions:
+            if nxt is None:
+                continue
+            var = getattr(nxt, "variable", None)
+            if var is not None:
+                if id(var) in wanted:
+                    counts[id(var)] = counts.get(id(var), 0) + 1
+            elif id(nxt) not in seen:
+                seen.add(id(nxt))
+                todo.append(nxt)
+    return counts
+
+
 def weight_grads(block_outs: Sequence[Tensor], block_grads: Sequence[Tensor | None],
                  targets: Sequence[Sequence[Tensor]], layers: Sequence[LayerCall] = (),
                  layer_grads: Sequence[Tensor | None] = ()) -> dict[Tensor, Tensor | None]:
@@ -156,6 +178,8 @@ def weight_grads(block_outs: Sequence[Tensor], block_grads: Sequence[Tensor | No
     for call in layers:
         for w in call.weights:
             uses[id(w)] = uses.get(id(w), 0) + 1
+    for k, n in _graph_uses(block_outs, wanted).items():  # a weight also used outside its call (tied weights)
+        uses[k] = max(uses.get(k, 0), n)
     grads: dict[int, Tensor | None] = {}
     with torch.no_grad():  # the explicit kernels build no graph; autograd.grad below is unaffected
         for call, g in reversed(list(zip(layers, layer_grads, strict=True))):
