@@ -56,6 +56,18 @@ def dropout() -> naspipe.Supernet:
                                        "drop": lambda: nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5))}))
 
 
+class _Reseeded(nn.Linear):
+    """A fixed random projection drawn anew in every forward after seeding torch's generator: deterministic."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch.manual_seed(1234)
+        return super().forward(x) @ torch.randn(8, 8)
+
+
+def reseeded() -> naspipe.Supernet:
+    return _with(naspipe.Choice("l1", {"a": lambda: nn.Linear(8, 8), "proj": lambda: _Reseeded(8, 8)}))
+
+
 def spectral_fixed() -> naspipe.Supernet:
     return _with(naspipe.Fixed("sn", lambda: spectral_norm(nn.Linear(8, 8))))
 

@@ -64,7 +64,7 @@ def test_what_a_pipeline_cannot_reproduce_is_refused_in_one_line_before_start(tm
 
 
 @pytest.mark.parametrize(("function", "shared"), [("spectral_choice", "frozen"), ("batchnorm", "frozen"),
-                                                  ("batchnorm", "delayed:2")])
+                                                  ("batchnorm", "delayed:2"), ("reseeded", "frozen")])
 def test_state_a_forward_changes_is_accepted_where_runs_stay_reproducible(tmp_path, capsys, function, shared):
     ref, run = tmp_path / "ref", tmp_path / "run"
     extra = ("--shared-layers", shared)

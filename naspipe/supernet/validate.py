@@ -187,8 +187,14 @@ def _forward_twice(blk: Any, name: str, mod: Any, x: Any) -> Any:
     with torch.random.fork_rng(devices=[]):
         before = torch.get_rng_state()
         out = _forward(blk, name, mod, x)
-        drew = not torch.equal(before, torch.get_rng_state())
-    changed = {k: v.clone() for k, v in mod.state_dict().items()}
+        after = torch.get_rng_state()
+        changed = {k: v.clone() for k, v in mod.state_dict().items()}
+        drew = not torch.equal(before, after)
+        if drew:  # from another state of the generator: a forward that seeds its own draws ends where it did
+            mod.load_state_dict(state)
+            torch.manual_seed(int(before.double().sum().item()) + 1)
+            _forward(blk, name, mod, x)
+            drew = not torch.equal(after, torch.get_rng_state())
     mod.load_state_dict(state)
     if drew or not _identical(out, _forward(blk, name, mod, x)):
         how = "its forward draws from torch's global random generator" if drew else \
