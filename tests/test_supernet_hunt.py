@@ -45,7 +45,6 @@ REFUSED = [
                       "different outputs (randomness, e.g. dropout)"),
     ("spectral_fixed", "fixed block 'sn': its forward changes state its next forward reads"),
     ("lazy", "block 'l1', candidate 'lazy': LazyLinear creates its parameters in its first forward"),
-    ("wrong_batch", "data's input (4, 8) does not hold batch_size 2 samples along dim 0"),
     ("small_dataset", "data is a Dataset of 3 samples, fewer than batch_size 4"),
     ("tuple_target", "data's target must be one tensor, got tuple"),
 ]
@@ -64,7 +63,8 @@ def test_what_a_pipeline_cannot_reproduce_is_refused_in_one_line_before_start(tm
 
 
 @pytest.mark.parametrize(("function", "shared"), [("spectral_choice", "frozen"), ("batchnorm", "frozen"),
-                                                  ("batchnorm", "delayed:2"), ("reseeded", "frozen")])
+                                                  ("batchnorm", "delayed:2"), ("reseeded", "frozen"),
+                                                  ("wrong_batch", "frozen")])  # rows: only replicas split them
 def test_state_a_forward_changes_is_accepted_where_runs_stay_reproducible(tmp_path, capsys, function, shared):
     ref, run = tmp_path / "ref", tmp_path / "run"
     extra = ("--shared-layers", shared)
@@ -83,6 +83,7 @@ def test_integer_messages_between_stages_carry_no_gradient_and_match_the_referen
 
 
 SHARDS = [
+    ("wrong_batch", "2", "data's input (4, 8) does not hold batch_size 2 samples along dim 0"),
     ("batchnorm", "4", "block 'bn', candidate 'bn': forward on the previous block's output (1, 8) (a shard of 1 of "
                        "batch_size 4 with --replicas 4) raised ValueError: Expected more than 1 value per channel"),
 ]

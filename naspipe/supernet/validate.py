@@ -59,6 +59,7 @@ def _probe_shards(sn: Supernet, replicas: int) -> None:
         raise SupernetError(f"--replicas {replicas} must divide batch_size {bs} (each replica computes an equal "
                             "shard)")
     x, target = draw_batch(sn.data, bs, hashed_generator("data-user", 0, 0), 0)
+    _check_batch_rows(sn, x, target)
     size = bs // replicas  # replica 0's shard: rows [0, B/R) (naspipe.models.shards, not imported: it imports us)
     x, target = x.narrow(0, 0, size).contiguous(), target.narrow(0, 0, size).contiguous()
     what = f" (a shard of {bs // replicas} of batch_size {bs} with --replicas {replicas})"
@@ -213,19 +214,25 @@ def _forward_twice(blk: Any, name: str, mod: Any, x: Any) -> Any:
 
 
 def _check_batch(sn: Supernet, x: Any, target: Any) -> None:
-    """Batch 0 holds ``batch_size`` samples along dim 0 (input and target) and the target is one tensor."""
+    """A Dataset holds a batch and the target is one tensor (a stage moves it to its device as one)."""
     import torch
 
     bs = sn.batch_size
     if not callable(sn.data) and len(sn.data) < bs:
         raise SupernetError(f"data is a Dataset of {len(sn.data)} samples, fewer than batch_size {bs}")
+    if not isinstance(target, torch.Tensor):
+        raise SupernetError(f"data's target must be one tensor, got {type(target).__name__}; pack a structured "
+                            "target into one tensor (e.g. torch.stack of its parts as float) and unpack it in loss")
+
+
+def _check_batch_rows(sn: Supernet, x: Any, target: Any) -> None:
+    """With replicas: batch 0 holds ``batch_size`` samples along dim 0, input and target (the rows replicas split;
+    without replicas a sequence-first batch or a scalar target is the model's own business)."""
+    bs = sn.batch_size
     if x.dim() == 0 or x.shape[0] != bs:
         raise SupernetError(f"data's input {tuple(x.shape)} does not hold batch_size {bs} samples along dim 0 (the "
                             "batch dimension naspipe splits and counts); return batch_size samples, batch first "
                             "(a sequence-first model transposes in its first block)")
-    if not isinstance(target, torch.Tensor):
-        raise SupernetError(f"data's target must be one tensor, got {type(target).__name__}; pack a structured "
-                            "target into one tensor (e.g. torch.stack of its parts as float) and unpack it in loss")
     if target.dim() == 0 or target.shape[0] != bs:
         raise SupernetError(f"data's target {tuple(target.shape)} does not hold batch_size {bs} samples along "
                             "dim 0; return batch_size targets, batch first")
