@@ -189,11 +189,24 @@ def test_refusals_say_what_is_wrong_with_replicas_and_an_integer_loss(tmp_path, 
         naspipe.resolve_space(sn)
 
 
-def test_a_run_resumes_after_its_space_is_re_profiled(tmp_path):
-    """Finding 12: the default partition and csp-plan's plan follow from costs; a resume takes the checkpoint's."""
+
+def _checkpoint_at_4(out, cfg) -> None:  # noqa: ANN001
+    """A complete (empty) two-stage checkpoint at subnet 4 under ``out`` with ``cfg``'s fingerprint."""
     import hashlib
 
-    from naspipe.runtime.checkpoint import CheckpointError, apply_resume, fingerprint, position_dir, root_of
+    from naspipe.runtime.checkpoint import fingerprint, position_dir, root_of
+
+    d = position_dir(root_of(out), 4)
+    d.mkdir(parents=True)
+    for s in range(2):
+        (d / f"stage{s}.pt").write_bytes(b"")
+        (d / f"stage{s}.json").write_text(json.dumps({"fingerprint": fingerprint(cfg), "bytes": 0, "position": 4,
+                                                      "sha256": hashlib.sha256(b"").hexdigest()}))
+
+def test_a_run_resumes_after_its_space_is_re_profiled(tmp_path):
+    """Finding 12: the default partition and csp-plan's plan follow from costs; a resume takes the checkpoint's."""
+
+    from naspipe.runtime.checkpoint import CheckpointError, apply_resume
     from naspipe.supernet import load_spec
 
     sn = load_spec(GOOD)
@@ -202,12 +215,7 @@ def test_a_run_resumes_after_its_space_is_re_profiled(tmp_path):
     after = naspipe.TrainConfig.create(sn.with_costs(heavy), tmp_path / "o", stages=2, subnets=8, seed=1,
                                        checkpoint_every=4)
     assert after.partition != before.partition
-    d = position_dir(root_of(tmp_path / "o"), 4)
-    d.mkdir(parents=True)
-    for s in range(2):
-        (d / f"stage{s}.pt").write_bytes(b"")
-        (d / f"stage{s}.json").write_text(json.dumps({"fingerprint": fingerprint(before), "bytes": 0, "position": 4,
-                                                      "sha256": hashlib.sha256(b"").hexdigest()}))
+    _checkpoint_at_4(tmp_path / "o", before)
     resumed = apply_resume(after, tmp_path / "o")
     assert (resumed.partition, resumed.policy, resumed.start) == (before.partition, before.policy, 4)
     with pytest.raises(CheckpointError, match="taken with seed 1, but the arguments give seed 2"):
@@ -224,21 +232,14 @@ def test_a_run_resumes_after_its_space_is_re_profiled(tmp_path):
 def test_the_same_command_resumes_after_profiling_changed_the_plan(tmp_path, monkeypatch):
     """Second hunt, finding 1: train (plain csp-plan) -> profile -> the same command with --resume: the plan the
     new costs choose differs, and the resume continues the checkpoint's instead of refusing the same command."""
-    import hashlib
 
     from naspipe.runtime import config as config_module
-    from naspipe.runtime.checkpoint import fingerprint, position_dir, root_of
     from naspipe.sim.plan import needs_plan
     from naspipe.supernet import load_spec
 
     sn = load_spec(GOOD)
     first = naspipe.TrainConfig.create(sn, tmp_path / "o", stages=2, subnets=8, seed=1, checkpoint_every=4)
-    d = position_dir(root_of(tmp_path / "o"), 4)
-    d.mkdir(parents=True)
-    for s in range(2):
-        (d / f"stage{s}.pt").write_bytes(b"")
-        (d / f"stage{s}.json").write_text(json.dumps({"fingerprint": fingerprint(first), "bytes": 0, "position": 4,
-                                                      "sha256": hashlib.sha256(b"").hexdigest()}))
+    _checkpoint_at_4(tmp_path / "o", first)
     monkeypatch.setattr(config_module.TrainConfig, "planned",
                         lambda self: self.replace(policy="csp-plan:plan=99,eps=0.2"))  # what new costs chose
     resumed = naspipe.TrainConfig.create(sn, tmp_path / "o", stages=2, subnets=8, seed=1, checkpoint_every=4,
@@ -255,12 +256,7 @@ def test_the_same_command_resumes_after_profiling_changed_the_plan(tmp_path, mon
 
     monkeypatch.undo()
     first = config_from_args(build_parser().parse_args(command()))
-    d = position_dir(root_of(tmp_path / "c"), 4)
-    d.mkdir(parents=True)
-    for s in range(2):
-        (d / f"stage{s}.pt").write_bytes(b"")
-        (d / f"stage{s}.json").write_text(json.dumps({"fingerprint": fingerprint(first), "bytes": 0, "position": 4,
-                                                      "sha256": hashlib.sha256(b"").hexdigest()}))
+    _checkpoint_at_4(tmp_path / "c", first)
     monkeypatch.setattr(config_module.TrainConfig, "planned", lambda self: self.replace(
         policy="csp-plan:plan=99,eps=0.2") if needs_plan(self.policy) else self)
     resumed = config_from_args(build_parser().parse_args(command("--resume", str(tmp_path / "c"))))
