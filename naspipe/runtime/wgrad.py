@@ -50,37 +50,34 @@ def _slots(node: object, weights: Sequence[Tensor], edges: Sequence[int]) -> lis
     return out
 
 
-def _layer_norm(fn: object, weights: Sequence[Tensor]) -> Recipe | None:
-    if fn.name() != "NativeLayerNormBackward0":  # type: ignore[attr-defined]
+def _masked(fn: object, node: str, weights: Sequence[Tensor], op: Callable[..., Any],
+            saved: Callable[[Any], tuple[Any, ...]]) -> Recipe | None:
+    """A node whose backward kernel ``op(grad, *saved(fn), mask)`` returns (input, weight, bias) gradients: the
+    weights' ones, input gradient masked off (LayerNorm, convolution)."""
+    if fn.name() != node:  # type: ignore[attr-defined]
         return None
     slots = _slots(fn, weights, (1, 2))
     if slots is None:
         return None
-    saved = (fn._saved_input, fn._saved_normalized_shape, fn._saved_result1,  # type: ignore[attr-defined]
-             fn._saved_result2, fn._saved_weight, fn._saved_bias)  # type: ignore[attr-defined]
-    mask = [False, 0 in slots, 1 in slots]
+    args, mask = saved(fn), [False, 0 in slots, 1 in slots]
 
     def grads(g: Tensor) -> list[Tensor]:
-        res = torch.ops.aten.native_layer_norm_backward(g, *saved, mask)
+        res = op(g, *args, mask)
         return [res[1 + k] for k in slots]
     return grads
+
+
+def _layer_norm(fn: object, weights: Sequence[Tensor]) -> Recipe | None:
+    return _masked(fn, "NativeLayerNormBackward0", weights, torch.ops.aten.native_layer_norm_backward,
+                   lambda f: (f._saved_input, f._saved_normalized_shape, f._saved_result1, f._saved_result2,
+                              f._saved_weight, f._saved_bias))
 
 
 def _conv(fn: object, weights: Sequence[Tensor]) -> Recipe | None:
-    if fn.name() != "ConvolutionBackward0":  # type: ignore[attr-defined]
-        return None
-    slots = _slots(fn, weights, (1, 2))
-    if slots is None:
-        return None
-    f: Any = fn
-    args = (f._saved_input, f._saved_weight, f._saved_bias_sym_sizes_opt, f._saved_stride, f._saved_padding,
-            f._saved_dilation, f._saved_transposed, f._saved_output_padding, f._saved_groups)
-    mask = [False, 0 in slots, 1 in slots]
-
-    def grads(g: Tensor) -> list[Tensor]:
-        res = torch.ops.aten.convolution_backward(g, *args, mask)
-        return [res[1 + k] for k in slots]
-    return grads
+    return _masked(fn, "ConvolutionBackward0", weights, torch.ops.aten.convolution_backward,
+                   lambda f: (f._saved_input, f._saved_weight, f._saved_bias_sym_sizes_opt, f._saved_stride,
+                              f._saved_padding, f._saved_dilation, f._saved_transposed, f._saved_output_padding,
+                              f._saved_groups))
 
 
 _LINEAR_NODES = {"AddmmBackward0", "ViewBackward0", "MmBackward0", "UnsafeViewBackward0", "AddBackward0"}
