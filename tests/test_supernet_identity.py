@@ -220,6 +220,8 @@ def test_a_run_resumes_after_its_space_is_re_profiled(tmp_path):
     assert (resumed.partition, resumed.policy, resumed.start) == (before.partition, before.policy, 4)
     with pytest.raises(CheckpointError, match="taken with seed 1, but the arguments give seed 2"):
         apply_resume(after.replace(seed=2), tmp_path / "o")  # what the numbers depend on is still refused
+    with pytest.raises(CheckpointError, match="taken with threads 1, but the arguments give threads 2"):
+        apply_resume(after.replace(threads=2), tmp_path / "o")  # the cause, not the partition that costs moved
     # the costs chose another plan today: plain csp-plan continues the checkpoint's; a named plan is refused
     replanned = after.replace(policy="csp-plan:plan=77,eps=0.2")
     assert apply_resume(replanned, tmp_path / "o", adopt_plan=True).policy == before.policy

@@ -366,7 +366,9 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
         if pos != c:
             raise CheckpointError(f"checkpoint file {str(side)!r} is corrupted (position {pos} in {d.name})")
         if fp != want:
-            key = next((k for k in want if fp.get(k) != want[k]), None) or next(k for k in fp if k not in want)
+            differ = [k for k in want if fp.get(k) != want[k]]  # name a cause before what follows from costs
+            key = next((k for k in differ if k not in _FROM_COSTS), None) or next(iter(differ), None) \
+                or next(k for k in fp if k not in want)
             have, give = fp.get(key, _UNRECORDED.get(key)), want.get(key, _UNRECORDED.get(key))
             raise CheckpointError(f"checkpoint {str(d)!r} was taken with {key} {_show(key, have)}, but the "
                                   f"arguments give {key} {_show(key, give)}; resume with the arguments "
