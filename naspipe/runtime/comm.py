@@ -17,6 +17,15 @@ One receiver thread per incoming channel blocks in ``dist.recv`` and pushes ``Me
 stage's inbox (a ``queue.Queue``); it knows how many messages to expect (one per subnet) and ends by
 itself. A receive error is pushed into the inbox as a ``ChannelFailure``. Sends are ``dist.isend`` from the
 stage loop; their handles (and tensors) are kept until complete and awaited with a timeout in ``flush``.
+
+One transfer per message (``Packing``): header and payload travel as ONE byte buffer whose size both ends
+know in advance, the size of the channel's previous message (header only at first). A point-to-point
+transfer completes at once only where the receiver already waits for it; a payload sent separately after its
+header waits until the receiver has read the header and asked for the payload, and the sender's transport
+thread, competing for a core with the sender's next task, then writes it: on a busy 2-core machine that made
+a message take 1-2 ms at the median instead of 0.1-0.2 ms. When a payload's size differs from the previous
+one, the buffer of the old size carries the header alone (``FLAG_RESIZED``) and the payload follows in a
+transfer of its own; both ends then switch to the new size.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ KIND_NAMES = {ACTIVATION: "activation", GRADIENT: "gradient"}
 FLAG_REQUIRES_GRAD = 1  # the sender's tensor requires grad: the receiver mirrors it
 FLAG_EMPTY = 2  # no payload follows (a gradient that does not exist)
 FLAG_LOSS = 4  # the last field holds the subnet's training loss, the bits of a float64 (run-time streams)
+FLAG_RESIZED = 8  # the payload follows in a transfer of its own (its size differs from the previous message's)
 # (codes are positions: append only) integer and bool messages carry no gradient (token ids between stages);
 # no int16: NCCL has no such type
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16,
@@ -107,6 +117,53 @@ def decode_header(values: list[int]) -> tuple[int, int, int, torch.dtype | None,
     return kind, subnet, flags, DTYPES[code], tuple(values[5:5 + ndim])  # (the loss: decode_loss)
 
 
+HEADER_BYTES = HEADER_LEN * 8
+
+
+class Packing:
+    """The byte size of a channel's next transfer, which sender and receiver track alike: the previous
+    message's header plus payload (the header alone before the first)."""
+
+    def __init__(self) -> None:
+        self.size = HEADER_BYTES
+
+    def pack(self, header: Tensor, payload: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """The buffer to send now (``self.size`` bytes) and, for a resized payload, the tensor to send after it."""
+        nbytes = 0 if payload is None else payload.numel() * payload.element_size()
+        size = HEADER_BYTES + nbytes
+        if size != self.size:  # the header alone (flagged), the payload apart; from now on the new size
+            buf = torch.zeros(self.size, dtype=torch.uint8, device=header.device)
+            header = header.clone()
+            header[2] |= FLAG_RESIZED
+            buf[:HEADER_BYTES] = header.view(torch.uint8)
+            self.size = size
+            return buf, payload
+        buf = torch.empty(size, dtype=torch.uint8, device=header.device)
+        buf[:HEADER_BYTES] = header.view(torch.uint8)
+        if payload is not None:
+            buf[HEADER_BYTES:] = payload.reshape(-1).view(torch.uint8)
+        return buf, None
+
+    def unpack(self, buf: Tensor) -> tuple[list[int], Tensor | None, bool]:
+        """``(header values, payload or None, resized)``; a resized message's payload is to be received apart."""
+        values = buf[:HEADER_BYTES].view(torch.int64).tolist()
+        _, _, flags, dtype, shape = decode_header(values)
+        if dtype is None:
+            payload = None
+            nbytes = 0
+        else:
+            payload = torch.empty(shape, dtype=dtype, device=buf.device)
+            nbytes = payload.numel() * payload.element_size()
+        if flags & FLAG_RESIZED:
+            self.size = HEADER_BYTES + nbytes
+            return values, payload, True
+        if HEADER_BYTES + nbytes != buf.numel():
+            raise TransportError(f"a message of {buf.numel()} bytes announces a {nbytes}-byte payload")
+        if payload is not None:
+            payload.view(-1).view(torch.uint8).copy_(buf[HEADER_BYTES:])
+        return values, payload, False
+
+
 def make_channels(world: int, replica: int = 0, replicas: int = 1
                   ) -> tuple[list[dist.ProcessGroup | None], list[dist.ProcessGroup | None]]:
     """Per pair ``(s, s+1)``: the activation group and the gradient group (collective: every rank calls).
@@ -138,6 +195,7 @@ class Links:
         self.timeout = timeout
         self.act_groups, self.grad_groups = make_channels(world, replica, replicas)
         self._pending: deque[tuple[dist.Work, Tensor]] = deque()  # the tensor stays alive until sent
+        self._packing = {(ACTIVATION, rank + 1): Packing(), (GRADIENT, rank - 1): Packing()}
         self._threads: list[threading.Thread] = []
         self.received = {ACTIVATION: 0, GRADIENT: 0}
         self.bytes_sent = 0
@@ -160,16 +218,15 @@ class Links:
         try:
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device)  # the current device is per thread
-            header = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.device)
+            packing = Packing()
             for _ in range(self.expected):
-                dist.recv(header, src=self.base + src, group=group)
-                values = header.tolist()
-                k, j, flags, dtype, shape = decode_header(values)
+                buf = torch.empty(packing.size, dtype=torch.uint8, device=self.device)
+                dist.recv(buf, src=self.base + src, group=group)
+                values, payload, apart = packing.unpack(buf)
+                k, j, flags = values[0], values[1], values[2]
                 if k != kind:
                     raise TransportError(f"expected a {KIND_NAMES[kind]}, got a {KIND_NAMES[k]} header")
-                payload = None
-                if dtype is not None:
-                    payload = torch.empty(shape, dtype=dtype, device=self.device)
+                if apart and payload is not None:
                     dist.recv(payload, src=self.base + src, group=group)
                 self.received[kind] += 1
                 self.inbox.put(Message(kind, j, payload, bool(flags & FLAG_REQUIRES_GRAD), decode_loss(values)))
@@ -190,10 +247,12 @@ class Links:
         self._reap()
         header = torch.tensor(encode_header(kind, subnet, tensor, requires_grad, loss), dtype=torch.int64,
                               device=self.device)
-        self._pending.append((dist.isend(header, dst=self.base + dst, group=group), header))
-        if tensor is not None:
-            payload = tensor.detach().contiguous()
-            self._pending.append((dist.isend(payload, dst=self.base + dst, group=group), payload))
+        payload = None if tensor is None else tensor.detach().contiguous()
+        buf, apart = self._packing[(kind, dst)].pack(header, payload)
+        self._pending.append((dist.isend(buf, dst=self.base + dst, group=group), buf))
+        if apart is not None:
+            self._pending.append((dist.isend(apart, dst=self.base + dst, group=group), apart))
+        if payload is not None:
             self.bytes_sent += payload.numel() * payload.element_size()
 
     def _reap(self) -> None:
