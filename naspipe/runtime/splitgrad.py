@@ -141,25 +141,30 @@ def input_grad(out: Tensor, x: Tensor, grad: Tensor | None, outs: Sequence[Tenso
     return gin, seen
 
 
+_ACCUMULATE = torch._C._functions.AccumulateGrad  # the node that accumulates into a leaf (``.variable``)
+
+
 def _graph_uses(roots: Sequence[Tensor], wanted: set[int]) -> dict[int, int]:
     """How many edges of the graph behind ``roots`` lead to each wanted leaf: more than one where a weight is
     used twice, e.g. a tied decoder ``F.linear(h, enc.weight.t())`` beside ``enc``'s own call. A per-call
     gradient (explicit or from the call's output) would miss the other use, so such a weight takes the
-    block-level path."""
+    block-level path. (Every node once, every edge into a leaf counted: the walk is on W's path, so it is
+    kept to a set lookup and a type test per edge.)"""
     counts: dict[int, int] = {}
     todo = [t.grad_fn for t in roots if t.grad_fn is not None]
-    seen = {id(f) for f in todo}
+    seen = set(todo)
+    push, add = todo.append, seen.add
     while todo:
         for nxt, _ in todo.pop().next_functions:
-            if nxt is None:
+            if nxt is None or nxt in seen:
                 continue
-            var = getattr(nxt, "variable", None)
-            if var is not None:
-                if id(var) in wanted:
-                    counts[id(var)] = counts.get(id(var), 0) + 1
-            elif id(nxt) not in seen:
-                seen.add(id(nxt))
-                todo.append(nxt)
+            if type(nxt) is _ACCUMULATE:
+                k = id(nxt.variable)
+                if k in wanted:
+                    counts[k] = counts.get(k, 0) + 1
+            else:
+                add(nxt)
+                push(nxt)
     return counts
 
 

@@ -78,7 +78,9 @@ class StageExecutor:
                                  micro_batches=micro_batches, stage=stage, stages=stages, options=policy_options)
         self.split = write_kind == WEIGHT
         self._targets = BlockTargets(model) if self.split else None
-        self._layers = LayerCapture(model) if self.split else None
+        # (the first stage sends no input gradient: its W is one plain backward, so no layer calls are recorded
+        # and its modules carry no hooks, which cost every call in F)
+        self._layers = LayerCapture(model) if self.split and not self.first else None
         self._stash: dict[int, _Stash] = {}
         self.losses: dict[int, float] = {}
         self.peak_stash = 0
@@ -106,8 +108,7 @@ class StageExecutor:
             stage_in = x
         blocks: list[Tensor] | None = None
         layers: list[LayerCall] | None = None
-        if self.split and stage_in is not None and stage_in.requires_grad:
-            assert self._layers is not None
+        if self._layers is not None and stage_in is not None and stage_in.requires_grad:
             layers = self._layers.active = []
             try:
                 with self.model.capturing([]) as blocks:
