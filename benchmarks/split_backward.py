@@ -1,8 +1,9 @@
 """Issue 9's runtime measurement: ``csp-bw`` (split backward) against ``csp`` through the same runtime.
 
 Real processes, real training (``naspipe.runtime.train``), the same subnet sequence for both policies, on
-this machine. For each space (default: ``sparse-mlp`` and ``tiny-transformer``), 2 stages, the two policies
-run in alternating order ``--repeats`` times (so machine load hits them alike); reported per space:
+this machine. For each space (default: ``sparse-mlp`` and ``tiny-transformer``), 2 stages, and each partition
+(``--balance``: the cost model's and one balanced on block costs measured here), the two policies run in
+alternating order ``--repeats`` times (so machine load hits them alike); reported per space and partition:
 median subnets/s of each policy, ``ratio`` = median csp-bw / median csp, the median of the ratios taken
 within each repeat (``ratio_paired_median``), utilisation, per-task overhead, and the simulator's
 utilisation for both policies on the same sequence and cost model. Both runs must pass ``verify`` against
@@ -21,7 +22,7 @@ prediction from these measured costs (``simulated_ratio_measured_costs``, csp-bw
 cost model's (``simulated_ratio``, utilisation ratio), so prediction and measurement can be compared.
 
 Run: ``.venv/bin/python benchmarks/split_backward.py [--spaces sparse-mlp,tiny-transformer] [--subnets 150]
-[--repeats 2]``
+[--repeats 4] [--balance cost,measured]``
 """
 
 from __future__ import annotations
@@ -139,11 +140,11 @@ def measure(cfg: TrainConfig) -> dict[str, Any]:
     return {k: m[k] for k in keys if k in m}
 
 
-def bench_space(name: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+def bench_space(name: str, balance: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     space = resolve_space(name)
     base = TrainConfig.create(space, root / f"{name}-warm", stages=args.stages, subnets=args.subnets,
                               seed=args.seed, shared_layers=args.shared_layers, progress=False,
-                              threads=args.threads)
+                              threads=args.threads, balance=balance)
     # warm-up: starts the fork server (torch imported once) so no measured run pays for it
     train(base.replace(out=root / f"{name}-warm", sequence=base.sequence[:8], overwrite=True))
     runs: dict[str, list[dict[str, Any]]] = {p: [] for p in POLICIES}
@@ -152,7 +153,7 @@ def bench_space(name: str, args: argparse.Namespace, root: Path) -> dict[str, An
         order = POLICIES if r % 2 == 0 else POLICIES[::-1]
         outs = {}
         for policy in order:
-            cfg = base.replace(out=root / f"{name}-{policy}-{r}", policy=policy)
+            cfg = base.replace(out=root / f"{name}-{balance}-{policy}-{r}", policy=policy)
             runs[policy].append(measure(cfg))
             outs[policy] = cfg.out
         same_bits &= verify(outs["csp-bw"], outs["csp"])[0]
@@ -165,7 +166,7 @@ def bench_space(name: str, args: argparse.Namespace, root: Path) -> dict[str, An
                     for p in POLICIES}
     return {
         "space": name, "stages": args.stages, "subnets": args.subnets, "repeats": args.repeats,
-        "partition": base.partition.to_list(),
+        "balance": balance, "partition": base.partition.to_list(),
         "median_subnets_per_s": med,
         "ratio": med["csp-bw"] / med["csp"],
         "ratio_paired_median": statistics.median(
@@ -187,17 +188,23 @@ def main() -> None:
     ap.add_argument("--spaces", default="sparse-mlp,tiny-transformer")
     ap.add_argument("--stages", type=int, default=2)
     ap.add_argument("--subnets", type=int, default=150)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shared-layers", default="frozen")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--balance", default="cost,measured",
+                    help="partitions to run on, comma-separated: the cost model's, and/or one balanced on block "
+                         "costs measured on this machine (default: both)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="naspipe-splitbw-"))
     t0 = time.perf_counter()
-    rows = [bench_space(s.strip(), args, root) for s in args.spaces.split(",") if s.strip()]
+    balances = [b.strip() for b in args.balance.split(",") if b.strip()]
+    if not balances or any(b not in ("cost", "measured") for b in balances):
+        ap.error(f"--balance: expected cost and/or measured, got {args.balance!r}")
+    rows = [bench_space(s.strip(), b, args, root) for s in args.spaces.split(",") if s.strip() for b in balances]
     write_result("split_backward", {
         "rows": rows, "shared_layers": args.shared_layers, "threads": args.threads,
-        "ratios": {r["space"]: r["ratio"] for r in rows},
+        "ratios": {f"{r['space']} ({r['balance']} partition)": r["ratio"] for r in rows},
         "bench_seconds": time.perf_counter() - t0,
     })
 
