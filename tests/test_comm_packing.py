@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from naspipe.runtime.comm import ACTIVATION, DTYPES, GRADIENT, HEADER_BYTES, Links, Packing, encode_header
+from naspipe.runtime.comm import ACTIVATION, DTYPES, GRADIENT, HEADER_BYTES, PACK_LIMIT, Links, Packing, encode_header
 
 SHAPES = st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple)
 MESSAGES = st.lists(st.one_of(st.none(), st.tuples(st.sampled_from(DTYPES), SHAPES)), min_size=1, max_size=12)
@@ -38,17 +38,21 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 @given(MESSAGES)
 def test_sender_and_receiver_agree_on_every_transfer_and_payloads_keep_their_bits(msgs):
     tx, rx = Packing(), Packing()
-    last = None
+    totals = []
     for j, m in enumerate(msgs):
         t = None if m is None else _tensor(*m, seed=j)
         header = torch.tensor(encode_header(ACTIVATION, j, t, False, 0.25), dtype=torch.int64)
-        assert tx.size == rx.size
+        awaited = rx.size
+        assert tx.size == awaited
+        total = HEADER_BYTES + (0 if t is None else t.numel() * t.element_size())
+        # the receiver awaits a message's size only after two in a row had it: else the header alone
+        steady = len(totals) >= 2 and totals[-1] == totals[-2]
+        assert awaited == (totals[-1] if steady else HEADER_BYTES)
         buf, apart = tx.pack(header, t)
-        assert buf.dtype == torch.uint8 and buf.numel() == rx.size  # the receiver posted exactly this size
-        values, payload, resized = rx.unpack(buf.clone())
-        size = HEADER_BYTES + (0 if t is None else t.numel() * t.element_size())
-        assert resized == (last is not None and size != last or last is None and size != HEADER_BYTES)
-        assert (apart is not None) == (resized and t is not None)
+        assert buf.dtype == torch.uint8 and buf.numel() == awaited  # exactly what the receiver posted
+        values, payload, sent_apart = rx.unpack(buf.clone())
+        assert sent_apart == (total != awaited)
+        assert (apart is not None) == (sent_apart and t is not None)
         if apart is not None:
             payload.copy_(apart)
         assert values[:2] == [ACTIVATION, j]
@@ -57,36 +61,53 @@ def test_sender_and_receiver_agree_on_every_transfer_and_payloads_keep_their_bit
         else:
             assert payload.dtype == t.dtype and payload.shape == t.shape
             assert torch.equal(_bits(payload), _bits(t))
-        last = size
+        totals.append(total)
 
 
-def test_a_payload_of_unchanged_size_is_one_transfer():
+def test_a_message_of_the_steady_size_is_one_transfer_and_changing_sizes_send_no_padding():
     tx = Packing()
     x = torch.randn(16, 12, 32)
-    header = torch.tensor(encode_header(GRADIENT, 0, x), dtype=torch.int64)
-    assert tx.pack(header, x)[1] is not None  # the first: the header alone, then the payload
-    for j in range(1, 5):
-        buf, apart = tx.pack(torch.tensor(encode_header(GRADIENT, j, x), dtype=torch.int64), torch.randn(16, 12, 32))
-        assert apart is None and buf.numel() == HEADER_BYTES + x.numel() * 4
+
+    def send(j: int, t: torch.Tensor | None) -> tuple[int, bool]:
+        buf, apart = tx.pack(torch.tensor(encode_header(GRADIENT, j, t), dtype=torch.int64), t)
+        return buf.numel(), apart is not None
+
+    assert [send(j, x) for j in range(2)] == [(HEADER_BYTES, True)] * 2  # two in a row set the size
+    steady = HEADER_BYTES + x.numel() * 4
+    assert [send(j, torch.randn(16, 12, 32)) for j in range(2, 6)] == [(steady, False)] * 4
+    assert send(6, None) == (steady, False)  # one change: the header padded to the awaited size, once
+    # sizes that keep changing: the header alone, then the payload (no padding)
+    assert [send(j, x if j % 2 else None) for j in range(7, 13)] == [(HEADER_BYTES, j % 2 == 1) for j in range(7, 13)]
+
+
+def test_a_payload_over_the_limit_always_goes_apart_without_a_copy():
+    tx = Packing()
+    big = torch.zeros(PACK_LIMIT // 4 + 1)
+    for j in range(4):
+        buf, apart = tx.pack(torch.tensor(encode_header(ACTIVATION, j, big), dtype=torch.int64), big)
+        assert buf.numel() == HEADER_BYTES and apart is big
 
 
 def test_a_message_that_does_not_match_its_header_is_refused():
     tx, rx = Packing(), Packing()
     x = torch.randn(3)
-    tx.pack(torch.tensor(encode_header(ACTIVATION, 0, x), dtype=torch.int64), x)
-    rx.size = tx.size
-    buf, _ = tx.pack(torch.tensor(encode_header(ACTIVATION, 1, x), dtype=torch.int64), x)
+    for j in range(2):
+        buf, _ = tx.pack(torch.tensor(encode_header(ACTIVATION, j, x), dtype=torch.int64), x)
+        rx.unpack(buf)
+    buf, apart = tx.pack(torch.tensor(encode_header(ACTIVATION, 2, x), dtype=torch.int64), x)
+    assert apart is None
     with pytest.raises(RuntimeError, match="announces"):
         rx.unpack(buf[:-4])
 
 
 # ---- through gloo, two processes -------------------------------------------------------------------------
 _G = torch.Generator().manual_seed(0)  # (the spawned processes import this module again: the same tensors)
-ACTS = [torch.randn(4, 3, generator=_G), torch.randn(4, 3, generator=_G), torch.arange(5),
-        torch.tensor([True, False, True]), torch.randn(2, 2, dtype=torch.float64, generator=_G),
-        torch.randn(2, 2, dtype=torch.float64, generator=_G), torch.randn(4, 3, generator=_G)]
-GRADS = [torch.randn(4, 3, generator=_G), None, None, torch.randn(4, 3, generator=_G), torch.randn(7, generator=_G),
-         torch.randn(7, generator=_G), torch.randn(4, 3, generator=_G)]
+ACTS = [torch.randn(4, 3, generator=_G) for _ in range(4)] + [
+    torch.arange(5), torch.tensor([True, False, True]), torch.randn(2, 2, dtype=torch.float64, generator=_G),
+    torch.randn(2, 2, dtype=torch.float64, generator=_G), torch.randn(2, 2, dtype=torch.float64, generator=_G),
+    torch.randn(4, 3, generator=_G)]
+GRADS = [torch.randn(4, 3, generator=_G) for _ in range(3)] + [None] * 3 + [torch.randn(4, 3, generator=_G)] + [
+    torch.randn(7, generator=_G) for _ in range(3)]
 
 
 def _wire(t: torch.Tensor | None) -> tuple | None:

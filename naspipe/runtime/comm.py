@@ -1,4 +1,4 @@
-"""Point-to-point transport between neighbouring stages: a fixed-length int64 header, then the payload.
+"""Point-to-point transport between neighbouring stages: messages of a fixed-length int64 header and a payload.
 
 Why it exists: stages run subnets out of order, so every message says which subnet it belongs to and
 what its payload looks like. Activations travel ``s -> s+1``, gradients ``s+1 -> s``; nothing but
@@ -18,14 +18,16 @@ stage's inbox (a ``queue.Queue``); it knows how many messages to expect (one per
 itself. A receive error is pushed into the inbox as a ``ChannelFailure``. Sends are ``dist.isend`` from the
 stage loop; their handles (and tensors) are kept until complete and awaited with a timeout in ``flush``.
 
-One transfer per message (``Packing``): header and payload travel as ONE byte buffer whose size both ends
-know in advance, the size of the channel's previous message (header only at first). A point-to-point
-transfer completes at once only where the receiver already waits for it; a payload sent separately after its
-header waits until the receiver has read the header and asked for the payload, and the sender's transport
-thread, competing for a core with the sender's next task, then writes it: on a busy 2-core machine that made
-a message take 1-2 ms at the median instead of 0.1-0.2 ms. When a payload's size differs from the previous
-one, the buffer of the old size carries the header alone (``FLAG_RESIZED``) and the payload follows in a
-transfer of its own; both ends then switch to the new size.
+One transfer per message where the size is steady (``Packing``): header and payload travel as ONE byte
+buffer whose size both ends derive from the channel's previous messages. A point-to-point transfer completes
+at once only where the receiver already waits for it; a payload sent after its header waits until the receiver
+has read the header and asked for the payload, and the sender's transport thread, competing for a core with
+the sender's next task, then writes it: on a busy 2-core machine that made a message take 1-2 ms at the
+median instead of about 0.1 ms. Once two messages in a row had the same size (payload up to ``PACK_LIMIT``),
+the receiver waits for that size; a message of another size then goes as the header alone in a buffer of the
+awaited size (``FLAG_APART``) and its payload in a transfer of its own, and both ends fall back to awaiting
+the header alone. Channels whose sizes keep changing therefore cost what two transfers per message cost;
+large payloads always go apart (no copies).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ KIND_NAMES = {ACTIVATION: "activation", GRADIENT: "gradient"}
 FLAG_REQUIRES_GRAD = 1  # the sender's tensor requires grad: the receiver mirrors it
 FLAG_EMPTY = 2  # no payload follows (a gradient that does not exist)
 FLAG_LOSS = 4  # the last field holds the subnet's training loss, the bits of a float64 (run-time streams)
-FLAG_RESIZED = 8  # the payload follows in a transfer of its own (its size differs from the previous message's)
+FLAG_APART = 8  # the payload follows in a transfer of its own (the message does not have the channel's steady size)
 # (codes are positions: append only) integer and bool messages carry no gradient (token ids between stages);
 # no int16: NCCL has no such type
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16,
@@ -118,50 +120,58 @@ def decode_header(values: list[int]) -> tuple[int, int, int, torch.dtype | None,
 
 
 HEADER_BYTES = HEADER_LEN * 8
+PACK_LIMIT = 1 << 20  # larger payloads go apart: copying them into and out of one buffer would cost more than it saves
 
 
 class Packing:
-    """The byte size of a channel's next transfer, which sender and receiver track alike: the previous
-    message's header plus payload (the header alone before the first)."""
+    """The byte size of a channel's next transfer, which sender and receiver derive alike from the messages
+    so far: the size of the last message (header plus payload) once two in a row had it and it is at most
+    ``PACK_LIMIT`` bytes of payload, else the header alone."""
 
     def __init__(self) -> None:
         self.size = HEADER_BYTES
+        self._last: int | None = None
+
+    def _advance(self, total: int) -> None:
+        steady = total == self._last and total - HEADER_BYTES <= PACK_LIMIT
+        self.size = total if steady else HEADER_BYTES
+        self._last = total
 
     def pack(self, header: Tensor, payload: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        """The buffer to send now (``self.size`` bytes) and, for a resized payload, the tensor to send after it."""
+        """The buffer to send now (``self.size`` bytes) and, where the message does not fit it, the payload
+        to send after it (``FLAG_APART``; None for a message without payload)."""
         nbytes = 0 if payload is None else payload.numel() * payload.element_size()
-        size = HEADER_BYTES + nbytes
-        if size != self.size:  # the header alone (flagged), the payload apart; from now on the new size
+        total = HEADER_BYTES + nbytes
+        if total == self.size:
+            buf = torch.empty(total, dtype=torch.uint8, device=header.device)
+            buf[:HEADER_BYTES] = header.view(torch.uint8)
+            if payload is not None:
+                buf[HEADER_BYTES:] = payload.reshape(-1).view(torch.uint8)
+            apart = None
+        else:  # the header alone (padded to the size the receiver waits for), the payload in its own transfer
             buf = torch.zeros(self.size, dtype=torch.uint8, device=header.device)
             header = header.clone()
-            header[2] |= FLAG_RESIZED
+            header[2] |= FLAG_APART
             buf[:HEADER_BYTES] = header.view(torch.uint8)
-            self.size = size
-            return buf, payload
-        buf = torch.empty(size, dtype=torch.uint8, device=header.device)
-        buf[:HEADER_BYTES] = header.view(torch.uint8)
-        if payload is not None:
-            buf[HEADER_BYTES:] = payload.reshape(-1).view(torch.uint8)
-        return buf, None
+            apart = payload
+        self._advance(total)
+        return buf, apart
 
     def unpack(self, buf: Tensor) -> tuple[list[int], Tensor | None, bool]:
-        """``(header values, payload or None, resized)``; a resized message's payload is to be received apart."""
+        """``(header values, payload or None, apart)``: with ``apart`` the payload (allocated here) is still to
+        be received, in a transfer of its own."""
         values = buf[:HEADER_BYTES].view(torch.int64).tolist()
         _, _, flags, dtype, shape = decode_header(values)
-        if dtype is None:
-            payload = None
-            nbytes = 0
-        else:
-            payload = torch.empty(shape, dtype=dtype, device=buf.device)
-            nbytes = payload.numel() * payload.element_size()
-        if flags & FLAG_RESIZED:
-            self.size = HEADER_BYTES + nbytes
-            return values, payload, True
-        if HEADER_BYTES + nbytes != buf.numel():
-            raise TransportError(f"a message of {buf.numel()} bytes announces a {nbytes}-byte payload")
-        if payload is not None:
-            payload.view(-1).view(torch.uint8).copy_(buf[HEADER_BYTES:])
-        return values, payload, False
+        payload = None if dtype is None else torch.empty(shape, dtype=dtype, device=buf.device)
+        nbytes = 0 if payload is None else payload.numel() * payload.element_size()
+        apart = bool(flags & FLAG_APART)
+        if not apart:
+            if HEADER_BYTES + nbytes != buf.numel():
+                raise TransportError(f"a message of {buf.numel()} bytes announces a {nbytes}-byte payload")
+            if payload is not None:
+                payload.view(-1).view(torch.uint8).copy_(buf[HEADER_BYTES:])
+        self._advance(HEADER_BYTES + nbytes)
+        return values, payload, apart
 
 
 def make_channels(world: int, replica: int = 0, replicas: int = 1
