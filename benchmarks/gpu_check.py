@@ -7,8 +7,8 @@ object, printed and written to ``benchmarks/results/gpu_check.json``:
 * ``cpu_runtime_vs_reference`` (CPU half): CSP on 2 stage processes against the sequential reference, bit for bit;
 * ``context_cache_cpu`` (CPU half): the context cache (budget, prefetch, eviction, write-back) trains a chain
   of layers exactly as the same loop with every layer resident;
-* ``cuda_runtime_vs_cuda_reference``: CSP on 2 stages on one GPU (gloo over CUDA tensors: NCCL refuses two
-  ranks on one device) against the ``sequential`` policy on 1 stage on the same GPU, bit for bit, with
+* ``cuda_runtime_vs_cuda_reference``: CSP on 2 stages on one GPU (gloo, messages through host memory: NCCL
+  refuses two ranks on one device) against the ``sequential`` policy on 1 stage on the same GPU, bit for bit, with
   deterministic algorithms on (``CUBLAS_WORKSPACE_CONFIG`` set before CUDA starts);
 * ``context_cache_cuda``: the cache on ``cuda:0`` with its copy stream, pinned host memory and prefetch under
   a budget, against the resident loop on the GPU, bit for bit;

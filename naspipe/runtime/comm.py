@@ -199,6 +199,10 @@ class Links:
     def __init__(self, rank: int, world: int, device: torch.device, expected: int, inbox: queue.Queue,
                  timeout: float, replica: int = 0, replicas: int = 1):
         self.rank, self.world, self.device = rank, world, device
+        # gloo's point-to-point ops move host memory only: CUDA stages on gloo (more stages than GPUs) stage
+        # their messages through host memory; on NCCL they travel device to device
+        cuda_on_gloo = device.type == "cuda" and dist.get_backend() != "nccl"
+        self.wire = torch.device("cpu") if cuda_on_gloo else device
         self.base = replica * world  # the global rank of this replica's stage 0
         self.expected = expected
         self.inbox = inbox
@@ -230,7 +234,7 @@ class Links:
                 torch.cuda.set_device(self.device)  # the current device is per thread
             packing = Packing()
             for _ in range(self.expected):
-                buf = torch.empty(packing.size, dtype=torch.uint8, device=self.device)
+                buf = torch.empty(packing.size, dtype=torch.uint8, device=self.wire)
                 dist.recv(buf, src=self.base + src, group=group)
                 values, payload, apart = packing.unpack(buf)
                 k, j, flags = values[0], values[1], values[2]
@@ -238,6 +242,8 @@ class Links:
                     raise TransportError(f"expected a {KIND_NAMES[kind]}, got a {KIND_NAMES[k]} header")
                 if apart and payload is not None:
                     dist.recv(payload, src=self.base + src, group=group)
+                if payload is not None:
+                    payload = payload.to(self.device)  # (a no-op unless staged through host memory)
                 self.received[kind] += 1
                 self.inbox.put(Message(kind, j, payload, bool(flags & FLAG_REQUIRES_GRAD), decode_loss(values)))
         except Exception as e:  # noqa: BLE001 - reported to the stage loop, which fails the run
@@ -256,8 +262,8 @@ class Links:
               requires_grad: bool, loss: float | None = None) -> None:
         self._reap()
         header = torch.tensor(encode_header(kind, subnet, tensor, requires_grad, loss), dtype=torch.int64,
-                              device=self.device)
-        payload = None if tensor is None else tensor.detach().contiguous()
+                              device=self.wire)
+        payload = None if tensor is None else tensor.detach().to(self.wire).contiguous()
         buf, apart = self._packing[(kind, dst)].pack(header, payload)
         self._pending.append((dist.isend(buf, dst=self.base + dst, group=group), buf))
         if apart is not None:

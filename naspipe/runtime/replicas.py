@@ -69,6 +69,8 @@ class ReplicaGroup:
         self.stage, self.replica, self.replicas = stage, replica, replicas
         self.native = native  # the backend's all-reduce (its own summation order) instead of the exact gather
         self.device = device
+        # the write order travels point to point, which gloo does for host memory only (CUDA on gloo: host)
+        self._order_device = torch.device("cpu") if dist.get_backend() != "nccl" else device
         self.timeout = datetime.timedelta(seconds=timeout)
         self.group: Any = None
         self.leader = stage  # the global rank of replica 0 of this stage
@@ -100,7 +102,7 @@ class ReplicaGroup:
             try:
                 if self.device.type == "cuda":
                     torch.cuda.set_device(self.device)
-                buf = torch.empty(1, dtype=torch.int64, device=self.device)
+                buf = torch.empty(1, dtype=torch.int64, device=self._order_device)
                 for _ in range(expected):
                     dist.recv(buf, src=self.leader, group=self._channel)
                     got += 1
@@ -117,7 +119,7 @@ class ReplicaGroup:
         while self._pending and self._pending[0][0].is_completed():
             self._pending.popleft()[0].wait()
         for dst, g in self._followers:
-            t = torch.tensor([j], dtype=torch.int64, device=self.device)
+            t = torch.tensor([j], dtype=torch.int64, device=self._order_device)
             self._pending.append((dist.isend(t, dst=dst, group=g), t))
 
     def close(self, timeout: float) -> None:
