@@ -134,6 +134,10 @@ def test_split_b_sends_the_input_gradient_and_w_updates(shared):
     ex[0].weight(0)
     assert ex[1].updates == 1 and ex[0].updates == 1 and ex[1].in_flight == 0 and ex[0].in_flight == 0
     assert any(not torch.equal(p, before[n]) for n, p in mk[1].global_named_parameters().items())
+    # only a stage that sends an input gradient records layer calls: the first stage's modules carry no hooks
+    # (they would cost every call in its F for nothing)
+    assert not any(m._forward_hooks for m in mk[0].modules())
+    assert any(m._forward_hooks for m in mk[1].modules())
 
 
 # ---- real processes ------------------------------------------------------------------------------------------
