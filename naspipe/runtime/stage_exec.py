@@ -29,7 +29,7 @@ tensor into the tensor to send.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -132,10 +132,16 @@ class StageExecutor:
         self._stash[j] = st
         self.peak_stash = max(self.peak_stash, len(self._stash))
 
-    def backward(self, j: int, grad: Tensor | None = None) -> Tensor | None:
-        """Run ``B(j)``; returns the gradient of the stage input to send upstream (or None)."""
+    def backward(self, j: int, grad: Tensor | None = None,
+                 send: Callable[[Tensor | None], None] | None = None) -> Tensor | None:
+        """Run ``B(j)``; returns the gradient of the stage input to send upstream (or None). ``send``, if given,
+        gets that gradient as soon as it exists, before this stage's update (which the upstream stage does not
+        wait for: it shortens every chain of tasks that crosses stages by the optimizer step)."""
         if self.split:
-            return self._input_backward(j, grad)
+            gin = self._input_backward(j, grad)
+            if send is not None:
+                send(gin)
+            return gin
         st = self._stash.pop(j, None)
         if st is None:
             raise RuntimeError(f"B({j}) without a stashed F({j}) on this stage")
@@ -146,6 +152,8 @@ class StageExecutor:
                 elif grad is not None:
                     torch.autograd.backward(out, grad)
         gin = st.x.grad if st.x is not None and st.x.requires_grad else None
+        if send is not None:
+            send(gin)
         self.rule.after_backward(j, st.ctx)
         self._combine(j, st)
         if self.write_kind == BACKWARD:

@@ -301,10 +301,13 @@ def _execute(task: Task, ex: Any, links: Links, acts: dict, grads: dict, book: L
             links.send_activation(j, out, out_rg)
     elif task.kind == BACKWARD:
         g = grads.pop(j) if not ex.last else None
-        gin = ex.backward(j, g)
-        loss = book.take(j)
-        if not ex.first:
-            links.send_gradient(j, gin, loss)  # the loss rides in the header (naspipe.runtime.online)
+
+        def send(gin: torch.Tensor | None) -> None:  # (before this stage's update: upstream need not wait)
+            loss = book.take(j)
+            if not ex.first:
+                links.send_gradient(j, gin, loss)  # the loss rides in the header (naspipe.runtime.online)
+
+        ex.backward(j, g, send=send)
     elif task.kind == WEIGHT:
         ex.weight(j)
     else:
