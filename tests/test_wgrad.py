@@ -3,7 +3,8 @@
 * unit: for Linear (2-d, 3-d, 4-d, contiguous or not, with and without bias), LayerNorm (with and without
   bias) and Conv1d/Conv2d (padding, reflect padding, dilation, stride, groups, without bias), on contiguous and
   non-contiguous inputs and gradients, the explicit gradient has the bits of autograd's; a layer without a
-  rule (Embedding, a Linear subclass with its own forward, GroupNorm) has no recipe;
+  rule (Embedding, a Linear subclass with its own forward, GroupNorm) has no recipe; a plain Linear is
+  recognised from its addmm/mm node without the general graph walk;
 * split backward on every preset with a torch model and on a user supernet with odd layers (a Linear
   called twice, a Linear subclass, a parameter used directly, GroupNorm, PReLU, Bilinear, a grouped dilated
   Conv1d, a Linear on a non-contiguous input): ``B`` then ``W`` equals one full backward bit for bit, and the
@@ -100,6 +101,24 @@ def test_a_linear_whose_weight_is_computed_from_a_parameter_has_no_recipe(wrap, 
     params = [p for p in mod.parameters() if p.dim() == 2] + [mod.bias]
     assert recipe(mod, x, out, params) is None
     assert recipe(mod, x, out, [mod.bias]) is not None  # the bias is used as it is
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(7, 16), (5, 13, 16), (2, 5, 13, 16)])
+def test_a_plain_linear_is_recognised_without_walking_its_graph(monkeypatch, bias, shape):
+    """W asks once per layer call: a Linear whose weight and bias are used as they are (contiguous input, with
+    or without bias) is recognised from its addmm/mm node directly, not by the general walk."""
+    import naspipe.runtime.wgrad as wgrad
+
+    def walk(*args: object) -> bool:
+        raise AssertionError("walked the graph")
+
+    monkeypatch.setattr(wgrad, "_reaches_leaves", walk)
+    mod = nn.Linear(16, 8, bias=bias)
+    x = torch.randn(*shape, requires_grad=True)
+    out = mod(x)
+    assert recipe(mod, x, out, list(mod.parameters())) is not None
+    assert recipe(mod, x, out, list(mod.parameters())[::-1]) is not None
 
 
 def _split_equals_full(space_name: str, shared: str, lo: int, subnets: int, seed: int = 4) -> tuple[int, int]:

@@ -105,6 +105,39 @@ def _reaches_leaves(fn: object, weights: Sequence[Tensor], stop: object) -> bool
     return all(id(w) in found for w in weights)
 
 
+_FLATTEN_BACK = {"ViewBackward0", "UnsafeViewBackward0"}  # the view back to n-d after addmm/mm
+
+
+def _direct_leaves(fn: object) -> tuple[object, object] | None:
+    """The nodes ``F.linear``'s ``addmm``/``mm`` leads to directly for (weight, bias): the one behind the
+    transpose of the weight and, for ``addmm``, its ``self`` slot (None without a bias); None for another graph
+    shape. A weight or bias used as it is has its leaf's accumulator there, which ``_reaches_leaves`` would find
+    by a walk; this is the walk's common case at a few attribute reads (``W`` asks once per layer call)."""
+    name = fn.name()  # type: ignore[attr-defined]
+    if name in _FLATTEN_BACK:
+        fn = fn.next_functions[0][0]  # type: ignore[attr-defined]
+        if fn is None:
+            return None
+        name = fn.name()  # type: ignore[attr-defined]
+    nxt = fn.next_functions  # type: ignore[attr-defined]
+    if name == "AddmmBackward0":
+        bias, t = nxt[0][0], nxt[2][0]
+    elif name == "MmBackward0":
+        bias, t = None, nxt[1][0]
+    else:
+        return None
+    if t is None or t.name() != "TBackward0":
+        return None
+    return t.next_functions[0][0], bias
+
+
+def _used_as_they_are(fn: object, weights: Sequence[Tensor], kinds: Sequence[bool]) -> bool:
+    """Whether the weight (2-d) and the bias (1-d) are leaves ``fn``'s ``addmm``/``mm`` reads directly."""
+    direct = _direct_leaves(fn)
+    return direct is not None and all(_leaf(direct[0] if k else direct[1], w)
+                                      for w, k in zip(weights, kinds, strict=True))
+
+
 def _linear(x: object, fn: object, weights: Sequence[Tensor]) -> Recipe | None:
     """``F.linear(x, weight, bias)``: ``addmm``/``mm`` on ``x`` flattened to 2-d (contiguous or 2-d ``x``) or
     ``matmul`` (which flattens ``x`` by ``reshape``) then ``add`` of the bias; either way the weight's
@@ -125,7 +158,7 @@ def _linear(x: object, fn: object, weights: Sequence[Tensor]) -> Recipe | None:
         else:
             return None
 
-    if not _reaches_leaves(fn, weights, getattr(x, "grad_fn", None)):
+    if not (_used_as_they_are(fn, weights, kinds) or _reaches_leaves(fn, weights, getattr(x, "grad_fn", None))):
         return None  # a weight computed from a parameter (spectral or weight norm): autograd's chain rule
     add = fn.name() == "AddBackward0"  # type: ignore[attr-defined]
 
