@@ -19,7 +19,10 @@ of it is input gradient (attention, softmax, norms), so ``B`` stays most of a ba
 shortens little; on sparse-mlp the weight half is the larger. ``measured_stage_costs_s`` holds the per-stage
 CPU medians (F, full backward, F with the layer capture, B, W). The row also carries the simulator's
 prediction from these measured costs (``simulated_ratio_measured_costs``, csp-bw speed / csp speed) beside the
-cost model's (``simulated_ratio``, utilisation ratio), so prediction and measurement can be compared.
+cost model's (``simulated_ratio``, utilisation ratio), so prediction and measurement can be compared, and the
+most any split could buy here: the simulator on the same costs with W exactly the weight-gradient share of a
+full backward (full - B) and F without the capture (``simulated_ratio_perfect_split``), and with W free
+(``simulated_ratio_free_w``, a bound no split reaches).
 
 Run: ``.venv/bin/python benchmarks/split_backward.py [--spaces sparse-mlp,tiny-transformer] [--subnets 150]
 [--repeats 4] [--balance cost,measured]``
@@ -133,6 +136,20 @@ class MeasuredCosts:
         return 0.0
 
 
+def perfect_split(measured: list[dict[str, float]], free_w: bool = False) -> list[dict[str, float]]:
+    """The measured costs of a split without overhead: F without the layer capture, B as measured and W what
+    the weight gradients cost inside one full backward (full - B), or nothing at all (``free_w``, a bound no
+    split reaches). The simulator on these is the most a split backward can buy on this model and machine."""
+    return [{**c, "F_split": c["F"], "W": 0.0 if free_w else max(0.0, c["full"] - c["B"])} for c in measured]
+
+
+def simulated_ratio(space: Any, part: Any, args: argparse.Namespace, costs: list[dict[str, float]]) -> float:
+    """csp-bw speed / csp speed in the simulator on per-stage costs ``costs`` (csp runs F and the full backward)."""
+    span = {p: simulate(space, part, UniformStream(space, args.seed, args.subnets), p,
+                        costs=MeasuredCosts(costs, p == "csp-bw", space.batch_size)).makespan for p in POLICIES}
+    return span["csp"] / span["csp-bw"]
+
+
 def measure(cfg: TrainConfig) -> dict[str, Any]:
     m = train(cfg).metrics
     keys = ("subnets_per_s", "makespan_s", "utilization", "overhead_share", "per_task_overhead_us", "tasks",
@@ -161,9 +178,8 @@ def bench_space(name: str, balance: str, args: argparse.Namespace, root: Path) -
     part = base.partition
     sim = {p: simulate(space, part, UniformStream(space, args.seed, args.subnets), p).utilization for p in POLICIES}
     measured = measure_stage_costs(space, part, args.seed, args.shared_layers)
-    sim_measured = {p: simulate(space, part, UniformStream(space, args.seed, args.subnets), p,
-                                costs=MeasuredCosts(measured, p == "csp-bw", space.batch_size)).makespan
-                    for p in POLICIES}
+    ceiling = {k: simulated_ratio(space, part, args, perfect_split(measured, free_w=k == "free_w"))
+               for k in ("perfect_split", "free_w")}
     return {
         "space": name, "stages": args.stages, "subnets": args.subnets, "repeats": args.repeats,
         "balance": balance, "partition": base.partition.to_list(),
@@ -177,7 +193,9 @@ def bench_space(name: str, balance: str, args: argparse.Namespace, root: Path) -
         "simulated_utilization": sim,
         "simulated_ratio": sim["csp-bw"] / sim["csp"],
         "measured_stage_costs_s": measured,
-        "simulated_ratio_measured_costs": sim_measured["csp"] / sim_measured["csp-bw"],
+        "simulated_ratio_measured_costs": simulated_ratio(space, part, args, measured),
+        "simulated_ratio_perfect_split": ceiling["perfect_split"],
+        "simulated_ratio_free_w": ceiling["free_w"],
         "same_bits_as_csp": same_bits,
         "runs": runs,
     }
