@@ -4,8 +4,9 @@ Real processes, real training (``naspipe.runtime.train``), the same subnet seque
 this machine. For each space (default: ``sparse-mlp`` and ``tiny-transformer``), 2 stages, and each partition
 (``--balance``: the cost model's and one balanced on block costs measured here), the two policies run in
 alternating order ``--repeats`` times (so machine load hits them alike); reported per space and partition:
-median subnets/s of each policy, ``ratio`` = median csp-bw / median csp, the median of the ratios taken
-within each repeat (``ratio_paired_median``), utilisation, per-task overhead, and the simulator's
+median subnets/s of each policy, ``ratio`` = median csp-bw / median csp, the median and quartiles of the
+ratios taken within each repeat (``ratio_paired_median``, ``ratio_paired_quartiles``: on a shared machine
+the spread between repeats can exceed the effect), utilisation, per-task overhead, and the simulator's
 utilisation for both policies on the same sequence and cost model. Both runs must pass ``verify`` against
 each other's losses (same bits), which the script checks.
 
@@ -21,8 +22,7 @@ CPU medians (F, full backward, F with the layer capture, B, W). The row also car
 prediction from these measured costs (``simulated_ratio_measured_costs``, csp-bw speed / csp speed) beside the
 cost model's (``simulated_ratio``, utilisation ratio), so prediction and measurement can be compared, and the
 most any split could buy here: the simulator on the same costs with W exactly the weight-gradient share of a
-full backward (full - B) and F without the capture (``simulated_ratio_perfect_split``), and with W free
-(``simulated_ratio_free_w``, a bound no split reaches).
+full backward (full - B) and F without the capture (``simulated_ratio_perfect_split``).
 
 Run: ``.venv/bin/python benchmarks/split_backward.py [--spaces sparse-mlp,tiny-transformer] [--subnets 150]
 [--repeats 4] [--balance cost,measured]``
@@ -136,11 +136,12 @@ class MeasuredCosts:
         return 0.0
 
 
-def perfect_split(measured: list[dict[str, float]], free_w: bool = False) -> list[dict[str, float]]:
+def perfect_split(measured: list[dict[str, float]]) -> list[dict[str, float]]:
     """The measured costs of a split without overhead: F without the layer capture, B as measured and W what
-    the weight gradients cost inside one full backward (full - B), or nothing at all (``free_w``, a bound no
-    split reaches). The simulator on these is the most a split backward can buy on this model and machine."""
-    return [{**c, "F_split": c["F"], "W": 0.0 if free_w else max(0.0, c["full"] - c["B"])} for c in measured]
+    the weight gradients cost inside one full backward (full - B; the whole backward on a stage whose input
+    needs no gradient). The same work as csp's, only divided: the simulator on these is the most a split
+    backward can buy on this model and machine."""
+    return [{**c, "F_split": c["F"], "W": max(0.0, c["full"] - c["B"])} for c in measured]
 
 
 def simulated_ratio(space: Any, part: Any, args: argparse.Namespace, costs: list[dict[str, float]]) -> float:
@@ -175,18 +176,17 @@ def bench_space(name: str, balance: str, args: argparse.Namespace, root: Path) -
             outs[policy] = cfg.out
         same_bits &= verify(outs["csp-bw"], outs["csp"])[0]
     med = {p: statistics.median(x["subnets_per_s"] for x in v) for p, v in runs.items()}
+    paired = [b["subnets_per_s"] / c["subnets_per_s"] for b, c in zip(runs["csp-bw"], runs["csp"], strict=True)]
     part = base.partition
     sim = {p: simulate(space, part, UniformStream(space, args.seed, args.subnets), p).utilization for p in POLICIES}
     measured = measure_stage_costs(space, part, args.seed, args.shared_layers)
-    ceiling = {k: simulated_ratio(space, part, args, perfect_split(measured, free_w=k == "free_w"))
-               for k in ("perfect_split", "free_w")}
     return {
         "space": name, "stages": args.stages, "subnets": args.subnets, "repeats": args.repeats,
         "balance": balance, "partition": base.partition.to_list(),
         "median_subnets_per_s": med,
         "ratio": med["csp-bw"] / med["csp"],
-        "ratio_paired_median": statistics.median(
-            b["subnets_per_s"] / c["subnets_per_s"] for b, c in zip(runs["csp-bw"], runs["csp"], strict=True)),
+        "ratio_paired_median": statistics.median(paired),
+        "ratio_paired_quartiles": statistics.quantiles(paired, n=4) if len(paired) > 1 else paired * 3,
         "median_utilization": {p: statistics.median(x["utilization"] for x in v) for p, v in runs.items()},
         "median_per_task_overhead_us": {p: statistics.median(x["per_task_overhead_us"] for x in v)
                                         for p, v in runs.items() if all("per_task_overhead_us" in x for x in v)},
@@ -194,8 +194,7 @@ def bench_space(name: str, balance: str, args: argparse.Namespace, root: Path) -
         "simulated_ratio": sim["csp-bw"] / sim["csp"],
         "measured_stage_costs_s": measured,
         "simulated_ratio_measured_costs": simulated_ratio(space, part, args, measured),
-        "simulated_ratio_perfect_split": ceiling["perfect_split"],
-        "simulated_ratio_free_w": ceiling["free_w"],
+        "simulated_ratio_perfect_split": simulated_ratio(space, part, args, perfect_split(measured)),
         "same_bits_as_csp": same_bits,
         "runs": runs,
     }
