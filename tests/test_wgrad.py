@@ -4,7 +4,8 @@
   bias) and Conv1d/Conv2d (padding, reflect padding, dilation, stride, groups, without bias), on contiguous and
   non-contiguous inputs and gradients, the explicit gradient has the bits of autograd's; a layer without a
   rule (Embedding, a Linear subclass with its own forward, GroupNorm) has no recipe; a plain Linear is
-  recognised from its addmm/mm node without the general graph walk;
+  recognised from its addmm/mm node without the general graph walk; a weight with a gradient hook has no
+  recipe (W asks autograd, which applies the hook: the split then equals a full backward);
 * split backward on every preset with a torch model and on a user supernet with odd layers (a Linear
   called twice, a Linear subclass, a parameter used directly, GroupNorm, PReLU, Bilinear, a grouped dilated
   Conv1d, a Linear on a non-contiguous input): ``B`` then ``W`` equals one full backward bit for bit, and the
@@ -119,6 +120,48 @@ def test_a_plain_linear_is_recognised_without_walking_its_graph(monkeypatch, bia
     out = mod(x)
     assert recipe(mod, x, out, list(mod.parameters())) is not None
     assert recipe(mod, x, out, list(mod.parameters())[::-1]) is not None
+
+
+@pytest.mark.parametrize("make,shape", [(lambda: nn.Linear(4, 3), (5, 4)), (lambda: nn.LayerNorm(4), (5, 4)),
+                                        (lambda: nn.Conv1d(2, 2, 3), (5, 2, 7))])
+def test_a_weight_with_a_gradient_hook_takes_autograds_path(make, shape):
+    """``register_hook`` on a weight changes the gradient autograd delivers; the explicit kernels would skip the
+    hook, so such a call has no recipe and W asks autograd (which applies it)."""
+    mod = make()
+    mod.weight.register_hook(lambda g: g * 2)
+    x = torch.randn(*shape, requires_grad=True)
+    out = mod(x)
+    assert recipe(mod, x, out, [mod.weight, mod.bias]) is None
+    assert recipe(mod, x, out, [mod.bias]) is not None  # the bias has no hook
+
+
+def test_a_split_with_a_hooked_weight_equals_one_full_backward():
+    """B then W against one full backward on a net whose last Linear's weight doubles its gradient in a hook
+    (the explicit kernels ignored the hook: W gave half the gradient)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+    net[2].weight.register_hook(lambda g: g * 2)
+    x0 = torch.randn(5, 4)
+    capture = LayerCapture(net)
+
+    def run(layers: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        x = x0.clone().requires_grad_(True)
+        capture.active = layers
+        try:
+            return x, net(x).square().sum()
+        finally:
+            capture.active = None
+
+    x, out = run()
+    out.backward()
+    want, want_in = [p.grad.clone() for p in net.parameters()], x.grad
+    net.zero_grad(set_to_none=True)
+    layers: list = []
+    x, out = run(layers)
+    gin, seen = input_grad(out, x, None, [out, *(c.out for c in layers)])
+    got = weight_grads([out], seen[:1], [list(net.parameters())], layers, seen[1:])
+    assert torch.equal(gin, want_in)
+    assert all(torch.equal(got[p], w) for p, w in zip(net.parameters(), want, strict=True))
 
 
 def _split_equals_full(space_name: str, shared: str, lo: int, subnets: int, seed: int = 4) -> tuple[int, int]:

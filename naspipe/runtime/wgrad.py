@@ -17,7 +17,7 @@ gradient has the same bits as in one full backward:
   than zeros), input gradient masked off.
 
 ``recipe`` returns None for anything else (another module type, a subclass with its own ``forward``, a
-weight that is not the node's, an unexpected graph shape); the caller then falls back to
+weight that is not the node's, a weight with a gradient hook, an unexpected graph shape); the caller then falls back to
 ``torch.autograd.grad``, which is as exact but walks the graph.
 """
 
@@ -177,6 +177,8 @@ def recipe(mod: nn.Module, x: object, out: Tensor, weights: Sequence[Tensor]) ->
     fn = out.grad_fn
     if fn is None or not weights:
         return None
+    if any(getattr(w, "_backward_hooks", None) for w in weights):
+        return None  # a gradient hook on a weight (``register_hook``): autograd applies it, the kernels would not
     fwd = type(mod).forward
     if fwd is nn.Linear.forward:
         return _linear(x, fn, weights)
