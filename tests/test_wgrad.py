@@ -164,6 +164,18 @@ def test_a_split_with_a_hooked_weight_equals_one_full_backward():
     assert all(torch.equal(got[p], w) for p, w in zip(net.parameters(), want, strict=True))
 
 
+@pytest.mark.parametrize("features,bias_shape", [(16, (1, 16)), (8, (1,))])
+def test_a_linear_with_a_broadcast_bias_has_no_recipe(features, bias_shape):
+    """A bias of another shape than (out_features,) broadcasts in ``F.linear``; its gradient is a sum the rule
+    does not make (a (1, 16) bias on a square Linear passed for a weight), so autograd computes it."""
+    mod = nn.Linear(16, features)
+    mod.bias = nn.Parameter(torch.randn(*bias_shape))
+    x = torch.randn(5, 16, requires_grad=True)
+    out = mod(x)
+    assert recipe(mod, x, out, [mod.weight, mod.bias]) is None
+    assert recipe(mod, x, out, [mod.weight]) is not None
+
+
 def _split_equals_full(space_name: str, shared: str, lo: int, subnets: int, seed: int = 4) -> tuple[int, int]:
     """Split B then W against one full backward on blocks [lo, end) of ``space_name``, bit for bit; returns
     (layer calls on the explicit path, layer calls with weights to differentiate)."""

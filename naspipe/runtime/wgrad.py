@@ -138,22 +138,24 @@ def _used_as_they_are(fn: object, weights: Sequence[Tensor], kinds: Sequence[boo
                                       for w, k in zip(weights, kinds, strict=True))
 
 
-def _linear(x: object, fn: object, weights: Sequence[Tensor]) -> Recipe | None:
+def _linear(x: object, fn: object, weights: Sequence[Tensor], n_out: int) -> Recipe | None:
     """``F.linear(x, weight, bias)``: ``addmm``/``mm`` on ``x`` flattened to 2-d (contiguous or 2-d ``x``) or
     ``matmul`` (which flattens ``x`` by ``reshape``) then ``add`` of the bias; either way the weight's
     gradient is ``mm_mat2_backward``'s ``grad.t().mm(mat1)`` (``weight.t()`` is column-major) and the bias's
     the sum over the leading dimensions. ``weights`` are the call's own tensors (under ``functional_call``
-    not the module's attributes), told apart by their dimension: the weight is 2-d, the bias 1-d."""
+    not the module's attributes), told apart by their dimension: the weight is 2-d, the bias 1-d; each of the
+    shape the output (``n_out`` features) implies, or no recipe (a bias of another shape broadcasts, and its
+    gradient is a reduction the rule does not make)."""
     if not isinstance(x, Tensor) or x.dim() < 2 or fn.name() not in _LINEAR_NODES:  # type: ignore[attr-defined]
         return None
     n_in = x.shape[-1]
     kinds = []
     for w in weights:
         if w.dim() == 2:
-            if w.stride(1) != 1 or w.stride(0) != w.shape[1] or w.shape[1] != n_in:
+            if w.stride(1) != 1 or w.stride(0) != w.shape[1] or w.shape != (n_out, n_in):
                 return None
             kinds.append(True)
-        elif w.dim() == 1:
+        elif w.dim() == 1 and w.shape[0] == n_out:
             kinds.append(False)
         else:
             return None
@@ -181,7 +183,7 @@ def recipe(mod: nn.Module, x: object, out: Tensor, weights: Sequence[Tensor]) ->
         return None  # a gradient hook on a weight (``register_hook``): autograd applies it, the kernels would not
     fwd = type(mod).forward
     if fwd is nn.Linear.forward:
-        return _linear(x, fn, weights)
+        return _linear(x, fn, weights, out.shape[-1] if out.dim() else 0)
     if fwd is nn.LayerNorm.forward:
         return _layer_norm(fn, weights)
     if fwd in _CONVS:  # (another padding mode pads first: the node saved the padded input)
