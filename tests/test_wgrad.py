@@ -176,6 +176,16 @@ def test_a_linear_with_a_broadcast_bias_has_no_recipe(features, bias_shape):
     assert recipe(mod, x, out, [mod.weight]) is not None
 
 
+def test_a_linear_under_autocast_has_no_recipe():
+    """Under autocast the addmm saved a cast of the input, not the input the call got: autograd computes the
+    weight gradient (the rule's mm would mix dtypes and fail)."""
+    mod = nn.Linear(4, 3).to(torch.bfloat16)
+    x = torch.randn(5, 4, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = mod(x)
+    assert recipe(mod, x, out, [mod.weight, mod.bias]) is None
+
+
 def _split_equals_full(space_name: str, shared: str, lo: int, subnets: int, seed: int = 4) -> tuple[int, int]:
     """Split B then W against one full backward on blocks [lo, end) of ``space_name``, bit for bit; returns
     (layer calls on the explicit path, layer calls with weights to differentiate)."""

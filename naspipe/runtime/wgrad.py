@@ -145,14 +145,15 @@ def _linear(x: object, fn: object, weights: Sequence[Tensor], n_out: int) -> Rec
     the sum over the leading dimensions. ``weights`` are the call's own tensors (under ``functional_call``
     not the module's attributes), told apart by their dimension: the weight is 2-d, the bias 1-d; each of the
     shape the output (``n_out`` features) implies, or no recipe (a bias of another shape broadcasts, and its
-    gradient is a reduction the rule does not make)."""
+    gradient is a reduction the rule does not make); the weight of ``x``'s dtype (under autocast the node saved
+    a cast of ``x``, not ``x``)."""
     if not isinstance(x, Tensor) or x.dim() < 2 or fn.name() not in _LINEAR_NODES:  # type: ignore[attr-defined]
         return None
     n_in = x.shape[-1]
     kinds = []
     for w in weights:
         if w.dim() == 2:
-            if w.stride(1) != 1 or w.stride(0) != w.shape[1] or w.shape != (n_out, n_in):
+            if w.stride(1) != 1 or w.stride(0) != w.shape[1] or w.shape != (n_out, n_in) or w.dtype != x.dtype:
                 return None
             kinds.append(True)
         elif w.dim() == 1 and w.shape[0] == n_out:
