@@ -213,11 +213,13 @@ def main() -> None:
                     help="partitions to run on, comma-separated: the cost model's, and/or one balanced on block "
                          "costs measured on this machine (default: both)")
     args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="naspipe-splitbw-"))
-    t0 = time.perf_counter()
     balances = [b.strip() for b in args.balance.split(",") if b.strip()]
     if not balances or any(b not in ("cost", "measured") for b in balances):
         ap.error(f"--balance: expected cost and/or measured, got {args.balance!r}")
+    if args.repeats < 1:
+        ap.error(f"--repeats: at least 1 (a median of each policy), got {args.repeats}")
+    root = Path(tempfile.mkdtemp(prefix="naspipe-splitbw-"))
+    t0 = time.perf_counter()
     rows = [bench_space(s.strip(), b, args, root) for s in args.spaces.split(",") if s.strip() for b in balances]
     write_result("split_backward", {
         "rows": rows, "shared_layers": args.shared_layers, "threads": args.threads,

@@ -4,8 +4,9 @@
   bias) and Conv1d/Conv2d (padding, reflect padding, dilation, stride, groups, without bias), on contiguous and
   non-contiguous inputs and gradients, the explicit gradient has the bits of autograd's; a layer without a
   rule (Embedding, a Linear subclass with its own forward, GroupNorm) has no recipe; a plain Linear is
-  recognised from its addmm/mm node without the general graph walk; a weight with a gradient hook has no
-  recipe (W asks autograd, which applies the hook: the split then equals a full backward);
+  recognised from its addmm/mm node without the general graph walk; a weight with a gradient hook, a
+  broadcast bias and a Linear under autocast have no recipe (W asks autograd: with the hook the split then
+  equals a full backward);
 * split backward on every preset with a torch model and on a user supernet with odd layers (a Linear
   called twice, a Linear subclass, a parameter used directly, GroupNorm, PReLU, Bilinear, a grouped dilated
   Conv1d, a Linear on a non-contiguous input): ``B`` then ``W`` equals one full backward bit for bit, and the
