@@ -33,7 +33,9 @@ def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: in
     from naspipe.models import build_stage, input_of, make_batch, target_of
     from naspipe.shared import SharedLayers
 
-    sp: SearchSpace = resolve_space(space)
+    from naspipe.supernet.load import without_costs
+
+    sp: SearchSpace = resolve_space(without_costs(space))
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda was asked for, but torch sees no CUDA device")
     old = torch.get_num_threads()

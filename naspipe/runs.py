@@ -38,8 +38,11 @@ WEIGHTS = "weights.pt"
 PARTS = "parts"
 KINDS = ("train", "reference")
 # the fields of an identity, in the order verify reports them
-IDENTITY = ("space", "space_sha256", "seed", "subnets", "sampler", "sequence_sha256", "optimizer", "lr",
-            "threads", "shared_layers", "replicas", "replica_exchange")
+IDENTITY = ("space", "space_sha256", "source_sha256", "weights_sha256", "updates", "seed", "subnets", "sampler",
+            "sequence_sha256", "optimizer", "lr", "threads", "shared_layers", "replicas", "replica_exchange")
+# the supernet's definition (``naspipe.supernet.definition``): only comparable between spaces of one name
+DEFINITION = ("source_sha256", "weights_sha256")
+EXACT = "exact"  # ``updates`` of the reference and of every causal policy: one write per subnet, in order
 # files and folders a run writes (cleared by ``clear``): both kinds, a failed run's leftovers, checkpoints
 RUN_FILES = (LOSSES, PARAMS, TRACE, METRICS, EVENTS, STATUS, PARTS, SEQUENCE, WEIGHTS, RUN_JSON)
 CHECKPOINTS = "checkpoint"
@@ -52,11 +55,15 @@ class RunFileError(ValueError):
 
 def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequence_sha256: str | None, optimizer: str,
              lr: float, threads: int, shared_layers: str, replicas: int = 1,
-             replica_exchange: str | None = None) -> dict[str, Any]:
+             replica_exchange: str | None = None, updates: str = EXACT) -> dict[str, Any]:
     """A run's identity (JSON-ready). ``space``: a ``SearchSpace``; ``lr``: the learning rate actually used;
-    ``replica_exchange``: how replicas combine gradients (``exact`` or ``native``; None with one replica)."""
+    ``replica_exchange``: how replicas combine gradients (``exact`` or ``native``; None with one replica);
+    ``updates``: ``exact`` (the reference, a causal policy) or the policy whose updates are not (``pipedream``).
+    A user supernet's space adds the digests of its definition (``source_sha256``, ``weights_sha256``)."""
+    digests = getattr(space.model, "digests", None) or {}
     return {
         "space": space.name, "space_sha256": space.digest(),
+        **{k: digests[k] for k in DEFINITION if k in digests}, "updates": str(updates),
         "seed": int(seed), "subnets": int(subnets), "sampler": None if sampler is None else str(sampler),
         "sequence_sha256": sequence_sha256,
         "optimizer": str(optimizer), "lr": float(lr), "threads": int(threads), "shared_layers": str(shared_layers),
@@ -136,8 +143,10 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, A
     out = []
     for k in IDENTITY:
         if k in a and k in b and a[k] is not None and b[k] is not None and a[k] != b[k]:
-            if k == "space_sha256" and a.get("space") != b.get("space"):
+            if k in ("space_sha256", *DEFINITION) and a.get("space") != b.get("space"):
                 continue  # the names already differ
+            if k == "source_sha256" and a.get("space_sha256") != b.get("space_sha256"):
+                continue  # the blocks or candidates already differ (the source then differs too)
             if k == "sampler" and a.get("sequence_sha256") and b.get("sequence_sha256"):
                 continue  # the sequences themselves are compared (a replayed generated one is the same run)
             out.append((k, a[k], b[k]))
@@ -156,7 +165,29 @@ def describe_differences(diffs: Sequence[tuple[str, Any, Any]]) -> str:
     names = {"space_sha256": "space definition", "sequence_sha256": "sequence digest",
              "shared_layers": "shared-layer policy", "threads": "thread count", "replicas": "data-parallel replicas",
              "replica_exchange": "gradient exchange"}
-    return ", ".join(f"{names.get(k, k)} {show(k, x)} vs {show(k, y)}" for k, x, y in diffs)
+
+    def one(k: str, x: Any, y: Any) -> str:
+        if k == "source_sha256":
+            return f"the supernet's source {show(k, x)} vs {show(k, y)} (its code was edited between the runs)"
+        if k == "weights_sha256":
+            return blocks_differ(x, y)
+        if k == "updates":
+            async_ = [v for v in (x, y) if v != EXACT]
+            return (f"updates {x!r} vs {y!r} (policy {' and '.join(map(repr, async_))} does not update exactly "
+                    "as the reference does: its numbers differ by design)")
+        return f"{names.get(k, k)} {show(k, x)} vs {show(k, y)}"
+
+    return ", ".join(one(k, x, y) for k, x, y in diffs)
+
+
+def blocks_differ(a: Any, b: Any) -> str:
+    """Which blocks' initial weights or parameter shapes differ (``weights_sha256``: label -> digest)."""
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        return "the candidates' initial weights or parameter shapes differ"
+    labels = [k for k in a if a.get(k) != b.get(k)] + [k for k in b if k not in a]
+    shown = ", ".join(repr(k) for k in labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+    return (f"the initial weights or parameter shapes of block{'s' if len(labels) > 1 else ''} {shown} differ "
+            "(another factory or init)")
 
 
 def train_identity(cfg: Any, sequence_sha256: str | None = None) -> dict[str, Any]:
@@ -168,4 +199,15 @@ def train_identity(cfg: Any, sequence_sha256: str | None = None) -> dict[str, An
     return identity(space=cfg.space, seed=cfg.seed, subnets=cfg.n, sampler=cfg.sampler,
                     sequence_sha256=sequence_sha256, optimizer=cfg.optimizer, lr=cfg.learning_rate(),
                     threads=cfg.threads, shared_layers=str(cfg.shared), replicas=getattr(cfg, "replicas", 1),
-                    replica_exchange=cfg.replica_exchange if getattr(cfg, "replicas", 1) > 1 else None)
+                    replica_exchange=cfg.replica_exchange if getattr(cfg, "replicas", 1) > 1 else None,
+                    updates=updates_of(cfg.policy))
+
+
+def updates_of(policy: str) -> str:
+    """``exact`` for a causal policy (it verifies against the reference), else the policy itself."""
+    from naspipe.sched.registry import PolicyError, get_policy
+
+    try:
+        return EXACT if get_policy(str(policy).partition(":")[0].strip()).causal else str(policy)
+    except PolicyError:
+        return str(policy)

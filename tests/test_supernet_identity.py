@@ -211,7 +211,8 @@ def test_a_run_resumes_after_its_space_is_re_profiled(tmp_path):
 
     sn = load_spec(GOOD)
     before = naspipe.TrainConfig.create(sn, tmp_path / "o", stages=2, subnets=8, seed=1, checkpoint_every=4)
-    heavy = {"candidates": {"inp": {"inp": {"fwd": 10.0, "bwd": 20.0}}}}  # the stem alone outweighs the rest
+    heavy = {"candidates": {b.label: {c: {"fwd": 1e-3, "bwd": 2e-3} for c in b.candidates} for b in sn.blocks}}
+    heavy["candidates"]["inp"]["inp"] = {"fwd": 10.0, "bwd": 20.0}  # the stem alone outweighs the rest
     after = naspipe.TrainConfig.create(sn.with_costs(heavy), tmp_path / "o", stages=2, subnets=8, seed=1,
                                        checkpoint_every=4)
     assert after.partition != before.partition

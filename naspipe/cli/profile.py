@@ -30,8 +30,10 @@ def run(args: argparse.Namespace) -> int:
     from naspipe.space import SpaceError, resolve_space
     from naspipe.supernet.load import default_costs_path, is_spec
 
-    try:
-        space = resolve_space(args.space)
+    from naspipe.supernet.load import without_costs
+
+    try:  # without the profile it is about to replace (a stale one is refused everywhere else)
+        space = resolve_space(without_costs(args.space))
     except SpaceError as e:
         raise UsageError(str(e)) from None
     from naspipe.models import model_kind

@@ -215,13 +215,17 @@ def run(args: argparse.Namespace) -> int:
             result.trace.save_chrome(Path(args.chrome_trace))
     except OSError as e:
         raise UsageError(f"cannot write {e.filename}: {e.strerror}") from None
+    unit_costs = getattr(cfg.space.model, "profiled", None) is False  # a user supernet not profiled yet
+    out["time_unit"] = "unit" if unit_costs else "s"  # unit costs are no seconds: never print them as such
+    s, per_s = (" units", " per unit") if unit_costs else (" s", "/s")
     if args.json:
         print(json.dumps(out))
     else:
         w = sys.stdout.write
         w(f"{out['policy']} on {out['space']}, {out['stages']} stages, {out['subnets']} subnets, "
-          f"window {out['window']}, shared layers {out['shared_layers']}\n")
-        w(f"  makespan     {out['makespan']:.4f} s   throughput {out['throughput']:.1f} subnets/s\n")
+          f"window {out['window']}, shared layers {out['shared_layers']}"
+          + (", unit costs (not measured)" if unit_costs else "") + "\n")
+        w(f"  makespan     {out['makespan']:.4f}{s}   throughput {out['throughput']:.1f} subnets{per_s}\n")
         if replicas > 1:
             from naspipe.memsize import format_bytes
 
@@ -231,16 +235,16 @@ def run(args: argparse.Namespace) -> int:
               + " ".join(format_bytes(b) for b in out["memory_per_replica"]) + "\n")
         w(f"  utilization  {out['utilization']:.3f}   per stage "
           + " ".join(f"{u:.2f}" for u in out["stage_utilization"]) + "\n")
-        w(f"  lower bound  {out['lower_bound']:.4f} s (critical path {out['critical_path']:.4f}, "
+        w(f"  lower bound  {out['lower_bound']:.4f}{s} (critical path {out['critical_path']:.4f}, "
           f"stage work {out['max_stage_work']:.4f})   efficiency {out['efficiency']:.3f}\n")
         if out["hit_rate"] is not None:
             from naspipe.memsize import format_bytes
 
             w(f"  memory       {out['swap']}, batch {out['batch_size']}, "
-              f"{out['samples_per_second']:.1f} samples/s, hit rate {out['hit_rate']:.4f} "
+              f"{out['samples_per_second']:.1f} samples{per_s}, hit rate {out['hit_rate']:.4f} "
               f"(forwards {out['memory']['forward_hit_rate']:.4f}), stall {100 * out['stall_share']:.2f}%, "
               f"moved {format_bytes(out['bytes_moved'])}, peak "
               + " ".join(format_bytes(b) for b in out["peak_device_bytes"]) + "\n")
-    if getattr(cfg.space.model, "profiled", None) is False:  # a user supernet not profiled yet
+    if unit_costs:
         print(f"naspipe: note: unit costs; measure them with naspipe profile --space {args.space}", file=sys.stderr)
     return 0

@@ -26,8 +26,11 @@ if TYPE_CHECKING:
     from naspipe.runtime.outputs import RunResult
 
 
-def train(config: TrainConfig | None = None, /, **kwargs: Any) -> RunResult:
+def train(config: TrainConfig | Any = None, /, **kwargs: Any) -> RunResult:
     """Train ``config`` (or ``TrainConfig.create(**kwargs)``) and return the merged ``RunResult``.
+
+    ``train(supernet, out=...)`` is ``train(space=supernet, out=...)``: a first argument that is not a
+    ``TrainConfig`` is the space (a Supernet, a SearchSpace, a preset name or ``module:function``).
 
     Raises ``ConfigError`` for a bad configuration (before any process starts) and
     ``naspipe.runtime.launcher.TrainError`` when a stage fails (naming the rank).
@@ -36,8 +39,14 @@ def train(config: TrainConfig | None = None, /, **kwargs: Any) -> RunResult:
 
     if config is None:
         config = TrainConfig.create(**kwargs)
+    elif not isinstance(config, TrainConfig):  # train(supernet, out=...): the space, given positionally
+        if "space" in kwargs:
+            raise TypeError(f"train() got the space twice: a positional {type(config).__name__} and space=; pass "
+                            "one TrainConfig, or keyword arguments (space=..., out=..., ...)")
+        config = TrainConfig.create(space=config, **kwargs)
     elif kwargs:
-        raise TypeError("pass either a TrainConfig or keyword arguments, not both")
+        raise TypeError(f"pass either a TrainConfig or keyword arguments, not both (got a TrainConfig and "
+                        f"{', '.join(sorted(kwargs))}=; use config.replace(...) to change it)")
     return _train(config)
 
 

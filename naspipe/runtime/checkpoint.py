@@ -35,7 +35,8 @@ Resume (``naspipe train --resume DIR``) takes the run's arguments again (the sam
 run's; only ``--out``, ``--checkpoint-every``, ``--timeout``, ``--jitter-ms``, ``--window``, ``--port``, the
 start method and progress may differ: none of them changes a number) and refuses, before any process starts, a
 missing checkpoint, a corrupted file (size or sha256 differ from the sidecar, unreadable sidecar) and a
-fingerprint that differs from the arguments (space and its JSON, seed, policy, stages, partition, shared
+fingerprint that differs from the arguments (space and its JSON, a user supernet's definition (its source and its
+candidates' initial weights, ``naspipe.supernet.definition``), seed, policy, stages, partition, shared
 layers, optimizer, lr, subnets, sequence digest, device, threads: another intra-op thread count changes the
 order of reductions inside an operation, hence the bits).
 """
@@ -89,6 +90,8 @@ def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
     return {
         "space": cfg.space.name,
         "space_sha256": cfg.space.digest(),  # without costs: re-profiling does not stop a resume
+        # a user supernet's definition (naspipe.supernet.definition): its source, its candidates' initial weights
+        **{k: v for k, v in (getattr(cfg.space.model, "digests", None) or {}).items()},
         "seed": cfg.seed,
         "policy_options": {k: v for k, v in sorted(cfg.policy_options.items()) if k == "micro_batches"},
         "stages": cfg.stages,
@@ -345,6 +348,8 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
     with other arguments. Reads the sidecars and hashes the stage files; unpickles nothing."""
     if getattr(cfg, "online", False):
         raise CheckpointError("checkpoints do not support run-time generated sequences (--sampler) yet")
+    from naspipe import runs
+
     _, root = locate(path)
     c = newest_complete(root)
     if c is None:
@@ -370,6 +375,13 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
             key = next((k for k in differ if k not in _FROM_COSTS), None) or next(iter(differ), None) \
                 or next(k for k in fp if k not in want)
             have, give = fp.get(key, _UNRECORDED.get(key)), want.get(key, _UNRECORDED.get(key))
+            if key in runs.DEFINITION:
+                why = f"with {runs.blocks_differ(have, give)}" if key == "weights_sha256" else (
+                    "from other source code: the supernet's module was edited since" if have and give else
+                    "without a digest of the supernet's definition (an older naspipe), which cannot be checked")
+                raise CheckpointError(f"checkpoint {str(d)!r} was taken with another definition of supernet "
+                                      f"{cfg.space.name!r}, {why}; resume with the code of the interrupted run, or "
+                                      "start a new run")
             raise CheckpointError(f"checkpoint {str(d)!r} was taken with {key} {_show(key, have)}, but the "
                                   f"arguments give {key} {_show(key, give)}; resume with the arguments "
                                   "of the interrupted run")

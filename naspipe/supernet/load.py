@@ -44,6 +44,9 @@ class ModelInfo(dict):
     # which definition of a supernet defined in a process (a notebook) this is: ``<process>:<n>``, recorded
     # in run.json so a run found again in the same process uses its own definition, not a later one of that name
     definition: str | None = None
+    # what the supernet is (``naspipe.supernet.definition``): ``source_sha256`` (its code) and ``weights_sha256``
+    # (label -> digest of the block's candidates' shapes and initial weights); the run's identity records them
+    digests: dict[str, Any] = {}
 
     def shippable(self) -> bytes | None:
         """The supernet pickled by value (once); SupernetError saying what could not be pickled."""
@@ -52,13 +55,15 @@ class ModelInfo(dict):
         return self.payload
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore, (dict(self), self.shippable(), self.definition))
+        return (_restore, (dict(self), self.shippable(), self.definition, self.digests))
 
 
-def _restore(items: dict[str, Any], payload: bytes | None, definition: str | None = None) -> ModelInfo:
+def _restore(items: dict[str, Any], payload: bytes | None, definition: str | None = None,
+             digests: dict[str, Any] | None = None) -> ModelInfo:
     m = ModelInfo(items)
     m.payload = payload
     m.definition = definition
+    m.digests = dict(digests or {})
     return m
 
 
@@ -75,6 +80,9 @@ _BY_DEFINITION: dict[str, SearchSpace] = {}
 # model kind of a built-in space -> its declaration (``naspipe.models.presets`` registers the preset families
 # when ``naspipe.models`` is imported, so this package never imports the torch models)
 _FAMILIES: dict[str, Any] = {}
+# module:function -> digest of its source when imported; id(supernet) -> (supernet, digest) for a notebook's
+_SOURCES: dict[str, str | None] = {}
+_PICKLED_SOURCES: dict[int, tuple[Supernet, str | None]] = {}
 
 
 def register_family(kind: str, declare: Any) -> None:
@@ -93,8 +101,11 @@ def load_spec(spec: str, probe: bool = True) -> Supernet:
     fails. ``probe``: also run every candidate once on batch 0 (``naspipe.supernet.validate``)."""
     sn = _CACHE.get(spec)
     if sn is None:
+        from naspipe.supernet.definition import source_digest
+
         sn = _call_spec(spec)
         _CACHE[spec] = sn
+        _SOURCES[spec] = source_digest(sn, spec)  # the code as imported now (what this process runs)
     if probe:
         from naspipe.supernet.validate import probe_supernet
 
@@ -155,10 +166,11 @@ _TIMES = ("fwd", "bwd")
 _BYTES = ("param_bytes", "act_bytes")
 
 
-def check_costs(prof: Any, sn: Supernet, where: str) -> dict[str, Any]:
+def check_costs(prof: Any, sn: Supernet, where: str, remeasure: str = "naspipe.measure_costs(supernet)") -> dict[str, Any]:
     """``prof`` (a parsed profile) checked against ``sn``: an object whose ``candidates`` maps each label to
-    its candidates' costs, every field a plausible number; SupernetError (one line naming the block, the
-    candidate and the field) otherwise."""
+    its candidates' costs, every field a plausible number, every candidate of ``sn`` with its times (a missing one
+    would cost a unit, 1 s, silently), measured at ``sn``'s batch size; SupernetError (one line naming the block,
+    the candidate and the field, or the batch sizes, and ``remeasure``, how to measure again) otherwise."""
     if not isinstance(prof, Mapping):
         raise SupernetError(f"{where}: must be a JSON object with 'candidates' (naspipe profile writes one), "
                             f"got {type(prof).__name__}")
@@ -183,6 +195,18 @@ def check_costs(prof: Any, sn: Supernet, where: str) -> dict[str, Any]:
                     _check_number(w, k, c[k], top, whole=k in _BYTES)
     if "message_bytes" in prof:
         _check_number(where, "message_bytes", prof["message_bytes"], MAX_BYTES, whole=True)
+    bs = prof.get("batch_size")
+    if bs is not None and (isinstance(bs, bool) or bs != sn.batch_size):
+        raise SupernetError(f"{where} was measured at batch size {bs!r}, the supernet's is {sn.batch_size} (times "
+                            f"grow with the batch): it is stale; measure again with {remeasure}")
+    for b in sn.blocks:
+        for name in b.candidates:
+            have = pc.get(b.label, {}).get(name)
+            lacks = [k for k in _TIMES if k not in (have or {})]
+            if lacks:
+                what = "has no cost" if have is None else f"has no {' or '.join(map(repr, lacks))}"
+                raise SupernetError(f"{where}: block {b.label!r}, candidate {name!r} {what} (the profile is older "
+                                    f"than the supernet, or partial); measure again with {remeasure}")
     return dict(prof)
 
 
@@ -203,7 +227,7 @@ def space_of(sn: Supernet, source: str | None = None) -> SearchSpace:
     prof = read_costs(sn.costs)
     if prof is not None:
         where = f"cost profile {str(sn.costs)!r}" if isinstance(sn.costs, (str, Path)) else "cost profile"
-        prof = check_costs(prof, sn, where)
+        prof = check_costs(prof, sn, where, _remeasure(sn, source))
     prof = prof or {}
     pc = prof.get("candidates", {})
     blocks = []
@@ -223,6 +247,7 @@ def space_of(sn: Supernet, source: str | None = None) -> SearchSpace:
         model["name"] = name = sn.name or "supernet"
         model.supernet = sn
         model.definition = _token(sn)
+    model.digests = _digests(sn, source)
     _BY_ID[id(model)] = (model, sn)
     space = SearchSpace(name=name, blocks=tuple(blocks), model=model, batch_size=sn.batch_size,
                         message_bytes=int(prof.get("message_bytes", 0)))
@@ -230,6 +255,35 @@ def space_of(sn: Supernet, source: str | None = None) -> SearchSpace:
         _BY_NAME[name] = space
         _BY_DEFINITION[model.definition] = space  # type: ignore[index]
     return space
+
+
+def _remeasure(sn: Supernet, source: str | None) -> str:
+    """The command that measures ``sn``'s costs again into the profile it reads."""
+    if source is None:
+        return "naspipe.measure_costs(supernet)"
+    default = default_costs_path(source)
+    path = Path(sn.costs) if isinstance(sn.costs, (str, Path)) else None
+    if path is not None and (default is None or path.resolve() != default.resolve()):
+        return f"naspipe profile --space {source} --out {path}"
+    return f"naspipe profile --space {source}"
+
+
+def _digests(sn: Supernet, source: str | None) -> dict[str, Any]:
+    """``source_sha256`` and ``weights_sha256`` of ``sn`` (each when known: weights once probed)."""
+    from naspipe.supernet.definition import source_digest
+    from naspipe.supernet.validate import probed_weights
+
+    if source is not None:
+        if source not in _SOURCES:
+            _SOURCES[source] = source_digest(sn, source)
+        src = _SOURCES[source]
+    else:
+        hit = _PICKLED_SOURCES.get(id(sn))
+        if hit is None or hit[0] is not sn:
+            hit = _PICKLED_SOURCES[id(sn)] = (sn, source_digest(sn, None))
+        src = hit[1]
+    weights = probed_weights(sn)
+    return {**({"source_sha256": src} if src else {}), **({"weights_sha256": weights} if weights else {})}
 
 
 def _token(sn: Supernet) -> str:
@@ -330,14 +384,32 @@ def to_space(obj: Any) -> SearchSpace | None:
         probe_supernet(obj)
         return space_of(obj)
     if isinstance(obj, str) and is_spec(obj) and not Path(obj).exists():
-        sn = load_spec(obj)
-        default = default_costs_path(obj)
-        if sn.costs is None and default is not None and default.is_file():  # where naspipe profile stores it
-            sn = sn.with_costs(str(default))
-        return space_of(sn, source=obj)
+        return spec_space(obj)
     if isinstance(obj, str) and obj in _BY_NAME:
         return _BY_NAME[obj]
     return None
+
+
+def spec_space(spec: str, costs: bool = True) -> SearchSpace:
+    """The space of ``module:function`` (probed), with its profile when ``costs`` (the supernet's own, else the one
+    ``naspipe profile`` stored beside the module); SupernetError (one line)."""
+    sn = load_spec(spec)
+    if not costs:
+        return space_of(sn.with_costs(None) if sn.costs is not None else sn, source=spec)
+    default = default_costs_path(spec)
+    if sn.costs is None and default is not None and default.is_file():  # where naspipe profile stores it
+        sn = sn.with_costs(str(default))
+    return space_of(sn, source=spec)
+
+
+def without_costs(obj: Any) -> Any:
+    """What to measure costs of: ``obj`` without the profile it would read (a stale one must not stop its own
+    re-measurement): a Supernet without ``costs``, a ``module:function`` as its space without costs."""
+    if isinstance(obj, Supernet):
+        return obj.with_costs(None) if obj.costs is not None else obj
+    if isinstance(obj, str) and is_spec(obj) and not Path(obj).exists():
+        return spec_space(obj, costs=False)
+    return obj
 
 
 register_resolver(to_space)

@@ -5,9 +5,12 @@ that is not a scalar or a ``data`` that is not deterministic would otherwise sur
 worse, a silent mismatch) inside a stage process minutes into a run. ``probe_supernet`` builds every
 candidate exactly as a stage would, draws batch 0 twice, runs each candidate on the previous block's
 output and the loss on the head's output, and raises ``SupernetError`` with one line naming the block
-and the candidate. It runs once per supernet object in a process.
+and the candidate. It runs once per supernet object in a process, and records each block's digest of its
+candidates' shapes and initial weights (``probed_weights``; ``naspipe.supernet.definition``), which the run's
+identity holds.
 
-What a pipeline cannot reproduce is refused here too: batch 0 must hold ``batch_size`` samples along dim 0
+What a pipeline cannot reproduce is refused here too: every candidate is built twice and must have the same
+initial weights (a factory drawing from numpy's global generator does not); batch 0 must hold ``batch_size`` samples along dim 0
 (the dimension replicas split) with one target tensor; a candidate run twice from the same state must give the
 same output (no randomness from torch's global generator, e.g. dropout, nor a lazy module); and a fixed
 block's forward must not change what its next forward computes (e.g. spectral_norm), because a pipeline runs a
@@ -22,6 +25,8 @@ from naspipe.supernet.declare import Supernet, SupernetError
 
 _PROBED: dict[int, Supernet] = {}
 _PROBED_SHARDS: dict[tuple[int, int], Supernet] = {}
+# (id(blocks), id(init)) -> (blocks, init, {label: digest of its candidates' initial weights}): kept alive
+_WEIGHTS: dict[tuple[int, int], tuple[Any, Any, dict[str, str]]] = {}
 
 
 def probe_supernet(sn: Supernet, where: str = "") -> None:
@@ -29,10 +34,18 @@ def probe_supernet(sn: Supernet, where: str = "") -> None:
     if _PROBED.get(id(sn)) is sn:
         return
     try:
-        _probe(sn)
+        digests = _probe(sn)
     except SupernetError as e:
         raise SupernetError(f"{where}{e}") from None
     _PROBED[id(sn)] = sn
+    _WEIGHTS[(id(sn.blocks), id(sn.init))] = (sn.blocks, sn.init, digests)
+
+
+def probed_weights(sn: Supernet) -> dict[str, str] | None:
+    """The digest of each block's candidates' shapes and initial weights (by label) that the probe of ``sn`` (or of
+    a supernet with the same blocks and init, e.g. ``sn.with_costs(...)``'s original) computed; None if unprobed."""
+    hit = _WEIGHTS.get((id(sn.blocks), id(sn.init)))
+    return dict(hit[2]) if hit is not None and hit[0] is sn.blocks and hit[1] is sn.init else None
 
 
 def probe_replicas(sn: Supernet, replicas: int, where: str = "") -> None:
@@ -88,11 +101,13 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _probe(sn: Supernet) -> None:
+def _probe(sn: Supernet) -> dict[str, str]:
+    """Probe ``sn``; returns the digest of each block's candidates' shapes and initial weights (by label)."""
     import torch
 
     from naspipe.seeding import hashed_generator
     from naspipe.supernet.build import build_candidate, draw_batch
+    from naspipe.supernet.definition import weights_digest
 
     def draw() -> tuple[Any, Any]:
         try:
@@ -114,13 +129,19 @@ def _probe(sn: Supernet) -> None:
         raise SupernetError("data is not deterministic: batch 0 drawn twice differs; draw randomness only from "
                             "the torch.Generator naspipe passes in")
     _check_batch(sn, x, target)
+    digests: dict[str, str] = {}
     with torch.no_grad():
         for b, blk in enumerate(sn.blocks):
             outs = []
+            built = []
             for c, name in enumerate(blk.candidates):
                 mod = build_candidate(sn, b, c, 0)
+                _same_twice(blk, name, mod, build_candidate(sn, b, c, 0))
+                built.append((name, mod))
                 out = _forward_twice(blk, name, mod, x)
                 outs.append((name, out))
+            digests[blk.label] = weights_digest(built)
+            del built
             first_name, first = outs[0]
             for name, out in outs[1:]:
                 if out.shape != first.shape or out.dtype != first.dtype:
@@ -140,11 +161,26 @@ def _probe(sn: Supernet) -> None:
         fix = "compute it in floating point" if scalar else "reduce it, e.g. with .mean()"
         raise SupernetError(f"loss must return a scalar float tensor, got {got} (last block "
                             f"{sn.blocks[-1].label!r}); {fix}")
+    return digests
 
 
 def _line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0] if lines else ""
+
+
+def _same_twice(blk: Any, name: str, mod: Any, again: Any) -> None:
+    """SupernetError when a candidate built twice under the same seed has other initial weights (its factory draws
+    from a generator naspipe does not seed: numpy's or Python's global one, a clock)."""
+    a, b = mod.state_dict(), again.state_dict()
+    key = next((k for k in a if k not in b or not _identical(a[k], b[k])), None)
+    if key is None and a.keys() == b.keys():
+        return
+    what = f"{key!r} differs" if key is not None else "its parameter names differ"
+    raise SupernetError(f"block {blk.label!r}, candidate {name!r}: the factory built twice under the same seed gives "
+                        f"other initial weights ({what}): it draws from a random generator naspipe does not seed "
+                        "(numpy's or Python's global one, say), so runs would not be reproducible; initialise with "
+                        "torch's random functions (seeded per candidate) or pass Supernet(init=...)")
 
 
 def _forward(blk: Any, name: str, mod: Any, x: Any, what: str = "") -> Any:
