@@ -170,3 +170,17 @@ class _Noisy(nn.Linear):
 
 def own_generator() -> naspipe.Supernet:
     return _with(naspipe.Choice("l1", {"a": lambda: nn.Linear(8, 8), "noisy": _Noisy}))
+
+
+def numpy_init() -> naspipe.Supernet:
+    """A factory that initialises from numpy's global generator (naspipe seeds torch's only): train and the
+    reference would start from other weights."""
+    import numpy as np
+
+    def make() -> nn.Module:
+        m = nn.Linear(8, 8)
+        with torch.no_grad():
+            m.weight.copy_(torch.from_numpy(np.random.randn(8, 8)).float())
+        return m
+
+    return _with(naspipe.Choice("l1", {"a": lambda: nn.Linear(8, 8), "np": make}))

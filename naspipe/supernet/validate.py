@@ -136,6 +136,7 @@ def _probe(sn: Supernet) -> dict[str, str]:
             built = []
             for c, name in enumerate(blk.candidates):
                 mod = build_candidate(sn, b, c, 0)
+                _refuse_lazy(blk, name, mod)
                 _same_twice(blk, name, mod, build_candidate(sn, b, c, 0))
                 built.append((name, mod))
                 out = _forward_twice(blk, name, mod, x)
@@ -167,6 +168,16 @@ def _probe(sn: Supernet) -> dict[str, str]:
 def _line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0] if lines else ""
+
+
+def _refuse_lazy(blk: Any, name: str, mod: Any) -> None:
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    lazy = next((m for m in mod.modules() if isinstance(m, LazyModuleMixin) and m.has_uninitialized_params()), None)
+    if lazy is not None:
+        raise SupernetError(f"block {blk.label!r}, candidate {name!r}: {type(lazy).__name__} creates its parameters "
+                            "in its first forward from torch's global generator, not in the seeded build, so runs "
+                            "would not be reproducible; give its sizes (e.g. nn.Linear instead of nn.LazyLinear)")
 
 
 def _same_twice(blk: Any, name: str, mod: Any, again: Any) -> None:
@@ -213,13 +224,8 @@ def _forward_twice(blk: Any, name: str, mod: Any, x: Any) -> Any:
     """The output of ``mod`` on ``x``; SupernetError when a second forward from the same state differs (it draws
     randomness, e.g. dropout) or, for a fixed block, when a forward changes what the next one computes."""
     import torch
-    from torch.nn.modules.lazy import LazyModuleMixin
 
-    lazy = next((m for m in mod.modules() if isinstance(m, LazyModuleMixin) and m.has_uninitialized_params()), None)
-    if lazy is not None:
-        raise SupernetError(f"block {blk.label!r}, candidate {name!r}: {type(lazy).__name__} creates its parameters "
-                            "in its first forward from torch's global generator, not in the seeded build, so runs "
-                            "would not be reproducible; give its sizes (e.g. nn.Linear instead of nn.LazyLinear)")
+    _refuse_lazy(blk, name, mod)
     state = {k: v.clone() for k, v in mod.state_dict().items()}
     with torch.random.fork_rng(devices=[]):
         before = torch.get_rng_state()
