@@ -280,3 +280,96 @@ def test_implausibly_large_costs_of_a_json_space_are_refused(tmp_path, capsys):
     path.write_text(json.dumps({"name": "big", "blocks": blocks[1:], "message_bytes": 2**60}))
     assert main(["plan", "--devices", "2", "--space", str(path), "--subnets", "10"]) == 2
     assert "field 'message_bytes' must be at most 2**50" in capsys.readouterr().err
+
+
+PROFILED = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import naspipe
+
+
+def data(j, g):
+    x = torch.randn(4, 8, generator=g)
+    return x, (x.sum(1) > 0).long()
+
+
+def supernet():
+    cands = {"a": lambda: nn.Linear(8, 8), "b": lambda: nn.Sequential(nn.Linear(8, 8), nn.ReLU())}
+    return naspipe.Supernet([naspipe.Choice("l0", {**cands, **EXTRA}), naspipe.Fixed("head", lambda: nn.Linear(8, 2))],
+                            data=data, loss=F.cross_entropy, batch_size=4)
+'''
+
+
+def _profiled_module(folder, name: str, extra: str = "{}") -> str:
+    import importlib
+    import shutil
+    import sys
+
+    from naspipe.supernet import load
+
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.py").write_text(PROFILED.replace("EXTRA", extra))
+    shutil.rmtree(folder / "__pycache__", ignore_errors=True)
+    sys.modules.pop(name, None)
+    for cache in (load._CACHE, load._SOURCES):
+        cache.pop(f"{name}:supernet", None)
+    importlib.invalidate_caches()
+    return f"{name}:supernet"
+
+
+def test_a_stale_cost_profile_is_refused_with_the_command_that_re_measures_it(tmp_path, capsys, monkeypatch):
+    """Finding 4: a candidate added after profiling used to be costed 1 s (measured about 0.1 ms) with no note,
+    and the profile's batch size was never compared with the supernet's."""
+    import sys
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.syspath_prepend(str(tmp_path / "user"))
+    name = f"stale_{tmp_path.name[-12:].replace('-', '_')}"
+    spec = _profiled_module(tmp_path / "user", name)
+    prof = tmp_path / "user" / f"{name}.supernet.costs.json"
+    sim = ["simulate", "--space", spec, "--stages", "2", "--subnets", "10"]
+
+    def refused(message: str) -> None:
+        capsys.readouterr()
+        assert main(sim) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and message in err, err
+
+    assert main(["profile", "--space", spec, "--repeats", "1"]) == 0 and prof.is_file()
+    assert main(sim) == 0 and "unit costs" not in capsys.readouterr().err
+    _profiled_module(tmp_path / "user", name, '{"new": lambda: nn.Linear(8, 8)}')
+    refused(f"naspipe: error: cost profile {str(prof)!r}: block 'l0', candidate 'new' has no cost (the profile is "
+            f"older than the supernet, or partial); measure again with naspipe profile --space {spec}")
+    assert main(["profile", "--space", spec, "--repeats", "1"]) == 0  # the stale profile does not stop it
+    assert main(sim) == 0
+    data = json.loads(prof.read_text())
+    prof.write_text(json.dumps({**data, "batch_size": 8}))
+    refused(f"cost profile {str(prof)!r} was measured at batch size 8, the supernet's is 4 (times grow with the "
+            f"batch): it is stale; measure again with naspipe profile --space {spec}")
+    del data["candidates"]["l0"]["a"]["bwd"]
+    prof.write_text(json.dumps(data))
+    refused("block 'l0', candidate 'a' has no 'bwd' (the profile is older than the supernet, or partial)")
+    # in Python: the command is measure_costs; a profile given as a path elsewhere is re-measured with --out
+    from naspipe.supernet import load_spec
+
+    sn = load_spec(spec)
+    with pytest.raises(naspipe.SupernetError, match=re.escape("candidate 'b' has no cost (the profile is older "
+                                                              "than the supernet, or partial); measure again with "
+                                                              "naspipe.measure_costs(supernet)")):
+        naspipe.resolve_space(sn.with_costs({"candidates": {"l0": {"a": {"fwd": 1.0, "bwd": 1.0}}}}))
+    assert naspipe.measure_costs(sn.with_costs(str(prof)), repeats=1)["batch_size"] == 4  # measured despite it
+
+
+def test_simulate_does_not_print_unit_costs_as_seconds(capsys):
+    """Finding 11: an unprofiled supernet's makespan was printed as '... s'."""
+    assert main(["simulate", "--space", GOOD, "--stages", "2", "--subnets", "10"]) == 0
+    out = capsys.readouterr().out
+    assert " units " in out and "subnets per unit" in out and "unit costs (not measured)" in out, out
+    assert not re.search(r"\d s\b|/s\b", out), out
+    assert main(["simulate", "--space", GOOD, "--stages", "2", "--subnets", "10", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_unit"] == "unit"
+    assert main(["simulate", "--space", "digits-cnn", "--stages", "2", "--subnets", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "makespan" in out and " s " in out and "units" not in out, out
