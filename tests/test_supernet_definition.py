@@ -79,8 +79,7 @@ def _module(folder: Path, name: str, act: str = "relu", width: int = 8, scale: f
     shutil.rmtree(folder / "__pycache__", ignore_errors=True)
     sys.modules.pop(name, None)
     spec = f"{name}:supernet"
-    load._CACHE.pop(spec, None)
-    load._SOURCES.pop(spec, None)
+    load._CACHE.pop(spec, None)  # (and with it what this process recorded of its source)
     importlib.invalidate_caches()
     return spec
 

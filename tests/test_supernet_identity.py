@@ -313,8 +313,7 @@ def _profiled_module(folder, name: str, extra: str = "{}") -> str:
     (folder / f"{name}.py").write_text(PROFILED.replace("EXTRA", extra))
     shutil.rmtree(folder / "__pycache__", ignore_errors=True)
     sys.modules.pop(name, None)
-    for cache in (load._CACHE, load._SOURCES):
-        cache.pop(f"{name}:supernet", None)
+    load._CACHE.pop(f"{name}:supernet", None)
     importlib.invalidate_caches()
     return f"{name}:supernet"
 
