@@ -32,7 +32,6 @@ def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: in
 
     from naspipe.models import build_stage, input_of, make_batch, target_of
     from naspipe.shared import SharedLayers
-
     from naspipe.supernet.load import without_costs
 
     sp: SearchSpace = resolve_space(without_costs(space))

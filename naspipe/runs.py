@@ -200,14 +200,4 @@ def train_identity(cfg: Any, sequence_sha256: str | None = None) -> dict[str, An
                     sequence_sha256=sequence_sha256, optimizer=cfg.optimizer, lr=cfg.learning_rate(),
                     threads=cfg.threads, shared_layers=str(cfg.shared), replicas=getattr(cfg, "replicas", 1),
                     replica_exchange=cfg.replica_exchange if getattr(cfg, "replicas", 1) > 1 else None,
-                    updates=updates_of(cfg.policy))
-
-
-def updates_of(policy: str) -> str:
-    """``exact`` for a causal policy (it verifies against the reference), else the policy itself."""
-    from naspipe.sched.registry import PolicyError, get_policy
-
-    try:
-        return EXACT if get_policy(str(policy).partition(":")[0].strip()).causal else str(policy)
-    except PolicyError:
-        return str(policy)
+                    updates=EXACT if cfg.policy_spec.causal else str(cfg.policy))

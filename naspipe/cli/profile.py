@@ -28,9 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from naspipe.space import SpaceError, resolve_space
-    from naspipe.supernet.load import default_costs_path, is_spec
-
-    from naspipe.supernet.load import without_costs
+    from naspipe.supernet.load import default_costs_path, is_spec, without_costs
 
     try:  # without the profile it is about to replace (a stale one is refused everywhere else)
         space = resolve_space(without_costs(args.space))

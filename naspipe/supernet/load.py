@@ -166,7 +166,8 @@ _TIMES = ("fwd", "bwd")
 _BYTES = ("param_bytes", "act_bytes")
 
 
-def check_costs(prof: Any, sn: Supernet, where: str, remeasure: str = "naspipe.measure_costs(supernet)") -> dict[str, Any]:
+def check_costs(prof: Any, sn: Supernet, where: str,
+                remeasure: str = "naspipe.measure_costs(supernet)") -> dict[str, Any]:
     """``prof`` (a parsed profile) checked against ``sn``: an object whose ``candidates`` maps each label to
     its candidates' costs, every field a plausible number, every candidate of ``sn`` with its times (a missing one
     would cost a unit, 1 s, silently), measured at ``sn``'s batch size; SupernetError (one line naming the block,
