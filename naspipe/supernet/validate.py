@@ -12,9 +12,9 @@ identity holds.
 What a pipeline cannot reproduce is refused here too: every candidate is built twice and must have the same
 initial weights (a factory drawing from numpy's global generator does not); batch 0 must hold ``batch_size``
 samples along dim 0 (the dimension replicas split) with one target tensor; a candidate run twice from the same
-state must give the same output (no randomness from torch's global generator, e.g. dropout, nor a lazy module); and a fixed
-block's forward must not change what its next forward computes (e.g. spectral_norm), because a pipeline runs a
-fixed block's forwards out of sequence order (a candidate's run in sequence order: that is accepted).
+state must give the same output (no randomness from torch's global generator, e.g. dropout, nor a lazy module);
+and a fixed block's forward must not change what its next forward computes (e.g. spectral_norm), because a
+pipeline runs a fixed block's forwards out of sequence order (a candidate's run in sequence order: that is accepted).
 """
 
 from __future__ import annotations
