@@ -10,7 +10,7 @@ definitions said only ``differ: subnet 0``. Two digests close that:
   notebook (``__main__``) it is the supernet pickled by value with cloudpickle, made canonical: code objects
   without file names and line numbers, classes by name, bases and members (not cloudpickle's per-process class
   id), tensors by dtype, shape and bytes; so the same cell run again in another kernel gives the same digest.
-* ``weights_digest``: per block, the SHA-256 of each candidate's name and ``state_dict`` (names, dtypes, shapes,
+* ``WeightsDigest``: per block, the SHA-256 of each candidate's name and ``state_dict`` (names, dtypes, shapes,
   bytes) as the probe built it (``naspipe.supernet.validate``, seed 0): a shape change or another initialisation
   is named by its block.
 
@@ -95,16 +95,21 @@ def source_digest(sn: Any, spec: str | None) -> str | None:
     return h.hexdigest()
 
 
-def weights_digest(candidates: Iterable[tuple[str, Any]]) -> str:
-    """SHA-256 over ``(name, module)`` pairs: each name and its module's ``state_dict`` (names, dtypes, shapes,
-    bytes)."""
-    h = hashlib.sha256(b"naspipe-weights")
-    for name, mod in candidates:
-        h.update(f"\0candidate {name}".encode())
+class WeightsDigest:
+    """SHA-256 over candidates added one at a time (``add(name, module)``): each name and its module's
+    ``state_dict`` (names, dtypes, shapes, bytes); nothing of a module is kept."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256(b"naspipe-weights")
+
+    def add(self, name: str, mod: Any) -> None:
+        self._h.update(f"\0candidate {name}".encode())
         for key, t in mod.state_dict().items():
-            h.update(f"\0{key}:{t.dtype}:{tuple(t.shape)}:".encode())
-            h.update(_bytes(t))
-    return h.hexdigest()
+            self._h.update(f"\0{key}:{t.dtype}:{tuple(t.shape)}:".encode())
+            self._h.update(_bytes(t))
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
 
 
 def _bytes(t: Any) -> bytes:

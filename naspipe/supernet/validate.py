@@ -107,7 +107,7 @@ def _probe(sn: Supernet) -> dict[str, str]:
 
     from naspipe.seeding import hashed_generator
     from naspipe.supernet.build import build_candidate, draw_batch
-    from naspipe.supernet.definition import weights_digest
+    from naspipe.supernet.definition import WeightsDigest
 
     def draw() -> tuple[Any, Any]:
         try:
@@ -133,16 +133,15 @@ def _probe(sn: Supernet) -> dict[str, str]:
     with torch.no_grad():
         for b, blk in enumerate(sn.blocks):
             outs = []
-            built = []
+            weights = WeightsDigest()
             for c, name in enumerate(blk.candidates):
                 mod = build_candidate(sn, b, c, 0)
                 _refuse_lazy(blk, name, mod)
                 _same_twice(blk, name, mod, build_candidate(sn, b, c, 0))
-                built.append((name, mod))
+                weights.add(name, mod)  # as built, before a forward changes a buffer
                 out = _forward_twice(blk, name, mod, x)
                 outs.append((name, out))
-            digests[blk.label] = weights_digest(built)
-            del built
+            digests[blk.label] = weights.hexdigest()
             first_name, first = outs[0]
             for name, out in outs[1:]:
                 if out.shape != first.shape or out.dtype != first.dtype:
