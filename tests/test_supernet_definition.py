@@ -118,8 +118,13 @@ def test_a_resume_after_the_module_was_edited_is_refused_by_name_before_start(us
         err = capsys.readouterr().err.strip()
         assert "\n" not in err, err
         assert err.startswith(f"naspipe: error: checkpoint {str(out / 'checkpoint' / 'c000000004')!r} was taken "
-                              f"with another definition of supernet {spec!r}, from other source code: the "
-                              "supernet's module was edited since; resume with the code of the interrupted run"), err
+                              f"with another definition of supernet {spec!r}: its source differs (its code was "
+                              "edited since); resume with the code of the interrupted run, or start a new run"), err
+    _module(user_dir, name, scale=0.5)  # the same code, another start read from a file beside it
+    assert main([*args, "--resume", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"another definition of supernet {spec!r}: the initial weights or parameter shapes of block 'l1' differ " \
+           "(another factory or init); resume with the code of the interrupted run" in err, err
     _module(user_dir, name)  # the interrupted run's code: accepted (and would start)
     with pytest.raises(RuntimeError, match="a run started \\(resumed at 4\\)"):
         main([*args, "--resume", str(out)])

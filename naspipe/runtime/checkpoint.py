@@ -376,11 +376,11 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
                 or next(k for k in fp if k not in want)
             have, give = fp.get(key, _UNRECORDED.get(key)), want.get(key, _UNRECORDED.get(key))
             if key in runs.DEFINITION:
-                why = f"with {runs.blocks_differ(have, give)}" if key == "weights_sha256" else (
-                    "from other source code: the supernet's module was edited since" if have and give else
-                    "without a digest of the supernet's definition (an older naspipe), which cannot be checked")
+                why = runs.blocks_differ(have, give) if key == "weights_sha256" else (
+                    "its source differs (its code was edited since)" if have and give else
+                    "the checkpoint holds no digest of it (an older naspipe), so it cannot be checked")
                 raise CheckpointError(f"checkpoint {str(d)!r} was taken with another definition of supernet "
-                                      f"{cfg.space.name!r}, {why}; resume with the code of the interrupted run, or "
+                                      f"{cfg.space.name!r}: {why}; resume with the code of the interrupted run, or "
                                       "start a new run")
             raise CheckpointError(f"checkpoint {str(d)!r} was taken with {key} {_show(key, have)}, but the "
                                   f"arguments give {key} {_show(key, give)}; resume with the arguments "
