@@ -4,8 +4,13 @@ Why it exists: bit-identity is promised only between runs of the same configurat
 what produced it. ``naspipe train`` (and the torchrun entry point) and ``naspipe reference`` both write
 ``run.json`` here, before training and again once the sequence is known::
 
-    {"kind": "train", "identity": {"space": ..., "space_sha256": ..., "seed": ..., "subnets": ...,
+    {"kind": "train", "identity": {"space": ..., "space_sha256": ..., "updates": ..., "seed": ..., "subnets": ...,
      "sampler": ..., "sequence_sha256": ..., "optimizer": ..., "lr": ..., "threads": ..., "shared_layers": ...}}
+
+A user supernet's run adds the digests of its definition, ``source_sha256`` and ``weights_sha256`` (per block;
+``naspipe.supernet.definition``): an edit of its module between two runs is named by ``verify`` and refused by
+``--resume``. ``updates`` is ``exact`` for the reference and every causal policy, else the policy (``pipedream``):
+such a run differs from the reference by design, and ``verify`` says so.
 
 The identity holds what decides the numbers of a CSP run besides the schedule-free parts (policy, stages,
 window and timing must not change them). Threads belong to it: another intra-op thread count changes the

@@ -1,7 +1,8 @@
 """``naspipe verify DIR_A DIR_B``: are two runs bit-identical (per-subnet losses and every tensor)?
 
 Exit 0 when identical; 1 when the runs were made with different configurations (``naspipe.runs``: seed, space,
-optimizer, lr, threads, shared-layer policy, sequence digest; named first) or a subnet or tensor differs; 2 when a
+a user supernet's source and initial weights, the update rule of a non-causal policy, optimizer, lr, threads,
+shared-layer policy, sequence digest; named first) or a subnet or tensor differs; 2 when a
 file is missing or malformed (a subnet twice, a truncated line, an empty run), naming the file and line.
 """
 
