@@ -165,8 +165,8 @@ def verify(dir_a: str | Path, dir_b: str | Path) -> tuple[bool, str]:
 
     What produced the runs comes first: when their identities (``naspipe.runs``: space, a user supernet's
     definition, update rule, seed, sequence, optimizer, lr, threads, shared-layer policy) differ, the runs are
-    not comparable and the answer says how, with the first difference of numbers. Raises ResultsError when a file is missing or malformed (a
-    duplicated or truncated row, an empty run).
+    not comparable and the answer says how, with the first difference of numbers. Raises ResultsError when a
+    file is missing or malformed (a duplicated or truncated row, an empty run).
     """
     from naspipe import runs
 
