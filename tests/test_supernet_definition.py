@@ -43,6 +43,14 @@ def data(j, g):
     return x, (x.sum(1) > 0).long()
 
 
+class _Proxy:  # a module global whose attributes raise (a lazy proxy): the source digest must not trip on it
+    def __getattr__(self, name):
+        raise RuntimeError(f"not loaded: {name}")
+
+
+PROXY = _Proxy()
+
+
 class Cell(nn.Module):
     def __init__(self):
         super().__init__()

@@ -57,8 +57,12 @@ def _user_module(mod: Any) -> Path | None:
 def _module_of(obj: Any) -> Any:
     if isinstance(obj, types.ModuleType):
         return obj
-    obj = getattr(obj, "func", obj)  # functools.partial
-    return sys.modules.get(getattr(obj, "__module__", None) or "")
+    try:  # any object of a user's module globals: a proxy's attribute may raise anything
+        obj = getattr(obj, "func", obj)  # functools.partial
+        name = getattr(obj, "__module__", None)
+    except Exception:  # noqa: BLE001
+        return None
+    return sys.modules.get(name) if isinstance(name, str) else None
 
 
 def _callables(sn: Any) -> Iterable[Any]:
