@@ -74,13 +74,7 @@ def is_disk_full(e: BaseException) -> bool:
 
 
 def disk_full_message(out: str | Path, e: OSError) -> str:
-    """One line for a full disk: which folder's disk, which file could not be written, what to do."""
-    import shutil
-
-    try:
-        free = f", {shutil.disk_usage(out).free} bytes free"
-    except OSError:
-        free = ""
+    """One line for a full disk: which folder's disk, which file could not be written (when known), what to do."""
     where = f" writing {str(e.filename)!r}" if getattr(e, "filename", None) else ""
-    return (f"the disk holding {str(out)!r} is full ({e.strerror or 'no space left on device'}{where}{free}); "
+    return (f"the disk holding {str(out)!r} is full ({e.strerror or 'no space left on device'}{where}); "
             "free space there or choose another --out")

@@ -50,8 +50,13 @@ def save_weights(model_or_named: nn.Module | Mapping[str, Tensor] | Iterable[tup
     """
     path = Path(path)
     tensors = _named(model_or_named)
-    with atomic_path(path) as tmp:
-        torch.save(tensors, tmp)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        try:
+            torch.save(tensors, f)
+        except RuntimeError as e:  # torch's writer wraps the file's error (a full disk) in its own
+            if isinstance(e.__context__, OSError):
+                raise e.__context__ from None
+            raise
     return path
 
 
