@@ -143,7 +143,8 @@ def test_an_output_directory_holding_another_run_is_refused(tmp_path, capsys):
     out.mkdir()
     (out / "losses.csv").write_text("subnet,loss\n")
     _refused(capsys, ["train", "--subnets", "4", "--out", str(out), "--no-progress"],
-             "already holds a run (losses.csv); choose another directory or pass --overwrite")
+             "holds losses.csv, which no naspipe run wrote there (no valid run.json); choose another directory or "
+             "pass --overwrite")
     assert sorted(p.name for p in out.iterdir()) == ["losses.csv"]
 
 
