@@ -256,6 +256,7 @@ def test_torchrun_entry_point_matches_the_reference(tmp_path):
                        cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     assert re.search(r"csp-plan:plan=\d+,eps=0\.2 on digits-cnn, 2 stages, 12 subnets", p.stdout), p.stdout
+    assert not (run / ".naspipe.lock").exists()  # rank 0 held the folder's lock and released it on exit
     assert main(["reference", *common, "--out", str(ref), "--no-progress"]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
     # every rank saved its checkpoints and rank 0 marked them complete; the single-machine launcher resumes one
