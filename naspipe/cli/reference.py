@@ -7,8 +7,9 @@ the reference has one stage and no schedule) and writes ``losses.csv``, ``params
 sequence at run time from the training losses (``naspipe.samplers``); the sequence it produced is also
 written to ``sequence.json`` (replayable with ``--sequence``). ``run.json`` records the run's kind and identity
 (``naspipe.runs``, threads included: compare ``train --threads N`` with ``reference --threads N``); a folder holding
-a train run is refused unless ``--overwrite``, which clears it first. The model is checked before training
-(``naspipe.validate``).
+a train run, or files no naspipe run wrote, is refused unless ``--overwrite``, which clears it first; a reference
+replaces an earlier reference, deleting only its files and never the ``--sequence`` it reads, under the folder's
+lock (``naspipe.runlock``; docs/run-folders.md). The model is checked before training (``naspipe.validate``).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_sampler_argument(p)
     p.add_argument("--out", required=True,
                    help="directory for losses.csv, params.json, metrics.json, weights.pt (refused if it holds "
-                        "a train run)")
+                        "a train run or files no naspipe run wrote)")
     p.add_argument("--overwrite", action="store_true", help="clear a run already in --out first")
     p.add_argument("--threads", type=positive_int("--threads"), default=1,
                    help="intra-op threads (default %(default)s); compare with train runs of the same --threads")
