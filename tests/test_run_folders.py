@@ -210,6 +210,15 @@ def test_an_out_that_is_a_dangling_link_is_one_line(tmp_path, capsys, command):
     assert link.is_symlink() and not (tmp_path / "missing").exists()
 
 
+def test_a_demo_out_that_is_a_dangling_link_is_one_line(tmp_path, capsys):
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "missing")
+    _refused(capsys, ["demo", "--subnets", "4", "--stages", "2", "--out", str(link)],
+             f"cannot be created: {str(link)!r} is a symbolic link to {str(tmp_path / 'missing')!r}, which does not "
+             "exist")
+    assert link.is_symlink() and not (tmp_path / "missing").exists()
+
+
 @pytest.mark.parametrize("command", ["train", "reference"])
 def test_overwrite_with_a_checkpoint_link_is_one_line_and_keeps_the_target(tmp_path, capsys, command):
     target = tmp_path / "elsewhere"

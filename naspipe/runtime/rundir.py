@@ -74,6 +74,9 @@ def check_writable(out: Path) -> None:
     check_path(out)
     probe = out
     while not probe.exists() and probe != probe.parent:
+        if probe.is_symlink():  # a dangling link on the way (OUT/csp below a dangling OUT)
+            raise ConfigError(f"output directory {str(out)!r} cannot be created: {str(probe)!r} is a symbolic link "
+                              f"to {os.readlink(probe)!r}, which does not exist")
         probe = probe.parent
     if not probe.is_dir():
         raise ConfigError(f"output directory {str(out)!r} cannot be created: {str(probe)!r} is not a directory")
