@@ -5,6 +5,8 @@ orphans is worse than none. The launcher
 
 * validates everything first (``TrainConfig.validate``, the model, built block by block and probed, the output
   directory, an explicit port), so a bad run starts no process;
+* holds the run folder's lock (``naspipe.runlock``) from before it prepares the folder until the last file is
+  written, so a second run into the folder is refused instead of interleaved;
 * starts the stages with ``torch.multiprocessing``. The default start method is ``forkserver``: a clean
   server process (never touched by CUDA or the caller's threads) imports torch and the worker once, and
   every stage is forked from it, which makes the second and later runs of a session start in ~0.1 s
