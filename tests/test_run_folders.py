@@ -296,3 +296,32 @@ def test_there_is_one_atomic_writer():
     root = Path(__file__).resolve().parents[1] / "naspipe"
     writers = [str(p.relative_to(root)) for p in root.rglob("*.py") if "os.replace(" in p.read_text()]
     assert writers == ["atomic.py"], writers
+
+
+def test_a_train_job_with_overwrite_leaves_a_running_runs_status_alone(monkeypatch, tmp_path):
+    """The notebooks' ``TrainJob`` clears an earlier run's events and status, never those of a run still going."""
+    from types import SimpleNamespace
+
+    import naspipe.runtime as rt
+    from naspipe.experiments.jobs import TrainJob
+    from naspipe.runlock import locked
+
+    monkeypatch.setattr(rt, "train", lambda cfg: "trained")
+    out = _fake_run(tmp_path / "run", "train", "status.json", "events.jsonl")
+    with locked(out):  # another run is writing there
+        TrainJob(SimpleNamespace(out=out, overwrite=True)).start().wait(5)
+        assert (out / "status.json").is_file() and (out / "events.jsonl").is_file()
+    TrainJob(SimpleNamespace(out=out, overwrite=True)).start().wait(5)  # once it ended: cleared
+    assert not (out / "status.json").exists() and not (out / "events.jsonl").exists()
+
+
+def test_write_reference_refuses_a_train_run_before_training(monkeypatch, tmp_path):
+    from naspipe.experiments.jobs import write_reference
+    from naspipe.runtime import TrainConfig
+
+    out = _fake_run(tmp_path / "run", "train", "losses.csv", "status.json")
+    before = _snapshot(out)
+    cfg = TrainConfig.create("tiny-transformer", tmp_path / "unused", subnets=4, progress=False)
+    with pytest.raises(ConfigError, match="holds a train run"):
+        write_reference(cfg, out)
+    assert _snapshot(out) == before

@@ -109,15 +109,12 @@ def _check_outs(out: Path) -> None:
 
 def _save_reference(ref: Any, d: Path) -> Path:
     """Replace the reference run in ``d`` with ``ref`` (under the folder's lock; only the run's own files)."""
-    from naspipe import runs
-    from naspipe.runlock import RunLocked, locked
+    from naspipe.runtime.config import ConfigError
+    from naspipe.runtime.rundir import save_reference_run
 
     try:
-        with locked(d):
-            _check_outs(d.parent)
-            runs.clear(d, kind="reference")
-            return ref.save(d, metrics={})
-    except RunLocked as e:
+        return save_reference_run(d, lambda folder: ref.save(folder, metrics={}))
+    except ConfigError as e:
         raise UsageError(str(e)) from None
 
 

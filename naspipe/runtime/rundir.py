@@ -15,10 +15,13 @@ the run would delete.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 from naspipe import runs
+
+T = TypeVar("T")
 
 
 class ConfigError(ValueError):
@@ -92,3 +95,20 @@ def prepare_out_dir(out: Path, overwrite: bool, kind: str = "train") -> None:
     out.mkdir(parents=True, exist_ok=True)
     runs.clear(out, checkpoints=False, kind=kind)
     (out / "parts").mkdir()
+
+
+def save_reference_run(out: Path, save: Callable[[Path], T]) -> T:
+    """``save(out)`` of a reference run, under the folder's lock: refused (ConfigError) when ``out`` holds
+    anything but an earlier reference (``check_out_dir``) or another run is writing there; that reference's
+    files are deleted first (only they)."""
+    from naspipe.runlock import RunLocked, locked
+
+    out = Path(out)
+    check_out_dir(out, overwrite=False, kind="reference")
+    try:
+        with locked(out):
+            check_out_dir(out, overwrite=False, kind="reference")  # again: another run may have written meanwhile
+            runs.clear(out, kind="reference")
+            return save(out)
+    except RunLocked as e:
+        raise ConfigError(str(e)) from None
