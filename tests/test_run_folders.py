@@ -113,6 +113,7 @@ def test_train_into_a_folder_of_user_files_keeps_them(tmp_path, capsys):
     assert main(["train", *TINY, "--stages", "2", "--out", str(out)]) == 0
     assert {n: (out / n).read_text() for n in mine} == mine
     assert (out / "weights-stage1.pt").is_file() and runs.kind_of(out) == "train"
+    assert not (out / ".naspipe.lock").exists()  # released and removed when the run ended
 
 
 def test_train_overwrite_refuses_to_delete_its_sequence_input(tmp_path, capsys):
