@@ -138,7 +138,7 @@ def check_writable(path: str | Path) -> Path:
 def save_costs(costs: dict[str, Any], path: str | Path) -> Path:
     """Write ``costs`` to ``path`` atomically (a temporary file beside it, then renamed): a reader never sees
     half a profile, and a failed write leaves the previous one."""
-    from naspipe.runtime.atomic import write_atomic
+    from naspipe.atomic import write_atomic
 
     p = check_writable(path)
     write_atomic(p, (json.dumps(costs, indent=1, sort_keys=True) + "\n").encode())

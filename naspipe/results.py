@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from naspipe.atomic import write_text_atomic
 from naspipe.runs import LOSSES, METRICS, PARAMS  # the run-directory names live in naspipe.runs
 
 STAGE_PARAMS_GLOB = "params-stage*.json"
@@ -29,11 +31,12 @@ class ResultsError(ValueError):
 
 
 def write_losses(path: str | Path, losses: Mapping[int, float]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["subnet", "loss"])
-        for j in sorted(losses):
-            w.writerow([int(j), float(losses[j]).hex()])
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(["subnet", "loss"])
+    for j in sorted(losses):
+        w.writerow([int(j), float(losses[j]).hex()])
+    write_text_atomic(path, buf.getvalue())
 
 
 def read_losses(path: str | Path) -> dict[int, float]:
@@ -81,7 +84,7 @@ def param_hashes(named_params: Mapping[str, Tensor] | Iterable[tuple[str, Tensor
 
 
 def write_params(path: str | Path, hashes: Mapping[str, str]) -> None:
-    Path(path).write_text(json.dumps(dict(sorted(hashes.items())), indent=1) + "\n")
+    write_text_atomic(path, json.dumps(dict(sorted(hashes.items())), indent=1) + "\n")
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -136,7 +139,7 @@ def merge_disjoint(into: dict[str, Any], part: Mapping[str, Any], source: str | 
 
 
 def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> None:
-    Path(path).write_text(json.dumps(dict(metrics), indent=1, sort_keys=True, default=str) + "\n")
+    write_text_atomic(path, json.dumps(dict(metrics), indent=1, sort_keys=True, default=str) + "\n")
 
 
 def run_identity(run_dir: str | Path) -> dict[str, Any] | None:

@@ -18,12 +18,17 @@ order of floating-point reductions inside an operation, so results agree bit for
 
 ``naspipe verify`` compares the identities of two runs before their numbers (``differences``); a reference
 refuses to write into a train run, and a train run into a reference, unless ``--overwrite`` clears the folder
-first (``kind_of``, ``clear``). No torch here.
+first (``kind_of``, ``clear``). A folder is a naspipe run only when its ``run.json`` says so: its kind is never
+guessed from other files, and ``clear`` deletes only the exact names a run writes (``RUN_FILES``, ``checkpoint``
+and ``RUN_PATTERN``: ``weights-stage3.pt``, never ``weights-stage-best.pt``), never an input the command reads
+(``keep``). No torch here.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -51,7 +56,10 @@ EXACT = "exact"  # ``updates`` of the reference and of every causal policy: one 
 # files and folders a run writes (cleared by ``clear``): both kinds, a failed run's leftovers, checkpoints
 RUN_FILES = (LOSSES, PARAMS, TRACE, METRICS, EVENTS, STATUS, PARTS, SEQUENCE, WEIGHTS, RUN_JSON)
 CHECKPOINTS = "checkpoint"
-RUN_GLOBS = ("error-stage*.txt", "weights-stage*.pt", "params-stage*.json")
+# per-stage files (rank digits only): a stage's error, its weights, an older naspipe's per-stage parameter hashes
+RUN_PATTERN = re.compile(r"(?:error-stage\d+\.txt|weights-stage\d+\.pt|params-stage\d+\.json)\Z")
+RUN_DIRS = (PARTS, CHECKPOINTS)  # the entries a run writes that are folders (every other one is a file)
+REFERENCE_FILES = (LOSSES, PARAMS, METRICS, WEIGHTS, SEQUENCE, RUN_JSON)  # what a reference writes
 
 
 class RunFileError(ValueError):
@@ -82,8 +90,10 @@ def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequen
 def write_run(out: str | Path, kind: str, ident: Mapping[str, Any]) -> None:
     if kind not in KINDS:
         raise ValueError(f"unknown run kind {kind!r}; one of {', '.join(KINDS)}")
+    from naspipe.atomic import write_text_atomic
+
     data = {"kind": kind, "identity": dict(ident)}
-    Path(out, RUN_JSON).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(Path(out, RUN_JSON), json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def read_run(out: str | Path) -> dict[str, Any] | None:
@@ -105,41 +115,73 @@ def read_run(out: str | Path) -> dict[str, Any] | None:
 
 
 def kind_of(out: str | Path) -> str | None:
-    """The kind of run a folder holds: ``run.json``'s, else guessed from its files (None: no run)."""
+    """The kind of run a folder holds, as its ``run.json`` says (None: no run, or a malformed ``run.json``)."""
     d = Path(out)
     if not d.is_dir():
         return None
     try:
         data = read_run(d)
     except RunFileError:
-        data = None
-    if data is not None:
-        return str(data["kind"])
-    if any((d / f).exists() for f in ("status.json", "trace.json", "events.jsonl", "parts", "checkpoint")):
-        return "train"
-    if any((d / f).exists() for f in ("losses.csv", "params.json", "metrics.json", "weights.pt")):
-        return "reference"
-    return None
+        return None
+    return None if data is None else str(data["kind"])
+
+
+def is_run_name(name: str) -> bool:
+    """``name`` is one a run writes in its folder (``RUN_FILES``, ``checkpoint``, ``RUN_PATTERN``)."""
+    return name in RUN_FILES or name == CHECKPOINTS or RUN_PATTERN.match(name) is not None
+
+
+def run_entries(out: str | Path, checkpoints: bool = True) -> list[Path]:
+    """The entries of ``out`` named as a run's (symbolic links included), in ``RUN_FILES`` order, then the
+    checkpoints (if ``checkpoints``), then the per-stage files by name."""
+    d = Path(out)
+    if not d.is_dir():
+        return []
+    names = [*RUN_FILES, *([CHECKPOINTS] if checkpoints else [])]
+    fixed = [d / f for f in names if os.path.lexists(d / f)]
+    staged = sorted(p for p in d.iterdir() if RUN_PATTERN.match(p.name))
+    return fixed + staged
 
 
 def held_file(out: str | Path) -> str | None:
     """The first run file a folder holds (None: it holds no run)."""
-    d = Path(out)
-    return next((f for f in (*RUN_FILES, CHECKPOINTS) if (d / f).exists()), None)
+    entries = run_entries(out)
+    return entries[0].name if entries else None
 
 
-def clear(out: str | Path, checkpoints: bool = True) -> None:
-    """Delete every file and folder a run writes from ``out`` (nothing else); its checkpoints only if
-    ``checkpoints``."""
-    d = Path(out)
-    for f in (*RUN_FILES, CHECKPOINTS) if checkpoints else RUN_FILES:
-        p = d / f
-        if p.is_dir() and not p.is_symlink():
+def misplaced(out: str | Path) -> str | None:
+    """Why an entry of ``out`` named as a run's cannot be replaced safely: a symbolic link (naspipe neither
+    follows nor deletes links), or a folder where a run writes a file (or a file where it writes a folder)."""
+    for p in run_entries(out):
+        if p.is_symlink():
+            return f"{str(p)!r} is a symbolic link (to {os.readlink(p)!r})"
+        if p.is_dir() != (p.name in RUN_DIRS):
+            what, wants = ("a folder", "file") if p.is_dir() else ("not a folder", "folder")
+            return f"{str(p)!r} is {what}, where a naspipe run writes a {wants} of that name"
+    return None
+
+
+def writes(kind: str, name: str) -> bool:
+    """A run of ``kind`` writes an entry ``name`` in its folder (a train run: every run name but
+    ``weights.pt``; a reference: ``REFERENCE_FILES``)."""
+    if kind == "reference":
+        return name in REFERENCE_FILES
+    return is_run_name(name) and name != WEIGHTS
+
+
+def clear(out: str | Path, checkpoints: bool = True, keep: Sequence[str | Path] = (), kind: str | None = None) -> None:
+    """Delete the entries of ``out`` that the run there (its ``run.json``'s kind) or a run of ``kind`` (the one
+    about to replace it) writes; nothing else (``kind`` None and no ``run.json``: any run's). Its checkpoints only
+    if ``checkpoints``, never a file in ``keep`` (the inputs of the command). A symbolic link is removed itself,
+    never followed; a folder only under the names a run gives its folders."""
+    kinds = {k for k in (kind_of(out), kind) if k is not None} or set(KINDS)
+    kept = {os.path.realpath(k) for k in keep}
+    for p in run_entries(out, checkpoints):
+        if os.path.realpath(p) in kept or not any(writes(k, p.name) for k in kinds):
+            continue
+        if p.name in RUN_DIRS and p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
-        elif p.exists() or p.is_symlink():
-            p.unlink()
-    for g in RUN_GLOBS:
-        for p in d.glob(g):
+        elif not p.is_dir() or p.is_symlink():
             p.unlink()
 
 

@@ -152,7 +152,9 @@ def save_sequence(stream: SubnetStream, path: str | Path) -> str:
     rows: list[Any] = subnets
     if stream.space.model.get("kind") == "supernet":
         rows = [stream.space.subnet_dict(s) for s in subnets]
-    Path(path).write_text(json.dumps({"space": stream.space.name, "sha256": digest, "subnets": rows}))
+    from naspipe.atomic import write_text_atomic
+
+    write_text_atomic(path, json.dumps({"space": stream.space.name, "sha256": digest, "subnets": rows}))
     return digest
 
 

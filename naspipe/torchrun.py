@@ -17,6 +17,7 @@ Exit codes: 0 done, 2 bad arguments (nothing started), 1 a stage failed (torchru
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
 import time
@@ -79,8 +80,10 @@ def _record_failure(cfg: Any, rank: int, e: BaseException) -> None:
     checkpoints, marks the newest complete one and says how to resume."""
     import traceback
 
+    from naspipe.atomic import write_text_atomic
+
     try:
-        (cfg.out / f"error-stage{rank}.txt").write_text("".join(traceback.format_exception(e)))
+        write_text_atomic(cfg.out / f"error-stage{rank}.txt", "".join(traceback.format_exception(e)))
     except OSError:
         pass
     if rank != 0:
@@ -106,13 +109,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
         cfg = _config(argv, world, rank)
         if rank == 0:
+            from naspipe.runlock import RunLocked, acquire, release
             from naspipe.runtime.checkpoint import prepare_run_dir, verify_resume
             from naspipe.runtime.config import ConfigError
 
-            try:
+            try:  # rank 0 holds the run folder's lock until it exits (a second writer is refused)
+                atexit.register(release, cfg.out, acquire(cfg.out))
                 verify_resume(cfg)
                 prepare_run_dir(cfg)
-            except ConfigError as e:
+            except (ConfigError, RunLocked) as e:
                 raise UsageError(str(e)) from None
     except UsageError as e:
         print(f"naspipe: error: {e}", file=sys.stderr)

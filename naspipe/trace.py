@@ -103,7 +103,9 @@ class Trace:
                 "events": [e.to_dict() for e in sorted(self.events, key=lambda e: (e.start, e.stage))]}
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), separators=(",", ":")))
+        from naspipe.atomic import write_text_atomic
+
+        write_text_atomic(path, json.dumps(self.to_dict(), separators=(",", ":")))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trace:

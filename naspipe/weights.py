@@ -10,13 +10,13 @@ partition, the optimizer and this package's classes.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from naspipe.atomic import atomic_path
 from naspipe.models import StageModel, build_stage
 from naspipe.results import merge_disjoint
 from naspipe.shared import SharedLayers
@@ -44,15 +44,19 @@ def _named(model_or_named: nn.Module | Mapping[str, Tensor] | Iterable[tuple[str
 
 def save_weights(model_or_named: nn.Module | Mapping[str, Tensor] | Iterable[tuple[str, Tensor]],
                  path: str | Path) -> Path:
-    """Write ``{global name: tensor}`` to ``path`` (atomically: a temporary file, then a rename).
+    """Write ``{global name: tensor}`` to ``path`` (atomically: ``naspipe.atomic``).
 
     ``model_or_named``: a ``StageModel`` (its global names are used), or name -> tensor pairs.
     """
     path = Path(path)
     tensors = _named(model_or_named)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    torch.save(tensors, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        try:
+            torch.save(tensors, f)
+        except RuntimeError as e:  # torch's writer wraps the file's error (a full disk) in its own
+            if isinstance(e.__context__, OSError):
+                raise e.__context__ from None
+            raise
     return path
 
 

@@ -196,7 +196,7 @@ def test_reference_refuses_a_train_run_and_overwrite_clears_it(two_thread_runs, 
     left = {p.name for p in run.iterdir()}
     assert not left & {"status.json", "trace.json", "events.jsonl", "parts", "weights-stage0.pt"}, left
     # and a train run refuses the reference's folder
-    _refused(capsys, ["train", *TINY, "--out", str(run)], "already holds a run (losses.csv)")
+    _refused(capsys, ["train", *TINY, "--out", str(run)], "holds a reference run (losses.csv)")
 
 
 # ---- 6. verify -----------------------------------------------------------------------------------------------

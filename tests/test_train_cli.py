@@ -143,7 +143,8 @@ def test_an_output_directory_holding_another_run_is_refused(tmp_path, capsys):
     out.mkdir()
     (out / "losses.csv").write_text("subnet,loss\n")
     _refused(capsys, ["train", "--subnets", "4", "--out", str(out), "--no-progress"],
-             "already holds a run (losses.csv); choose another directory or pass --overwrite")
+             "holds losses.csv, which no naspipe run wrote there (no valid run.json); choose another directory or "
+             "pass --overwrite")
     assert sorted(p.name for p in out.iterdir()) == ["losses.csv"]
 
 
@@ -255,6 +256,7 @@ def test_torchrun_entry_point_matches_the_reference(tmp_path):
                        cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     assert re.search(r"csp-plan:plan=\d+,eps=0\.2 on digits-cnn, 2 stages, 12 subnets", p.stdout), p.stdout
+    assert not (run / ".naspipe.lock").exists()  # rank 0 held the folder's lock and released it on exit
     assert main(["reference", *common, "--out", str(ref), "--no-progress"]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
     # every rank saved its checkpoints and rank 0 marked them complete; the single-machine launcher resumes one

@@ -84,6 +84,40 @@ def _mean_task_ms(trace: Any) -> float:
     return 1e3 * sum(e.duration for e in ev) / len(ev) if ev else 0.0
 
 
+# the demo's three runs: subfolder of --out and the kind of run it writes there
+RUNS = (("csp", "train"), ("sequential", "train"), ("reference", "reference"))
+
+
+def _check_outs(out: Path) -> None:
+    """Refuse (one line) when a subfolder of ``out`` holds anything but an earlier demo run of the kind the demo
+    writes there: the demo replaces its own runs only (a user's other files there are kept)."""
+    from naspipe import runs
+    from naspipe.runtime.config import ConfigError, check_out_dir
+
+    for sub, kind in RUNS:
+        d = out / sub
+        owner, held = runs.kind_of(d), runs.held_file(d)
+        if held is not None and owner != kind:
+            what = f"a {owner} run" if owner else f"{held}, which no naspipe run wrote there"
+            raise UsageError(f"{str(d)!r} holds {what}; naspipe demo writes a {kind} run there and replaces only "
+                             "its own: choose another --out")
+        try:
+            check_out_dir(d, overwrite=True, kind=kind)
+        except ConfigError as e:
+            raise UsageError(str(e)) from None
+
+
+def _save_reference(ref: Any, d: Path) -> Path:
+    """Replace the reference run in ``d`` with ``ref`` (under the folder's lock; only the run's own files)."""
+    from naspipe.runtime.config import ConfigError
+    from naspipe.runtime.rundir import save_reference_run
+
+    try:
+        return save_reference_run(d, lambda folder: ref.save(folder, metrics={}))
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from naspipe.runtime import ConfigError, TrainConfig
 
@@ -101,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         model_kind(csp_cfg.space)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    _check_outs(out)
 
     from naspipe.reference import train_reference
     from naspipe.runtime import TrainError, train
@@ -125,9 +160,11 @@ def run(args: argparse.Namespace) -> int:
     except TrainError as e:
         print(f"naspipe: error: {e}", file=sys.stderr)
         return 1
+    except ConfigError as e:  # e.g. another run holds one of the folders
+        raise UsageError(str(e)) from None
     say("[3/3] the independent sequential reference trainer (the oracle)")
     ref = train_reference(csp_cfg.space, csp_cfg.stream(), args.seed, csp_cfg.shared, progress=True)
-    ref_dir = ref.save(out / "reference", metrics={})
+    ref_dir = _save_reference(ref, out / "reference")
 
     ok_csp, msg_csp = csp.verify(ref_dir)
     ok_seq, msg_seq = seq.verify(ref_dir)

@@ -7,8 +7,9 @@ the reference has one stage and no schedule) and writes ``losses.csv``, ``params
 sequence at run time from the training losses (``naspipe.samplers``); the sequence it produced is also
 written to ``sequence.json`` (replayable with ``--sequence``). ``run.json`` records the run's kind and identity
 (``naspipe.runs``, threads included: compare ``train --threads N`` with ``reference --threads N``); a folder holding
-a train run is refused unless ``--overwrite``, which clears it first. The model is checked before training
-(``naspipe.validate``).
+a train run, or files no naspipe run wrote, is refused unless ``--overwrite``, which clears it first; a reference
+replaces an earlier reference, deleting only its files and never the ``--sequence`` it reads, under the folder's
+lock (``naspipe.runlock``; docs/run-folders.md). The model is checked before training (``naspipe.validate``).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_sampler_argument(p)
     p.add_argument("--out", required=True,
                    help="directory for losses.csv, params.json, metrics.json, weights.pt (refused if it holds "
-                        "a train run)")
+                        "a train run or files no naspipe run wrote)")
     p.add_argument("--overwrite", action="store_true", help="clear a run already in --out first")
     p.add_argument("--threads", type=positive_int("--threads"), default=1,
                    help="intra-op threads (default %(default)s); compare with train runs of the same --threads")
@@ -125,45 +126,59 @@ def run(args: argparse.Namespace) -> int:
                              replica_exchange="exact" if args.replicas > 1 else None)
 
     digest = getattr(cfg.stream, "digest", None)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        runs.clear(out)
-        runs.write_run(out, "reference", ident(None if spec.online else digest() if digest else None))
+    from naspipe.runlock import RunLocked, acquire, release
+
+    try:  # the folder is this run's until its last file is written (a second writer is refused)
+        lock = acquire(out)
+    except RunLocked as e:
+        raise UsageError(str(e)) from None
     except OSError as e:
         raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
-    from naspipe.reference import ReferenceFailed
-
     try:
-        result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
-                                 lr=args.lr, progress=not args.no_progress, threads=args.threads,
-                                 replicas=args.replicas)
-    except ReferenceFailed as e:  # user code failed partway (as train reports a stage's failure: one line)
-        print(f"naspipe: error: {e}", file=sys.stderr)
-        return 1
-    n = len(result.losses)
-    result.save(out, weights=True, metrics={
-        "command": COMMAND,
-        "final_loss": result.losses[n - 1] if n else None,
-        "config": {**result.config, "sequence_sha256": digest() if digest else None,
-                   "sequence": args.sequence, "sampler": str(spec)},
-    })
-    if spec.online:
-        save_sequence(cfg.stream, out / runs.SEQUENCE)
+        _check_out(out, args.overwrite)  # again, under the lock: another run may have written there meanwhile
+        try:
+            inputs = [f for f in (args.sequence, args.space) if f]
+            runs.clear(out, keep=inputs, kind="reference")  # never an input it reads
+            runs.write_run(out, "reference", ident(None if spec.online else digest() if digest else None))
+        except OSError as e:
+            raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
+        from naspipe.reference import ReferenceFailed
+
+        try:
+            result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
+                                     lr=args.lr, progress=not args.no_progress, threads=args.threads,
+                                     replicas=args.replicas)
+        except ReferenceFailed as e:  # user code failed partway (as train reports a stage's failure: one line)
+            print(f"naspipe: error: {e}", file=sys.stderr)
+            return 1
+        n = len(result.losses)
+        try:
+            result.save(out, weights=True, metrics={
+                "command": COMMAND,
+                "final_loss": result.losses[n - 1] if n else None,
+                "config": {**result.config, "sequence_sha256": digest() if digest else None,
+                           "sequence": args.sequence, "sampler": str(spec)},
+            })
+            if spec.online:
+                save_sequence(cfg.stream, out / runs.SEQUENCE)
+        except OSError as e:  # a full disk: one line (every file is written atomically: none is half written)
+            from naspipe.atomic import disk_full_message, is_disk_full
+
+            print(f"naspipe: error: {disk_full_message(out, e) if is_disk_full(e) else e}", file=sys.stderr)
+            return 1
+    finally:
+        release(out, lock)
     print(f"reference: {n} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
           f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")
     return 0
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
-    """Refuse a folder that holds a train run (unless ``overwrite``) or cannot be written."""
-    from naspipe import runs
-    from naspipe.runtime.config import ConfigError, check_writable
+    """Refuse a folder that holds a train run or files no naspipe run wrote (unless ``overwrite``), a link or
+    folder under a name the run writes, or one that cannot be written (``naspipe.runtime.rundir``)."""
+    from naspipe.runtime.config import ConfigError, check_out_dir
 
-    kind = runs.kind_of(out)
-    if kind not in (None, "reference") and not overwrite:
-        raise UsageError(f"output directory {str(out)!r} holds a {kind} run ({runs.held_file(out)}); choose "
-                         "another directory or pass --overwrite (which clears it first)")
     try:
-        check_writable(out)
+        check_out_dir(out, overwrite, kind="reference")
     except ConfigError as e:
         raise UsageError(str(e)) from None

@@ -169,8 +169,8 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
 
             cfg = apply_resume(cfg, args.resume, adopt_plan=needs_plan(policy))  # plain csp-plan: the checkpoint's
             check_out = check_out and not resumes_in_place(cfg)
-        if check_out:
-            check_out_dir(cfg.out, cfg.overwrite)
+        if check_out:  # the files it reads are inputs: --overwrite must not delete them
+            check_out_dir(cfg.out, cfg.overwrite, inputs=[f for f in (args.sequence, args.space) if f])
     except ConfigError as e:
         raise UsageError(str(e)) from None
     return cfg

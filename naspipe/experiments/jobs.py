@@ -22,13 +22,16 @@ from naspipe import runs
 def write_reference(config: Any, out: str | Path, progress: bool = False) -> Path:
     """Train ``config``'s sequence with the sequential reference trainer; write losses and params to ``out``.
     With ``config.replicas`` R > 1 it is ``naspipe reference --replicas R`` (the shards' gradients combined as
-    the run's replicas combine them), the reference such a run verifies against."""
+    the run's replicas combine them), the reference such a run verifies against. ``out`` may hold an earlier
+    reference (replaced: only its files) and nothing else a run writes (``naspipe.runtime.rundir.ConfigError``)."""
     from naspipe.reference import train_reference
+    from naspipe.runtime.rundir import check_out_dir, save_reference_run
 
+    check_out_dir(Path(out), overwrite=False, kind="reference")  # before training, not after
     ref = train_reference(config.space, config.stream(), config.seed, config.shared, optimizer=config.optimizer,
                           lr=config.lr, progress=progress, threads=getattr(config, "threads", 1),
                           replicas=getattr(config, "replicas", 1))
-    return ref.save(out, metrics={})
+    return save_reference_run(Path(out), lambda folder: ref.save(folder, metrics={}))
 
 
 
@@ -83,9 +86,16 @@ class TrainJob(Job):
         self.events = Path(config.out) / runs.EVENTS
 
     def start(self) -> TrainJob:
-        if getattr(self.config, "overwrite", False):  # an earlier run's files would end the monitor at once
-            for name in (runs.EVENTS, runs.STATUS):
-                (Path(self.config.out) / name).unlink(missing_ok=True)
+        out = Path(self.config.out)
+        if getattr(self.config, "overwrite", False) and out.is_dir():  # an earlier run's files would end the
+            from naspipe.runlock import RunLocked, locked  # monitor at once; never while another run writes
+
+            try:
+                with locked(out):
+                    for name in (runs.EVENTS, runs.STATUS):
+                        (out / name).unlink(missing_ok=True)
+            except RunLocked:
+                pass  # train() refuses the folder: the job's wait() raises it
         super().start()
         return self
 

@@ -50,7 +50,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from naspipe.runtime.atomic import write_atomic
+from naspipe.atomic import write_atomic
 from naspipe.runtime.rundir import ConfigError, prepare_out_dir
 
 if TYPE_CHECKING:

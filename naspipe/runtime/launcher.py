@@ -5,6 +5,8 @@ orphans is worse than none. The launcher
 
 * validates everything first (``TrainConfig.validate``, the model, built block by block and probed, the output
   directory, an explicit port), so a bad run starts no process;
+* holds the run folder's lock (``naspipe.runlock``) from before it prepares the folder until the last file is
+  written, so a second run into the folder is refused instead of interleaved;
 * starts the stages with ``torch.multiprocessing``. The default start method is ``forkserver``: a clean
   server process (never touched by CUDA or the caller's threads) imports torch and the worker once, and
   every stage is forked from it, which makes the second and later runs of a session start in ~0.1 s
@@ -88,6 +90,20 @@ def train(config: TrainConfig) -> RunResult:
     port = config.port
     if port is not None and not port_free(port, HOST):
         raise ConfigError(f"port {port} on {HOST} is already in use; choose another --port or leave it out")
+    from naspipe.runlock import RunLocked, acquire, release
+
+    try:  # the folder is this run's until its last file is written (a second writer gets ConfigError)
+        lock = acquire(config.out)
+    except RunLocked as e:
+        raise ConfigError(str(e)) from None
+    try:
+        return _run(config, port)
+    finally:
+        release(config.out, lock)
+
+
+def _run(config: TrainConfig, port: int | None) -> RunResult:
+    """``train`` once the configuration is checked and the run folder locked."""
     checkpoint.verify_resume(config)  # a resumed run: its checkpoint is still there and intact
     checkpoint.prepare_run_dir(config)
     t_start = time.perf_counter()
@@ -125,7 +141,14 @@ def train(config: TrainConfig) -> RunResult:
     _stop(stages)
     if config.checkpoint_every:
         checkpoint.finalize(config.out)
-    return merge_outputs(config, wall_s=time.perf_counter() - t_start, startup_s=startup)
+    try:
+        return merge_outputs(config, wall_s=time.perf_counter() - t_start, startup_s=startup)
+    except OSError as e:  # a full disk (or a vanished folder) while merging: one line, the parts are kept
+        from naspipe.atomic import disk_full_message, is_disk_full
+
+        msg = disk_full_message(config.out, e) if is_disk_full(e) else f"cannot write the run's outputs: {e}"
+        write_status(config.out, False, msg)
+        raise TrainError(msg) from None
 
 
 def _bar(cfg: TrainConfig) -> Any:

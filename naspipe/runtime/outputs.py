@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from naspipe import runs
+from naspipe.atomic import write_text_atomic
 from naspipe.runtime.config import TrainConfig
 from naspipe.trace import Trace, TraceEvent
 
@@ -52,9 +53,9 @@ def write_status(out: Path, complete: bool, error: str | None = None, rank: int 
         data.update(error=error, rank=rank)
     if checkpoint is not None:
         data.update(checkpoint=checkpoint)
-    try:
-        (out / runs.STATUS).write_text(json.dumps(data, indent=1) + "\n")
-    except OSError:  # the directory went away: the error itself is what matters
+    try:  # atomic: a full disk leaves the old status.json (or none), never an empty one
+        write_text_atomic(out / runs.STATUS, json.dumps(data, indent=1) + "\n")
+    except OSError:  # the directory went away or the disk is full: the error itself is what matters
         pass
 
 

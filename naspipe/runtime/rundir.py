@@ -1,42 +1,85 @@
-"""A run's output directory: refuse one that holds another run or cannot be written, then prepare it.
+"""A run's output directory: refuse one that holds another run, files naspipe did not write, or cannot be
+written, then prepare it.
 
 Why it exists: the configuration (``naspipe.runtime.config``), the checkpoint code and the reference command
 all check and prepare output directories; these checks import nothing else from the runtime, so neither of
 them has to import the other. ``ConfigError`` lives here for the same reason (every check raises it).
+
+A folder is a naspipe run only when its ``run.json`` says so (``naspipe.runs``). Without ``--overwrite``,
+naspipe writes into a folder only when nothing there bears a name it writes, or when it holds a reference run
+and a reference replaces it; ``--overwrite`` clears only those names. A symbolic link or a folder under such a
+name is refused even then (naspipe neither follows nor deletes it), and so is an input of the command that
+the run would delete.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 from naspipe import runs
-from naspipe.runs import RUN_FILES
+
+T = TypeVar("T")
 
 
 class ConfigError(ValueError):
     """A run configuration is invalid; the message is one line saying what is wrong and what is allowed."""
 
 
-def check_out_dir(out: Path, overwrite: bool) -> None:
-    """Refuse a directory that holds another run (unless ``overwrite``) or cannot be a directory."""
+def check_path(out: Path) -> None:
+    """Refuse an ``out`` that is a dangling symbolic link or exists and is not a directory."""
+    out = Path(out)
+    if out.is_symlink() and not out.exists():
+        raise ConfigError(f"output directory {str(out)!r} is a symbolic link to {os.readlink(out)!r}, which does "
+                          "not exist; create the target or choose another directory")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output path {str(out)!r} exists and is not a directory")
-    held = [f for f in (*RUN_FILES, "checkpoint") if (out / f).exists()]
-    if held and not overwrite:
-        raise ConfigError(f"output directory {str(out)!r} already holds a run ({held[0]}); "
-                          "choose another directory or pass --overwrite")
+
+
+def check_out_dir(out: Path, overwrite: bool, kind: str = "train", inputs: Iterable[str | Path] = ()) -> None:
+    """Refuse a directory for a run of ``kind`` that holds another run or files naspipe did not write (unless
+    ``overwrite``), a link or folder under a name the run writes, an input the run would delete (``inputs``:
+    the files the command reads; a reference keeps them instead), or one that cannot be written."""
+    out = Path(out)
+    check_path(out)
+    why = runs.misplaced(out)
+    if why is not None:
+        raise ConfigError(f"{why}; move it out of {str(out)!r} or choose another directory")
+    held = runs.held_file(out)
+    owner = runs.kind_of(out)
+    if held is not None and not overwrite:
+        if owner is None:
+            raise ConfigError(f"output directory {str(out)!r} holds {held}, which no naspipe run wrote there (no "
+                              f"valid {runs.RUN_JSON}); choose another directory or pass --overwrite to replace it")
+        if owner != kind:
+            raise ConfigError(f"output directory {str(out)!r} holds a {owner} run ({held}); choose another directory "
+                              "or pass --overwrite (which clears it first)")
+        if kind == "train":
+            raise ConfigError(f"output directory {str(out)!r} already holds a run ({held}); "
+                              "choose another directory or pass --overwrite")
+    if kind == "train":
+        entries = {os.path.realpath(p) for p in runs.run_entries(out)}
+        for f in inputs:
+            if os.path.realpath(f) in entries:
+                raise ConfigError(f"{str(f)!r} is an input of this run and a file of the run in {str(out)!r} that "
+                                  "--overwrite would delete; copy it elsewhere first")
     check_writable(out)
 
 
 def check_writable(out: Path) -> None:
     """Refuse an output directory that cannot be created or written (probed with a temporary folder in
     ``out`` or its nearest existing parent, removed again: nothing is left behind)."""
-    import os
     import tempfile
 
     out = Path(out)
+    check_path(out)
     probe = out
     while not probe.exists() and probe != probe.parent:
+        if probe.is_symlink():  # a dangling link on the way (OUT/csp below a dangling OUT)
+            raise ConfigError(f"output directory {str(out)!r} cannot be created: {str(probe)!r} is a symbolic link "
+                              f"to {os.readlink(probe)!r}, which does not exist")
         probe = probe.parent
     if not probe.is_dir():
         raise ConfigError(f"output directory {str(out)!r} cannot be created: {str(probe)!r} is not a directory")
@@ -46,9 +89,26 @@ def check_writable(out: Path) -> None:
         raise ConfigError(f"output directory {str(out)!r} cannot be written: {e.strerror or e}") from None
 
 
-def prepare_out_dir(out: Path, overwrite: bool) -> None:
+def prepare_out_dir(out: Path, overwrite: bool, kind: str = "train") -> None:
     """Create ``out`` and clear the files of an earlier run (only with ``overwrite``)."""
-    check_out_dir(out, overwrite)
+    check_out_dir(out, overwrite, kind)
     out.mkdir(parents=True, exist_ok=True)
-    runs.clear(out, checkpoints=False)
+    runs.clear(out, checkpoints=False, kind=kind)
     (out / "parts").mkdir()
+
+
+def save_reference_run(out: Path, save: Callable[[Path], T]) -> T:
+    """``save(out)`` of a reference run, under the folder's lock: refused (ConfigError) when ``out`` holds
+    anything but an earlier reference (``check_out_dir``) or another run is writing there; that reference's
+    files are deleted first (only they)."""
+    from naspipe.runlock import RunLocked, locked
+
+    out = Path(out)
+    check_out_dir(out, overwrite=False, kind="reference")
+    try:
+        with locked(out):
+            check_out_dir(out, overwrite=False, kind="reference")  # again: another run may have written meanwhile
+            runs.clear(out, kind="reference")
+            return save(out)
+    except RunLocked as e:
+        raise ConfigError(str(e)) from None

@@ -33,9 +33,9 @@ import torch
 import torch.distributed as dist
 
 from naspipe import runs
+from naspipe.atomic import disk_full_message, is_disk_full, write_atomic, write_text_atomic
 from naspipe.models import build_stage
 from naspipe.results import param_hashes
-from naspipe.runtime.atomic import write_atomic
 from naspipe.runtime.checkpoint import Checkpointer
 from naspipe.runtime.comm import ACTIVATION, GRADIENT, ChannelFailure, Links, Message, TransportError
 from naspipe.runtime.config import TrainConfig
@@ -356,11 +356,13 @@ def spawn_entry(rank: int, world: int, cfg: TrainConfig, addr: str, port: int, c
         run_stage(rank, world, cfg, report, local_rank=rank)
         conn.send(("done", rank))
     except BaseException as e:  # noqa: BLE001 - every failure goes back to the launcher
-        text = f"{type(e).__name__}: {e}"
+        text = disk_full_message(cfg.out, e) if is_disk_full(e) else f"{type(e).__name__}: {e}"
+        try:  # the report first: on a full disk the error file below cannot be written
+            conn.send(("error", rank, text, time.time(), is_root_cause(e)))
+        except Exception:  # noqa: BLE001
+            pass
         try:
-            (cfg.out / f"error-stage{rank}.txt").write_text(traceback.format_exc())
-            primary = is_root_cause(e)
-            conn.send(("error", rank, text, time.time(), primary))
+            write_text_atomic(cfg.out / f"error-stage{rank}.txt", traceback.format_exc())
         except Exception:  # noqa: BLE001
             pass
         sys.stderr.flush()
