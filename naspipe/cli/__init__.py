@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from naspipe.supernet.usercode import count_sigint
+
+    count_sigint()  # a KeyboardInterrupt user code raises is its failure; Ctrl-C stays an interruption
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

@@ -47,6 +47,7 @@ from naspipe.runtime.stage_exec import StageExecutor
 from naspipe.sched.async_options import parse_async_options
 from naspipe.sched.policies import make_scheduler, stage_specs
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
+from naspipe.supernet.usercode import first_line, origin
 from naspipe.weights import save_weights
 
 Report = Callable[..., None]  # report(kind, *payload): "ready", "progress", ...
@@ -314,6 +315,11 @@ def _execute(task: Task, ex: Any, links: Links, acts: dict, grads: dict, book: L
         raise RuntimeError(f"unknown task kind {task.kind!r}")
 
 
+def failure_line(e: BaseException) -> str:
+    """A stage's failure in one line: the exception's type, where user code raised it, its message's first line."""
+    return f"{type(e).__name__}{origin(e)}: {first_line(e)}"
+
+
 def is_root_cause(e: BaseException) -> bool:
     """False for errors that only report another stage's failure (a lost peer, a broken transport)."""
     return not isinstance(e, (PeerLost, TransportError, dist.DistError))
@@ -356,9 +362,9 @@ def spawn_entry(rank: int, world: int, cfg: TrainConfig, addr: str, port: int, c
         run_stage(rank, world, cfg, report, local_rank=rank)
         conn.send(("done", rank))
     except BaseException as e:  # noqa: BLE001 - every failure goes back to the launcher
-        text = f"{type(e).__name__}: {e}"
-        try:
-            (cfg.out / f"error-stage{rank}.txt").write_text(traceback.format_exc())
+        text = failure_line(e)
+        try:  # the one-line cause first, then the traceback (a transport error's holds pages of gloo's own)
+            (cfg.out / f"error-stage{rank}.txt").write_text(f"{text}\n\n{traceback.format_exc()}")
             primary = is_root_cause(e)
             conn.send(("error", rank, text, time.time(), primary))
         except Exception:  # noqa: BLE001
