@@ -371,4 +371,16 @@ def spawn_entry(rank: int, world: int, cfg: TrainConfig, addr: str, port: int, c
             pass
         sys.stderr.flush()
         os._exit(1)
+    _leave(conn)
+
+
+def _leave(conn: Any) -> None:
+    """End the stage process now that its results are written and reported: a non-daemon thread that user code
+    started (which Python's exit would wait for) must not keep a finished stage alive."""
     conn.close()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
