@@ -175,3 +175,30 @@ def test_the_resume_hint_is_a_command_that_works_and_the_error_file_leads_with_i
     assert command.endswith("--resume run"), err
     assert main(shlex.split(command)[1:]) == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "run" / "status.json").read_text())["complete"] is True
+
+
+@pytest.mark.parametrize(("function", "rc", "said"), [
+    ("thread_everywhere", 0, "not waiting for 1 non-daemon thread(s) user code started ('user-linger')"),
+    ("data_exits_late", 1, "naspipe: error: stage 0 (rank 0) failed: SystemExit in d (process_supernets.py:"),
+], ids=["stray-thread", "sys-exit"])
+def test_under_torchrun_a_stray_thread_or_sys_exit_in_user_code_neither_hangs_nor_passes(tmp_path, function, rc,
+                                                                                          said):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "run"
+    proc = subprocess.Popen([str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                             "--master-port", str(port), "-m", "naspipe.torchrun", "--space",
+                             f"process_supernets:{function}", "--subnets", "8", "--no-progress", "--timeout", "30",
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            cwd=tmp_path, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=200)
+    finally:
+        if proc.poll() is None:  # (a rank waited for the thread, or one exited 0 and its peer waited for it)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10)
+    assert proc.returncode == rc and said in stderr, stderr[-3000:]
+    assert (out / "losses.csv").exists() == (rc == 0)
