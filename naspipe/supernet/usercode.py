@@ -38,11 +38,6 @@ def count_sigint() -> None:
     _state["counting"] = signal.getsignal(signal.SIGINT) is _on_sigint
 
 
-def sigints() -> int:
-    """SIGINTs received since ``count_sigint`` (0 where nothing counts them)."""
-    return int(_state["sigints"])
-
-
 def user_errors() -> tuple[type[BaseException], ...]:
     """What an ``except`` around user code catches: every exception, ``SystemExit``, and ``KeyboardInterrupt``
     unless it may come from a real SIGINT (evaluated when the exception is matched, so it knows)."""
