@@ -17,7 +17,10 @@ orphans is worse than none. The launcher
   and raises ``TrainError`` naming the rank and the reason; outputs so far are kept and ``status.json``
   says the run is incomplete (with the newest complete checkpoint, if any: ``--resume OUT`` continues).
   Each stage also holds a lifeline pipe and exits if the launcher disappears;
-* merges the stages' part files into the run's outputs (``naspipe.runtime.outputs``).
+* merges the stages' part files into the run's outputs (``naspipe.runtime.outputs``) once every stage
+  reported done: a stage leaves with ``os._exit`` then, and one that a stray user thread keeps alive is stopped
+  after ``EXIT_GRACE_S`` (at most ``--timeout``), never failing a finished run. SIGTERM ends a run as Ctrl-C
+  does, and a second signal waits until ``status.json`` is written (``naspipe.runtime.signals``).
 """
 
 from __future__ import annotations
