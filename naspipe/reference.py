@@ -42,6 +42,7 @@ from naspipe.models.shards import combine, combine_present, shard_batch
 from naspipe.sequence import SubnetStream
 from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace
+from naspipe.supernet.usercode import first_line, user_errors
 
 
 class ReferenceFailed(RuntimeError):
@@ -230,11 +231,10 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
                 bar.update(1)
                 if j % 20 == 0:
                     bar.set_postfix(loss=f"{losses[j]:.3f}")
-    except Exception as e:  # noqa: BLE001 - user code (data, a candidate, the loss) failed partway: one line
+    except user_errors() as e:  # noqa: BLE001 - user code (data, a candidate, the loss) failed partway: one line
         if bar is not None:
             bar.close()  # (the error goes on a line of its own)
-        lines = str(e).strip().splitlines()
-        raise ReferenceFailed(f"subnet {j} of {n}: {type(e).__name__}: {lines[0] if lines else ''}") from e
+        raise ReferenceFailed(f"subnet {j} of {n}: {type(e).__name__}: {first_line(e)}") from e
     wall = time.perf_counter() - start
     if bar is not None:
         bar.close()

@@ -81,9 +81,11 @@ def _record_failure(cfg: Any, rank: int, e: BaseException) -> None:
     import traceback
 
     from naspipe.atomic import write_text_atomic
+    from naspipe.runtime.worker import failure_line
 
     try:
-        write_text_atomic(cfg.out / f"error-stage{rank}.txt", "".join(traceback.format_exception(e)))
+        text = "".join(traceback.format_exception(e))
+        write_text_atomic(cfg.out / f"error-stage{rank}.txt", f"{failure_line(e)}\n\n{text}")  # its one line first
     except OSError:
         pass
     if rank != 0:
@@ -97,8 +99,9 @@ def _record_failure(cfg: Any, rank: int, e: BaseException) -> None:
 
         saved = finalize(cfg.out)
         if saved is not None:
-            print(f"naspipe: the last complete checkpoint is at subnet {saved}: to continue, run the same command "
-                  f"with --resume {cfg.out}", file=sys.stderr)
+            without = " without --fault" if cfg.fault else ""  # (an injected fault would fire again)
+            print(f"naspipe: the last complete checkpoint is at subnet {saved}: to continue, run the same command"
+                  f"{without} with --resume {cfg.out}", file=sys.stderr)
     primary = is_root_cause(e)
     write_status(cfg.out, False, f"stage 0 (rank 0) failed: {type(e).__name__}: {e}", 0 if primary else None,
                  checkpoint=saved)
@@ -125,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     from naspipe.runtime.outputs import merge_outputs
-    from naspipe.runtime.worker import run_stage
+    from naspipe.runtime.worker import failure_line, run_stage
 
     torch.set_num_threads(cfg.threads)
     bar = _Bar(cfg.n, f"{cfg.policy} {cfg.space.name} P={cfg.stages}", rank == 0 and cfg.progress)
@@ -138,10 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         run_stage(rank, world, cfg, bar, local_rank=local_rank, after_barrier=merge)
-    except Exception as e:  # noqa: BLE001 - one line; torchrun reports the failed rank and stops the others
-        bar.close()
+    except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 - one line (sys.exit in user code too);
+        bar.close()  # torchrun reports the failed rank and stops the others
         _record_failure(cfg, rank, e)
-        print(f"naspipe: error: stage {rank} (rank {rank}) failed: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"naspipe: error: stage {rank} (rank {rank}) failed: {failure_line(e)}", file=sys.stderr)
         return 1
     bar.close()
     if merged:
@@ -153,4 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from naspipe.cli.shutdown import leave_despite_threads
+
+    code = main()
+    leave_despite_threads(code)  # a non-daemon thread from user code must not keep a finished rank alive
+    sys.exit(code)

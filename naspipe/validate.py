@@ -21,6 +21,7 @@ import json
 
 from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace
+from naspipe.supernet.usercode import first_line, user_errors
 
 PROBE_SAMPLES = 2
 MEMORY_SHARE = 0.5  # a batch's activations over all blocks may take at most this share of the machine's memory
@@ -34,8 +35,7 @@ class ModelCheckError(ValueError):
 
 def _line(e: BaseException) -> str:
     """The first line of an exception's message (torch's C++ errors carry a stack below it)."""
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
+    return first_line(e) or type(e).__name__
 
 
 def _where(space: SearchSpace, b: int, c: int | None) -> str:
@@ -66,7 +66,7 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
     try:
         batch = make_batch(probe_space, seed, 0)
         x, target = input_of(probe_space, batch), target_of(probe_space, batch)
-    except Exception as e:  # noqa: BLE001 - any failure of the model description is the user's to fix
+    except user_errors() as e:  # noqa: BLE001 - any failure of the model description is the user's to fix
         raise ModelCheckError(f"space {space.name!r}: its {kind} model cannot make a batch: {_line(e)}") from None
     nb = space.num_blocks
     per_sample = 0
@@ -78,7 +78,7 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
         for b, blk in enumerate(space.blocks):
             try:
                 model = build_stage(space, range(b, b + 1), seed, shared)
-            except Exception as e:  # noqa: BLE001
+            except user_errors() as e:  # noqa: BLE001
                 raise ModelCheckError(_blame_build(space, b, e)) from None
             outs = []
             for c in range(blk.k):
@@ -86,7 +86,7 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
                 sub[b] = c
                 try:
                     y = model(x, sub)
-                except Exception as e:  # noqa: BLE001
+                except user_errors() as e:  # noqa: BLE001
                     raise ModelCheckError(f"{_where(space, b, c)}: fails on a probe batch: {_line(e)}") from None
                 if not isinstance(y, torch.Tensor):
                     raise ModelCheckError(f"{_where(space, b, c)}: returns {type(y).__name__}, not a tensor")
@@ -100,7 +100,7 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
             per_sample = max(per_sample, x.element_size() * x.numel() // max(1, x.shape[0] if x.dim() else 1))
         try:
             model.loss(x, target)
-        except Exception as e:  # noqa: BLE001
+        except user_errors() as e:  # noqa: BLE001
             raise ModelCheckError(f"{_where(space, nb - 1, None)}: its output {tuple(x.shape)} does not fit the "
                                   f"loss: {_line(e)}") from None
     _check_batch_memory(space, per_sample)
@@ -145,14 +145,14 @@ def _blame_build(space: SearchSpace, b: int, error: BaseException) -> str:
 
     try:
         sn = supernet_of(space)
-    except Exception as e:  # noqa: BLE001
+    except user_errors() as e:  # noqa: BLE001
         return f"{_where(space, b, None)}: cannot be built: {_line(e)}"
     blk = space.blocks[b]
     for c in range(blk.k):
         try:
             with GLOBAL_RNG, torch.random.fork_rng(devices=[]):
                 sn.factory(b, c)()
-        except Exception as e:  # noqa: BLE001
+        except user_errors() as e:  # noqa: BLE001
             return f"{_where(space, b, c)}: cannot be built: {_line(e)}"
     return f"{_where(space, b, None)}: cannot be built: {_line(error)}"
 

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Sequence
 
 from naspipe.cli.common import UsageError
+from naspipe.cli.shutdown import leave_despite_threads
+from naspipe.runtime.signals import EXIT_TERMINATED, Terminated
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,20 +45,40 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from naspipe.supernet.usercode import count_sigint
+
+    count_sigint()  # a KeyboardInterrupt user code raises is its failure; Ctrl-C stays an interruption
+    args = None
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         if not getattr(args, "_run", None):
             parser.print_help()
             return 2
+        args._argv = list(sys.argv[1:] if argv is None else argv)  # (a resume hint repeats the command line)
         return int(args._run(args) or 0)
     except UsageError as e:
         print(f"naspipe: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("naspipe: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"naspipe: interrupted{_resume_hint(e, args)}", file=sys.stderr)
         return 130
+    except Terminated as e:
+        print(f"naspipe: terminated by SIGTERM{_resume_hint(e, args)}", file=sys.stderr)
+        return EXIT_TERMINATED
+
+
+def _resume_hint(e: BaseException, args: argparse.Namespace | None) -> str:
+    """``; the last complete checkpoint ...: to continue, run naspipe train ...`` for a stopped run that has one."""
+    saved = getattr(e, "checkpoint", None)
+    if saved is None or args is None:
+        return ""
+    from naspipe.cli.train import resume_hint
+
+    return f"; {resume_hint(saved, args)}"
 
 
 def entry() -> None:
-    sys.exit(main())
+    rc = main()
+    leave_despite_threads(rc)
+    sys.exit(rc)

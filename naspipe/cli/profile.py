@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from naspipe.cli.common import UsageError, positive_int
 
@@ -59,7 +60,14 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         raise refuse(e) from None
 
-    costs = measure_costs(space, device=args.device, repeats=args.repeats, threads=args.threads)
+    from naspipe.supernet.usercode import first_line, origin, user_errors
+
+    try:
+        costs = measure_costs(space, device=args.device, repeats=args.repeats, threads=args.threads)
+    except user_errors() as e:  # noqa: BLE001 - the user's forward or loss failed while measured: one line
+        print(f"naspipe: error: profiling {space.name} failed: {type(e).__name__}{origin(e)}: {first_line(e)}",
+              file=sys.stderr)
+        return 1
     try:
         path = save_costs(costs, out)
     except OSError as e:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -193,6 +194,26 @@ def _memory_line(m: dict[str, Any]) -> str:
             f"of the loop, {mem['bytes_moved']} bytes moved, peak device bytes {mem['peak_device_bytes']}")
 
 
+def resume_hint(saved: int, args: argparse.Namespace) -> str:
+    """How to continue a failed or stopped run from checkpoint ``saved``: this command line, without an injected
+    ``--fault`` (it would fire again) or an earlier ``--resume``, with ``--resume OUT``."""
+    from naspipe.runtime.launcher import resume_hint as hint
+
+    argv = getattr(args, "_argv", None)
+    if argv is None:
+        return hint(saved, args.out)
+    kept, skip = [], False
+    for tok in argv:
+        name = tok.split("=", 1)[0]
+        if skip:
+            skip = False
+        elif len(name) > 2 and name.startswith("--") and ("--fault".startswith(name) or "--resume".startswith(name)):
+            skip = "=" not in tok  # (argparse took any unambiguous prefix: these are the options themselves)
+        else:
+            kept.append(tok)
+    return hint(saved, args.out, shlex.join(["naspipe", *kept, "--resume", str(args.out)]))
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     from naspipe.runtime.config import ConfigError
@@ -203,7 +224,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:  # e.g. the port was taken in the meantime
         raise UsageError(str(e)) from None
     except TrainError as e:
-        print(f"naspipe: error: {e}", file=sys.stderr)
+        hint = f"; {resume_hint(e.checkpoint, args)}" if e.checkpoint is not None else ""
+        print(f"naspipe: error: {e.base}{hint}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(result.metrics))

@@ -19,7 +19,10 @@ orphans is worse than none. The launcher
   and raises ``TrainError`` naming the rank and the reason; outputs so far are kept and ``status.json``
   says the run is incomplete (with the newest complete checkpoint, if any: ``--resume OUT`` continues).
   Each stage also holds a lifeline pipe and exits if the launcher disappears;
-* merges the stages' part files into the run's outputs (``naspipe.runtime.outputs``).
+* merges the stages' part files into the run's outputs (``naspipe.runtime.outputs``) once every stage
+  reported done: a stage leaves with ``os._exit`` then, and one that a stray user thread keeps alive is stopped
+  after ``EXIT_GRACE_S`` (at most ``--timeout``), never failing a finished run. SIGTERM ends a run as Ctrl-C
+  does, and a second signal waits until ``status.json`` is written (``naspipe.runtime.signals``).
 """
 
 from __future__ import annotations
@@ -34,19 +37,25 @@ from naspipe.runtime import checkpoint
 from naspipe.runtime.config import ConfigError, TrainConfig, check_model_of
 from naspipe.runtime.outputs import RunResult, merge_outputs, write_status
 from naspipe.runtime.ports import free_port, port_free
+from naspipe.runtime.signals import Terminated, deferred, terminate_raises
 
 HOST = "127.0.0.1"
 KILL_GRACE_S = 3.0  # SIGTERM, then SIGKILL after this long
 FAILURE_GRACE_S = 0.5  # after a first failure, collect the other stages' reports this long
 REAP_S = 5.0  # a stage whose pipes closed reports its exit status within this long
+EXIT_GRACE_S = 5.0  # after every stage reported done, the longest wait for them to exit (at most --timeout)
+STALL_MARGIN_S = 5.0  # past --timeout without a word from any stage: the run is stopped
 
 
 class TrainError(RuntimeError):
-    """A training run failed; ``rank`` is the stage held responsible (None when unknown)."""
+    """A training run failed; ``rank`` is the stage held responsible (None when unknown); ``checkpoint``: the
+    newest complete checkpoint (None when none), and then ``base``: the message without the resume hint."""
 
     def __init__(self, message: str, rank: int | None = None):
         super().__init__(message)
         self.rank = rank
+        self.checkpoint: int | None = None
+        self.base = message
 
 
 def _context(method: str) -> Any:
@@ -65,6 +74,8 @@ def _context(method: str) -> Any:
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "still running"
+    if code == 0:  # (only asked of a stage that had not reported done)
+        return "exited with code 0 before it finished its work (e.g. os._exit(0) in user code)"
     if code < 0:
         try:
             return f"killed by signal {signal.Signals(-code).name}"
@@ -84,7 +95,16 @@ class _Stage:
 
 
 def train(config: TrainConfig) -> RunResult:
-    """Run ``config`` on one process per stage and return the merged result; raises TrainError on failure."""
+    """Run ``config`` on one process per stage and return the merged result; raises TrainError on failure.
+
+    SIGTERM (in the main thread) ends the run as Ctrl-C does: ``Terminated`` is raised after ``status.json``
+    is written; either exception carries ``checkpoint`` (the newest complete one, or None) for a resume hint.
+    """
+    with terminate_raises():
+        return _train(config)
+
+
+def _train(config: TrainConfig) -> RunResult:
     config.validate()
     check_model_of(config)
     port = config.port
@@ -127,13 +147,16 @@ def _run(config: TrainConfig, port: int | None) -> RunResult:
                 stages[-1].label = f"stage {rank % config.stages} replica {rank // config.stages}"
         startup = _supervise(config, stages, bar, t_start)
     except BaseException as e:
-        _stop(stages)
-        msg = str(e) if isinstance(e, TrainError) else f"{type(e).__name__}: {e}"
-        saved = checkpoint.finalize(config.out) if config.checkpoint_every else None
-        if saved is not None and isinstance(e, TrainError):
-            e.args = (f"{e}; the last complete checkpoint is at subnet {saved}: to continue, run the same command with "
-                      f"--resume {config.out}",)
-        write_status(config.out, False, msg, getattr(e, "rank", None), checkpoint=saved)
+        with deferred():  # a second Ctrl-C (or SIGTERM) waits until status.json says how the run ended
+            _stop(stages)
+            msg = str(e) if isinstance(e, TrainError) else _interrupted(e) or f"{type(e).__name__}: {e}"
+            saved = checkpoint.finalize(config.out) if config.checkpoint_every else None
+            if saved is not None and isinstance(e, TrainError):
+                e.base = str(e)
+                e.args = (f"{e}; {resume_hint(saved, config.out)}",)
+            if isinstance(e, TrainError | KeyboardInterrupt | Terminated):
+                e.checkpoint = saved  # type: ignore[union-attr]
+            write_status(config.out, False, msg, getattr(e, "rank", None), checkpoint=saved)
         raise
     finally:
         if bar is not None:
@@ -151,6 +174,21 @@ def _run(config: TrainConfig, port: int | None) -> RunResult:
         raise TrainError(msg) from None
 
 
+def resume_hint(saved: int, out: Any, command: str | None = None) -> str:
+    """What a failed or stopped run with checkpoints tells the user (``command``: the command line to run, when
+    the caller knows it; else "the same command with --resume OUT")."""
+    how = command or f"the same command with --resume {out}"
+    return f"the last complete checkpoint is at subnet {saved}: to continue, run {how}"
+
+
+def _interrupted(e: BaseException) -> str | None:
+    if isinstance(e, Terminated):
+        return "terminated by SIGTERM"
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted (SIGINT)"
+    return None
+
+
 def _bar(cfg: TrainConfig) -> Any:
     if not cfg.progress:
         return None
@@ -166,7 +204,7 @@ def _supervise(cfg: TrainConfig, stages: list[_Stage], bar: Any, t_start: float)
     sentinels = {s.proc.sentinel: s for s in stages}
     startup: float | None = None
     last_news = time.monotonic()
-    stall_limit = 2 * cfg.timeout + 30  # stages time out themselves well before this backstop
+    done_at: float | None = None
     while not all(s.done and s.exited_at is not None for s in stages):
         ready = mp_wait(list(conns) + list(sentinels), timeout=1.0)
         now = time.monotonic()
@@ -185,13 +223,24 @@ def _supervise(cfg: TrainConfig, stages: list[_Stage], bar: Any, t_start: float)
                 _reap(s.proc)
                 s.exited_at = now
                 _drain(s, conns, stages, bar, t_start)
-                if s.proc.exitcode != 0 or not s.done:
+                if not s.done:  # (a stage that reported done wrote its results: how it exits is no failure)
                     _fail(stages, conns, bar, t_start)
         if any(s.error for s in stages):
             _fail(stages, conns, bar, t_start)
-        if now - last_news > stall_limit:
-            raise TrainError(f"no stage reported anything for {stall_limit:g} s; stopped the run")
+        if all(s.done for s in stages):  # finished; a stage a stray thread keeps alive does not hold the run
+            done_at = done_at or now
+            if now - done_at > min(cfg.timeout, EXIT_GRACE_S):
+                break  # (the caller stops it and merges)
+        elif now - last_news > (limit := _stall_limit(cfg, all(s.ready for s in stages))):
+            raise TrainError(f"no stage reported anything for {limit:g} s (--timeout {cfg.timeout:g}); stopped the run")
     return startup
+
+
+def _stall_limit(cfg: TrainConfig, started: bool) -> float:
+    """How long the launcher waits without a word from any stage: ``--timeout`` (each stage gives up waiting
+    after it and reports that first) and a margin; before every stage is ready, the process group's rendezvous
+    timeout (``naspipe.runtime.worker``: twice ``--timeout``, at least 60 s: stages import and build)."""
+    return cfg.timeout + STALL_MARGIN_S if started else max(2 * cfg.timeout, 60.0) + STALL_MARGIN_S
 
 
 def _reap(proc: Any) -> None:
@@ -246,7 +295,7 @@ def _fail(stages: list[_Stage], conns: dict, bar: Any, t_start: float) -> None:
             s.exited_at = time.monotonic()
     # 1. a stage that died without a word (signal, os._exit) is the cause; 2. the earliest primary error;
     # 3. the earliest error of any kind (a lost peer, a transport failure).
-    silent = [s for s in stages if s.error is None and s.proc.exitcode not in (None, 0) and not s.done]
+    silent = [s for s in stages if s.error is None and s.proc.exitcode is not None and not s.done]
     stopped = [s for s in stages if s.proc.exitcode is None and _is_stopped(s.proc.pid)]
     if silent:
         s = min(silent, key=lambda x: x.exited_at or 0.0)

@@ -47,6 +47,7 @@ from naspipe.runtime.stage_exec import StageExecutor
 from naspipe.sched.async_options import parse_async_options
 from naspipe.sched.policies import make_scheduler, stage_specs
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
+from naspipe.supernet.usercode import first_line, origin
 from naspipe.weights import save_weights
 
 Report = Callable[..., None]  # report(kind, *payload): "ready", "progress", ...
@@ -314,6 +315,11 @@ def _execute(task: Task, ex: Any, links: Links, acts: dict, grads: dict, book: L
         raise RuntimeError(f"unknown task kind {task.kind!r}")
 
 
+def failure_line(e: BaseException) -> str:
+    """A stage's failure in one line: the exception's type, where user code raised it, its message's first line."""
+    return f"{type(e).__name__}{origin(e)}: {first_line(e)}"
+
+
 def is_root_cause(e: BaseException) -> bool:
     """False for errors that only report another stage's failure (a lost peer, a broken transport)."""
     return not isinstance(e, (PeerLost, TransportError, dist.DistError))
@@ -356,15 +362,27 @@ def spawn_entry(rank: int, world: int, cfg: TrainConfig, addr: str, port: int, c
         run_stage(rank, world, cfg, report, local_rank=rank)
         conn.send(("done", rank))
     except BaseException as e:  # noqa: BLE001 - every failure goes back to the launcher
-        text = disk_full_message(cfg.out, e) if is_disk_full(e) else f"{type(e).__name__}: {e}"
+        text = disk_full_message(cfg.out, e) if is_disk_full(e) else failure_line(e)
         try:  # the report first: on a full disk the error file below cannot be written
             conn.send(("error", rank, text, time.time(), is_root_cause(e)))
         except Exception:  # noqa: BLE001
             pass
-        try:
-            write_text_atomic(cfg.out / f"error-stage{rank}.txt", traceback.format_exc())
+        try:  # the one-line cause first, then the traceback (a transport error's holds pages of gloo's own)
+            write_text_atomic(cfg.out / f"error-stage{rank}.txt", f"{text}\n\n{traceback.format_exc()}")
         except Exception:  # noqa: BLE001
             pass
         sys.stderr.flush()
         os._exit(1)
+    _leave(conn)
+
+
+def _leave(conn: Any) -> None:
+    """End the stage process now that its results are written and reported: a non-daemon thread that user code
+    started (which Python's exit would wait for) must not keep a finished stage alive."""
     conn.close()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from naspipe.seeding import GLOBAL_RNG, candidate_generator
 from naspipe.supernet.declare import Supernet, SupernetError
+from naspipe.supernet.usercode import first_line, user_errors
 
 
 def init_seed(seed: int, block: int, choice: int) -> int:
@@ -33,7 +34,7 @@ def build_candidate(sn: Supernet, block: int, choice: int, seed: int) -> nn.Modu
             mod = sn.factory(block, choice)()
             if isinstance(mod, nn.Module) and sn.init is not None:
                 sn.init(mod, candidate_generator(seed, block, choice))
-    except Exception as e:  # noqa: BLE001 - user code: one line naming block and candidate
+    except user_errors() as e:  # noqa: BLE001 - user code: one line naming block and candidate
         raise SupernetError(f"block {label!r}, candidate {name!r}: the factory raised {type(e).__name__}: "
                             f"{_line(e)}") from None
     if not isinstance(mod, nn.Module):
@@ -43,8 +44,7 @@ def build_candidate(sn: Supernet, block: int, choice: int, seed: int) -> nn.Modu
 
 
 def _line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else ""
+    return first_line(e)
 
 
 def draw_batch(src: Any, batch_size: int, g: torch.Generator, j: int | None) -> tuple[Tensor, Any]:

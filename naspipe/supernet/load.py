@@ -29,6 +29,7 @@ from typing import Any
 
 from naspipe.space import MAX_BYTES, MAX_SECONDS, Block, Candidate, SearchSpace, register_resolver
 from naspipe.supernet.declare import Supernet, SupernetError
+from naspipe.supernet.usercode import first_line, user_errors
 
 KIND = "supernet"
 COSTS_SUFFIX = ".costs.json"
@@ -117,7 +118,7 @@ def _call_spec(spec: str) -> Supernet:
     mod_name, _, fn_name = spec.partition(":")
     try:
         mod = importlib.import_module(mod_name)
-    except Exception as e:  # noqa: BLE001 - the user's module: any error is reported in one line
+    except user_errors() as e:  # noqa: BLE001 - the user's module: any error is reported in one line
         raise SupernetError(f"--space {spec}: module {mod_name!r} does not import ({type(e).__name__}: "
                             f"{_first_line(e)}); is its folder on PYTHONPATH?") from None
     fn = getattr(mod, fn_name, None)
@@ -127,7 +128,7 @@ def _call_spec(spec: str) -> Supernet:
         sn = fn()
     except SupernetError as e:
         raise SupernetError(f"--space {spec}: {e}") from None
-    except Exception as e:  # noqa: BLE001
+    except user_errors() as e:  # noqa: BLE001
         raise SupernetError(f"--space {spec}: {fn_name}() raised {type(e).__name__}: {_first_line(e)}") from None
     if not isinstance(sn, Supernet):
         raise SupernetError(f"--space {spec}: {fn_name}() returned {type(sn).__name__}, not a naspipe.Supernet")
@@ -139,15 +140,14 @@ def default_costs_path(spec: str) -> Path | None:
     mod_name, _, fn_name = spec.partition(":")
     try:
         mod = importlib.import_module(mod_name)
-    except Exception:  # noqa: BLE001
+    except user_errors():  # noqa: BLE001
         return None
     f = getattr(mod, "__file__", None)
     return Path(f).with_name(f"{Path(f).stem}.{fn_name}{COSTS_SUFFIX}") if f else None
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
+    return first_line(e) or type(e).__name__
 
 
 def read_costs(costs: Any) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from naspipe.supernet.declare import Supernet, SupernetError
+from naspipe.supernet.usercode import first_line, user_errors
 
 _PROBED: dict[int, Supernet] = {}
 _PROBED_SHARDS: dict[tuple[int, int], Supernet] = {}
@@ -85,7 +86,7 @@ def _probe_shards(sn: Supernet, replicas: int) -> None:
             x = outs[0]
         try:
             sn.loss(x, target)
-        except Exception as e:  # noqa: BLE001
+        except user_errors() as e:  # noqa: BLE001
             raise SupernetError(f"loss raised {type(e).__name__} on the head's output {tuple(x.shape)}{what}: "
                                 f"{_line(e)}") from None
 
@@ -114,7 +115,7 @@ def _probe(sn: Supernet) -> dict[str, str]:
             return draw_batch(sn.data, sn.batch_size, hashed_generator("data-user", 0, 0), 0)
         except SupernetError:
             raise
-        except Exception as e:  # noqa: BLE001
+        except user_errors() as e:  # noqa: BLE001
             raise SupernetError(f"data raised {type(e).__name__} drawing batch 0: {_line(e)}") from None
 
     holder = torch.nn.ModuleDict()
@@ -151,7 +152,7 @@ def _probe(sn: Supernet) -> dict[str, str]:
             x = first
     try:
         loss = sn.loss(x, target)
-    except Exception as e:  # noqa: BLE001
+    except user_errors() as e:  # noqa: BLE001
         raise SupernetError(f"loss raised {type(e).__name__} on the head's output {tuple(x.shape)}: {_line(e)}") \
             from None
     if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not loss.is_floating_point():
@@ -165,8 +166,7 @@ def _probe(sn: Supernet) -> dict[str, str]:
 
 
 def _line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else ""
+    return first_line(e)
 
 
 def _refuse_lazy(blk: Any, name: str, mod: Any) -> None:
@@ -199,7 +199,7 @@ def _forward(blk: Any, name: str, mod: Any, x: Any, what: str = "") -> Any:
 
     try:
         out = mod(x)
-    except Exception as e:  # noqa: BLE001
+    except user_errors() as e:  # noqa: BLE001
         raise SupernetError(f"block {blk.label!r}, candidate {name!r}: forward on the previous block's "
                             f"output {tuple(x.shape)}{what} raised {type(e).__name__}: {_line(e)}") from None
     if not isinstance(out, torch.Tensor):

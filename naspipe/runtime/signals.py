@@ -1,0 +1,63 @@
+"""The launcher's signals: SIGTERM ends a run as Ctrl-C does, and a second signal cannot cut its cleanup short.
+
+Why it exists: a run stopped from outside must still say how it ended. SIGTERM's default action killed the
+launcher outright (no ``status.json``, the stages left to their lifelines), and a second Ctrl-C while the first
+one's cleanup stopped the stages interrupted that cleanup, so ``status.json`` (and the resume hint) never came.
+``terminate_raises`` turns SIGTERM into ``Terminated`` for the life of a run; ``deferred`` holds SIGINT and
+SIGTERM back while the launcher writes what it knows. Both act in the main thread only (where Python runs
+signal handlers); elsewhere they change nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+EXIT_TERMINATED = 128 + signal.SIGTERM  # the shell's code for a process ended by SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM reached the launcher (a ``BaseException``, like ``KeyboardInterrupt``: no ``except Exception``
+    swallows it)."""
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated("terminated by SIGTERM")
+
+
+@contextlib.contextmanager
+def terminate_raises() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` inside the block (where the default would kill the process at once)."""
+    if not _main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield  # another thread, or someone else's handler: theirs stays
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[list[int]]:
+    """Inside the block SIGINT and SIGTERM are noted (in the yielded list), not acted on: the caller is already
+    stopping and finishes writing first; the handlers before it are back afterwards."""
+    seen: list[int] = []
+    if not _main_thread():
+        yield seen
+        return
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in before:
+        signal.signal(s, lambda signum, frame: seen.append(signum))
+    try:
+        yield seen
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
