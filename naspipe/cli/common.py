@@ -71,13 +71,28 @@ def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-
                    help="fixed-block semantics: frozen, serial or delayed:D (default %(default)s)")
 
 
-def resolve_run(args: argparse.Namespace) -> RunSpec:
-    """Validate the shared run arguments into the one run description; raises UsageError with one line."""
+def resolve_run(args: argparse.Namespace, probe: bool = True) -> RunSpec:
+    """Validate the shared run arguments into the one run description; raises UsageError with one line.
+
+    ``probe=False``: a ``module:function`` supernet is read as plain data (labels, names, costs), no candidate
+    built or run (``naspipe simulate``: those checks guard processes it never starts)."""
     for flag, value in (("--stages", args.stages), ("--window", args.window)):
         if value < 1:  # named as the user typed them (RunSpec names its own arguments)
             raise UsageError(f"{flag} must be >= 1, got {value}")
+    space = args.space
+    if not probe:
+        from pathlib import Path
+
+        from naspipe.space import SpaceError
+        from naspipe.supernet.load import is_spec, spec_space
+
+        if is_spec(space) and not Path(space).exists():
+            try:
+                space = spec_space(space, probe=False)
+            except SpaceError as e:
+                raise UsageError(str(e)) from None
     try:
-        spec = RunSpec.create(args.space, stages=args.stages, subnets=args.subnets, seed=args.seed,
+        spec = RunSpec.create(space, stages=args.stages, subnets=args.subnets, seed=args.seed,
                               policy=args.policy, window=args.window, shared_layers=args.shared_layers,
                               sequence=args.sequence or None)
     except SequenceTooShort as e:

@@ -330,14 +330,22 @@ def to_space(obj: Any) -> SearchSpace | None:
         probe_supernet(obj)
         return space_of(obj)
     if isinstance(obj, str) and is_spec(obj) and not Path(obj).exists():
-        sn = load_spec(obj)
-        default = default_costs_path(obj)
-        if sn.costs is None and default is not None and default.is_file():  # where naspipe profile stores it
-            sn = sn.with_costs(str(default))
-        return space_of(sn, source=obj)
+        return spec_space(obj)
     if isinstance(obj, str) and obj in _BY_NAME:
         return _BY_NAME[obj]
     return None
+
+
+def spec_space(spec: str, probe: bool = True) -> SearchSpace:
+    """The space of ``module:function``, with the profile ``naspipe profile`` stored next to the module if any.
+
+    ``probe=False`` (``naspipe simulate``, which reads names and costs only) calls the function but builds no
+    candidate: probing builds and runs every one, minutes for a block of thousands of cells."""
+    sn = load_spec(spec, probe=probe)
+    default = default_costs_path(spec)
+    if sn.costs is None and default is not None and default.is_file():  # where naspipe profile stores it
+        sn = sn.with_costs(str(default))
+    return space_of(sn, source=spec)
 
 
 register_resolver(to_space)
