@@ -1,5 +1,6 @@
 """User supernets whose candidates hold the same ``nn.Parameter`` (a module bank), imported by
-``--space bank_supernets:NAME`` in ``tests/test_shared_parameters.py``, and their fix (each candidate builds its own)."""
+``--space bank_supernets:NAME`` in ``tests/test_shared_parameters.py``, and their fix (each candidate builds its
+own modules)."""
 
 from __future__ import annotations
 

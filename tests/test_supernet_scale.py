@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import time
 
-import naspipe
 import scale_supernets
+
+import naspipe
 from naspipe.cli import main
 
 

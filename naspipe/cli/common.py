@@ -52,20 +52,26 @@ def positive_float(name: str, unit: str = ""):  # noqa: ANN201
 
 
 def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-k48",
-                      default_subnets: int = 1000, default_policy: str = DEFAULT_POLICY) -> None:
+                      default_subnets: int = 1000, default_policy: str = DEFAULT_POLICY,
+                      ignored: str | None = None) -> None:
+    """The run arguments every run command takes. ``ignored``: why ``--stages``, ``--policy`` and ``--window``
+    are accepted but have no effect (the reference), said in their help instead of what they would do."""
     p.add_argument("--space", default=default_space,
                    help="preset name, JSON file, or module:function returning a naspipe.Supernet (default %(default)s)")
-    p.add_argument("--stages", type=int, default=4, help="pipeline stages P (default %(default)s)")
+    p.add_argument("--stages", type=int, default=4,
+                   help=f"accepted and ignored: {ignored}" if ignored else "pipeline stages P (default %(default)s)")
     p.add_argument("--policy", default=default_policy,
-                   help=f"scheduling policy: {', '.join(POLICIES)} (bsp:M sets the group size; default "
-                        f"%(default)s: csp-cp with a plan chosen by simulating a fixed number of plans first, "
-                        f"csp-plan:plan=S names one; csp is the paper's order); MODULE:NAME imports MODULE, which "
-                        "registers policy NAME (naspipe.register_policy)")
+                   help=f"accepted and ignored: {ignored}" if ignored else
+                   f"scheduling policy: {', '.join(POLICIES)} (bsp:M sets the group size; default "
+                   f"%(default)s: csp-cp with a plan chosen by simulating a fixed number of plans first, "
+                   f"csp-plan:plan=S names one; csp is the paper's order); MODULE:NAME imports MODULE, which "
+                   "registers policy NAME (naspipe.register_policy)")
     p.add_argument("--subnets", type=positive_int("--subnets"), default=default_subnets,
                    help="number of subnets to train (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the subnet sequence and the weights")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
-                   help="scheduler look-ahead window (default %(default)s)")
+                   help=f"accepted and ignored: {ignored}" if ignored else
+                   "scheduler look-ahead window (default %(default)s)")
     p.add_argument("--sequence", default=None, help="replay the subnet sequence from this JSON file")
     p.add_argument("--shared-layers", default=DEFAULT_SHARED,
                    help="fixed-block semantics: frozen, serial or delayed:D (default %(default)s)")

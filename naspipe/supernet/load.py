@@ -19,9 +19,11 @@ supernet of the same name is defined.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
+import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -103,6 +105,13 @@ def load_spec(spec: str, probe: bool = True) -> Supernet:
 
 
 def _call_spec(spec: str) -> Supernet:
+    """Import the module and call the function with stdout sent to stderr: what user code prints while
+    naspipe loads it must not mix into a command's output (``--json``)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        return _call_spec_quietly(spec)
+
+
+def _call_spec_quietly(spec: str) -> Supernet:
     mod_name, _, fn_name = spec.partition(":")
     try:
         mod = importlib.import_module(mod_name)
@@ -111,7 +120,9 @@ def _call_spec(spec: str) -> Supernet:
                             f"{_first_line(e)}); is its folder on PYTHONPATH?") from None
     fn = getattr(mod, fn_name, None)
     if not callable(fn):
-        raise SupernetError(f"--space {spec}: module {mod_name!r} has no function {fn_name!r}")
+        raise SupernetError(f"--space {spec}: module {mod_name!r} has no function {fn_name!r}; --space takes "
+                            "module:function (a function of your module that returns a naspipe.Supernet), the path "
+                            "of a JSON space file (ending .json), or a preset name")
     try:
         sn = fn()
     except SupernetError as e:

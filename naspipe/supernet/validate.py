@@ -16,6 +16,8 @@ fixed block's forwards out of sequence order (a candidate's run in sequence orde
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from typing import Any
 
 from naspipe.supernet.declare import Supernet, SupernetError
@@ -29,7 +31,8 @@ def probe_supernet(sn: Supernet, where: str = "") -> None:
     if _PROBED.get(id(sn)) is sn:
         return
     try:
-        _probe(sn)
+        with contextlib.redirect_stdout(sys.stderr):  # what user code prints must not mix into --json output
+            _probe(sn)
     except SupernetError as e:
         raise SupernetError(f"{where}{e}") from None
     _PROBED[id(sn)] = sn
