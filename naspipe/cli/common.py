@@ -52,32 +52,53 @@ def positive_float(name: str, unit: str = ""):  # noqa: ANN201
 
 
 def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-k48",
-                      default_subnets: int = 1000, default_policy: str = DEFAULT_POLICY) -> None:
+                      default_subnets: int = 1000, default_policy: str = DEFAULT_POLICY,
+                      ignored: str | None = None) -> None:
+    """The run arguments every run command takes. ``ignored``: why ``--stages``, ``--policy`` and ``--window``
+    are accepted but have no effect (the reference), said in their help instead of what they would do."""
     p.add_argument("--space", default=default_space,
                    help="preset name, JSON file, or module:function returning a naspipe.Supernet (default %(default)s)")
-    p.add_argument("--stages", type=int, default=4, help="pipeline stages P (default %(default)s)")
+    p.add_argument("--stages", type=int, default=4,
+                   help=f"accepted and ignored: {ignored}" if ignored else "pipeline stages P (default %(default)s)")
     p.add_argument("--policy", default=default_policy,
-                   help=f"scheduling policy: {', '.join(POLICIES)} (bsp:M sets the group size; default "
-                        f"%(default)s: csp-cp with a plan chosen by simulating a fixed number of plans first, "
-                        f"csp-plan:plan=S names one; csp is the paper's order); MODULE:NAME imports MODULE, which "
-                        "registers policy NAME (naspipe.register_policy)")
+                   help=f"accepted and ignored: {ignored}" if ignored else
+                   f"scheduling policy: {', '.join(POLICIES)} (bsp:M sets the group size; default "
+                   f"%(default)s: csp-cp with a plan chosen by simulating a fixed number of plans first, "
+                   f"csp-plan:plan=S names one; csp is the paper's order); MODULE:NAME imports MODULE, which "
+                   "registers policy NAME (naspipe.register_policy)")
     p.add_argument("--subnets", type=positive_int("--subnets"), default=default_subnets,
                    help="number of subnets to train (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the subnet sequence and the weights")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
-                   help="scheduler look-ahead window (default %(default)s)")
+                   help=f"accepted and ignored: {ignored}" if ignored else
+                   "scheduler look-ahead window (default %(default)s)")
     p.add_argument("--sequence", default=None, help="replay the subnet sequence from this JSON file")
     p.add_argument("--shared-layers", default=DEFAULT_SHARED,
                    help="fixed-block semantics: frozen, serial or delayed:D (default %(default)s)")
 
 
-def resolve_run(args: argparse.Namespace) -> RunSpec:
-    """Validate the shared run arguments into the one run description; raises UsageError with one line."""
+def resolve_run(args: argparse.Namespace, probe: bool = True) -> RunSpec:
+    """Validate the shared run arguments into the one run description; raises UsageError with one line.
+
+    ``probe=False``: a ``module:function`` supernet is read as plain data (labels, names, costs), no candidate
+    built or run (``naspipe simulate``: those checks guard processes it never starts)."""
     for flag, value in (("--stages", args.stages), ("--window", args.window)):
         if value < 1:  # named as the user typed them (RunSpec names its own arguments)
             raise UsageError(f"{flag} must be >= 1, got {value}")
+    space = args.space
+    if not probe:
+        from pathlib import Path
+
+        from naspipe.space import SpaceError
+        from naspipe.supernet.load import is_spec, spec_space
+
+        if is_spec(space) and not Path(space).exists():
+            try:
+                space = spec_space(space, probe=False)
+            except SpaceError as e:
+                raise UsageError(str(e)) from None
     try:
-        spec = RunSpec.create(args.space, stages=args.stages, subnets=args.subnets, seed=args.seed,
+        spec = RunSpec.create(space, stages=args.stages, subnets=args.subnets, seed=args.seed,
                               policy=args.policy, window=args.window, shared_layers=args.shared_layers,
                               sequence=args.sequence or None)
     except SequenceTooShort as e:

@@ -36,6 +36,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
 
 
+def _train_refuses(space: object):  # noqa: ANN202
+    """``replicas -> reason or None``: train's own check that every block of a user supernet runs on a shard of
+    ``batch / replicas`` samples (BatchNorm needs two), so no split train refuses is ranked."""
+    def refuses(replicas: int) -> str | None:
+        from naspipe.validate import ModelCheckError, check_replicas
+
+        try:
+            check_replicas(space, replicas)  # type: ignore[arg-type]
+        except ModelCheckError as e:
+            return str(e)
+        return None
+    return refuses
+
+
 def run(args: argparse.Namespace) -> int:
     from naspipe.sched.registry import PolicyError, get_policy
     from naspipe.shared import SharedPolicyError, parse_shared
@@ -56,21 +70,27 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= alpha < 1:
         raise UsageError(f"--batch-alpha must lie in [0, 1), got {alpha}")
     link = link_from_args(args)
+    refused: list[dict] = []
     try:
         rows = plan(space, args.devices, subnets=args.subnets, policy=args.policy, seed=args.seed,
-                    window=args.window, shared=shared, link=link, alpha=alpha)
+                    window=args.window, shared=shared, link=link, alpha=alpha, refuses=_train_refuses(space),
+                    refused=refused)
     except PolicyError as e:
         raise UsageError(str(e)) from None
+    for r in refused:  # what train would refuse is not ranked: say so, and why
+        print(f"naspipe: note: {r['stages']} x {r['replicas']} left out: train refuses --replicas {r['replicas']}: "
+              f"{r['reason']}", file=sys.stderr)
     if not rows:
         raise UsageError(f"no stages x replicas split of {args.devices} devices fits {space.name!r} (stages <= "
-                         f"{space.num_blocks} blocks, replicas dividing the batch {space.batch_size})")
+                         f"{space.num_blocks} blocks, replicas dividing the batch {space.batch_size}"
+                         f"{', a model that runs on the shard' if refused else ''})")
     if getattr(space.model, "profiled", None) is False:  # a user supernet not profiled yet: no times, no bytes
         print(f"naspipe: note: unit costs (no bytes: memory and exchange read 0); measure them with naspipe profile "
               f"--space {args.space}", file=sys.stderr)
     if args.json:
         print(json.dumps({"space": space.name, "devices": args.devices, "policy": args.policy,
                           "subnets": args.subnets, "link": {"bandwidth": link.bandwidth, "latency": link.latency},
-                          "batch_alpha": alpha, "rows": rows}))
+                          "batch_alpha": alpha, "rows": rows, "refused": refused}))
         return 0
     from naspipe.memsize import format_bytes
 

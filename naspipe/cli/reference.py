@@ -62,7 +62,9 @@ def sampler_from_args(args: argparse.Namespace) -> SamplerSpec:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_run_arguments(p, default_space="tiny-transformer", default_subnets=200, default_policy="sequential")
+    add_run_arguments(p, default_space="tiny-transformer", default_subnets=200, default_policy="sequential",
+                      ignored="the reference trains one subnet at a time in sequence order, on one process "
+                              "(so a train command line runs unchanged)")
     add_optimizer_arguments(p)
     add_sampler_argument(p)
     p.add_argument("--out", required=True,

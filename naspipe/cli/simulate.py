@@ -160,7 +160,7 @@ def memory_config(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = resolve_run(args)
+    cfg = resolve_run(args, probe=False)  # names and costs only: nothing is built, no process started
     if args.jitter >= 1:
         raise UsageError(f"--jitter must lie in [0, 1), got {args.jitter}")
     from naspipe.sched.policies import PolicyError

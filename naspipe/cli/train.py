@@ -109,6 +109,13 @@ def with_policy_options(policy: str, options: list[str]) -> str:
         raise UsageError(f"--policy-option is for the policies with options, {', '.join(keyed)}, not {name!r}")
     full = f"{name}:{','.join([a for a in [arg] if a] + options)}"
     try:
+        given = {k: f"--policy {policy}" for k in parse_policy(policy)[1]}  # option -> where it was set
+        for opt in options:
+            for key in parse_policy(f"{name}:{opt}")[1]:
+                if key in given:
+                    raise UsageError(f"--policy-option {opt} sets {name} option {key!r}, which {given[key]} "
+                                     "already sets; give each option once")
+                given[key] = f"--policy-option {opt}"
         parse_policy(full)
     except PolicyError as e:
         raise UsageError(str(e)) from None

@@ -28,7 +28,9 @@ class CriticalPaths:
     def __init__(self, space: SearchSpace, blocks_per_stage: Sequence[Sequence[int]]):
         """``blocks_per_stage[t]``: every block of stage ``t`` (its cost counts); choice blocks make links."""
         self.P = len(blocks_per_stage)
-        self._cost = [[(b, tuple((c.fwd, c.bwd) for c in space.blocks[b].candidates), not space.blocks[b].fixed)
+        # the space's own candidate tuples (read per admitted subnet): no per-scheduler table of every candidate,
+        # which cost O(K) per scheduler and block (csp-plan makes hundreds of schedulers)
+        self._cost = [[(b, space.blocks[b].candidates, not space.blocks[b].fixed)
                        for b in blocks] for blocks in blocks_per_stage]
         self._last: dict[tuple[int, int], int] = {}  # candidate -> newest admitted user
         # k -> (i, t, b_t(i) + ... + b_{P-1}(i)): k next uses i's candidate on stage t (the lowest such t)
@@ -46,11 +48,11 @@ class CriticalPaths:
         x = self.x
         for t, blocks in enumerate(self._cost):
             ft = bt = 0.0
-            for blk, costs, choice in blocks:
+            for blk, cands, choice in blocks:
                 c = subnet[blk]
-                cf, cb = costs[c]
-                ft += cf
-                bt += cb
+                cand = cands[c]
+                ft += cand.fwd
+                bt += cand.bwd
                 if choice:
                     key = (blk, c)
                     i = self._last.get(key)

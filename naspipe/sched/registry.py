@@ -19,8 +19,10 @@ imports those modules once and looks again. ``load_policy_spec("my_module:my-pol
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
@@ -134,7 +136,8 @@ def get_policy(text: str) -> Policy:
 def parse_policy(text: str) -> tuple[Policy, dict[str, object]]:
     """The ``Policy`` of a policy string and its options, parsed with the one grammar: ``name[:OPTIONS]``,
     OPTIONS comma separated ``key=value`` (``-`` may stand for ``_``), a bare value setting the first option,
-    a bare flag meaning 1. PolicyError (one line) on an unknown name, option or bad value."""
+    a bare flag meaning 1. PolicyError (one line) on an unknown name, option or bad value, or an option given
+    twice."""
     policy = get_policy(text)
     name, _, arg = str(text).partition(":")
     name, spec = name.strip(), policy.options
@@ -152,6 +155,8 @@ def parse_policy(text: str) -> tuple[Policy, dict[str, object]]:
         key = key.strip().replace("-", "_")
         if key not in spec:
             raise PolicyError(f"policy {name!r} has no option {key!r}; options: {', '.join(spec)}")
+        if key in out:  # recorded as given, "plan=1,plan=7" would name two plans for one run
+            raise PolicyError(f"{name} option {key!r} is given twice ({', '.join(items)}); give each option once")
         try:
             v: object = spec[key](value.strip())
         except ValueError:
@@ -178,7 +183,8 @@ def load_policy_spec(text: str) -> str:
     if not sep or head in _REGISTRY or not rest:
         return text
     try:
-        importlib.import_module(head)
+        with contextlib.redirect_stdout(sys.stderr):  # what the module prints must not mix into --json output
+            importlib.import_module(head)
     except ImportError as e:
         raise PolicyError(f"policy {text!r}: {head!r} is neither a policy nor an importable module ({e})") from None
     except Exception as e:  # noqa: BLE001 - the user's module: one line, not a traceback

@@ -102,6 +102,19 @@ def _read_config(run_dir: Path) -> dict[str, Any]:
     return cfg
 
 
+def _space_hint(recorded: str, given: object) -> str:
+    """What to do when the recorded space does not resolve: a module:function needs its module importable, a
+    space loaded from a JSON file needs that file (its name alone says nothing)."""
+    from naspipe.supernet.load import is_spec
+
+    if given is not None:
+        return "check the --space given"
+    if is_spec(recorded):
+        module = recorded.partition(":")[0]
+        return f"a module:function: search needs module {module!r} importable here, its folder on PYTHONPATH"
+    return "if it was loaded from a JSON file, pass that file with --space"
+
+
 def load_trained_run(run_dir: str | Path, space: str | SearchSpace | None = None) -> LoadedRun:
     """The trained supernet of a run directory. ``space`` overrides the recorded one (needed for a space
     loaded from a JSON file, whose name alone cannot be resolved)."""
@@ -112,7 +125,8 @@ def load_trained_run(run_dir: str | Path, space: str | SearchSpace | None = None
     try:
         sp = resolve_space(space if space is not None else recorded_space(d, str(cfg["space"])))
     except SpaceError as e:
-        raise RunError(f"{e} (the run recorded space {cfg['space']!r}; pass its JSON file with --space)") from None
+        raise RunError(f"{e} (the run recorded space {cfg['space']!r}; {_space_hint(str(cfg['space']), space)})") \
+            from None
     if sp.name != cfg["space"]:
         raise RunError(f"the run trained space {cfg['space']!r}, not {sp.name!r}")
     try:

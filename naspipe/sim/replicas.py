@@ -26,7 +26,7 @@ NVLink 3: 600 GB/s both directions together); pass another ``LinkModel`` for PCI
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,11 +183,16 @@ def simulate_replicas(space: SearchSpace, stages: int, replicas: int, stream: Su
 
 def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = DEFAULT_POLICY, seed: int = 0,
          window: int = DEFAULT_WINDOW, shared: SharedLayers | None = None, link: LinkModel = DEFAULT_LINK,
-         alpha: float = DEFAULT_BATCH_ALPHA) -> list[dict[str, Any]]:
+         alpha: float = DEFAULT_BATCH_ALPHA, refuses: Callable[[int], str | None] | None = None,
+         refused: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Every ``stages x replicas = devices`` split that can run (stages <= blocks, replicas divide the batch),
     simulated on the same sequence; rows ranked by throughput (subnets/s), best first. PolicyError, before
     anything is simulated, for ``devices > 1`` and a policy that cannot train with replicas (its only split,
-    ``devices x 1``, is ``naspipe simulate``'s)."""
+    ``devices x 1``, is ``naspipe simulate``'s).
+
+    ``refuses(replicas)``: why training would refuse that many replicas (a model that cannot run on a shard of
+    ``batch / replicas`` samples, e.g. BatchNorm on one), or None; such splits are not ranked but appended to
+    ``refused`` as ``{stages, replicas, reason}``, so a plan never ranks first a split ``train`` refuses."""
     if devices < 1:
         raise ValueError(f"devices must be >= 1, got {devices}")
     if devices > 1:
@@ -205,6 +210,11 @@ def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = 
     for r in range(1, devices + 1):
         p = devices // r
         if devices % r or space.batch_size % r or p > space.num_blocks:
+            continue
+        reason = refuses(r) if refuses is not None and r > 1 else None
+        if reason is not None:
+            if refused is not None:
+                refused.append({"stages": p, "replicas": r, "reason": reason})
             continue
         res = simulate_replicas(space, p, r, stream, policy, window=window, shared=shared, seed=seed, link=link,
                                 alpha=alpha)

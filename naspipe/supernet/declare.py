@@ -142,6 +142,10 @@ class Supernet:
                 raise SupernetError(f"duplicate label {b.label!r}: every block needs its own label")
             seen.add(b.label)
         object.__setattr__(self, "blocks", blocks)
+        # each block's names and factories in order, once: a lookup per built candidate must not copy a block
+        # of thousands of candidates (that made building a block quadratic in its size)
+        object.__setattr__(self, "_names", tuple(tuple(b.candidates) for b in blocks))
+        object.__setattr__(self, "_factories", tuple(tuple(b.candidates.values()) for b in blocks))
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise SupernetError(f"batch_size must be a whole number >= 1, got {self.batch_size!r}")
         if not callable(self.data) and not _is_dataset(self.data):
@@ -168,10 +172,10 @@ class Supernet:
         return tuple(b.label for b in self.blocks)
 
     def candidate_names(self, block: int) -> tuple[str, ...]:
-        return tuple(self.blocks[block].candidates)
+        return self._names[block]  # type: ignore[attr-defined]
 
     def factory(self, block: int, choice: int) -> Callable[[], Any]:
-        return list(self.blocks[block].candidates.values())[choice]
+        return self._factories[block][choice]  # type: ignore[attr-defined]
 
     # ---- subnets as label dicts ------------------------------------------------------------------------
     def to_dict(self, subnet: Sequence[int]) -> dict[str, str]:

@@ -19,9 +19,11 @@ supernet of the same name is defined.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
+import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -115,6 +117,13 @@ def load_spec(spec: str, probe: bool = True) -> Supernet:
 
 
 def _call_spec(spec: str) -> Supernet:
+    """Import the module and call the function with stdout sent to stderr: what user code prints while
+    naspipe loads it must not mix into a command's output (``--json``)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        return _call_spec_quietly(spec)
+
+
+def _call_spec_quietly(spec: str) -> Supernet:
     mod_name, _, fn_name = spec.partition(":")
     try:
         mod = importlib.import_module(mod_name)
@@ -123,7 +132,9 @@ def _call_spec(spec: str) -> Supernet:
                             f"{_first_line(e)}); is its folder on PYTHONPATH?") from None
     fn = getattr(mod, fn_name, None)
     if not callable(fn):
-        raise SupernetError(f"--space {spec}: module {mod_name!r} has no function {fn_name!r}")
+        raise SupernetError(f"--space {spec}: module {mod_name!r} has no function {fn_name!r}; --space takes "
+                            "module:function (a function of your module that returns a naspipe.Supernet), the path "
+                            "of a JSON space file (ending .json), or a preset name")
     try:
         sn = fn()
     except SupernetError as e:
@@ -391,10 +402,13 @@ def to_space(obj: Any) -> SearchSpace | None:
     return None
 
 
-def spec_space(spec: str, costs: bool = True) -> SearchSpace:
-    """The space of ``module:function`` (probed), with its profile when ``costs`` (the supernet's own, else the one
-    ``naspipe profile`` stored beside the module); SupernetError (one line)."""
-    sn = load_spec(spec)
+def spec_space(spec: str, costs: bool = True, probe: bool = True) -> SearchSpace:
+    """The space of ``module:function``, with its profile when ``costs`` (the supernet's own, else the one
+    ``naspipe profile`` stored beside the module); SupernetError (one line).
+
+    ``probe=False`` (``naspipe simulate``, which reads names and costs only) calls the function but builds no
+    candidate: probing builds and runs every one, minutes for a block of thousands of cells."""
+    sn = load_spec(spec, probe=probe)
     if not costs:
         return space_of(sn.with_costs(None) if sn.costs is not None else sn, source=spec)
     default = default_costs_path(spec)

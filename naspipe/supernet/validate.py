@@ -19,6 +19,8 @@ pipeline runs a fixed block's forwards out of sequence order (a candidate's run 
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from typing import Any
 
 from naspipe.supernet.declare import Supernet, SupernetError
@@ -35,7 +37,8 @@ def probe_supernet(sn: Supernet, where: str = "") -> None:
     if _PROBED.get(id(sn)) is sn:
         return
     try:
-        digests = _probe(sn)
+        with contextlib.redirect_stdout(sys.stderr):  # what user code prints must not mix into --json output
+            digests = _probe(sn)
     except SupernetError as e:
         raise SupernetError(f"{where}{e}") from None
     _PROBED[id(sn)] = sn
@@ -131,21 +134,22 @@ def _probe(sn: Supernet) -> dict[str, str]:
                             "the torch.Generator naspipe passes in")
     _check_batch(sn, x, target)
     digests: dict[str, str] = {}
+    owners = ParameterOwners()
     with torch.no_grad():
         for b, blk in enumerate(sn.blocks):
-            outs = []
+            first_name, first = None, None  # only the first output is kept: a block may hold thousands
             weights = WeightsDigest()
             for c, name in enumerate(blk.candidates):
                 mod = build_candidate(sn, b, c, 0)
+                owners.add(blk, name, mod)
                 _refuse_lazy(blk, name, mod)
                 _same_twice(blk, name, mod, build_candidate(sn, b, c, 0))
                 weights.add(name, mod)  # as built, before a forward changes a buffer
                 out = _forward_twice(blk, name, mod, x)
-                outs.append((name, out))
-            digests[blk.label] = weights.hexdigest()
-            first_name, first = outs[0]
-            for name, out in outs[1:]:
-                if out.shape != first.shape or out.dtype != first.dtype:
+                del mod
+                if first is None:
+                    first_name, first = name, out
+                elif out.shape != first.shape or out.dtype != first.dtype:
                     raise SupernetError(f"block {blk.label!r}: candidates {first_name!r} and {name!r} give outputs "
                                         f"{tuple(first.shape)} {first.dtype} and {tuple(out.shape)} {out.dtype}; every "
                                         "candidate of a block must give the same shape")
@@ -163,6 +167,34 @@ def _probe(sn: Supernet) -> dict[str, str]:
         raise SupernetError(f"loss must return a scalar float tensor, got {got} (last block "
                             f"{sn.blocks[-1].label!r}); {fix}")
     return digests
+
+
+class ParameterOwners:
+    """Which candidate built each live parameter: two candidates (or blocks) holding the same ``nn.Parameter``
+    object (a module bank shared between candidates) are refused, since naspipe gives every candidate its own
+    weights and optimizer state, updated by its own subnets on the stage that holds it. Entries are weak: a
+    parameter freed with its module leaves, so its id, reused by a later tensor, is never mistaken for it."""
+
+    def __init__(self) -> None:
+        self._owner: dict[int, tuple[Any, str, str, str]] = {}  # id -> (weak ref, label, candidate, name)
+
+    def add(self, blk: Any, cand: str, mod: Any) -> None:
+        import weakref
+
+        for pname, p in mod.named_parameters():
+            hit = self._owner.get(id(p))
+            if hit is not None and hit[0]() is p:
+                _, label, other, oname = hit
+                who = (f"block {label!r}: candidates {other!r} and {cand!r}" if label == blk.label else
+                       f"block {label!r}, candidate {other!r} and block {blk.label!r}, candidate {cand!r}")
+                raise SupernetError(f"{who} hold the same parameter ({oname!r} of {other!r} is {pname!r} of "
+                                    f"{cand!r}): a module shared between candidates, which naspipe does not train "
+                                    "(every candidate has its own weights and optimizer state, updated in its own "
+                                    "subnets' order, possibly on another stage); build every module inside the "
+                                    "factory, or put what all subnets share in a Fixed block "
+                                    "(docs/shared-parameters.md)")
+            key = id(p)
+            self._owner[key] = (weakref.ref(p, lambda _, k=key: self._owner.pop(k, None)), blk.label, cand, pname)
 
 
 def _line(e: BaseException) -> str:
