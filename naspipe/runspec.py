@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from naspipe.fair import is_seeded
 from naspipe.partition import Partition
 from naspipe.partition import partition as make_partition
+from naspipe.samplers import SamplerError, make_stream, parse_sampler
 from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW, PolicyError
 from naspipe.sched.registry import get_policy, load_policy_spec
-from naspipe.fair import is_seeded
-from naspipe.samplers import SamplerError, make_stream, parse_sampler
 from naspipe.sequence import ReplayStream, SubnetStream
 from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
 from naspipe.space import SearchSpace, SpaceError, resolve_space

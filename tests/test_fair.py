@@ -157,3 +157,16 @@ def test_simulate_reports_the_sampler_and_the_sequence_structure(capsys):
     assert "cannot be combined with --sequence" in capsys.readouterr().err
     assert main([*args, "--sampler", "fair:3"]) == 2
     assert "takes no argument" in capsys.readouterr().err
+
+
+def test_compare_samplers_puts_the_sequences_side_by_side():
+    from naspipe.experiments import compare_samplers
+    from naspipe.partition import partition
+
+    sp = preset("naspipe-k12")
+    results, rows = compare_samplers(sp, partition(sp, 4), 0, 48, ("uniform", "fair", "spread"), "csp")
+    assert list(results) == [r["sampler"] for r in rows] == ["uniform", "fair", "spread"]
+    by = {r["sampler"]: r for r in rows}
+    assert by["fair"]["makespan"] < by["uniform"]["makespan"]
+    assert by["uniform"]["conflicts"] > by["fair"]["conflicts"] >= by["spread"]["conflicts"] == 0
+    assert by["spread"]["min_reuse_distance"] == spread_distance(12)

@@ -5,7 +5,8 @@ the reference has one stage and no schedule) and writes ``losses.csv``, ``params
 ``metrics.json`` to ``--out``, the files ``naspipe verify`` compares, and ``weights.pt`` (the trained supernet,
 ``naspipe.weights``), which ``naspipe search`` reads. ``--sampler evolution[:LAG]`` generates the
 sequence at run time from the training losses, ``fair`` and ``spread`` from the seed (``naspipe.samplers``);
-the sequence such a sampler produced is also written to ``sequence.json`` (replayable with ``--sequence``). ``run.json`` records the run's kind and identity
+the sequence such a sampler produced is also written to ``sequence.json`` (replayable with ``--sequence``).
+``run.json`` records the run's kind and identity
 (``naspipe.runs``, threads included: compare ``train --threads N`` with ``reference --threads N``); a folder holding
 a train run is refused unless ``--overwrite``, which clears it first. The model is checked before training
 (``naspipe.validate``).

@@ -22,9 +22,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
+from naspipe.samplers import make_stream, parse_sampler
 from naspipe.search.constraints import Constraint
 from naspipe.search.costs import SearchCosts
-from naspipe.samplers import make_stream, parse_sampler
 from naspipe.search.result import Evaluated, SearchResult
 from naspipe.space import SearchSpace, Subnet
 
