@@ -476,6 +476,15 @@ def test_report_warns_when_the_sequence_does_not_match(tmp_path):
     assert "Warning: the trace breaks" in write_report(run).read_text()
 
 
+def test_report_rebuilds_a_fair_sequence_from_the_seed_and_the_sampler(tmp_path):
+    run = tmp_path / "fair"
+    run.mkdir()
+    assert cli_main(["simulate", "--space", "naspipe-k48", "--subnets", "60", "--sampler", "fair",
+                     "--trace", str(run / "trace.json")]) == 0
+    assert json.loads((run / "trace.json").read_text())["meta"]["sampler"] == "fair"
+    assert "Warning: the trace breaks" not in write_report(run).read_text()
+
+
 def test_report_with_a_second_trace_and_stalls(tmp_path):
     run = tmp_path / "measured"
     run.mkdir()

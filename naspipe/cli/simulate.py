@@ -221,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
         out["batch_size"] = cfg.space.batch_size
         out.update({k: result.extra[k] for k in ("replica_batch", "link", "exchange", "exchange_share",
                                                  "memory_per_replica")})
+    result.trace.meta["sampler"] = cfg.sampler  # a report rebuilds the sequence from the seed and the sampler
     try:
         if args.trace:
             result.trace.save(Path(args.trace))
