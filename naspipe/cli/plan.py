@@ -108,8 +108,8 @@ def run(args: argparse.Namespace) -> int:
         for r in rows:
             u = r["uniform"]
             w(f"  {r['stages']:>3} x {r['replicas']:<3} {r['throughput']:.2f} vs {u['throughput']:.2f} subnets/s "
-              f"(x{r['speedup']:.2f}), utilisation {r['utilization']:.2f} vs {u['utilization']:.2f}; subnets reusing a "
-              f"candidate of one of the {r['stages'] - 1} before: {r['sequence']['conflicts']} vs "
+              f"(x{r['speedup']:.2f}), utilisation {r['utilization']:.2f} vs {u['utilization']:.2f}; subnets sharing "
+              f"a candidate with one fewer than {r['stages']} places before: {r['sequence']['conflicts']} vs "
               f"{u['sequence']['conflicts']}; min reuse distance {r['sequence']['min_reuse_distance']} vs "
               f"{u['sequence']['min_reuse_distance']}\n")
     return 0
