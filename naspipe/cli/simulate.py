@@ -238,7 +238,8 @@ def run(args: argparse.Namespace) -> int:
         w(f"  makespan     {out['makespan']:.4f} s   throughput {out['throughput']:.1f} subnets/s\n")
         q = out["sequence"]
         w(f"  sequence     sampler {out['sampler']}: {q['conflicts']} of {out['subnets']} subnets share a candidate "
-          f"with a subnet fewer than {q['in_flight']} places before; reuse distance min {q['min_reuse_distance']}, mean "
+          f"with a subnet fewer than {q['in_flight']} places before; reuse distance min {q['min_reuse_distance']}, "
+          "mean "
           + (f"{q['mean_reuse_distance']:.1f}" if q["mean_reuse_distance"] is not None else "None") + "\n")
         if replicas > 1:
             from naspipe.memsize import format_bytes
