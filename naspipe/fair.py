@@ -64,7 +64,7 @@ class FairStream(_ListLike):
             raise ValueError("number of subnets must be >= 0")
         self.space, self.seed, self.n = space, int(seed), int(n)
         self._ks = [b.k for b in space.blocks]
-        self._perms: dict[tuple[int, int], list[int]] = {}
+        self._perms: dict[int, tuple[int, list[int]]] = {}  # per block: its latest group and permutation
 
     def __len__(self) -> int:
         return self.n
@@ -75,10 +75,10 @@ class FairStream(_ListLike):
         if k <= 1:
             return 0
         g, r = divmod(j, k)
-        perm = self._perms.get((b, g))
-        if perm is None:
-            perm = self._perms[(b, g)] = _permutation(self.seed, b, g, k)
-        return perm[r]
+        held = self._perms.get(b)
+        if held is None or held[0] != g:  # reads are mostly in order: one group per block is kept
+            held = self._perms[b] = (g, _permutation(self.seed, b, g, k))
+        return held[1][r]
 
     def __getitem__(self, j: int) -> Subnet:
         if not 0 <= j < self.n:
