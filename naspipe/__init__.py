@@ -5,10 +5,13 @@ sequences, partitions and traces never import torch; the runtime and models do, 
 """
 
 from naspipe.bound import Bound, lower_bound
+from naspipe.conflicts import conflict_stats
+from naspipe.fair import FairStream, SpreadStream
 from naspipe.measure import measure_costs
 from naspipe.partition import Partition, partition
 from naspipe.runspec import RunSpec, RunSpecError
 from naspipe.runtime import TrainConfig, train
+from naspipe.samplers import make_stream
 from naspipe.sched import SharedLayers, make_scheduler, parse_shared, policy_names
 from naspipe.sched.registry import Policy, get_policy, register_policy
 from naspipe.sequence import ReplayStream, UniformStream, Window
@@ -25,4 +28,5 @@ __all__ = [
     "TraceEvent", "UniformStream", "Window", "load_space", "lower_bound", "make_scheduler", "parse_shared",
     "partition", "Policy", "get_policy", "register_policy", "policy_names", "preset", "preset_names",
     "resolve_space", "RunSpec", "RunSpecError", "simulate", "TrainConfig", "train",
+    "conflict_stats", "FairStream", "make_stream", "SpreadStream",
 ]

@@ -24,6 +24,10 @@ loss never changes.
 
 For a pipeline: ``lag`` must not depend on the stage count (or runs on different stage counts would train
 different sequences); with a lag below the number of subnets in flight the pipeline waits for losses.
+
+Samplers fixed by the seed alone (``make_stream``): ``uniform`` (``naspipe.sequence.UniformStream``),
+``fair`` (strict fairness) and ``spread[:fair|uniform]`` (conflict spreading over that base, fair by
+default), both in ``naspipe.fair``, whose docstring states their frequency bounds.
 """
 
 from __future__ import annotations
@@ -33,10 +37,13 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from naspipe.fair import FairStream, SpreadStream
 from naspipe.sequence import OnlineStream, SubnetStream, UniformStream
 from naspipe.space import SearchSpace, Subnet
 
-SAMPLERS: tuple[str, ...] = ("uniform", "evolution")
+SAMPLERS: tuple[str, ...] = ("uniform", "fair", "spread", "evolution")
+SPREAD_BASES: tuple[str, ...] = ("fair", "uniform")
+CHOICES = "uniform, fair, spread[:fair|uniform] or evolution[:LAG]"
 DEFAULT_LAG = 16
 
 
@@ -115,28 +122,40 @@ def _loss(results: Mapping[int, float], i: int, j: int) -> float:
 
 @dataclass(frozen=True)
 class SamplerSpec:
-    """A parsed ``--sampler`` value: ``uniform`` or ``evolution[:LAG]``."""
+    """A parsed ``--sampler`` value: ``uniform``, ``fair``, ``spread[:BASE]`` or ``evolution[:LAG]``."""
 
     kind: str = "uniform"
     lag: int = DEFAULT_LAG
+    base: str = "fair"  # spread's base distribution
 
     @property
     def online(self) -> bool:
-        return self.kind != "uniform"
+        """The sequence is generated at run time from the losses (not a function of the seed alone)."""
+        return self.kind == "evolution"
 
     def __str__(self) -> str:
-        return "uniform" if self.kind == "uniform" else f"{self.kind}:{self.lag}"
+        if self.kind in ("uniform", "fair"):
+            return self.kind
+        if self.kind == "spread":
+            return f"spread:{self.base}"
+        return f"{self.kind}:{self.lag}"
 
 
 def parse_sampler(text: str) -> SamplerSpec:
-    """``uniform`` or ``evolution[:LAG]`` (LAG a whole number >= 1, default 16); SamplerError otherwise."""
-    kind, sep, lag_text = text.strip().lower().partition(":")
+    """``uniform``, ``fair``, ``spread[:fair|uniform]`` (default base fair) or ``evolution[:LAG]`` (LAG a
+    whole number >= 1, default 16); SamplerError otherwise."""
+    kind, sep, lag_text = str(text).strip().lower().partition(":")
     if kind not in SAMPLERS:
-        raise SamplerError(f"unknown sampler {text!r}; choose uniform or evolution[:LAG]")
-    if kind == "uniform":
+        raise SamplerError(f"unknown sampler {text!r}; choose {CHOICES}")
+    if kind in ("uniform", "fair"):
         if sep:
-            raise SamplerError(f"sampler 'uniform' takes no argument, got {text!r}")
-        return SamplerSpec("uniform")
+            raise SamplerError(f"sampler {kind!r} takes no argument, got {text!r}")
+        return SamplerSpec(kind)
+    if kind == "spread":
+        base = lag_text.strip() if sep else "fair"
+        if base not in SPREAD_BASES:
+            raise SamplerError(f"bad sampler {text!r}: spread's base is fair or uniform (spread:fair, spread:uniform)")
+        return SamplerSpec("spread", base=base)
     if not sep:
         return SamplerSpec(kind, DEFAULT_LAG)
     if not lag_text.strip().isdigit() or int(lag_text) < 1:
@@ -145,11 +164,16 @@ def parse_sampler(text: str) -> SamplerSpec:
 
 
 def make_stream(space: SearchSpace, seed: int, n: int, spec: SamplerSpec | str = "uniform") -> SubnetStream:
-    """The subnet stream of a run: ``UniformStream`` or an ``OnlineStream`` over an ``EvolutionSampler``.
+    """The subnet stream of a run: ``UniformStream``, ``FairStream``, ``SpreadStream`` or an ``OnlineStream``
+    over an ``EvolutionSampler``.
 
     An online stream must be told each loss (``stream.report(j, loss)``) right after subnet ``j`` trains.
     """
     spec = parse_sampler(spec) if isinstance(spec, str) else spec
     if spec.kind == "uniform":
         return UniformStream(space, seed, n)
+    if spec.kind == "fair":
+        return FairStream(space, seed, n)
+    if spec.kind == "spread":
+        return SpreadStream(space, seed, n, spec.base)
     return OnlineStream(space, EvolutionSampler(space, seed, lag=spec.lag), n)

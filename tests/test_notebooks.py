@@ -57,11 +57,12 @@ def test_02_csp_explained():
     print(f"\n02_csp_explained: {nb.metadata['naspipe_test']['seconds']:.1f} s")
     mimes = output_mime_types(nb)
     assert mimes["error"] == 0
-    assert mimes[PLOTLY_MIME] >= 4  # sharing table, DAG, Gantt of four policies, summary table
+    assert mimes[PLOTLY_MIME] >= 6  # sharing table, DAG, Gantt of four policies, summary table, two samplers
     assert mimes[WIDGET_MIME] >= 1  # the schedule slider
     titles = plotly_titles(nb)
     assert any(t.startswith("causal DAG") for t in titles)
     assert any("four policies" in t for t in titles)
+    assert any("uniform and fair sequences side by side" in t for t in titles)
 
 
 def test_05_scaling():

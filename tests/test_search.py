@@ -201,6 +201,25 @@ def test_tight_constraint_exhausts_and_infeasible_is_refused():
         search_space(SPACE, costs, _synthetic, strategy="grid")
 
 
+def test_a_fair_random_search_proposes_every_candidate_equally_often():
+    from collections import Counter
+
+    from naspipe.fair import FairStream
+
+    costs = SearchCosts.from_space(SPACE)
+    k = max(b.k for b in SPACE.blocks)
+    res = search_space(SPACE, costs, _synthetic, strategy="random", budget=4 * k, seed=3, sampler="fair")
+    assert res.settings["sampler"] == "fair"
+    subs = [e.subnet for e in res.evaluated]
+    assert subs == list(FairStream(SPACE, 3, 4 * k))  # distinct already: the stream's order, in full
+    for b in SPACE.choice_blocks:
+        assert set(Counter(s[b] for s in subs).values()) == {4 * k // SPACE.blocks[b].k}
+    uniform = search_space(SPACE, costs, _synthetic, strategy="random", budget=4 * k, seed=3)
+    assert uniform.settings["sampler"] == "uniform" and [e.subnet for e in uniform.evaluated] != subs
+    with pytest.raises(ValueError, match="needs training losses"):
+        search_space(SPACE, costs, _synthetic, sampler="evolution:4")
+
+
 # ---- search with inherited weights -------------------------------------------------------------------
 def test_search_run_is_reproducible_and_writes_search_json(run_dir):
     kw = {"strategy": "evolution", "budget": 12, "constraints": parse_constraints("params<=30k"), "seed": 3,
@@ -288,6 +307,8 @@ def test_cli_search_bad_input_exit_2(run_dir, tmp_path, capsys):
         ([str(run_dir), "--heldout", "999"], "held-out"),
         ([str(run_dir), "--population", "4", "--sample-size", "5"], "exceeds"),
         ([str(run_dir), "--space", "tiny-transformer"], "trained space"),
+        ([str(run_dir), "--sampler", "fair:2"], "takes no argument"),
+        ([str(run_dir), "--sampler", "evolution"], "needs training losses"),
     ]
     for argv, msg in cases:
         assert main(["search", *argv, "--budget", "2"] if "--budget" not in argv else ["search", *argv]) == 2, argv

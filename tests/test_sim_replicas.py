@@ -84,6 +84,24 @@ def test_plan_cli_prints_its_table_and_refuses_bad_input(capsys):
         assert "\n" not in err and message in err, err
 
 
+def test_plan_says_what_a_sampler_changes_per_split(capsys):
+    data = _json(capsys, ["plan", "--devices", "4", "--space", "naspipe-k12", "--subnets", "120", "--sampler", "fair",
+                          "--json"])
+    assert data["sampler"] == "fair"
+    deep = next(r for r in data["rows"] if r["stages"] == 4)
+    assert deep["speedup"] > 1.5
+    assert deep["throughput"] == pytest.approx(deep["speedup"] * deep["uniform"]["throughput"])
+    assert deep["sequence"]["conflicts"] < deep["uniform"]["sequence"]["conflicts"]
+    assert deep["sequence"]["in_flight"] == 4
+    assert main(["plan", "--devices", "2", "--space", "naspipe-k12", "--subnets", "40", "--sampler", "spread"]) == 0
+    assert "sampler spread:fair against uniform" in capsys.readouterr().out
+    assert "uniform" not in _json(capsys, ["plan", "--devices", "2", "--subnets", "20", "--json"])["rows"][0]
+    for bad, message in (("evolution:4", "fixed up front"), ("fair:1", "takes no argument")):
+        assert main(["plan", "--devices", "2", "--subnets", "20", "--sampler", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and message in err, err
+
+
 @pytest.mark.parametrize("argv", [["simulate", "--replicas", "2", "--policy", "bsp"],
                                   ["simulate", "--replicas", "2", "--policy", "pipemare"],
                                   ["simulate", "--replicas", "2", "--policy", "asp"],

@@ -476,6 +476,24 @@ def test_report_warns_when_the_sequence_does_not_match(tmp_path):
     assert "Warning: the trace breaks" in write_report(run).read_text()
 
 
+def test_report_rebuilds_a_fair_sequence_from_the_seed_and_the_sampler(tmp_path):
+    run = tmp_path / "fair"
+    run.mkdir()
+    assert cli_main(["simulate", "--space", "naspipe-k48", "--subnets", "60", "--sampler", "fair",
+                     "--trace", str(run / "trace.json")]) == 0
+    assert json.loads((run / "trace.json").read_text())["meta"]["sampler"] == "fair"
+    assert "Warning: the trace breaks" not in write_report(run).read_text()
+
+
+def test_sampler_figure_shows_a_uniform_and_a_fair_schedule(tmp_path):
+    from naspipe.experiments.figures import sampler_figures
+
+    paths = sampler_figures(tmp_path, space="naspipe-k12", stages=4, subnets=12)
+    svg = (tmp_path / "gantt_samplers.svg").read_text()
+    assert tmp_path / "gantt_samplers.html" in paths and "a uniform and a fair sequence" in svg
+    assert "uniform sequence: utilisation" in svg and "fair sequence: utilisation" in svg
+
+
 def test_report_with_a_second_trace_and_stalls(tmp_path):
     run = tmp_path / "measured"
     run.mkdir()

@@ -77,6 +77,29 @@ def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-
                    help="fixed-block semantics: frozen, serial or delayed:D (default %(default)s)")
 
 
+def _seeded_sampler(args: argparse.Namespace) -> str:
+    """``--sampler`` when it makes the sequence from the seed (a run-time one is the run's, not the spec's)."""
+    from naspipe.samplers import SamplerError, parse_sampler
+
+    text = getattr(args, "sampler", None) or "uniform"
+    try:
+        spec = parse_sampler(text)
+    except SamplerError as e:
+        raise UsageError(str(e)) from None
+    if spec.kind != "uniform" and getattr(args, "sequence", None):
+        raise UsageError(f"--sampler {text} makes the sequence; it cannot be combined with --sequence")
+    return "uniform" if spec.online else str(spec)
+
+
+def add_sampler_argument(p: argparse.ArgumentParser, online: bool = True) -> None:
+    """``--sampler``: for ``naspipe reference``, ``train`` (also run-time ``evolution[:LAG]``), ``simulate``."""
+    text = ("subnet sequence: uniform (seeded), fair (strict fairness: every candidate once per group of K "
+            "subnets), spread[:fair|uniform] (the base's candidate frequencies, reuses kept apart)")
+    if online:
+        text += " or evolution[:LAG], generated at run time from the losses of subnets <= j - LAG (default LAG 16)"
+    p.add_argument("--sampler", default="uniform", help=text + "; default %(default)s")
+
+
 def resolve_run(args: argparse.Namespace, probe: bool = True) -> RunSpec:
     """Validate the shared run arguments into the one run description; raises UsageError with one line.
 
@@ -100,7 +123,7 @@ def resolve_run(args: argparse.Namespace, probe: bool = True) -> RunSpec:
     try:
         spec = RunSpec.create(space, stages=args.stages, subnets=args.subnets, seed=args.seed,
                               policy=args.policy, window=args.window, shared_layers=args.shared_layers,
-                              sequence=args.sequence or None)
+                              sequence=args.sequence or None, sampler=_seeded_sampler(args))
     except SequenceTooShort as e:
         raise UsageError(f"--sequence holds {e.have} subnets, fewer than --subnets {e.need}") from None
     except RunSpecError as e:

@@ -3,7 +3,10 @@
 Why it exists: past a few stages the causal bound, not the scheduler, caps a CSP pipeline, so more devices
 pay only as data-parallel replicas; which split is best depends on the space, the batch and the link
 between replicas. The planner simulates each split on the same sequence (``naspipe.sim.replicas.plan``)
-and prints the table, best first (no torch, no processes).
+and prints the table, best first (no torch, no processes). With ``--sampler fair`` (or ``spread[:BASE]``)
+it ranks the splits on that sampler's sequence and says, per split, what the sampler changes against uniform
+sampling: throughput, and subnets that reuse a candidate of one of the ``stages - 1`` before them
+(``naspipe.conflicts``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="subnets simulated per split (default %(default)s)")
     p.add_argument("--policy", default=DEFAULT_POLICY, help="scheduling policy (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the subnet sequence")
+    p.add_argument("--sampler", default="uniform",
+                   help="sequence to plan on: uniform, fair or spread[:fair|uniform]; other than uniform, each split "
+                        "is also simulated on the uniform sequence and the change reported (default %(default)s)")
     p.add_argument("--window", type=positive_int("--window"), default=200, help="scheduler window")
     p.add_argument("--shared-layers", default="frozen", help="fixed-block semantics (default %(default)s)")
     p.add_argument("--batch-alpha", type=float, default=None,
@@ -66,15 +72,26 @@ def run(args: argparse.Namespace) -> int:
         get_policy(args.policy)
     except PolicyError as e:
         raise UsageError(str(e)) from None
+    from naspipe.samplers import SamplerError, parse_sampler
+
+    try:
+        sampler = parse_sampler(args.sampler)
+    except SamplerError as e:
+        raise UsageError(str(e)) from None
+    if sampler.online:
+        raise UsageError(f"--sampler {args.sampler} generates the sequence from training losses; a plan needs "
+                         "one fixed up front (uniform, fair, spread[:BASE])")
     alpha = DEFAULT_BATCH_ALPHA if args.batch_alpha is None else args.batch_alpha
     if not 0 <= alpha < 1:
         raise UsageError(f"--batch-alpha must lie in [0, 1), got {alpha}")
     link = link_from_args(args)
     refused: list[dict] = []
     try:
-        rows = plan(space, args.devices, subnets=args.subnets, policy=args.policy, seed=args.seed,
-                    window=args.window, shared=shared, link=link, alpha=alpha, refuses=_train_refuses(space),
-                    refused=refused)
+        kw = dict(subnets=args.subnets, policy=args.policy, seed=args.seed, window=args.window, shared=shared,
+                  link=link, alpha=alpha, refuses=_train_refuses(space))
+        rows = plan(space, args.devices, sampler=str(sampler), refused=refused, **kw)
+        if sampler.kind != "uniform":
+            _compare_with_uniform(space, rows, plan(space, args.devices, **kw), args.subnets, args.seed, str(sampler))
     except PolicyError as e:
         raise UsageError(str(e)) from None
     for r in refused:  # what train would refuse is not ranked: say so, and why
@@ -89,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
               f"--space {args.space}", file=sys.stderr)
     if args.json:
         print(json.dumps({"space": space.name, "devices": args.devices, "policy": args.policy,
+                          "sampler": str(sampler),
                           "subnets": args.subnets, "link": {"bandwidth": link.bandwidth, "latency": link.latency},
                           "batch_alpha": alpha, "rows": rows, "refused": refused}))
         return 0
@@ -104,4 +122,28 @@ def run(args: argparse.Namespace) -> int:
         w(f"{i:>4}  {r['stages']:>8} x {r['replicas']:<6}  {r['throughput']:>9.2f}  {r['throughput'] / best:>7.2f}  "
           f"{r['utilization']:>5.2f}  {100 * r['exchange_share']:>7.1f}%  {r['replica_batch']:>13}  "
           f"{format_bytes(r['memory_per_replica_max']):>14}\n")
+    if sampler.kind != "uniform":
+        w(f"sampler {sampler} against uniform (same seed and subnets), per split:\n")
+        for r in rows:
+            u = r["uniform"]
+            w(f"  {r['stages']:>3} x {r['replicas']:<3} {r['throughput']:.2f} vs {u['throughput']:.2f} subnets/s "
+              f"(x{r['speedup']:.2f}), utilisation {r['utilization']:.2f} vs {u['utilization']:.2f}; subnets sharing "
+              f"a candidate with one fewer than {r['stages']} places before: {r['sequence']['conflicts']} vs "
+              f"{u['sequence']['conflicts']}; min reuse distance {r['sequence']['min_reuse_distance']} vs "
+              f"{u['sequence']['min_reuse_distance']}\n")
     return 0
+
+
+def _compare_with_uniform(space, rows: list[dict], uniform: list[dict], n: int, seed: int, sampler: str) -> None:  # noqa: ANN001
+    """Add to every row the uniform sequence's row of the same split, the speedup and both conflict counts."""
+    from naspipe.conflicts import conflict_stats
+    from naspipe.samplers import make_stream
+
+    subs = {s: list(make_stream(space, seed, n, s)) for s in (sampler, "uniform")}
+    by_split = {(u["stages"], u["replicas"]): u for u in uniform}
+    for r in rows:
+        u = dict(by_split[(r["stages"], r["replicas"])])
+        u["sequence"] = conflict_stats(space, subs["uniform"], r["stages"])
+        r["uniform"] = u
+        r["sequence"] = conflict_stats(space, subs[sampler], r["stages"])
+        r["speedup"] = r["throughput"] / u["throughput"] if u["throughput"] else None

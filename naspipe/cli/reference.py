@@ -4,8 +4,9 @@ Takes the same options as ``naspipe train`` (``--stages/--policy/--window`` are 
 the reference has one stage and no schedule) and writes ``losses.csv``, ``params.json`` and
 ``metrics.json`` to ``--out``, the files ``naspipe verify`` compares, and ``weights.pt`` (the trained supernet,
 ``naspipe.weights``), which ``naspipe search`` reads. ``--sampler evolution[:LAG]`` generates the
-sequence at run time from the training losses (``naspipe.samplers``); the sequence it produced is also
-written to ``sequence.json`` (replayable with ``--sequence``). ``run.json`` records the run's kind and identity
+sequence at run time from the training losses, ``fair`` and ``spread`` from the seed (``naspipe.samplers``);
+the sequence such a sampler produced is also written to ``sequence.json`` (replayable with ``--sequence``).
+``run.json`` records the run's kind and identity
 (``naspipe.runs``, threads included: compare ``train --threads N`` with ``reference --threads N``); a folder holding
 a train run, or files no naspipe run wrote, is refused unless ``--overwrite``, which clears it first; a reference
 replaces an earlier reference, deleting only its files and never the ``--sequence`` it reads, under the folder's
@@ -42,10 +43,10 @@ def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_sampler_argument(p: argparse.ArgumentParser) -> None:
-    """``--sampler uniform|evolution[:LAG]``, for ``naspipe reference`` and ``naspipe train``."""
-    p.add_argument("--sampler", default="uniform",
-                   help="subnet sequence: uniform (seeded) or evolution[:LAG], generated at run time from the "
-                        "losses of subnets <= j - LAG (default LAG 16)")
+    """``--sampler``, for ``naspipe reference`` and ``naspipe train`` (``naspipe.cli.common``'s)."""
+    from naspipe.cli.common import add_sampler_argument as add
+
+    add(p)
 
 
 def sampler_from_args(args: argparse.Namespace) -> SamplerSpec:
@@ -56,7 +57,7 @@ def sampler_from_args(args: argparse.Namespace) -> SamplerSpec:
         spec = parse_sampler(args.sampler)
     except SamplerError as e:
         raise UsageError(str(e)) from None
-    if spec.online and getattr(args, "sequence", None):
+    if spec.kind != "uniform" and getattr(args, "sequence", None):
         raise UsageError(f"--sampler {args.sampler} generates the sequence; it cannot be combined with --sequence")
     return spec
 
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
                 "config": {**result.config, "sequence_sha256": digest() if digest else None,
                            "sequence": args.sequence, "sampler": str(spec)},
             })
-            if spec.online:
+            if spec.kind != "uniform":  # generated (or made by fair/spread): replayable with --sequence
                 save_sequence(cfg.stream, out / runs.SEQUENCE)
         except OSError as e:  # a full disk: one line (every file is written atomically: none is half written)
             from naspipe.atomic import disk_full_message, is_disk_full

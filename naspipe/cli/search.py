@@ -37,14 +37,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="evolution: population size (default budget/4, at most 20)")
     p.add_argument("--sample-size", type=positive_int("--sample-size"), default=None,
                    help="evolution: tournament size (default population/4, at least 2)")
+    p.add_argument("--sampler", default="uniform",
+                   help="how random subnets are drawn (random search, evolution's first population): uniform, fair "
+                        "(every candidate equally often) or spread[:fair|uniform] (default %(default)s)")
     p.add_argument("--space", default=None, help="the run's space (JSON file or module:function) when its name "
                                                    "cannot be resolved")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
+    from naspipe.samplers import SamplerError, parse_sampler
     from naspipe.search.constraints import ConstraintError, parse_constraints
 
+    try:
+        sampler = parse_sampler(args.sampler)
+    except SamplerError as e:
+        raise UsageError(str(e)) from None
+    if sampler.online:
+        raise UsageError(f"--sampler {args.sampler} needs training losses; search draws uniform, fair or "
+                         "spread[:BASE]")
     try:
         constraints = parse_constraints(args.constraint)
     except ConstraintError as e:
@@ -67,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = search_run(run_dir, strategy=args.strategy, budget=args.budget, constraints=constraints,
                             seed=args.seed, profile=args.profile, heldout=args.heldout, space=args.space,
-                            top=args.top, population=args.population, sample_size=args.sample_size)
+                            top=args.top, population=args.population, sample_size=args.sample_size,
+                            sampler=str(sampler))
     except (RunError, ProfileError, InfeasibleError, WeightsError, SpaceError) as e:
         raise UsageError(str(e).splitlines()[0]) from None
     if args.json:

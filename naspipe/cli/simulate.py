@@ -24,7 +24,10 @@ ORDER = 10
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from naspipe.cli.common import add_sampler_argument
+
     add_run_arguments(p)
+    add_sampler_argument(p, online=False)
     p.add_argument("--jitter", type=non_negative_float("--jitter"), default=0.0,
                    help="relative random jitter of every task duration, in [0, 1) (seeded)")
     p.add_argument("--latency", type=non_negative_float("--latency"), default=0.0,
@@ -92,6 +95,7 @@ def link_from_args(args: argparse.Namespace) -> Any:
 def summarize(cfg: Any, result: Any) -> dict[str, Any]:
     """The metrics of one simulation: makespan, utilisation, bound and efficiency, throughput."""
     from naspipe.bound import result_bound
+    from naspipe.conflicts import conflict_stats
 
     subnets = [cfg.stream[j] for j in range(len(cfg.stream))]
     b = result_bound(result, cfg.space, cfg.partition, subnets, cfg.shared)
@@ -100,6 +104,7 @@ def summarize(cfg: Any, result: Any) -> dict[str, Any]:
     return {
         "policy": result.extra.get("plan", {}).get("policy", cfg.policy), "plan": result.extra.get("plan"),
         "space": cfg.space.name, "stages": cfg.partition.stages, "subnets": n,
+        "sampler": getattr(cfg, "sampler", None), "sequence": conflict_stats(cfg.space, subnets, cfg.partition.stages),
         "window": cfg.window, "seed": cfg.seed, "shared_layers": str(cfg.shared),
         "makespan": ms, "utilization": result.utilization,
         "stage_utilization": result.trace.stage_utilization(),
@@ -160,6 +165,14 @@ def memory_config(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from naspipe.samplers import SamplerError, parse_sampler
+
+    try:
+        if parse_sampler(args.sampler).online:
+            raise UsageError(f"--sampler {args.sampler} generates the sequence from training losses; the simulator "
+                             "needs a sequence fixed up front (uniform, fair, spread[:BASE], or --sequence)")
+    except SamplerError as e:
+        raise UsageError(str(e)) from None
     cfg = resolve_run(args, probe=False)  # names and costs only: nothing is built, no process started
     if args.jitter >= 1:
         raise UsageError(f"--jitter must lie in [0, 1), got {args.jitter}")
@@ -208,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
         out["batch_size"] = cfg.space.batch_size
         out.update({k: result.extra[k] for k in ("replica_batch", "link", "exchange", "exchange_share",
                                                  "memory_per_replica")})
+    result.trace.meta["sampler"] = cfg.sampler  # a report rebuilds the sequence from the seed and the sampler
     try:
         if args.trace:
             result.trace.save(Path(args.trace))
@@ -226,6 +240,11 @@ def run(args: argparse.Namespace) -> int:
           f"window {out['window']}, shared layers {out['shared_layers']}"
           + (", unit costs (not measured)" if unit_costs else "") + "\n")
         w(f"  makespan     {out['makespan']:.4f}{s}   throughput {out['throughput']:.1f} subnets{per_s}\n")
+        q = out["sequence"]
+        w(f"  sequence     sampler {out['sampler']}: {q['conflicts']} of {out['subnets']} subnets share a candidate "
+          f"with a subnet fewer than {q['in_flight']} places before; reuse distance min {q['min_reuse_distance']}, "
+          "mean "
+          + (f"{q['mean_reuse_distance']:.1f}" if q["mean_reuse_distance"] is not None else "None") + "\n")
         if replicas > 1:
             from naspipe.memsize import format_bytes
 

@@ -67,6 +67,21 @@ def measured_figures(out: Path, space: str = "digits-cnn", stages: int = 4, subn
     return export(gantt(traces, title=title), gantt_svg(traces, title), out, "gantt_measured_vs_sim")
 
 
+def sampler_figures(out: Path, space: str = "naspipe-k48", stages: int = 4, subnets: int = 24,
+                    seed: int = 0) -> list[Path]:
+    """CSP on a uniform and on a fair sequence (``--sampler fair``) of the same seed, one time axis."""
+    from naspipe.samplers import make_stream
+
+    sp = preset(space)
+    part = partition(sp, stages)
+    traces = {}
+    for sampler in ("uniform", "fair"):
+        trace = simulate(sp, part, make_stream(sp, seed, subnets, sampler), "csp", seed=seed).trace
+        traces[f"{sampler} sequence: utilisation {trace.utilization():.2f}"] = trace
+    title = f"csp on {space}, {stages} stages, {subnets} subnets: a uniform and a fair sequence"
+    return export(gantt(traces, title=title), gantt_svg(traces, title), out, "gantt_samplers")
+
+
 def make_figures(out: str | Path, space: str = "naspipe-k48", stages: int = 4, subnets: int = 20,
                  dag_subnets: int = 12, seed: int = 0, measured: bool = False) -> list[Path]:
     """Simulate, draw and export (and with ``measured``, train a small run too); returns the files written."""
@@ -84,6 +99,7 @@ def make_figures(out: str | Path, space: str = "naspipe-k48", stages: int = 4, s
     cp = critical_path(g)
     title = f"causal DAG of {dag_subnets} subnets ({space}, {stages} stages): critical path {cp.length * 1e3:.1f} ms"
     written += export(dag_figure(g, title=title), dag_svg(g, title), out, "dag")
+    written += sampler_figures(out, space, stages, seed=seed)
     if measured:
         written += measured_figures(out, seed=seed)
     return written
@@ -105,4 +121,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["export", "make_figures", "measured_figures", "scaled_space", "simulated_twin"]
+__all__ = ["export", "make_figures", "measured_figures", "sampler_figures", "scaled_space", "simulated_twin"]

@@ -4,6 +4,8 @@ Why it exists: these functions run the simulator (often many times); ``naspipe.v
 rows (``table_figure``, ``scaling_figure``, ``memory_figure``). They used to live in ``naspipe.viz``.
 
 * ``compare_policies`` / ``summary_rows``: policies side by side on one stream, against the CSP lower bound;
+* ``compare_samplers``: one policy on the sequences of several samplers (uniform, fair, spread), with each
+  sequence's conflict structure;
 * ``scaling_sweep``: every (K, stages, policy) on one seeded sequence per (K, stages);
 * ``memory_sweep`` / ``trend_row``: context switching under device budgets, and CSP with predictive swapping
   against a resident BSP under one budget (the comparison behind the paper's 1.1x-6.8x).
@@ -37,6 +39,26 @@ def compare_policies(space: SearchSpace, part: Partition, stream: SubnetStream,
     return {p: simulate(space, part, stream, p, window=window, shared=shared, jitter=jitter, seed=seed,
                         policy_options=dict(options.get(p, {})))
             for p in policies}
+
+
+def compare_samplers(space: SearchSpace, part: Partition, seed: int, subnets: int,
+                     samplers: Sequence[str] = ("uniform", "fair"), policy: str = "csp",
+                     ) -> tuple[dict[str, SimResult], list[dict[str, Any]]]:
+    """``policy`` simulated on each sampler's sequence (same seed and length): the results by sampler, and one
+    row per sampler with makespan, utilisation, throughput and the sequence's conflicts within the stage count
+    and reuse distances (``naspipe.conflicts``)."""
+    from naspipe.conflicts import conflict_stats
+    from naspipe.samplers import make_stream
+
+    results, rows = {}, []
+    for name in samplers:
+        stream = make_stream(space, seed, subnets, name)
+        r = results[name] = simulate(space, part, stream, policy)
+        q = conflict_stats(space, list(stream), part.stages)
+        rows.append({"sampler": name, "policy": policy, "makespan": r.makespan, "utilization": r.utilization,
+                     "throughput": subnets / r.makespan if r.makespan else 0.0, "conflicts": q["conflicts"],
+                     "min_reuse_distance": q["min_reuse_distance"], "mean_reuse_distance": q["mean_reuse_distance"]})
+    return results, rows
 
 
 def summary_rows(results: Mapping[str, SimResult], space: SearchSpace, part: Partition, stream: SubnetStream,

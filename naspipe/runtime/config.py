@@ -43,6 +43,20 @@ def _online(sampler: Any) -> bool:
         raise ConfigError(str(e)) from None
 
 
+def _with_sampler(spec: RunSpec, sampler: Any) -> RunSpec:
+    """``spec`` with the sequence of a seeded ``sampler`` (fair, spread) when it was built with another one."""
+    try:
+        parsed = parse_sampler(str(sampler))
+    except SamplerError as e:
+        raise ConfigError(str(e)) from None
+    if parsed.online or str(parsed) == spec.sampler:
+        return spec
+    if spec.replayed:
+        raise ConfigError(f"sampler {parsed} makes the sequence from the seed; it cannot be combined with sequence")
+    return dataclasses.replace(spec, stream=make_stream(spec.space, spec.seed, spec.subnets, parsed),
+                               sampler=str(parsed))
+
+
 def replica_policies() -> list[str]:
     """The policies that train with data-parallel replicas (declared ``replicas=True``)."""
     return [n for n in policy_names() if get_policy(n).replicas]
@@ -114,6 +128,8 @@ class TrainConfig:
         ``balance="measured"``, on block costs measured on this machine (``naspipe.runtime.profile``).
         """
         run = {k: options.pop(k) for k in ("seed", "policy", "window") if k in options}  # the RunSpec's part
+        if "sampler" in options:  # also a training option (recorded); the RunSpec makes a seeded sequence of it
+            run["sampler"] = options["sampler"]
         cls._check_options(options)  # before a measured partition is profiled
         balance = options.get("balance", "cost")
         if balance not in BALANCES:
@@ -135,7 +151,10 @@ class TrainConfig:
         cls._check_options(options)
         resume = options.pop("resume", None)  # a run directory or checkpoint/: resolved below
         options.pop("start", None)
-        if _online(options.get("sampler", "uniform")):
+        spec = _with_sampler(spec, options.setdefault("sampler", spec.sampler))
+        if not _online(options["sampler"]):
+            options["sampler"] = spec.sampler  # its canonical name (spread: spread:fair)
+        if _online(options["sampler"]):
             if spec.replayed:
                 raise ConfigError("a run-time generated sequence (sampler) cannot be combined with sequence")
             subs: tuple[Subnet, ...] = ()

@@ -116,7 +116,22 @@ def run_metrics(cfg: TrainConfig, parts: list[dict[str, Any]], trace: Trace, los
         "mean_loss_last_10pct": sum(last) / len(last) if last else None,
         "config": {**cfg.describe(), "checkpoint_every": getattr(cfg, "checkpoint_every", None),
                    "resumed_from": getattr(cfg, "start", 0)},
+        "sequence": _sequence_stats(cfg, parts),
     }
+
+
+def _sequence_stats(cfg: TrainConfig, parts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The trained sequence's conflicts within the stage count and its reuse distances (``naspipe.conflicts``)."""
+    from naspipe.conflicts import conflict_stats
+    from naspipe.sequence import ReplayStream
+
+    if cfg.online:
+        if not parts or "subnets" not in parts[0]:
+            return None
+        subs = list(ReplayStream(cfg.space, parts[0]["subnets"]))
+    else:
+        subs = list(cfg.sequence)
+    return conflict_stats(cfg.space, subs, cfg.stages)
 
 
 def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: float | None = None) -> RunResult:
@@ -152,6 +167,10 @@ def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: floa
         from naspipe.sequence import ReplayStream, save_sequence
 
         save_sequence(ReplayStream(cfg.space, parts[0]["subnets"]), out / runs.SEQUENCE)
+    elif cfg.sampler != "uniform":  # made by a seeded sampler (fair, spread): replayable with --sequence too
+        from naspipe.sequence import save_sequence
+
+        save_sequence(cfg.stream(), out / runs.SEQUENCE)
     write_losses(out / LOSSES, losses)
     write_params(out / PARAMS, params)
     trace.save(out / runs.TRACE)

@@ -8,6 +8,11 @@ evaluates a subnet twice, and draws every random number from one ``random.Random
 Regularized evolution (Real et al., AAAI 2019): a population of the ``population`` most recently evaluated
 subnets; each step draws ``sample_size`` members, takes the best as parent (optionally crosses it with a
 second tournament winner, uniform per block), mutates one choice block, and the oldest member dies.
+
+``sampler`` (``naspipe.samplers``) says how random subnets are drawn (random search, evolution's first
+population, and the fallback when a proposal fails): ``uniform`` from the seeded ``random.Random`` above,
+``fair`` or ``spread[:BASE]`` in the order of that stream keyed by the search seed (every candidate proposed
+equally often, as the supernet was trained with ``--sampler fair``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
+from naspipe.samplers import make_stream, parse_sampler
 from naspipe.search.constraints import Constraint
 from naspipe.search.costs import SearchCosts
 from naspipe.search.result import Evaluated, SearchResult
@@ -30,14 +36,20 @@ _TRIES = 200
 class Explorer:
     """Seeded subnet proposals that respect the constraints: random, mutate, crossover, repair."""
 
-    def __init__(self, space: SearchSpace, costs: SearchCosts, constraints: Sequence[Constraint], rng: random.Random):
+    def __init__(self, space: SearchSpace, costs: SearchCosts, constraints: Sequence[Constraint], rng: random.Random,
+                 sampler: str = "uniform", seed: int = 0):
         self.space, self.costs, self.constraints, self.rng = space, costs, tuple(constraints), rng
         self.choice = space.choice_blocks
+        self._stream = None if sampler == "uniform" else make_stream(space, seed, 1 << 62, sampler)
+        self._drawn = 0
 
     def feasible(self, s: Sequence[int]) -> bool:
         return self.costs.feasible(s, self.constraints)
 
     def random(self) -> Subnet:
+        if self._stream is not None:  # the next subnet of the seeded fair / spread stream
+            self._drawn += 1
+            return self._stream[self._drawn - 1]
         return tuple(self.rng.randrange(b.k) if not b.fixed else 0 for b in self.space.blocks)
 
     def mutate(self, s: Sequence[int]) -> Subnet:
@@ -84,8 +96,8 @@ class Explorer:
 
 def _run(space: SearchSpace, costs: SearchCosts, constraints: Sequence[Constraint], evaluate: EvaluateFn,
          budget: int, choose: Callable[[Explorer, list[Evaluated]], Callable[[], Subnet]], rng: random.Random,
-         ) -> tuple[list[Evaluated], bool]:
-    ex = Explorer(space, costs, constraints, rng)
+         sampler: str = "uniform", seed: int = 0) -> tuple[list[Evaluated], bool]:
+    ex = Explorer(space, costs, constraints, rng, sampler, seed)
     history: list[Evaluated] = []
     seen: set[Subnet] = set()
     while len(history) < budget:
@@ -103,20 +115,27 @@ def _run(space: SearchSpace, costs: SearchCosts, constraints: Sequence[Constrain
 def search_space(space: SearchSpace, costs: SearchCosts, evaluate: EvaluateFn, *, strategy: str = "evolution",
                  budget: int = 100, constraints: Sequence[Constraint] = (), seed: int = 0,
                  population: int | None = None, sample_size: int | None = None,
-                 crossover: float = 0.25) -> SearchResult:
-    """Run ``strategy`` for ``budget`` distinct evaluations; see the module docstring."""
+                 crossover: float = 0.25, sampler: str = "uniform") -> SearchResult:
+    """Run ``strategy`` for ``budget`` distinct evaluations; see the module docstring (``sampler`` too:
+    uniform, fair or spread[:BASE]; ValueError for another)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if budget < 1:
         raise ValueError(f"budget must be >= 1, got {budget}")
     if not 0.0 <= crossover <= 1.0:
         raise ValueError(f"crossover probability must lie in [0, 1], got {crossover}")
+    spec = parse_sampler(sampler)  # a SamplerError is a ValueError
+    if spec.online:
+        raise ValueError(f"sampler {spec} needs training losses; a search draws uniform, fair or spread[:BASE]")
+    sampler = str(spec)
     check_feasible(costs, constraints)
     rng = random.Random(f"naspipe-search:{strategy}:{int(seed)}")
-    settings: dict[str, object] = {"params_source": costs.params_source, "latency_source": costs.latency_source}
+    settings: dict[str, object] = {"params_source": costs.params_source, "latency_source": costs.latency_source,
+                                   "sampler": sampler}
     t0 = time.perf_counter()
     if strategy == "random":
-        history, exhausted = _run(space, costs, constraints, evaluate, budget, lambda ex, h: ex.random, rng)
+        history, exhausted = _run(space, costs, constraints, evaluate, budget, lambda ex, h: ex.random, rng,
+                                  sampler, seed)
     else:
         pop_n = population or min(20, max(2, budget // 4))
         sample_n = min(pop_n, sample_size or max(2, pop_n // 4))
@@ -143,7 +162,7 @@ def search_space(space: SearchSpace, costs: SearchCosts, evaluate: EvaluateFn, *
                 return ex.mutate(parent)
             return child
 
-        history, exhausted = _run(space, costs, constraints, evaluate, budget, choose, rng)
+        history, exhausted = _run(space, costs, constraints, evaluate, budget, choose, rng, sampler, seed)
     return SearchResult(space, strategy, int(seed), budget, tuple(constraints), history, settings, exhausted,
                         time.perf_counter() - t0)
 

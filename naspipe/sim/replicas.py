@@ -34,7 +34,7 @@ from naspipe.partition import Partition, partition
 from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW
 from naspipe.sched.registry import PolicyError, get_policy, policy_names
 from naspipe.sched.tasks import BACKWARD, WEIGHT, Task
-from naspipe.sequence import SubnetStream, UniformStream
+from naspipe.sequence import SubnetStream
 from naspipe.shared import SharedLayers
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA, CostModel, batch_time_scale
 from naspipe.space import SearchSpace, Subnet
@@ -184,9 +184,10 @@ def simulate_replicas(space: SearchSpace, stages: int, replicas: int, stream: Su
 def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = DEFAULT_POLICY, seed: int = 0,
          window: int = DEFAULT_WINDOW, shared: SharedLayers | None = None, link: LinkModel = DEFAULT_LINK,
          alpha: float = DEFAULT_BATCH_ALPHA, refuses: Callable[[int], str | None] | None = None,
-         refused: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+         refused: list[dict[str, Any]] | None = None, sampler: str = "uniform") -> list[dict[str, Any]]:
     """Every ``stages x replicas = devices`` split that can run (stages <= blocks, replicas divide the batch),
-    simulated on the same sequence; rows ranked by throughput (subnets/s), best first. PolicyError, before
+    simulated on the same sequence (``sampler``'s: uniform, fair or spread[:BASE], keyed by ``seed``); rows
+    ranked by throughput (subnets/s), best first. PolicyError, before
     anything is simulated, for ``devices > 1`` and a policy that cannot train with replicas (its only split,
     ``devices x 1``, is ``naspipe simulate``'s).
 
@@ -205,7 +206,9 @@ def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = 
 
     if needs_plan(policy):  # the default ranks every split in plan 0's order (csp-cp's): planning each split
         policy = planned_policy(0)  # would cost a planning budget per split, for a gain too small to reorder them
-    stream = UniformStream(space, seed, subnets)
+    from naspipe.samplers import make_stream
+
+    stream = make_stream(space, seed, subnets, sampler)
     rows = []
     for r in range(1, devices + 1):
         p = devices // r

@@ -32,7 +32,7 @@ from naspipe import runs
 from naspipe.bound import lower_bound
 from naspipe.partition import Partition, partition
 from naspipe.results import ResultsError, verify
-from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.sequence import ReplayStream
 from naspipe.shared import parse_shared
 from naspipe.space import load_space, resolve_space
 from naspipe.supernet.load import recorded_space
@@ -140,8 +140,11 @@ def run_context(run: Run) -> RunContext | str:
         n = run.trace.subnets()
         if qfile.is_file():
             stream = ReplayStream.from_file(space, qfile)
-        elif "seed" in meta:
-            stream = UniformStream(space, int(meta["seed"]), n)
+        elif "seed" in meta:  # a seeded sampler's sequence (uniform, fair, spread) follows from the seed
+            from naspipe.samplers import make_stream, parse_sampler
+
+            sampler = parse_sampler(str(meta.get("sampler") or "uniform"))
+            stream = make_stream(space, int(meta["seed"]), n, "uniform" if sampler.online else sampler)
         else:
             return "no sequence.json and no seed in the trace metadata"
         subs = [stream[j] for j in range(min(n, len(stream)))]
