@@ -47,45 +47,55 @@ def _store(ep: Endpoint, rank: int, world: int, timeout: float, env: Mapping[str
                     timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False, multi_tenant=True)
 
 
+def _tell_others(env: Mapping[str, str], rank: int, world: int, prefix: str, line: str) -> None:
+    """Post this rank's failed check where the others wait, when the master answers (best effort, 5 s)."""
+    try:
+        master, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+        if not (rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true"):
+            socket.create_connection((master, port), timeout=5.0).close()  # a store listens there
+        _store(Endpoint("", "", master, port, multi_host=False), rank, world, 5.0, env).set(prefix + "failure", line)
+    except Exception:  # noqa: BLE001 - the rank's own line is what matters; the others time out
+        pass
+
+
 def meet(rank: int, world: int, timeout: float, env: Mapping[str, str] | None = None,
          poll: float = 0.2) -> Roster:
     """Check this rank's network, post the result, wait (at most ``timeout`` s) for every rank; NetworkError."""
     env = os.environ if env is None else env
-    failure = None
-    ep = None
+    prefix = f"naspipe/arrival/{env.get('TORCHELASTIC_RUN_ID', 'none')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
     try:
         ep = own_endpoint(env)
-        check_master(ep, min(timeout, 20.0))
     except NetworkError as e:
-        failure = str(e)
-    if ep is None:  # no master to tell
-        raise NetworkError(str(failure))
-    prefix = f"naspipe/arrival/{env.get('TORCHELASTIC_RUN_ID', 'none')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        _tell_others(env, rank, world, prefix, f"rank {rank} on {socket.gethostname()}: {e}")
+        raise
+    check_master(ep, min(timeout, 20.0))  # unreachable: there is nobody to tell
     me = {"host": socket.gethostname(), "address": ep.address, "node": env.get("GROUP_RANK", "?")}
     try:
-        store = _store(ep, rank, world, min(timeout, 10.0) if failure else timeout, env)
-        if failure is not None:
-            store.set(prefix + "failure", f"rank {rank} on {ep.address}: {failure}")
+        store = _store(ep, rank, world, timeout, env)
     except (DistError, RuntimeError) as e:
-        if failure is not None:
-            raise NetworkError(failure) from None
         raise NetworkError(f"cannot open the master's store at {ep.master}:{ep.port} from {ep.address} within "
                            f"{timeout:g} s (--connect-timeout): {str(e).splitlines()[0]}; {SETTINGS}") from None
-    if failure is not None:
-        raise NetworkError(failure)
     store.set(prefix + f"rank/{rank}", json.dumps(me))
+    serving = rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true"
     deadline = time.monotonic() + timeout
     try:
         while True:
             if store.check([prefix + "failure"]):
-                raise NetworkError(store.get(prefix + "failure").decode())
+                line = store.get(prefix + "failure").decode()
+                if serving:
+                    time.sleep(2 * poll + 1.0)
+                raise NetworkError(line)
             missing = [r for r in range(world) if not store.check([prefix + f"rank/{r}"])]
             if not missing:
                 break
-            if time.monotonic() > deadline:
-                raise NetworkError(f"rank(s) {', '.join(map(str, missing))} of {world} did not arrive at the master "
-                                   f"{ep.master}:{ep.port} within {timeout:g} s (--connect-timeout): start every "
-                                   f"node's torchrun (same --nnodes, --nproc-per-node and --rdzv-id), and {SETTINGS}")
+            if time.monotonic() > deadline:  # (the first rank past its deadline tells the others)
+                line = (f"rank(s) {', '.join(map(str, missing))} of {world} did not arrive at the master "
+                        f"{ep.master}:{ep.port} within {timeout:g} s (--connect-timeout): start every node's torchrun "
+                        f"(same --nnodes, --nproc-per-node and --rdzv-id), and {SETTINGS}")
+                store.set(prefix + "failure", line)
+                if serving:
+                    time.sleep(2 * poll + 1.0)  # the others read the line before the store goes
+                raise NetworkError(line)
             time.sleep(poll)
         hosts = {r: json.loads(store.get(prefix + f"rank/{r}")) for r in range(world)}
     except DistError as e:
