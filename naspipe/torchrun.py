@@ -155,7 +155,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise UsageError(str(e)) from None
     except UsageError as e:
         print(f"naspipe: error: {e}", file=sys.stderr)
+        r, w = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
+        if r.isdigit() and w.isdigit() and "MASTER_ADDR" in os.environ:  # the others end now, with this line
+            from naspipe.runtime.arrival import tell_others
+
+            tell_others(int(r), int(w), f"rank {r}: {e}")
         return 2
+    import torch
+
+    torch.set_num_threads(cfg.threads)
     from naspipe.runtime.arrival import meet
     from naspipe.runtime.netcheck import NetworkError
 
@@ -168,12 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             write_status(cfg.out, False, f"the ranks did not meet: {e}")
         return 2
-    import torch
-
     from naspipe.runtime.outputs import merge_outputs
     from naspipe.runtime.worker import run_stage
 
-    torch.set_num_threads(cfg.threads)
     bar = _Bar(cfg.n, f"{cfg.policy} {cfg.space.name} P={cfg.stages}", rank == 0 and cfg.progress)
     t0 = time.perf_counter()
     merged: list[Any] = []

@@ -146,10 +146,11 @@ def test_a_wrong_or_missing_interface_ends_every_process_fast_naming_it(hosts, t
         assert all(x in e for x in expected), e
 
 
-def _direct(host, rank: int, world: int, log: Path, master: str, extra: list[str] = ()):
-    """Rank ``rank`` without torchrun (rank 0 serves the store), two ranks per host."""
-    env = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank % 2), "LOCAL_WORLD_SIZE": "2",
-           "MASTER_ADDR": master, "MASTER_PORT": "29411", "GLOO_SOCKET_IFNAME": IFACE}
+def _direct(host, rank: int, world: int, log: Path, master: str, extra: list[str] = (), per_host: int = 2):
+    """Rank ``rank`` without torchrun (rank 0 serves the store), ``per_host`` ranks per host."""
+    env = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank % per_host),
+           "LOCAL_WORLD_SIZE": str(per_host), "MASTER_ADDR": master, "MASTER_PORT": "29411",
+           "GLOO_SOCKET_IFNAME": IFACE}
     line = f"exec {sys.executable} -m naspipe.torchrun {' '.join(COMMON)} --out {log.parent / 'run'} {' '.join(extra)}"
     return host.shell(line, log, env)
 
@@ -178,6 +179,18 @@ def test_an_unreachable_or_loopback_master_and_a_rank_that_never_arrives_are_nam
             "(--connect-timeout)"), read[f"meet{r}"]
         assert "GLOO_SOCKET_IFNAME" in read[f"meet{r}"][0] and "--local-addr" in read[f"meet{r}"][0]
     assert json.loads((tmp_path / "run" / "status.json").read_text())["complete"] is False
+
+
+def test_bad_options_on_one_host_end_the_other_at_once(hosts, tmp_path):
+    a, b = hosts
+    t0 = time.monotonic()
+    p0 = _direct(a, 0, 2, tmp_path / "r0.log", f"{SUBNET}.1", ["--connect-timeout", "60"], per_host=1)
+    p1 = _direct(b, 1, 2, tmp_path / "r1.log", f"{SUBNET}.1", ["--connect-timeout", "60", "--window", "0"],
+                 per_host=1)
+    assert p1.wait(60) == 2 and p0.wait(60) == 2
+    assert time.monotonic() - t0 < 45  # not the 60 s of --connect-timeout: rank 1 told rank 0
+    lines = [x for x in (tmp_path / "r0.log").read_text().splitlines() if x.startswith("naspipe:")]
+    assert len(lines) == 1 and lines[0].startswith("naspipe: error: rank 0: rank 1: ") and "--window" in lines[0], lines
 
 
 # ---- the checks themselves, on this machine's own network stack (no namespaces) --------------------------

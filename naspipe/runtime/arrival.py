@@ -47,8 +47,15 @@ def _store(ep: Endpoint, rank: int, world: int, timeout: float, env: Mapping[str
                     timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False, multi_tenant=True)
 
 
-def _tell_others(env: Mapping[str, str], rank: int, world: int, prefix: str, line: str) -> None:
-    """Post this rank's failed check where the others wait, when the master answers (best effort, 5 s)."""
+def _prefix(env: Mapping[str, str]) -> str:
+    return f"naspipe/arrival/{env.get('TORCHELASTIC_RUN_ID', 'none')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+
+
+def tell_others(rank: int, world: int, line: str, env: Mapping[str, str] | None = None) -> None:
+    """Post this rank's failure (a failed check, bad options) where the others wait, so they end now with
+    ``line`` instead of after ``--connect-timeout``; best effort, when the master answers within 5 s."""
+    env = os.environ if env is None else env
+    prefix = _prefix(env)
     try:
         master, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
         if not (rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true"):
@@ -62,11 +69,11 @@ def meet(rank: int, world: int, timeout: float, env: Mapping[str, str] | None = 
          poll: float = 0.2) -> Roster:
     """Check this rank's network, post the result, wait (at most ``timeout`` s) for every rank; NetworkError."""
     env = os.environ if env is None else env
-    prefix = f"naspipe/arrival/{env.get('TORCHELASTIC_RUN_ID', 'none')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+    prefix = _prefix(env)
     try:
         ep = own_endpoint(env)
     except NetworkError as e:
-        _tell_others(env, rank, world, prefix, f"rank {rank} on {socket.gethostname()}: {e}")
+        tell_others(rank, world, f"rank {rank} on {socket.gethostname()}: {e}", env)
         raise
     check_master(ep, min(timeout, 20.0))  # unreachable: there is nobody to tell
     me = {"host": socket.gethostname(), "address": ep.address, "node": env.get("GROUP_RANK", "?")}
