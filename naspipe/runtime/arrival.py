@@ -51,15 +51,25 @@ def _prefix(env: Mapping[str, str]) -> str:
     return f"naspipe/arrival/{env.get('TORCHELASTIC_RUN_ID', 'none')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
 
 
-def tell_others(rank: int, world: int, line: str, env: Mapping[str, str] | None = None) -> None:
+def tell_others(rank: int, world: int, line: str, env: Mapping[str, str] | None = None,
+                patience: float = 15.0) -> None:
     """Post this rank's failure (a failed check, bad options) where the others wait, so they end now with
-    ``line`` instead of after ``--connect-timeout``; best effort, when the master answers within 5 s."""
+    ``line`` instead of after ``--connect-timeout``; best effort, when a store listens at the master within
+    ``patience`` seconds."""
     env = os.environ if env is None else env
     prefix = _prefix(env)
     try:
         master, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
         if not (rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true"):
-            socket.create_connection((master, port), timeout=5.0).close()  # a store listens there
+            deadline = time.monotonic() + patience  # (rank 0 may still be starting its store)
+            while True:
+                try:
+                    socket.create_connection((master, port), timeout=5.0).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        return
+                    time.sleep(0.5)
         _store(Endpoint("", "", master, port, multi_host=False), rank, world, 5.0, env).set(prefix + "failure", line)
     except Exception:  # noqa: BLE001 - the rank's own line is what matters; the others time out
         pass
