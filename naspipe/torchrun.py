@@ -22,19 +22,13 @@ the others).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from naspipe.cli.common import UsageError, positive_float
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise UsageError(f"{self.prog}: {message}")
+from naspipe.cli.common import UsageError
 
 
 def _env_int(name: str) -> int:
@@ -45,21 +39,9 @@ def _env_int(name: str) -> int:
 
 
 def _config(argv: Sequence[str] | None, world: int, rank: int) -> Any:
-    from naspipe.cli.train import add_arguments, config_from_args
+    from naspipe.cli.train import world_config
 
-    parser = _Parser(prog="python -m naspipe.torchrun", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    parser.add_argument("--connect-timeout", type=positive_float("--connect-timeout", "seconds"), default=60.0,
-                        help="seconds every rank waits for the others to arrive (default %(default)s)")
-    parser.set_defaults(stages=None)
-    args = parser.parse_args(argv)
-    replicas = args.replicas
-    if args.stages is None:
-        args.stages = world // replicas
-    if args.stages * replicas != world:
-        raise UsageError(f"--stages {args.stages} x --replicas {replicas} differs from the {world} processes "
-                         "torchrun started; use one process per stage and replica")
-    return config_from_args(args, check_out=rank == 0), args.connect_timeout
+    return world_config(argv, world, check_out=rank == 0)
 
 
 class _Bar:

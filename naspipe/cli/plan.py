@@ -55,8 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_nodes(args: argparse.Namespace) -> int:
     """``--nodes``: the torchrun line per node and the SLURM script, after checking the training options."""
+    from naspipe.cli.train import world_config
     from naspipe.nodes import HOST_PLACEHOLDER, IFACE_PLACEHOLDER, make_plan, slurm_script
-    from naspipe.torchrun import _config
 
     train = list(args.train_args)
     if train[:1] == ["--"]:
@@ -65,7 +65,7 @@ def run_nodes(args: argparse.Namespace) -> int:
         raise UsageError("give --out after --: the run directory, on a file system every node shares (or collect "
                          "each node's parts/ there afterwards)")
     world = args.nodes * args.procs_per_node
-    cfg, _ = _config(train, world, rank=1)  # the same parse and checks every rank makes (one line, exit 2)
+    cfg, _ = world_config(train, world)  # the same parse and checks every rank makes (one line, exit 2)
     addrs = args.node_addrs.split(",") if args.node_addrs else []
     ifnames = args.ifname.split(",") if args.ifname else []
     try:
