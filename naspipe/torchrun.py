@@ -63,10 +63,13 @@ class _Bar:
             self.bar.close()
 
 
-def lost_host(rank: int, e: BaseException, roster: Any) -> dict[str, Any] | None:
-    """``{"ranks": [...], "host": ...}`` when ``e`` is the loss of a neighbour on another host, else None."""
+def lost_host(rank: int, e: BaseException, roster: Any, out: Any) -> dict[str, Any] | None:
+    """``{"ranks": [...], "host": ...}`` when ``e`` is the loss of a neighbour on another host, else None
+    (also when the neighbour recorded an error of its own before it went: it failed, its host was not lost)."""
     peer = getattr(e, "peer", None)
     if roster is None or peer is None or roster.host(peer) == roster.host(rank):
+        return None
+    if (out / f"error-stage{peer}.txt").exists():
         return None
     host = roster.host(peer)
     return {"ranks": roster.ranks_on(host), "host": host, "neighbour": peer}
@@ -83,7 +86,7 @@ def _record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) -
         (cfg.out / f"error-stage{rank}.txt").write_text("".join(traceback.format_exception(e)))
     except OSError:
         pass
-    lost = lost_host(rank, e, roster)
+    lost = lost_host(rank, e, roster, cfg.out)
     if rank != 0 and lost is None:
         return
     from naspipe.runtime.outputs import write_status

@@ -129,6 +129,16 @@ def test_a_host_lost_mid_run_ends_the_other_and_the_run_resumes_on_both(hosts, r
     assert main(["verify", str(resumed), str(references / "ref")]) == 0
 
 
+def test_a_rank_that_fails_on_another_host_is_not_a_lost_host(hosts, tmp_path, capsys):
+    run = tmp_path / "run"
+    lines = plan_lines(capsys, "--ifname", IFACE, "--", *COMMON, "--fault", "raise:2:5", "--out", str(run))
+    assert all(c != 0 for c in run_nodes(hosts, lines, tmp_path / "logs", 240)), _tail(tmp_path / "logs")
+    assert "InjectedFault" in (run / "error-stage2.txt").read_text()
+    status = run / "status.json"  # (written by rank 0 when torchrun lets it finish; never naming a lost host)
+    assert not status.exists() or "lost" not in json.loads(status.read_text()), _tail(tmp_path / "logs")
+    assert not any("lost host" in e for e in _errors(tmp_path / "logs"))
+
+
 @pytest.mark.parametrize("variant,expected", [
     ("wrong", ["GLOO_SOCKET_IFNAME=np9: this host", "has no interface 'np9'", f"set GLOO_SOCKET_IFNAME={IFACE}"]),
     ("missing", ["GLOO_SOCKET_IFNAME is not set", "loopback", f"set GLOO_SOCKET_IFNAME={IFACE}"]),
