@@ -11,12 +11,17 @@ into the run's outputs, which therefore needs ``--out`` on a filesystem all mach
 ``--checkpoint-every N`` and ``--resume DIR`` work as in ``naspipe train`` (checkpoint files are written
 by each rank into ``OUT/checkpoint/``, so ``--out`` must be shared; rank 0 marks a checkpoint complete).
 
-Exit codes: 0 done, 2 bad arguments (nothing started), 1 a stage failed (torchrun stops the others).
+Before the process group forms, every rank checks its network and meets the others at the master's store
+(``naspipe.runtime.arrival``): a wrong ``GLOO_SOCKET_IFNAME``, a loopback or unreachable master, or a rank
+that does not arrive within ``--connect-timeout`` seconds (default 60) ends every rank with one line naming
+the setting. When a neighbour on another host goes away mid-run, ``status.json`` names the lost rank and host.
+
+Exit codes: 0 done, 2 bad arguments or network settings (nothing trained), 1 a stage failed (torchrun stops
+the others).
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import os
 import sys
@@ -27,11 +32,6 @@ from typing import Any
 from naspipe.cli.common import UsageError
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise UsageError(f"{self.prog}: {message}")
-
-
 def _env_int(name: str) -> int:
     value = os.environ.get(name)
     if value is None or not value.isdigit():
@@ -40,19 +40,9 @@ def _env_int(name: str) -> int:
 
 
 def _config(argv: Sequence[str] | None, world: int, rank: int) -> Any:
-    from naspipe.cli.train import add_arguments, config_from_args
+    from naspipe.cli.train import world_config
 
-    parser = _Parser(prog="python -m naspipe.torchrun", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    parser.set_defaults(stages=None)
-    args = parser.parse_args(argv)
-    replicas = args.replicas
-    if args.stages is None:
-        args.stages = world // replicas
-    if args.stages * replicas != world:
-        raise UsageError(f"--stages {args.stages} x --replicas {replicas} differs from the {world} processes "
-                         "torchrun started; use one process per stage and replica")
-    return config_from_args(args, check_out=rank == 0)
+    return world_config(argv, world, check_out=rank == 0)
 
 
 class _Bar:
@@ -74,10 +64,23 @@ class _Bar:
             self.bar.close()
 
 
-def _record_failure(cfg: Any, rank: int, e: BaseException) -> None:
+def lost_host(rank: int, e: BaseException, roster: Any, out: Any) -> dict[str, Any] | None:
+    """``{"ranks": [...], "host": ...}`` when ``e`` is the loss of a neighbour on another host, else None
+    (also when the neighbour recorded an error of its own before it went: it failed, its host was not lost)."""
+    peer = getattr(e, "peer", None)
+    if roster is None or peer is None or roster.host(peer) == roster.host(rank):
+        return None
+    if (out / f"error-stage{peer}.txt").exists():
+        return None
+    host = roster.host(peer)
+    return {"ranks": roster.ranks_on(host), "host": host, "neighbour": peer}
+
+
+def _record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) -> None:
     """Keep what was written, mark the run incomplete: every rank leaves ``error-stage<rank>.txt``; rank 0
     writes ``status.json`` (naming itself only when its failure is not a lost neighbour) and, with
-    checkpoints, marks the newest complete one and says how to resume."""
+    checkpoints, marks the newest complete one and says how to resume. A rank that lost a neighbour on
+    another host writes ``status.json`` naming that host and its ranks (torchrun may stop rank 0 first)."""
     import traceback
 
     from naspipe.atomic import write_text_atomic
@@ -88,29 +91,50 @@ def _record_failure(cfg: Any, rank: int, e: BaseException) -> None:
         write_text_atomic(cfg.out / f"error-stage{rank}.txt", f"{failure_line(e)}\n\n{text}")  # its one line first
     except OSError:
         pass
-    if rank != 0:
+    lost = lost_host(rank, e, roster, cfg.out)
+    if rank != 0 and lost is None:
         return
     from naspipe.runtime.outputs import write_status
     from naspipe.runtime.worker import is_root_cause
 
+    if lost is not None:
+        print(f"naspipe: error: rank {rank} lost host {lost['host']} (rank(s) {', '.join(map(str, lost['ranks']))})",
+              file=sys.stderr)
+
     saved = None
     if cfg.checkpoint_every:
-        from naspipe.runtime.checkpoint import finalize
+        from naspipe.runtime.checkpoint import finalize, newest_complete, root_of
 
-        saved = finalize(cfg.out)
+        # rank 0 is the single writer of complete.json; another rank only reads what is complete
+        saved = finalize(cfg.out) if rank == 0 else newest_complete(root_of(cfg.out))
         if saved is not None:
             without = " without --fault" if cfg.fault else ""  # (an injected fault would fire again)
             print(f"naspipe: the last complete checkpoint is at subnet {saved}: to continue, run the same command"
                   f"{without} with --resume {cfg.out}", file=sys.stderr)
     primary = is_root_cause(e)
-    write_status(cfg.out, False, f"stage 0 (rank 0) failed: {type(e).__name__}: {e}", 0 if primary else None,
-                 checkpoint=saved)
+    if lost is not None:
+        write_status(cfg.out, False, f"lost host {lost['host']} (rank(s) {', '.join(map(str, lost['ranks']))}): "
+                     f"rank {rank} saw: {e}", lost["neighbour"], checkpoint=saved, lost=lost)
+    elif not _names_a_lost_host(cfg.out):
+        write_status(cfg.out, False, f"stage 0 (rank 0) failed: {type(e).__name__}: {e}", 0 if primary else None,
+                     checkpoint=saved)
+
+
+def _names_a_lost_host(out: Any) -> bool:
+    import json
+
+    from naspipe import runs
+
+    try:
+        return "lost" in json.loads((out / runs.STATUS).read_text())
+    except (OSError, ValueError):
+        return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
-        cfg = _config(argv, world, rank)
+        cfg, connect_timeout = _config(argv, world, rank)
         if rank == 0:
             from naspipe.runlock import RunLocked, acquire, release
             from naspipe.runtime.checkpoint import prepare_run_dir, verify_resume
@@ -124,13 +148,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise UsageError(str(e)) from None
     except UsageError as e:
         print(f"naspipe: error: {e}", file=sys.stderr)
+        r, w = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
+        if r.isdigit() and w.isdigit() and "MASTER_ADDR" in os.environ:  # the others end now, with this line
+            from naspipe.runtime.arrival import tell_others
+
+            tell_others(int(r), int(w), f"rank {r}: {e}")
         return 2
     import torch
 
+    torch.set_num_threads(cfg.threads)
+    from naspipe.runtime.arrival import meet
+    from naspipe.runtime.netcheck import NetworkError
+
+    try:
+        roster = meet(rank, world, connect_timeout)
+    except NetworkError as e:
+        print(f"naspipe: error: rank {rank}: {e}", file=sys.stderr)
+        if rank == 0:
+            from naspipe.runtime.outputs import write_status
+
+            write_status(cfg.out, False, f"the ranks did not meet: {e}")
+        return 2
     from naspipe.runtime.outputs import merge_outputs
     from naspipe.runtime.worker import failure_line, run_stage
 
-    torch.set_num_threads(cfg.threads)
     bar = _Bar(cfg.n, f"{cfg.policy} {cfg.space.name} P={cfg.stages}", rank == 0 and cfg.progress)
     t0 = time.perf_counter()
     merged: list[Any] = []
@@ -143,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_stage(rank, world, cfg, bar, local_rank=local_rank, after_barrier=merge)
     except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 - one line (sys.exit in user code too);
         bar.close()  # torchrun reports the failed rank and stops the others
-        _record_failure(cfg, rank, e)
+        _record_failure(cfg, rank, e, roster)
         print(f"naspipe: error: stage {rank} (rank {rank}) failed: {failure_line(e)}", file=sys.stderr)
         return 1
     bar.close()

@@ -7,6 +7,9 @@ and prints the table, best first (no torch, no processes). With ``--sampler fair
 it ranks the splits on that sampler's sequence and says, per split, what the sampler changes against uniform
 sampling: throughput, and subnets that reuse a candidate of one of the ``stages - 1`` before them
 (``naspipe.conflicts``).
+
+With ``--nodes N`` it prints instead how to start a run on N machines: the torchrun line for each node
+and a SLURM script (``naspipe.nodes``), after checking the training arguments given after ``--``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ ORDER = 11
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--devices", type=positive_int("--devices"), required=True, help="devices N to split")
+    p.add_argument("--devices", type=positive_int("--devices"), default=None, help="devices N to split")
     p.add_argument("--space", default="naspipe-k96", help="preset name or JSON file (default %(default)s)")
     p.add_argument("--subnets", type=positive_int("--subnets"), default=500,
                    help="subnets simulated per split (default %(default)s)")
@@ -40,6 +43,54 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fixed share of a task's time at the space's batch (default 0.1; see sim/costs.py)")
     add_link_arguments(p)
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    g = p.add_argument_group("commands for N machines (instead of --devices; training options after --)")
+    g.add_argument("--nodes", type=positive_int("--nodes"), default=None, help="machines N")
+    g.add_argument("--procs-per-node", type=positive_int("--procs-per-node"), default=1, metavar="G",
+                   help="processes (stages or replicas, e.g. GPUs) per machine (default %(default)s)")
+    g.add_argument("--node-addrs", default=None, metavar="A0,A1,...",
+                   help="each machine's address on the network the ranks use; machine 0 hosts the rendezvous")
+    g.add_argument("--ifname", default=None, metavar="IF|IF0,IF1,...",
+                   help="the interface of that network (GLOO_SOCKET_IFNAME), one for all or one per machine")
+    g.add_argument("--rdzv-port", type=positive_int("--rdzv-port"), default=29400,
+                   help="the rendezvous store's port on machine 0 (default %(default)s)")
+    g.add_argument("--rdzv-id", default="naspipe", help="the rendezvous id (default %(default)s)")
+    g.add_argument("--join-timeout", type=positive_int("--join-timeout"), default=60,
+                   help="seconds torchrun waits for every machine to join (default %(default)s)")
+    g.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then the naspipe.torchrun options")
+
+
+def run_nodes(args: argparse.Namespace) -> int:
+    """``--nodes``: the torchrun line per node and the SLURM script, after checking the training options."""
+    from naspipe.cli.train import world_config
+    from naspipe.nodes import HOST_PLACEHOLDER, IFACE_PLACEHOLDER, make_plan, slurm_script
+
+    train = list(args.train_args)
+    if train[:1] == ["--"]:
+        train = train[1:]
+    if "--out" not in train and not any(a.startswith("--out=") for a in train):
+        raise UsageError("give --out after --: the run directory, on a file system every node shares (or collect "
+                         "each node's parts/ there afterwards)")
+    world = args.nodes * args.procs_per_node
+    cfg, _ = world_config(train, world)  # the same parse and checks every rank makes (one line, exit 2)
+    addrs = args.node_addrs.split(",") if args.node_addrs else []
+    ifnames = args.ifname.split(",") if args.ifname else []
+    try:
+        plan = make_plan(args.nodes, args.procs_per_node, train, addrs, ifnames, port=args.rdzv_port,
+                         rdzv_id=args.rdzv_id, join_timeout=args.join_timeout)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if not addrs or not ifnames:
+        print(f"naspipe: note: replace {HOST_PLACEHOLDER.format('<i>')} with node i's address and "
+              f"{IFACE_PLACEHOLDER} with its interface (or give --node-addrs and --ifname)", file=sys.stderr)
+    w = sys.stdout.write
+    w(f"# {args.nodes} nodes x {args.procs_per_node} processes = {world} ranks ({cfg.stages} stages x "
+      f"{cfg.replicas} replicas); run each line on its node, node 0 first\n")
+    for i in range(args.nodes):
+        role = f"; it hosts the rendezvous store on port {args.rdzv_port}" if i == 0 else ""
+        w(f"# node {i} ({plan.addrs[i]}{role})\n{plan.node_command(i)}\n")
+    w("# the same under SLURM (sbatch this script)\n")
+    w(slurm_script(plan, gpus=cfg.device == "cuda"))
+    return 0
 
 
 def _train_refuses(space: object):  # noqa: ANN202
@@ -57,6 +108,12 @@ def _train_refuses(space: object):  # noqa: ANN202
 
 
 def run(args: argparse.Namespace) -> int:
+    if (args.nodes is None) == (args.devices is None):
+        raise UsageError("give --devices (rank the splits of N devices) or --nodes (commands for N machines)")
+    if args.nodes is not None:
+        return run_nodes(args)
+    if args.train_args:
+        raise UsageError(f"unexpected arguments {' '.join(args.train_args)} (training options go with --nodes)")
     from naspipe.sched.registry import PolicyError, get_policy
     from naspipe.shared import SharedPolicyError, parse_shared
     from naspipe.sim.costs import DEFAULT_BATCH_ALPHA

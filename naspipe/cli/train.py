@@ -18,6 +18,7 @@ import dataclasses
 import json
 import shlex
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from naspipe.cli.common import (
@@ -182,6 +183,29 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
     except ConfigError as e:
         raise UsageError(str(e)) from None
     return cfg
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def world_config(argv: Sequence[str] | None, world: int, check_out: bool = False) -> tuple[Any, float]:
+    """The options of ``python -m naspipe.torchrun`` for ``world`` processes: ``(config, connect timeout)``;
+    ``--stages`` defaults to the world size over ``--replicas`` (UsageError when they cannot match)."""
+    parser = _Parser(prog="python -m naspipe.torchrun", description="the torchrun entry point")
+    add_arguments(parser)
+    parser.add_argument("--connect-timeout", type=positive_float("--connect-timeout", "seconds"), default=60.0,
+                        help="seconds every rank waits for the others to arrive (default %(default)s)")
+    parser.set_defaults(stages=None)
+    args = parser.parse_args(argv)
+    replicas = args.replicas
+    if args.stages is None:
+        args.stages = world // replicas
+    if args.stages * replicas != world:
+        raise UsageError(f"--stages {args.stages} x --replicas {replicas} differs from the {world} processes "
+                         "torchrun started; use one process per stage and replica")
+    return config_from_args(args, check_out=check_out), args.connect_timeout
 
 
 def summary_line(m: dict[str, Any]) -> str:

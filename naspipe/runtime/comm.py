@@ -74,6 +74,7 @@ class Message:
 @dataclass
 class ChannelFailure:
     text: str
+    peer: int | None = None  # the global rank at the other end of the channel
 
 
 def _loss_bits(loss: float | None) -> tuple[int, int]:
@@ -248,7 +249,8 @@ class Links:
                 self.inbox.put(Message(kind, j, payload, bool(flags & FLAG_REQUIRES_GRAD), decode_loss(values)))
         except Exception as e:  # noqa: BLE001 - reported to the stage loop, which fails the run
             self.inbox.put(ChannelFailure(f"stage {self.rank}: receiving {what} failed after "
-                                          f"{self.received[kind]} of {self.expected}: {type(e).__name__}: {e}"))
+                                          f"{self.received[kind]} of {self.expected}: {type(e).__name__}: {e}",
+                                          self.base + src))
 
     # ---- sending ---------------------------------------------------------------------------------------
     def send_activation(self, subnet: int, tensor: Tensor, requires_grad: bool) -> None:

@@ -46,13 +46,16 @@ class RunResult:
 
 
 def write_status(out: Path, complete: bool, error: str | None = None, rank: int | None = None,
-                 checkpoint: int | None = None) -> None:
-    """``checkpoint``: the position of the newest complete checkpoint of a failed run (resume from it)."""
+                 checkpoint: int | None = None, lost: dict[str, Any] | None = None) -> None:
+    """``checkpoint``: the position of the newest complete checkpoint of a failed run (resume from it);
+    ``lost``: the host (and its ranks) a torchrun run lost."""
     data: dict[str, Any] = {"complete": complete}
     if error is not None:
         data.update(error=error, rank=rank)
     if checkpoint is not None:
         data.update(checkpoint=checkpoint)
+    if lost is not None:
+        data.update(lost=lost)
     try:  # atomic: a full disk leaves the old status.json (or none), never an empty one
         write_text_atomic(out / runs.STATUS, json.dumps(data, indent=1) + "\n")
     except OSError:  # the directory went away or the disk is full: the error itself is what matters

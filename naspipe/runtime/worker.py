@@ -64,6 +64,10 @@ class InjectedFault(RuntimeError):
 class PeerLost(RuntimeError):
     """A neighbour's channel failed: usually the consequence of another stage's failure."""
 
+    def __init__(self, text: str, peer: int | None = None):
+        super().__init__(text)
+        self.peer = peer  # the neighbour's global rank
+
 
 def device_for(cfg: TrainConfig, local_rank: int) -> torch.device:
     if cfg.device == "cuda":
@@ -211,7 +215,7 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
 
     def deliver(item: Message | ChannelFailure | WriteOrder) -> None:
         if isinstance(item, ChannelFailure):
-            raise PeerLost(item.text)
+            raise PeerLost(item.text, item.peer)
         if isinstance(item, WriteOrder):
             announced.append(item.subnet)
             return
