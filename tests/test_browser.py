@@ -208,6 +208,15 @@ def _cell(page: object, text: str) -> object:
     return page.locator(f"{PANEL} .jp-CodeCell", has=page.locator(".jp-InputArea", has_text=text)).first
 
 
+def _kernel_status(page: object) -> str:
+    """What JupyterLab shows of the kernel: the toolbar indicator's state and the status bar's text."""
+    return page.evaluate("""() => {
+        const ind = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');
+        const bar = [...document.querySelectorAll('.jp-StatusBar-TextItem')].map(t => t.textContent)
+            .find(t => /Idle|Busy/.test(t)) || '';
+        return (ind ? ind.getAttribute('data-status') : '?') + ' | ' + bar; }""")
+
+
 def _legends_complete(page: object) -> list[str]:
     """Names of drawn traces missing from their figure's legend (plotly omits a legend entry carried by an
     empty trace, so bars drawn by another trace of its group go unexplained)."""
@@ -253,14 +262,18 @@ def test_quickstart_and_its_report_in_a_browser(browser, lab):
     while time.monotonic() < deadline:  # sample the monitor's Gantt while training runs
         label = monitor.locator(".widget-html-content").first.text_content(timeout=5_000) or ""
         bars = monitor.locator(".js-plotly-plot").first.locator(".barlayer path").count()
-        samples.append((round(time.monotonic(), 2), bars, label[:60]))
+        samples.append((round(time.monotonic(), 2), bars, label[:60], _kernel_status(page)))
         if "starting" in label and not any("starting" in s[2] for s in samples[:-1]):
             monitor.screenshot(path=str(ARTIFACTS / "01_monitor_starting.png"))
-        if bars and len({b for _, b, _ in samples if b}) >= 2:
+        if bars and len({s[1] for s in samples if s[1]}) >= 2:
             monitor.screenshot(path=str(ARTIFACTS / "01_monitor_running.png"))
             break
         time.sleep(0.25)
-    assert len({b for _, b, _ in samples if b}) >= 2, f"the monitor never moved: {samples}"
+    # the kernel's state as JupyterLab shows it while the cell trains: Busy (a control request JupyterLab sends
+    # when the widget shows flips it to Idle for a moment, until the monitor announces busy again)
+    idle = [x for x in samples if "Busy" not in x[3] or x[3].startswith("idle")]
+    assert len(idle) <= 5 and "Busy" in samples[-1][3], f"the status bar says Idle while training: {samples}"
+    assert len({s[1] for s in samples if s[1]}) >= 2, f"the monitor never moved: {samples}"
     _wait_done(page, 240, "01")
     monitor.screenshot(path=str(ARTIFACTS / "01_monitor_done.png"))
     for i, cell in enumerate(page.locator(f"{PANEL} .jp-CodeCell").all()):  # every output as a user sees it

@@ -10,7 +10,8 @@ the files every naspipe run has:
 * ``metrics.json``: throughput, utilisation, overheads, wall time and the full configuration;
 * ``sequence.json``: the subnet sequence the stages trained (for a run-time generated stream, the one
   the stages realized; every stage's digest must agree), in ``naspipe.sequence.save_sequence``'s format;
-* ``weights-stage<s>.pt`` (written by each stage, ``naspipe.weights``): ``naspipe search`` reads them;
+* ``weights-stage<s>.pt`` (written by each stage, ``naspipe.weights``, unless ``save_weights=False``):
+  ``naspipe search`` reads them;
 * ``status.json``: ``{"complete": true}``, or the error when the run failed (outputs so far are kept).
 """
 
