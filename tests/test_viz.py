@@ -537,9 +537,11 @@ def test_monitor_says_what_happens_while_the_stage_processes_start(tmp_path):
 
 def test_table_figures_are_tall_enough_for_every_row():
     short = table_figure([{"a": 1, "b": 2.0}] * 9)
-    long = table_figure([{"label": "predictive 10% pin task " * 3, "x": 1.0}] * 9, title="t")
-    assert short.layout.height >= 9 * 20 + 30  # nine one-line rows and the header
-    assert long.layout.height >= 60 + 9 * 2 * 20  # wrapped cells: two lines a row at least
+    long = table_figure([{"label": "predictive 10% pin task " * 6, "other": "on-demand 25% " * 8}] * 9, title="t")
+    assert short.layout.height == 10 + 30 + 9 * 20 + 10  # nine one-line rows, the header: no blank space
+    assert long.layout.height >= 60 + 30 + 9 * (20 + 2 * 26)  # wrapped cells: three lines a row at 800 px
+    # a column is as wide as its text: a long label does not wrap beside short numbers
+    assert table_figure([{"run": "reference (conflict-dense)", "x": 1.0}] * 3).layout.height == 10 + 30 + 60 + 10
 
 
 def test_scaling_legend_has_room_for_every_entry():
