@@ -35,7 +35,7 @@ def table_figure(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
     header = max(HEADER_PX, row_heights([cols], weights)[0]) if cols else 0
     body = sum(row_heights(list(zip(*cells, strict=True)), weights)) if cells else 0
     top = 60 + 22 * title.count("<br>") if title else 10
-    fig.update_layout(title={"text": title or ""}, height=top + header + body + BOTTOM_PX,
+    fig.update_layout(title={"text": title or ""}, height=top + header + body + BOTTOM_PX, template="plotly_white",
                       margin={"l": 10, "r": 10, "t": top, "b": BOTTOM_PX})
     return fig
 
