@@ -551,3 +551,16 @@ def test_scaling_legend_has_room_for_every_entry():
     fig = scaling_figure(rows, reference={12: 0.32, 24: 0.42})
     entries = sum(1 for t in fig.data if t.showlegend is not False)
     assert entries == 9 and fig.layout.height >= 240 + 32 * entries
+
+
+def test_memory_figure_names_its_colours_and_draws_no_line_over_its_labels():
+    from naspipe.viz import memory_figure
+
+    rows = [{"label": f"{swap} {b} pin task", "swap": swap, "retention": v, "hit_rate": v, "batch": 8,
+             "stall_share": 0.0, "memory_wait_share": 0.0}
+            for swap, v in (("predictive", 0.841), ("on-demand", 0.5)) for b in ("25%", "10%")]
+    fig = memory_figure(rows)
+    assert not fig.layout.shapes  # the unexplained dotted line at 0.9 struck through a 0.841 label
+    legend = [t.name for t in fig.data if t.showlegend is not False]
+    assert legend == ["predictive swapping", "on-demand swapping"]  # one legend entry per bar colour
+    assert sorted(x for t in fig.data[:2] for x in t.x) == sorted(r["label"] for r in rows)  # each bar once a panel
