@@ -564,3 +564,18 @@ def test_memory_figure_names_its_colours_and_draws_no_line_over_its_labels():
     legend = [t.name for t in fig.data if t.showlegend is not False]
     assert legend == ["predictive swapping", "on-demand swapping"]  # one legend entry per bar colour
     assert sorted(x for t in fig.data[:2] for x in t.x) == sorted(r["label"] for r in rows)  # each bar once a panel
+
+
+def test_dag_numbers_sit_inside_their_nodes_and_gantt_labels_fit_one_unit_bars():
+    from naspipe.viz import gantt
+    from naspipe.viz.gantt import LABEL_MIN_PX
+
+    space = unit_space(3, choice_blocks=4, fwd=0.5, bwd=1.0)
+    part = partition(space, 2)
+    subs = list(UniformStream(space, 1, 12))
+    nodes = [t for t in dag_figure(causal_dag(space, part, subs, CostModel(space, part, subs).duration)).data
+             if t.mode == "markers+text"]
+    assert nodes and all(t.textposition == "middle center" for t in nodes)  # not above, over the critical path
+    # csp-bw's B and W of one time unit, 12 subnets: a two-digit id needs about 6 px to fit
+    fig = gantt(simulate(space, part, UniformStream(space, 1, 12), "csp-bw").trace, unit="units")
+    assert fig.layout.uniformtext.minsize == LABEL_MIN_PX <= 6
