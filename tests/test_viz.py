@@ -559,11 +559,12 @@ def test_memory_figure_names_its_colours_and_draws_no_line_over_its_labels():
     rows = [{"label": f"{swap} {b} pin task", "swap": swap, "retention": v, "hit_rate": v, "batch": 8,
              "stall_share": 0.0, "memory_wait_share": 0.0}
             for swap, v in (("predictive", 0.841), ("on-demand", 0.5)) for b in ("25%", "10%")]
+    rows.insert(0, {**rows[0], "label": "unlimited", "swap": "-"})  # the baseline row of memory_sweep
     fig = memory_figure(rows)
     assert not fig.layout.shapes  # the unexplained dotted line at 0.9 struck through a 0.841 label
     legend = [t.name for t in fig.data if t.showlegend is not False]
-    assert legend == ["predictive swapping", "on-demand swapping"]  # one legend entry per bar colour
-    assert sorted(x for t in fig.data[:2] for x in t.x) == sorted(r["label"] for r in rows)  # each bar once a panel
+    assert legend == ["unlimited memory (no swapping)", "predictive swapping", "on-demand swapping"]  # per colour
+    assert sorted(x for t in fig.data[:3] for x in t.x) == sorted(r["label"] for r in rows)  # each bar once a panel
 
 
 def test_dag_numbers_sit_inside_their_nodes_and_gantt_labels_fit_one_unit_bars():

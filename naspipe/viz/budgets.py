@@ -17,6 +17,11 @@ from plotly.subplots import make_subplots
 SWAP_COLORS = {"predictive": "#4C78A8", "on-demand": "#E45756", "resident": "#9D9D9D"}
 
 
+def _swap_name(swap: str) -> str:
+    """The legend's name of a swap mode; the unlimited-memory baseline (no swap mode, ``-``) says so."""
+    return f"{swap} swapping" if swap in SWAP_COLORS else "unlimited memory (no swapping)"
+
+
 def memory_figure(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> go.Figure:
     """Two panels per configuration: samples/s against unlimited memory, and the hit rate. One bar trace per
     swap mode, so the legend names the colours; every bar carries its value (no reference line crosses them)."""
@@ -26,7 +31,7 @@ def memory_figure(rows: Sequence[Mapping[str, Any]], title: str | None = None) -
     for col, key in enumerate(("retention", "hit_rate"), start=1):
         for swap in swaps:
             rs = [r for r in rows if r["swap"] == swap]
-            fig.add_trace(go.Bar(x=[r["label"] for r in rs], y=[r[key] for r in rs], name=f"{swap} swapping",
+            fig.add_trace(go.Bar(x=[r["label"] for r in rs], y=[r[key] for r in rs], name=_swap_name(swap),
                                  legendgroup=swap, showlegend=col == 1,
                                  marker={"color": SWAP_COLORS.get(swap, "#54A24B")},
                                  text=[f"{r[key]:.3f}" for r in rs], textposition="outside", cliponaxis=False,
