@@ -577,6 +577,6 @@ def test_dag_numbers_sit_inside_their_nodes_and_gantt_labels_fit_one_unit_bars()
     nodes = [t for t in dag_figure(causal_dag(space, part, subs, CostModel(space, part, subs).duration)).data
              if t.mode == "markers+text"]
     assert nodes and all(t.textposition == "middle center" for t in nodes)  # not above, over the critical path
-    # csp-bw's B and W of one time unit, 12 subnets: a two-digit id needs about 6 px to fit
+    # csp-bw's B and W of one time unit at 12 subnets: one-digit ids fit at 6 px (at 8 px chromium hid them all)
     fig = gantt(simulate(space, part, UniformStream(space, 1, 12), "csp-bw").trace, unit="units")
     assert fig.layout.uniformtext.minsize == LABEL_MIN_PX <= 6

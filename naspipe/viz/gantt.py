@@ -21,7 +21,7 @@ Traces = Trace | Mapping[str, Trace] | Sequence[Trace] | Sequence[tuple[str, Tra
 DEFAULT_MAX_EVENTS = 20_000
 UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "units": 1.0}  # "units": abstract unit-time costs (teaching examples)
 LABEL_LIMIT = 400  # write subnet ids inside the bars when a figure has at most this many events
-LABEL_MIN_PX = 6  # smallest label font: two-digit ids still fit a one-unit bar (csp-bw's B and W) at 12 subnets
+LABEL_MIN_PX = 6  # smallest label font (plotly hides a label that needs less): one-digit ids fit a one-unit bar
 
 
 def trace_name(trace: Trace, index: int = 0) -> str:
