@@ -3,13 +3,18 @@
 Headless notebook runs (``test_notebooks*.py``) check outputs as data; only a browser shows whether the
 widgets draw, the live monitor moves while training runs, the slider moves the Gantt and the figures render.
 A JupyterLab server (this interpreter's, so its kernel is this environment's) serves copies of
-``01_quickstart``, ``02_csp_explained``, ``05_scaling`` and ``07_context_switching`` with small parameters;
+``01_quickstart``, ``02_csp_explained``, ``03_reproducibility``, ``04_async_corrections``, ``05_scaling``,
+``07_context_switching`` and ``08_your_own_supernet`` with small parameters;
 Playwright drives chromium (``executable_path``: Playwright's own browser download is not used) to run all
 cells and checks:
 
+* every notebook: JupyterLab started with ``make lab``'s settings shows no "Jupyter news" pop-up;
 * 01: the monitor cell holds one widget view, whose Gantt changes while training runs (two samples of its
-  bars differ), and which says what happens while the stage processes start; the verification cell reports
-  REPRODUCIBLE; the report link opens the server's ``/files/`` URL in a new tab, figures drawn;
+  bars differ), and which says what happens while the stage processes start; the status bar says Busy while
+  it trains; the verification cell reports REPRODUCIBLE; the report link opens the server's ``/files/`` URL in
+  a new tab (not JupyterLab's sandboxed viewer), every figure and the Gantt's bars drawn, no console error;
+* 08: Busy while its monitor trains, the best subnet shown once, its report link as 01's;
+* 03 and 04 (and 02, 05, 07): every table row visible and no more than 70 px blank under a table;
 * 02: the slider changes the Gantt and the legend stays at step 0, every figure's legend lists every drawn
   trace, every table row fits its figure, no error output;
 * 05 and 07: every legend entry present (05's ninth), every table row visible (07's ninth), no ``{k}``;
