@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint figures clean lab chromium
+.PHONY: demo test lint figures clean lab lab-settings chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,9 +21,23 @@ test: $(STAMP) chromium
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q tests
 
-# JupyterLab from the project's environment (widgets and figures work there), on 127.0.0.1 with a token
-lab: $(STAMP)
-	$(BIN)/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+# JupyterLab from the project's environment (widgets and figures work there), on 127.0.0.1 with a token.
+# Its settings live in $(LAB_SETTINGS) (git-ignored), seeded by lab-settings: no "get notified about
+# Jupyter news?" pop-up over the outputs (the browser test uses the same target). Without a web browser
+# here, JupyterLab starts anyway and the URL to open (with its token) is the one it prints.
+LAB_SETTINGS ?= .jupyterlab
+NEWS_SETTINGS = $(LAB_SETTINGS)/@jupyterlab/apputils-extension/notification.jupyterlab-settings
+NO_BROWSER = naspipe: no web browser found here; open the http://127.0.0.1:PORT/lab?token=... URL that JupyterLab \
+prints below in a browser (from another machine: ssh -L PORT:127.0.0.1:PORT this-host first)
+lab: $(STAMP) lab-settings
+	@$(BIN)/python -c "import webbrowser; webbrowser.get()" 2>/dev/null || echo "$(NO_BROWSER)"
+	JUPYTERLAB_SETTINGS_DIR=$(LAB_SETTINGS) $(BIN)/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir=notebooks \
+	  $$($(BIN)/python -c "import webbrowser; webbrowser.get()" 2>/dev/null || echo --no-browser) \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+
+lab-settings:
+	@mkdir -p $(dir $(NEWS_SETTINGS))
+	@test -f $(NEWS_SETTINGS) || echo '{"fetchNews": "false", "checkForUpdates": false}' > $(NEWS_SETTINGS)
 
 # the browser test drives Debian's chromium (Playwright's own browser download is not used)
 chromium:

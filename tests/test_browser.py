@@ -3,13 +3,18 @@
 Headless notebook runs (``test_notebooks*.py``) check outputs as data; only a browser shows whether the
 widgets draw, the live monitor moves while training runs, the slider moves the Gantt and the figures render.
 A JupyterLab server (this interpreter's, so its kernel is this environment's) serves copies of
-``01_quickstart``, ``02_csp_explained``, ``05_scaling`` and ``07_context_switching`` with small parameters;
+``01_quickstart``, ``02_csp_explained``, ``03_reproducibility``, ``04_async_corrections``, ``05_scaling``,
+``07_context_switching`` and ``08_your_own_supernet`` with small parameters;
 Playwright drives chromium (``executable_path``: Playwright's own browser download is not used) to run all
 cells and checks:
 
+* every notebook: JupyterLab started with ``make lab``'s settings shows no "Jupyter news" pop-up;
 * 01: the monitor cell holds one widget view, whose Gantt changes while training runs (two samples of its
-  bars differ), and which says what happens while the stage processes start; the verification cell reports
-  REPRODUCIBLE; the report link opens the server's ``/files/`` URL in a new tab, figures drawn;
+  bars differ), and which says what happens while the stage processes start; the status bar says Busy while
+  it trains; the verification cell reports REPRODUCIBLE; the report link opens the server's ``/files/`` URL in
+  a new tab (not JupyterLab's sandboxed viewer), every figure and the Gantt's bars drawn, no console error;
+* 08: Busy while its monitor trains, the best subnet shown once, its report link as 01's;
+* 03 and 04 (and 02, 05, 07): every table row visible and no more than 70 px blank under a table;
 * 02: the slider changes the Gantt and the legend stays at step 0, every figure's legend lists every drawn
   trace, every table row fits its figure, no error output;
 * 05 and 07: every legend entry present (05's ninth), every table row visible (07's ninth), no ``{k}``;
@@ -67,13 +72,17 @@ def _prepare(root: Path) -> None:
         "02_csp_explained.ipynb": {"SUBNETS": 10, "STEPS": 10},
         "05_scaling.ipynb": {"KS": [12, 48], "STAGES": [4, 8], "SUBNETS": 30},  # 8 curves + the paper: 9 entries
         "07_context_switching.ipynb": {"SUBNETS": 40, "TREND_KS": [12, 96], "TREND_SUBNETS": 30},  # 9 table rows
+        "03_reproducibility.ipynb": {"SUBNETS": 6, "STAGE_COUNTS": [1, 2], "REPEATS": 2, "JITTER_MS": [2.0],
+                                     "HAZARD_STAGES": 2},
+        "04_async_corrections.ipynb": {"SUBNETS": 12, "EVAL_SUBNETS": 3, "STAGES": 2},
+        "08_your_own_supernet.ipynb": {"SUBNETS": 8, "LAYERS": 3, "BUDGET": 4, "REPEATS": 1},
     }
     for name, p in params.items():
         nb = inject_parameters(nbformat.read(NOTEBOOKS / name, as_version=4), p)
         nbformat.write(nb, root / name)
-    settings = root.parent / ".settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
+    # the settings `make lab` starts JupyterLab with (its lab-settings target): no news pop-up
+    subprocess.run(["make", "-s", "-C", str(ROOT), "lab-settings", f"LAB_SETTINGS={root.parent / '.settings'}"],
+                   check=True, timeout=60)
     tracker = root.parent / ".settings" / "@jupyterlab" / "notebook-extension"
     tracker.mkdir(parents=True)
     (tracker / "tracker.jupyterlab-settings").write_text('{"autoStartDefaultKernel": true}')
@@ -94,7 +103,7 @@ def lab(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False",
-         "--LabApp.news_url=", "--ServerApp.port_retries=0", *(["--allow-root"] if os.geteuid() == 0 else [])],
+         "--ServerApp.port_retries=0", *(["--allow-root"] if os.geteuid() == 0 else [])],
         cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -159,6 +168,8 @@ def _open_notebook(browser: object, url: str) -> tuple[object, Console]:
     page.wait_for_function("() => document.querySelector('.jp-Notebook-ExecutionIndicator') !== null"
                            " && document.querySelector('.jp-Notebook-ExecutionIndicator')"
                            ".getAttribute('data-status') === 'idle'", timeout=90_000)
+    page.wait_for_timeout(1000)  # JupyterLab asks about news once the application is restored
+    assert page.get_by_text("notified about official Jupyter news").count() == 0, "the news pop-up is shown"
     return page, console
 
 
@@ -208,6 +219,15 @@ def _cell(page: object, text: str) -> object:
     return page.locator(f"{PANEL} .jp-CodeCell", has=page.locator(".jp-InputArea", has_text=text)).first
 
 
+def _kernel_status(page: object) -> str:
+    """What JupyterLab shows of the kernel: the toolbar indicator's state and the status bar's text."""
+    return page.evaluate("""() => {
+        const ind = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');
+        const bar = [...document.querySelectorAll('.jp-StatusBar-TextItem')].map(t => t.textContent)
+            .find(t => /Idle|Busy/.test(t)) || '';
+        return (ind ? ind.getAttribute('data-status') : '?') + ' | ' + bar; }""")
+
+
 def _legends_complete(page: object) -> list[str]:
     """Names of drawn traces missing from their figure's legend (plotly omits a legend entry carried by an
     empty trace, so bars drawn by another trace of its group go unexplained)."""
@@ -231,11 +251,51 @@ def _legends_cut(page: object) -> int:
         .filter(r => parseFloat(r.getAttribute('height') || '0') > 0).length""")
 
 
-def _tables_cut(page: object) -> int:
-    """Plotly tables whose rows do not all fit their figure (some hidden behind a scrollbar): plotly's own
-    scrollbar state (bound to the glyph by d3) has room to scroll then."""
-    return page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot .scrollbar-glyph')]
-        .filter(g => g.__data__ && g.__data__.scrollbarState && g.__data__.scrollbarState.wiggleRoom > 0).length""")
+def _tables_fit(page: object) -> list[str]:
+    """Plotly tables that clip a row (plotly's scrollbar has room to scroll) or leave more than 70 px blank
+    under their last row (the figure taller than its rows)."""
+    return page.evaluate("""() => [...document.querySelectorAll(
+            '.jp-NotebookPanel:not(.lm-mod-hidden) .js-plotly-plot')].filter(el => el.querySelector('.table'))
+        .map(el => {
+            const title = (el._fullLayout && el._fullLayout.title && el._fullLayout.title.text) || '?';
+            const cut = [...el.querySelectorAll('.scrollbar-glyph')].some(g => g.__data__ && g.__data__.scrollbarState
+                && g.__data__.scrollbarState.wiggleRoom > 0);
+            const bottom = Math.max(...[...el.querySelectorAll('.table .cell-rect')]
+                .map(c => c.getBoundingClientRect().bottom));
+            const blank = el.querySelector('.main-svg').getBoundingClientRect().bottom - bottom;
+            return cut ? title + ': a row cut off' : blank > 70 ? title + `: ${Math.round(blank)} px blank` : '';
+        }).filter(t => t)""")
+
+
+def _kernel_busy_while_running(page: object, cell: object, seconds: float) -> list[str]:
+    """The status bar's kernel state, sampled while ``cell`` runs (its prompt shows ``[*]``)."""
+    samples, deadline = [], time.monotonic() + seconds
+    while time.monotonic() < deadline and "*" in (cell.locator(".jp-InputPrompt").text_content() or ""):
+        samples.append(_kernel_status(page))
+        time.sleep(0.25)
+    return samples
+
+
+def _open_report(page: object, name: str) -> None:
+    """Click the notebook's report link: a new full browser tab (not JupyterLab's sandboxed viewer, where the
+    report's scripts are blocked) with every figure drawn, the Gantt's bars among them, and no console error."""
+    link = page.locator(f"{PANEL} a[id^='naspipe-report-']").first
+    assert "/files/" in link.get_attribute("href")
+    with page.context.expect_page(timeout=30_000) as opened:
+        link.click()
+    tab = opened.value
+    errors = Console(tab).errors
+    tab.wait_for_function("() => { const d = [...document.querySelectorAll('.plotly-graph-div')];"
+                          " return d.length > 0 && d.every(x => x.querySelector('.main-svg')); }", timeout=60_000)
+    tab.wait_for_timeout(500)
+    tab.screenshot(path=str(ARTIFACTS / f"{name}_report_from_link.png"))
+    gantt_bars = tab.evaluate("() => [...document.querySelectorAll('.plotly-graph-div')].filter(d => "
+                              "(d.layout && d.layout.title && /gantt|stage|CSP/i.test(JSON.stringify(d.layout.title)))"
+                              " || d.querySelector('.barlayer path')).map(d => d.querySelectorAll('.barlayer path')"
+                              ".length)")
+    assert gantt_bars and max(gantt_bars) > 0, f"{name}: no Gantt bars in the report"
+    assert not errors, errors
+    tab.close()
 
 
 @pytest.mark.timeout(480)
@@ -253,14 +313,18 @@ def test_quickstart_and_its_report_in_a_browser(browser, lab):
     while time.monotonic() < deadline:  # sample the monitor's Gantt while training runs
         label = monitor.locator(".widget-html-content").first.text_content(timeout=5_000) or ""
         bars = monitor.locator(".js-plotly-plot").first.locator(".barlayer path").count()
-        samples.append((round(time.monotonic(), 2), bars, label[:60]))
+        samples.append((round(time.monotonic(), 2), bars, label[:60], _kernel_status(page)))
         if "starting" in label and not any("starting" in s[2] for s in samples[:-1]):
             monitor.screenshot(path=str(ARTIFACTS / "01_monitor_starting.png"))
-        if bars and len({b for _, b, _ in samples if b}) >= 2:
+        if bars and len({s[1] for s in samples if s[1]}) >= 2:
             monitor.screenshot(path=str(ARTIFACTS / "01_monitor_running.png"))
             break
         time.sleep(0.25)
-    assert len({b for _, b, _ in samples if b}) >= 2, f"the monitor never moved: {samples}"
+    # the kernel's state as JupyterLab shows it while the cell trains: Busy (a control request JupyterLab sends
+    # when the widget shows flips it to Idle for a moment, until the monitor announces busy again)
+    idle = [x for x in samples if "Busy" not in x[3] or x[3].startswith("idle")]
+    assert len(idle) <= 5 and "Busy" in samples[-1][3], f"the status bar says Idle while training: {samples}"
+    assert len({s[1] for s in samples if s[1]}) >= 2, f"the monitor never moved: {samples}"
     _wait_done(page, 240, "01")
     monitor.screenshot(path=str(ARTIFACTS / "01_monitor_done.png"))
     for i, cell in enumerate(page.locator(f"{PANEL} .jp-CodeCell").all()):  # every output as a user sees it
@@ -272,13 +336,7 @@ def test_quickstart_and_its_report_in_a_browser(browser, lab):
     assert "REPRODUCIBLE: identical" in _cell(page, "result.verify(").locator(".jp-OutputArea").text_content()
     link = page.locator("a[id^='naspipe-report-']").first
     assert "/files/runs/quickstart/csp/report.html" in link.get_attribute("href")
-    with page.context.expect_page(timeout=30_000) as opened:  # a new tab, not JupyterLab's sandboxed viewer
-        link.click()
-    tab = opened.value
-    tab.wait_for_function("() => { const d = [...document.querySelectorAll('.plotly-graph-div')];"
-                          " return d.length > 0 && d.every(x => x.querySelector('.main-svg')); }", timeout=60_000)
-    tab.screenshot(path=str(ARTIFACTS / "01_report_from_link.png"))
-    tab.close()
+    _open_report(page, "01")
     assert not _legends_complete(page), _legends_complete(page)
     assert not console.errors, console.errors
     page.close()
@@ -336,14 +394,15 @@ def test_csp_explained_in_a_browser(browser, lab):
     assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
                         has_text="Traceback").count() == 0
     assert not _legends_complete(page), _legends_complete(page)
-    assert page.locator(f"{PANEL} .js-plotly-plot .table").count() >= 1 and _tables_cut(page) == 0
+    assert page.locator(f"{PANEL} .js-plotly-plot .table").count() >= 1 and not _tables_fit(page), _tables_fit(page)
     assert not console.errors, console.errors
     page.close()
     _shutdown_kernels(api)
 
 
 @pytest.mark.timeout(480)
-@pytest.mark.parametrize("name", ["05_scaling", "07_context_switching"])
+@pytest.mark.parametrize("name", ["03_reproducibility", "04_async_corrections", "05_scaling",
+                                  "07_context_switching"])
 def test_figure_notebooks_in_a_browser(browser, lab, name):
     url, _, api = lab
     page, console = _open_notebook(browser, url.format(name))
@@ -357,7 +416,34 @@ def test_figure_notebooks_in_a_browser(browser, lab, name):
     assert page.locator(f"{PANEL} .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
                         has_text="Traceback").count() == 0
     assert not _legends_complete(page), _legends_complete(page)
-    assert _legends_cut(page) == 0 and _tables_cut(page) == 0
+    assert _legends_cut(page) == 0 and not _tables_fit(page), _tables_fit(page)
+    assert page.locator(f"{PANEL} .js-plotly-plot .table").count() >= 1
+    assert not console.errors, console.errors
+    page.close()
+    _shutdown_kernels(api)
+
+
+@pytest.mark.timeout(480)
+def test_your_own_supernet_and_its_report_in_a_browser(browser, lab):
+    """08: the kernel shows Busy while the monitor cell trains, the best subnet is shown once, the report link
+    opens a full tab whose Gantt is drawn (it used to open the sandboxed viewer: empty Gantt, blocked scripts)."""
+    url, _, api = lab
+    page, console = _open_notebook(browser, url.format("08_your_own_supernet"))
+    _run_all(page)
+    monitor = _cell(page, "LiveMonitor(")
+    monitor.locator(".js-plotly-plot").first.wait_for(timeout=180_000)
+    busy = _kernel_busy_while_running(page, monitor, 120)
+    idle = [x for x in busy if "Busy" not in x]
+    assert busy and len(idle) <= 5, f"the status bar says Idle while the monitor cell trains: {busy}"
+    _wait_done(page, 300, "08")
+    for i, cell in enumerate(page.locator(f"{PANEL} .jp-CodeCell").all()):
+        if cell.locator(".jp-OutputArea-child").count():
+            cell.screenshot(path=str(ARTIFACTS / f"08_cell{i:02d}.png"))
+    assert page.locator(f"{PANEL} .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+                        has_text="Traceback").count() == 0
+    search = _cell(page, "search_run(")
+    assert search.locator(".jp-OutputArea-child").count() == 1  # the summary, no second copy of the best subnet
+    _open_report(page, "08")
     assert not console.errors, console.errors
     page.close()
     _shutdown_kernels(api)

@@ -21,6 +21,7 @@ def test_demo_trains_verifies_and_summarises(tmp_path, capsys):
     assert "x the subnets/s of the sequential policy" in text and "naspipe verify" in text
     for f in ("csp/gantt.html", "csp/report.html", "reference/losses.csv", "reference/params.json"):
         assert (out / f).is_file(), f
+    assert not list(out.rglob("*.pt")), "no step of the demo reads weights: it writes none"
     ref = json.loads((out / "reference" / "metrics.json").read_text())
     assert ref["command"] == "reference" and ref["subnets"] == 12 and ref["wall_s"] > 0
 

@@ -20,3 +20,6 @@ def test_04_async_corrections_runs_and_plots():
     names = [t.get("name", "") for t in figs[0]["data"]]
     assert names[0] == "sequential reference" and "pipedream" in names and "pipeoptim" in names
     assert figs[0]["layout"]["title"]["text"].startswith("training loss")
+    # the project's one theme (plotly_white, as every other notebook), not plotly's grey default
+    assert all(f["layout"]["template"]["layout"]["plot_bgcolor"] == "white" for f in figs)
+    assert figs[1]["data"][0]["type"] == "table" and figs[1]["layout"]["height"] < 300  # no blank space under it

@@ -26,6 +26,12 @@ def test_08_your_own_supernet(tmp_path):
     assert mimes[WIDGET_MIME] >= 1  # the live monitor
     assert any("simulated, 2 stages" in t for t in plotly_titles(nb))
     assert mimes[PLOTLY_MIME] >= 1
+    search = next(c for c in nb.cells if c.cell_type == "code" and "search_run(" in c.source)
+    assert [o.output_type for o in search.outputs] == ["stream"], "the best subnet shown once, in the summary"
+    assert search.outputs[0].text.count("best:") == 1
+    report = next(c for c in nb.cells if c.cell_type == "code" and "write_report(" in c.source)
+    link = next(o for o in report.outputs if o.output_type == "display_data")["data"]["text/html"]
+    assert "naspipe-report-" in link and 'target="_blank"' in link  # opens a full tab, not the sandboxed viewer
     last = next(o for o in nb.cells[-1].outputs if o.output_type == "stream")
     result = json.loads(last.text.strip().splitlines()[-1])
     assert result["verified"], result["message"]

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import fnmatch
+import importlib
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +40,71 @@ def test_notebook_is_committed_clean_and_parameterised(name):
     assert not has_outputs(nb), f"{name} must be committed without outputs"
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     assert "parameters" in first_code.metadata.get("tags", [])
+
+
+ROOT = NOTEBOOKS.parent
+# a path (``benchmarks/quality.py``, ``../data/spaces/small-mlp.json``), a repository document or module
+# named bare (``TECHNIQUES.md``, ``spos_digits.py``), a notebook by its stem, a ``naspipe.x.y`` name
+_PATH = re.compile(r"(?<![\w/.])((?:\.\./)?[A-Za-z_][\w.*-]*(?:/[\w.*-]+)*/[\w*-]+\.[a-z]+)\b")
+_BARE = re.compile(r"(?<![\w/.-])([\w-]+\.(?:md|ipynb|py|toml|ya?ml|txt))\b")
+_STEM = re.compile(r"(?<![\w/])(\d\d_[a-z_]+[a-z])\b")
+_DOTTED = re.compile(r"\b(naspipe(?:\.[A-Za-z_]\w*)+)")
+_WRITTEN = ("runs/", "RUN_DIR/", "OUT/", "docs/figures/")  # what a run writes, not what the repository holds
+
+
+def _exists(name: str) -> bool:
+    name = name.rstrip(".,:;)")
+    if name.startswith(_WRITTEN) or "/" not in name and "." not in name:
+        return True
+    tracked = {Path(p) for p in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                                               check=True).stdout.split()}
+    if "/" not in name:
+        return any(p.name == name for p in tracked)
+    for base in (ROOT, NOTEBOOKS):
+        target = os.path.normpath(base / name)
+        if any(fnmatch.fnmatch(str(ROOT / p), target) or str(ROOT / p).startswith(target + os.sep) for p in tracked):
+            return True
+    return False
+
+
+def _importable(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def missing_names(text: str) -> list[str]:
+    """Files, notebooks and naspipe names that ``text`` mentions and the repository does not hold."""
+    bad = [m for m in _PATH.findall(text) if not _exists(m)]
+    bad += [m for m in _BARE.findall(text) if not _exists(m)]
+    bad += [m for m in _STEM.findall(text) if not (NOTEBOOKS / f"{m}.ipynb").is_file()]
+    bad += [m for m in _DOTTED.findall(text) if not _importable(m)]
+    return bad
+
+
+def test_the_name_check_finds_what_is_missing():
+    assert missing_names("see TECHNIQUES.md sections 4-6") == ["TECHNIQUES.md"]
+    assert missing_names("`benchmarks/nothing.py` and 09_nowhere") == ["benchmarks/nothing.py", "09_nowhere"]
+    assert missing_names("`naspipe.bound.no_such_thing`") == ["naspipe.bound.no_such_thing"]
+    assert not missing_names("`benchmarks/quality.py`, ../data/spaces/small-mlp.json, 07_context_switching, "
+                             "`naspipe.bound.lower_bound`, runs/quickstart, README.md, weights-stage*.pt")
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_notebook_names_no_file_outside_the_repository(name):
+    """Every file, notebook and naspipe name a notebook points readers to is in the repository."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    assert not missing_names("\n".join(c.source for c in nb.cells))
 
 
 def test_runner_injects_parameters_and_uses_this_interpreter(tmp_path):

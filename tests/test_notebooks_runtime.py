@@ -49,6 +49,9 @@ def test_01_quickstart(tmp_path):
     assert result["hash"] == result["reference_hash"] and result["stages"] == 2
     assert Path(result["report"]).is_file() and Path(result["report"]).stat().st_size > 10_000
     assert (tmp_path / "runs" / "csp" / "events.jsonl").is_file()
+    assert not list(tmp_path.rglob("*.pt")), "nothing in the quickstart reads weights: it writes none"
+    rates = next(c for c in nb.cells if c.cell_type == "code" and "result.summary()" in c.source)
+    assert "subnets/s" in rates.outputs[0].text and "first task to last task" in rates.outputs[0].text
 
 
 def test_03_reproducibility(tmp_path):

@@ -86,3 +86,14 @@ def test_verify_identical_and_first_difference(tmp_path):
 def test_write_metrics(tmp_path):
     write_metrics(tmp_path / "m.json", {"wall_s": 1.5, "config": {"shared_layers": "frozen"}})
     assert json.loads((tmp_path / "m.json").read_text())["config"]["shared_layers"] == "frozen"
+
+
+def test_throughput_line_names_the_time_each_rate_divides_by():
+    from naspipe.runtime.outputs import throughput_line
+
+    m = {"subnets": 600, "makespan_s": 14.85, "subnets_per_s": 600 / 14.85, "wall_s": 24.99, "startup_s": 8.1,
+         "utilization": 0.71, "final_loss": 1.5}
+    line = throughput_line(m)
+    assert "14.85 s of training (first task to last task): 40.4 subnets/s" in line
+    assert "24.99 s wall clock in all, of which 8.1 s starting the stage processes" in line
+    assert "(24.0 subnets per wall-clock second)" in line  # 600 / 24.99: the figure a reader computes

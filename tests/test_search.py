@@ -329,3 +329,11 @@ def test_random_module_state_is_untouched(run_dir):
     random.seed(123)
     search_run(run_dir, strategy="evolution", budget=3, heldout=1, write=False)
     assert random.random() == expect
+
+
+def test_latency_is_written_in_the_plot_axis_unit():
+    from naspipe.search.constraints import format_cost
+
+    assert format_cost("latency", 4.1e-5) == "0.041ms"  # the accuracy-vs-latency axis is in ms: not "41us"
+    assert format_cost("latency", 6e-4) == "0.6ms" and format_cost("latency", 2.5) == "2.5s"
+    assert format_cost("params", 12_300) == "12.3k"

@@ -555,9 +555,11 @@ def test_monitor_says_what_happens_while_the_stage_processes_start(tmp_path):
 
 def test_table_figures_are_tall_enough_for_every_row():
     short = table_figure([{"a": 1, "b": 2.0}] * 9)
-    long = table_figure([{"label": "predictive 10% pin task " * 3, "x": 1.0}] * 9, title="t")
-    assert short.layout.height >= 9 * 20 + 30  # nine one-line rows and the header
-    assert long.layout.height >= 60 + 9 * 2 * 20  # wrapped cells: two lines a row at least
+    long = table_figure([{"label": "predictive 10% pin task " * 6, "other": "on-demand 25% " * 8}] * 9, title="t")
+    assert short.layout.height == 10 + 30 + 9 * 20 + 10  # nine one-line rows, the header: no blank space
+    assert long.layout.height >= 60 + 30 + 9 * (20 + 2 * 26)  # wrapped cells: three lines a row at 800 px
+    # a column is as wide as its text: a long label does not wrap beside short numbers
+    assert table_figure([{"run": "reference (conflict-dense)", "x": 1.0}] * 3).layout.height == 10 + 30 + 60 + 10
 
 
 def test_scaling_legend_has_room_for_every_entry():
@@ -567,3 +569,32 @@ def test_scaling_legend_has_room_for_every_entry():
     fig = scaling_figure(rows, reference={12: 0.32, 24: 0.42})
     entries = sum(1 for t in fig.data if t.showlegend is not False)
     assert entries == 9 and fig.layout.height >= 240 + 32 * entries
+
+
+def test_memory_figure_names_its_colours_and_draws_no_line_over_its_labels():
+    from naspipe.viz import memory_figure
+
+    rows = [{"label": f"{swap} {b} pin task", "swap": swap, "retention": v, "hit_rate": v, "batch": 8,
+             "stall_share": 0.0, "memory_wait_share": 0.0}
+            for swap, v in (("predictive", 0.841), ("on-demand", 0.5)) for b in ("25%", "10%")]
+    rows.insert(0, {**rows[0], "label": "unlimited", "swap": "-"})  # the baseline row of memory_sweep
+    fig = memory_figure(rows)
+    assert not fig.layout.shapes  # the unexplained dotted line at 0.9 struck through a 0.841 label
+    legend = [t.name for t in fig.data if t.showlegend is not False]
+    assert legend == ["unlimited memory (no swapping)", "predictive swapping", "on-demand swapping"]  # per colour
+    assert sorted(x for t in fig.data[:3] for x in t.x) == sorted(r["label"] for r in rows)  # each bar once a panel
+
+
+def test_dag_numbers_sit_inside_their_nodes_and_gantt_labels_fit_one_unit_bars():
+    from naspipe.viz import gantt
+    from naspipe.viz.gantt import LABEL_MIN_PX
+
+    space = unit_space(3, choice_blocks=4, fwd=0.5, bwd=1.0)
+    part = partition(space, 2)
+    subs = list(UniformStream(space, 1, 12))
+    nodes = [t for t in dag_figure(causal_dag(space, part, subs, CostModel(space, part, subs).duration)).data
+             if t.mode == "markers+text"]
+    assert nodes and all(t.textposition == "middle center" for t in nodes)  # not above, over the critical path
+    # csp-bw's B and W of one time unit at 12 subnets: one-digit ids fit at 6 px (at 8 px chromium hid them all)
+    fig = gantt(simulate(space, part, UniformStream(space, 1, 12), "csp-bw").trace, unit="units")
+    assert fig.layout.uniformtext.minsize == LABEL_MIN_PX <= 6

@@ -93,6 +93,9 @@ class TrainConfig:
     port: int | None = None
     overwrite: bool = False
     progress: bool = True
+    # every stage writes its trained candidates to ``weights-stage<s>.pt`` (what ``naspipe search`` reads); a run
+    # whose weights nothing reads (the demo, the quickstart) saves the disk: sparse-mlp's are 113 MB a stage
+    save_weights: bool = True
     checkpoint_every: int | None = None  # save every stage at subnets N, 2N, ... (naspipe.runtime.checkpoint)
     resume: str | None = None  # the checkpoint position directory this run continues from
     start: int = 0  # subnets < start are done (restored from ``resume``)

@@ -10,7 +10,8 @@ the files every naspipe run has:
 * ``metrics.json``: throughput, utilisation, overheads, wall time and the full configuration;
 * ``sequence.json``: the subnet sequence the stages trained (for a run-time generated stream, the one
   the stages realized; every stage's digest must agree), in ``naspipe.sequence.save_sequence``'s format;
-* ``weights-stage<s>.pt`` (written by each stage, ``naspipe.weights``): ``naspipe search`` reads them;
+* ``weights-stage<s>.pt`` (written by each stage, ``naspipe.weights``, unless ``save_weights=False``):
+  ``naspipe search`` reads them;
 * ``status.json``: ``{"complete": true}``, or the error when the run failed (outputs so far are kept).
 """
 
@@ -43,6 +44,31 @@ class RunResult:
         from naspipe.results import verify
 
         return verify(self.out, other)
+
+    def summary(self) -> str:
+        """One line for a person (``throughput_line``): which time each rate and duration counts."""
+        return throughput_line(self.metrics)
+
+
+def throughput_line(m: dict[str, Any]) -> str:
+    """What a run's metrics say about its speed, each figure naming the time it divides by: subnets/s is over
+    the training time (first task start to last task end, ``makespan_s``), the wall clock also counts starting
+    the stage processes (``startup_s``) and merging their outputs; so subnets / wall clock is lower."""
+    n, train, wall, start = m.get("subnets"), m.get("makespan_s"), m.get("wall_s"), m.get("startup_s")
+    rate = m.get("subnets_per_s")
+    txt = f"trained {n} subnets"
+    if train:
+        txt += f" in {train:.2f} s of training (first task to last task): {rate:.1f} subnets/s"
+    if wall:
+        txt += f"; {wall:.2f} s wall clock in all"
+        if start is not None:
+            txt += f", of which {start:.1f} s starting the stage processes"
+        txt += f" ({n / wall:.1f} subnets per wall-clock second)"
+    if m.get("utilization") is not None:
+        txt += f"; utilisation {m['utilization']:.2f}"
+    if m.get("final_loss") is not None:
+        txt += f", final loss {m['final_loss']:.4f}"
+    return txt
 
 
 def write_status(out: Path, complete: bool, error: str | None = None, rank: int | None = None,

@@ -193,7 +193,8 @@ def _run(grank: int, world: int, cfg: TrainConfig, device: torch.device, report:
         result["memory"] = mem.report(timing["loop"])
     if rank == 0:  # the realized sequence (every stage's digest must match it: checked by the merge)
         result["subnets"] = [list(stream[j]) for j in range(cfg.n)]
-    save_weights(model, cfg.out / f"weights-stage{rank}.pt")  # naspipe search reads them
+    if cfg.save_weights:
+        save_weights(model, cfg.out / f"weights-stage{rank}.pt")  # naspipe search reads them
     parts = cfg.out / "parts"
     parts.mkdir(exist_ok=True)
     write_atomic(parts / f"stage{rank}.json", json.dumps(result).encode())

@@ -39,16 +39,16 @@ class Constraint:
 
 
 def format_cost(metric: str, value: float) -> str:
-    """``12.3k`` for parameter counts, ``0.41ms`` for latencies."""
+    """``12.3k`` for parameter counts, ``0.41ms`` for latencies: always milliseconds below a second, the unit of
+    the plots' latency axis (one unit per quantity: 0.041ms, not 41us)."""
     if metric == "params":
         for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
             if abs(value) >= scale:
                 return f"{value / scale:.4g}{suffix}"
         return f"{value:.4g}"
-    for suffix, scale in (("s", 1.0), ("ms", 1e-3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.4g}{suffix}"
-    return f"{value / 1e-6:.4g}us"
+    if abs(value) >= 1.0:
+        return f"{value:.4g}s"
+    return f"{value / 1e-3:.4g}ms"
 
 
 def _parse_one(text: str) -> Constraint:

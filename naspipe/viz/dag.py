@@ -178,8 +178,10 @@ def dag_figure(g: nx.DiGraph, title: str | None = None, highlight: bool = True,
                  + ("<br><b>on the critical path</b>" if t in on_path else "") for t in nodes]
         fig.add_trace(go.Scatter(
             x=xy[:, 0], y=xy[:, 1], mode="markers+text" if len(g) <= 300 else "markers",
-            text=[str(t.subnet) for t in nodes], textposition="top center", textfont={"size": 9},
-            marker={"color": color(kind), "size": 9 if len(g) <= 300 else 5,
+            # the subnet number inside its node: above it, numbers crowded the critical path's line
+            text=[str(t.subnet) for t in nodes], textposition="middle center",
+            textfont={"size": 8, "color": "white"},
+            marker={"color": color(kind), "size": 17 if len(g) <= 300 else 5,
                     "line": {"color": ["#FFB000" if t in on_path else "white" for t in nodes], "width": 2}},
             name=NAMES.get(kind, kind), hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
     ln = lanes(g.graph.get("stages", 1), g.graph.get("split_backward", False))

@@ -21,6 +21,7 @@ Traces = Trace | Mapping[str, Trace] | Sequence[Trace] | Sequence[tuple[str, Tra
 DEFAULT_MAX_EVENTS = 20_000
 UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "units": 1.0}  # "units": abstract unit-time costs (teaching examples)
 LABEL_LIMIT = 400  # write subnet ids inside the bars when a figure has at most this many events
+LABEL_MIN_PX = 6  # smallest label font (plotly hides a label that needs less): one-digit ids fit a one-unit bar
 
 
 def trace_name(trace: Trace, index: int = 0) -> str:
@@ -164,7 +165,7 @@ def gantt(traces: Traces, title: str | None = None, max_events: int | None = DEF
         title={"text": title}, barmode="overlay", bargap=0, hovermode="closest",
         legend={"title": {"text": "task / event"}, "traceorder": "normal"},
         height=height or int(140 + sum(60 + 38 * p for p in stages)), template="plotly_white",
-        margin={"l": 80, "r": 20, "t": 70, "b": 50}, uniformtext={"minsize": 8, "mode": "hide"},
+        margin={"l": 80, "r": 20, "t": 70, "b": 50}, uniformtext={"minsize": LABEL_MIN_PX, "mode": "hide"},
     )
     return fig
 

@@ -28,6 +28,7 @@ import plotly.graph_objects as go
 
 from naspipe import runs
 from naspipe.trace import Trace, TraceEvent
+from naspipe.viz.busy import announce_busy
 from naspipe.viz.gantt import gantt, gantt_bars
 from naspipe.viz.hitrate import hit_series
 from naspipe.viz.style import KINDS
@@ -227,7 +228,7 @@ class LiveMonitor:
         self._started = time.monotonic()
         if block:
             try:
-                self._follow(source, until, poll, timeout)
+                self._follow(source, until, poll, timeout, busy=True)
             except KeyboardInterrupt:
                 pass
             return self
@@ -255,11 +256,15 @@ class LiveMonitor:
         except BaseException as e:  # noqa: BLE001 - reported through wait()
             self.error = e
 
-    def _follow(self, source: Any, until: Until, poll: float, timeout: float | None) -> None:
+    def _follow(self, source: Any, until: Until, poll: float, timeout: float | None, busy: bool = False) -> None:
+        """The follow loop; ``busy``: the cell blocks on it, so JupyterLab keeps showing the kernel busy
+        (``naspipe.viz.busy``)."""
         reader = _FileReader(Path(source)) if isinstance(source, (str, Path)) else _QueueReader(source, poll)
         stop_when = _stopper(until)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._stop.is_set():
+            if busy and self._shown:
+                announce_busy()
             finished = stop_when()  # checked before draining, so the last events are never lost
             items, ended = reader.read()
             if items:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 
 from naspipe.runs import LOSSES, TRACE  # the run-directory names live in naspipe.runs
@@ -129,6 +130,26 @@ def loss_curves(runs: Mapping[str, str | Path], title: str = "training loss per 
     return fig
 
 
+def loss_series_figure(series: Mapping[str, Sequence[float]], window: int = 1,
+                       title: str = "training loss (moving average)") -> go.Figure:
+    """Loss per subnet of several runs given as lists (``{name: losses}``), each a moving average over ``window``
+    subnets, in the look of ``loss_curves``: the first series (the reference) thick and solid, the others dashed
+    so lines that overlap stay visible; tall enough to tell them apart."""
+    fig = go.Figure()
+    w = max(1, int(window))
+    for i, (name, values) in enumerate(series.items()):
+        v = np.asarray(values, dtype=float)
+        avg = np.convolve(v, np.ones(w), "full")[:len(v)] / np.minimum(np.arange(1, len(v) + 1), w)
+        fig.add_trace(go.Scatter(x=list(range(len(v))), y=avg, mode="lines", name=name,
+                                 line={"dash": ("solid", "dash", "dot", "dashdot", "longdash")[i % 5],
+                                       "width": 4 if i == 0 else 2},
+                                 hovertemplate=f"{name}<br>subnet %{{x}}<br>loss %{{y:.4g}}<extra></extra>"))
+    fig.update_layout(title={"text": title}, template="plotly_white", height=460,
+                      xaxis={"title": {"text": "subnet (training order)"}}, yaxis={"title": {"text": "loss"}},
+                      legend={"title": {"text": "run"}})
+    return fig
+
+
 def conflict_dense(space: SearchSpace | str, k: int = 1) -> SearchSpace:
     """``space`` with only the first ``k`` candidates of every choice block (fixed blocks unchanged)."""
     sp = resolve_space(space)
@@ -144,6 +165,6 @@ def digests_json(table: list[dict[str, Any]], **extra: Any) -> str:
     return json.dumps(data, sort_keys=True)
 
 
-__all__ = ["conflict_dense", "digests_json", "hash_table", "hash_table_figure", "loss_curves", "run_digest",
-           "schedule_digest", "summary"]
+__all__ = ["conflict_dense", "digests_json", "hash_table", "hash_table_figure", "loss_curves", "loss_series_figure",
+           "run_digest", "schedule_digest", "summary"]
 
