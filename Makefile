@@ -19,7 +19,7 @@ demo: $(STAMP)
 test: $(STAMP) chromium
 	$(BIN)/ruff check naspipe tests benchmarks
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests --durations=15
 
 # JupyterLab from the project's environment (widgets and figures work there), on 127.0.0.1 with a token.
 # Its settings live in $(LAB_SETTINGS) (git-ignored), seeded by lab-settings: no "get notified about
