@@ -9,6 +9,7 @@ or the order, so a resumed build ends with the same table as one uninterrupted b
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -51,7 +52,8 @@ def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: Tru
 
             from naspipe.truth.train import init_worker, work
 
-            with mp.get_context("spawn").Pool(min(workers, len(jobs)), initializer=init_worker) as pool:
+            with mp.get_context("spawn").Pool(min(workers, len(jobs)), initializer=init_worker,
+                                                  initargs=(os.getpid(),)) as pool:
                 for _ in pool.imap_unordered(work, jobs):
                     if bar is not None:
                         bar.update(1)

@@ -12,6 +12,8 @@ worker process with one intra-op thread (``set_num_threads(1)`` first), so the b
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
 from typing import Any
 
 import torch
@@ -35,9 +37,18 @@ class _Repeat:
         return self.arch
 
 
-def init_worker() -> None:
-    """Pool initializer: one intra-op thread before any torch work."""
+def init_worker(parent: int | None = None) -> None:
+    """Pool initializer: one intra-op thread before any torch work; on Linux, the worker is killed when the
+    build process that started it (``parent``) dies, however it dies, so a killed build leaves no worker."""
     torch.set_num_threads(1)
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the build died before the line above
+        os._exit(1)
 
 
 def _space(spec: str, digest: str) -> SearchSpace:
