@@ -110,6 +110,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, msg):
     assert not (tmp_path / "t").exists()
 
 
+def test_more_seeds_extend_a_truth_and_keep_its_entries(whole, tmp_path):
+    d = tmp_path / "grow"
+    assert main(["truth", *SMALL[:4], "--seeds", "1", *SMALL[6:], "--out", str(d), "--workers", "1"]) == 0
+    first = _entries(d)
+    assert len(first) == 6 and load(d).settings.seeds == (0,)
+    assert main(_truth(d, "--workers", "1")) == 0  # --seeds 2: only seed 1 is trained
+    assert {k: v for k, v in _entries(d).items() if k in first} == first
+    assert (d / TABLE).read_bytes() == (whole / TABLE).read_bytes()
+    assert main(_truth(d, "--seeds", "1")) == 2  # fewer seeds: refused
+
+
 def test_a_folder_that_is_not_a_truth_is_refused(tmp_path, capsys):
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "notes.txt").write_text("mine")

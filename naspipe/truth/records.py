@@ -3,7 +3,8 @@
 Why it exists: a truth takes many minutes to build and must survive being killed. The folder holds
 ``truth-settings.json`` (what decides the numbers: the space's digest, steps, seeds, optimizer, learning rate,
 the architectures), ``entries/`` with one JSON record per (architecture, seed), written once and atomically
-(a temporary file renamed into place; a finished record is never rewritten), and ``truth.json`` / ``truth.csv``,
+(a temporary file renamed into place; a finished record is never rewritten; ``--seeds`` may grow, keeping
+them), and ``truth.json`` / ``truth.csv``,
 the table assembled from the records when every entry is done. Torch-free: ``naspipe rank`` reads it without
 loading a model.
 """
@@ -150,6 +151,12 @@ def start(folder: Path, settings: TruthSettings) -> None:
     old = read_settings(folder)
     if old is not None:
         diff = old.differences(settings)
+        if diff == ["seeds"] and settings.seeds[:len(old.seeds)] == old.seeds:
+            # more seeds: every stored entry keeps its bits (an entry depends on its architecture and seed only)
+            write_atomic(folder / SETTINGS, json.dumps(settings.to_dict(), indent=1) + "\n")
+            for name in (TABLE, CSV):
+                (folder / name).unlink(missing_ok=True)
+            return
         if diff:
             raise TruthError(f"{folder} holds a truth with other settings ({', '.join(diff)}); "
                              "choose another folder")
