@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from naspipe.truth.records import TruthError, load
 
     try:
-        truth = load(args.truth)
+        load(args.truth)  # refused before any model loads
     except TruthError as e:
         raise UsageError(str(e)) from None
 
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from naspipe.weights import WeightsError
 
     try:
-        report = rank(args.run_dir, truth, against=args.against, seeds=args.seeds, space=args.space,
+        report = rank(args.run_dir, args.truth, against=args.against, seeds=args.seeds, space=args.space,
                       heldout=args.heldout)
     except (TruthError, RunError, WeightsError, SpaceError, ValueError) as e:
         raise UsageError(str(e).splitlines()[0]) from None

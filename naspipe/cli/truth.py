@@ -55,7 +55,15 @@ def run(args: argparse.Namespace) -> int:
     import naspipe.supernet  # noqa: F401 - registers the module:function resolver
     from naspipe.models import model_kind
     from naspipe.space import SpaceError, resolve_space
-    from naspipe.truth.records import TruthError, TruthSettings, choose_archs, space_size, start
+    from naspipe.truth.records import (
+        SPACE_JSON,
+        TruthError,
+        TruthSettings,
+        choose_archs,
+        space_size,
+        start,
+        write_atomic,
+    )
 
     try:
         space = resolve_space(args.space)
@@ -73,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
                              sample_seed=args.sample_seed if args.sample is not None and args.sample < n else None)
     try:
         start(out, settings)
+        if args.space.endswith(".json") and not (out / SPACE_JSON).exists():
+            write_atomic(out / SPACE_JSON, space.to_json() + "\n")  # naspipe rank resolves the runs' space by it
     except TruthError as e:
         raise UsageError(str(e)) from None
     except OSError as e:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from naspipe.ranking.stats import Agreement, Estimate, agreement, difference, kendall, pairwise_tau, seed_floor, verdict
-from naspipe.truth.records import Truth, TruthError, load
+from naspipe.truth.records import SPACE_JSON, Truth, TruthError, load
 
 
 @dataclass
@@ -133,6 +133,18 @@ def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int
     return Scored(str(run_dir), [s["accuracy"] for s in scores], [s["loss"] for s in scores], run.config)
 
 
+def _recorded(run: str | Path, space_file: Path) -> Any:
+    """The truth's space file when the run's recorded space name cannot be resolved (a space from a JSON file)."""
+    from naspipe.search.run import RunError, load_trained_run
+
+    try:
+        load_trained_run(run)
+    except RunError as e:
+        if "unknown space" in str(e):
+            return str(space_file)
+    return None
+
+
 def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | None = None,
          seeds: Sequence[str | Path] = (), space: Any = None, heldout: int | None = None) -> RankReport:
     """Compare the supernet trained in ``run`` with ``truth`` (a folder or a loaded Truth); see the module."""
@@ -140,6 +152,8 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
 
     t0 = time.perf_counter()
     tr = truth if isinstance(truth, Truth) else load(truth)
+    if space is None and not isinstance(truth, Truth) and (Path(truth) / SPACE_JSON).is_file():
+        space = _recorded(run, Path(truth) / SPACE_JSON)
     target = [tr.mean_accuracy(a) for a in tr.archs]
     scored = score_run(run, tr, space, heldout)
     report = RankReport(tr, scored, agreement(target, scored.accuracy, scored.loss), seed_floor(tr))

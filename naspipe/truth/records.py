@@ -26,6 +26,7 @@ SETTINGS = "truth-settings.json"
 TABLE = "truth.json"
 CSV = "truth.csv"
 ENTRIES = "entries"
+SPACE_JSON = "space.json"  # the space, when it came from a JSON file (a run records only its name)
 SHARED_LAYERS = "serial"  # stand-alone training trains the fixed blocks too, every step
 
 
