@@ -121,10 +121,14 @@ def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int
     """The run's accuracy and loss for each of the truth's architectures (TruthError if it trained another
     space)."""
     from naspipe.models import heldout_batches
-    from naspipe.search.run import load_trained_run, make_evaluator
+    from naspipe.search.run import _read_config, load_trained_run, make_evaluator
 
-    run = load_trained_run(run_dir, space)
     t = truth.settings
+    name = str(_read_config(Path(run_dir))["space"])
+    if name != t.space:
+        raise TruthError(f"{run_dir} trained space {name!r}; the truth is of space {t.space!r} "
+                         f"({t.space_digest[:12]})")
+    run = load_trained_run(run_dir, space)
     if run.space.digest() != t.space_digest:
         raise TruthError(f"{run_dir} trained space {run.space.name!r} ({run.space.digest()[:12]}); the truth is of "
                          f"space {t.space!r} ({t.space_digest[:12]})")
@@ -133,11 +137,14 @@ def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int
     return Scored(str(run_dir), [s["accuracy"] for s in scores], [s["loss"] for s in scores], run.config)
 
 
-def _recorded(run: str | Path, space_file: Path) -> Any:
-    """The truth's space file when the run's recorded space name cannot be resolved (a space from a JSON file)."""
-    from naspipe.search.run import RunError, load_trained_run
+def _recorded(run: str | Path, truth: Truth, space_file: Path) -> Any:
+    """The truth's space file, for a run of a space of that name that cannot be resolved by its name alone (a
+    space from a JSON file); None otherwise (the run's own space is used, and checked against the truth)."""
+    from naspipe.search.run import RunError, _read_config, load_trained_run
 
     try:
+        if str(_read_config(Path(run))["space"]) != truth.settings.space:
+            return None
         load_trained_run(run)
     except RunError as e:
         if "unknown space" in str(e):
@@ -153,7 +160,7 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     t0 = time.perf_counter()
     tr = truth if isinstance(truth, Truth) else load(truth)
     if space is None and not isinstance(truth, Truth) and (Path(truth) / SPACE_JSON).is_file():
-        space = _recorded(run, Path(truth) / SPACE_JSON)
+        space = _recorded(run, tr, Path(truth) / SPACE_JSON)
     target = [tr.mean_accuracy(a) for a in tr.archs]
     scored = score_run(run, tr, space, heldout)
     report = RankReport(tr, scored, agreement(target, scored.accuracy, scored.loss), seed_floor(tr))
