@@ -4,6 +4,9 @@ The small public API. The scheduling core (``naspipe.sched``), the simulator (``
 sequences, partitions and traces never import torch; the runtime and models do, and are imported lazily.
 """
 
+import os
+from typing import Any
+
 from naspipe.bound import Bound, lower_bound
 from naspipe.conflicts import conflict_stats
 from naspipe.fair import FairStream, SpreadStream
@@ -22,11 +25,20 @@ from naspipe.trace import Trace, TraceEvent
 
 __version__ = "0.1.0"
 
+
+def rank(run: str | os.PathLike, truth: Any, **kw: Any) -> Any:
+    """A ``RankReport``: how well the supernet trained in ``run`` ranks a ground truth
+    (``naspipe.ranking.compare.rank``; ``naspipe rank`` prints it)."""
+    from naspipe.ranking.compare import rank as _rank
+
+    return _rank(run, truth, **kw)
+
+
 __all__ = [
     "Choice", "Fixed", "measure_costs", "Supernet", "SupernetError", "subnet_dict", "subnet_tuple",
     "Block", "Bound", "Candidate", "Partition", "ReplayStream", "SearchSpace", "SharedLayers", "SpaceError", "Trace",
     "TraceEvent", "UniformStream", "Window", "load_space", "lower_bound", "make_scheduler", "parse_shared",
     "partition", "Policy", "get_policy", "register_policy", "policy_names", "preset", "preset_names",
-    "resolve_space", "RunSpec", "RunSpecError", "simulate", "TrainConfig", "train",
+    "rank", "resolve_space", "RunSpec", "RunSpecError", "simulate", "TrainConfig", "train",
     "conflict_stats", "FairStream", "make_stream", "SpreadStream",
 ]

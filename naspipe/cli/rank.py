@@ -1,0 +1,65 @@
+"""``naspipe rank RUN --truth DIR``: how well a trained supernet ranks a ground truth's architectures.
+
+Prints one screen: Kendall tau, Spearman rho, top-10% overlap and the regret of the search's pick, each with a
+bootstrap 95% interval over architectures, beside the noise floors (``naspipe.ranking``); ``--against RUN2``
+adds run-to-run agreement and says whether the difference clears the seed band; ``--json`` prints one object.
+A truth of another space, or one with missing entries, is refused in one line (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from naspipe.cli.common import UsageError, positive_int
+
+COMMAND = "rank"
+HELP = "rank correlation of a trained supernet with a stand-alone ground truth, with intervals and noise floors"
+ORDER = 63
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN", help="a run directory with metrics.json and weights")
+    p.add_argument("--truth", required=True, help="a truth folder written by naspipe truth")
+    p.add_argument("--against", default=None, metavar="RUN2", help="a second run to compare with the first")
+    p.add_argument("--seeds", nargs="+", default=(), metavar="RUN",
+                   help="runs equal but the supernet seed: noise floor (b) and the seed band")
+    p.add_argument("--space", default=None, help="the runs' space when its name cannot be resolved")
+    p.add_argument("--heldout", type=positive_int("--heldout"), default=None,
+                   help="held-out batches (default: as naspipe search)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _check_run(d: str) -> None:
+    from naspipe import runs
+
+    p = Path(d)
+    if not p.is_dir():
+        raise UsageError(f"no such run directory: {d!r}")
+    if not (p / runs.METRICS).is_file():
+        raise UsageError(f"{d}: no metrics.json (is this a naspipe run directory?)")
+
+
+def run(args: argparse.Namespace) -> int:
+    for d in (args.run_dir, *([args.against] if args.against else []), *args.seeds):
+        _check_run(d)
+    from naspipe.truth.records import TruthError, load
+
+    try:
+        load(args.truth)  # refused before any model loads
+    except TruthError as e:
+        raise UsageError(str(e)) from None
+
+    from naspipe.ranking.compare import rank
+    from naspipe.search.run import RunError
+    from naspipe.space import SpaceError
+    from naspipe.weights import WeightsError
+
+    try:
+        report = rank(args.run_dir, args.truth, against=args.against, seeds=args.seeds, space=args.space,
+                      heldout=args.heldout)
+    except (TruthError, RunError, WeightsError, SpaceError, ValueError) as e:
+        raise UsageError(str(e).splitlines()[0]) from None
+    print(json.dumps(report.to_dict()) if args.json else report.text())
+    return 0

@@ -1,0 +1,103 @@
+"""``naspipe truth --space SPACE --out DIR``: the ground truth, every architecture trained stand-alone.
+
+Trains every architecture of the space (or ``--sample N`` of them, seeded by ``--sample-seed``) for ``--steps``
+steps and each of ``--seeds`` seeds, with the supernet's data stream, optimizer and loss, and evaluates it on the
+held-out split (``naspipe.truth``). One worker per core (``--workers``); a killed run started again with the
+same command trains only the missing entries; a folder holding a truth with other settings is refused by name.
+Arguments and the space are checked before any worker starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from naspipe.cli.common import UsageError, positive_int
+
+COMMAND = "truth"
+HELP = "train architectures stand-alone (the ground truth naspipe rank compares a supernet with)"
+ORDER = 62
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from naspipe.optim_names import OPTIMIZERS
+
+    p.add_argument("--space", required=True, help="preset name, JSON file, or module:function")
+    p.add_argument("--out", required=True, help="the truth folder (started again: continues the build)")
+    p.add_argument("--steps", type=positive_int("--steps"), default=200,
+                   help="training steps per architecture (default %(default)s)")
+    p.add_argument("--seeds", type=positive_int("--seeds"), default=3, help="seeds 0..S-1 (default %(default)s)")
+    p.add_argument("--sample", type=positive_int("--sample"), default=None,
+                   help="a seeded sample of N architectures (default: every architecture)")
+    p.add_argument("--sample-seed", type=int, default=0, help="seed of --sample (default %(default)s)")
+    p.add_argument("--optimizer", default="momentum", choices=OPTIMIZERS,
+                   help="the supernet's optimizer (default %(default)s)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the optimizer's default)")
+    p.add_argument("--workers", type=positive_int("--workers"), default=os.cpu_count() or 1,
+                   help="worker processes, one per core (default %(default)s)")
+    p.add_argument("--max-archs", type=positive_int("--max-archs"), default=5000,
+                   help="refuse a space with more architectures than this unless --sample (default %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    from naspipe.optim_names import DEFAULT_LR
+
+    lr = DEFAULT_LR[args.optimizer] if args.lr is None else args.lr
+    if not 0 < lr < float("inf"):
+        raise UsageError(f"--lr must be a finite number > 0, got {args.lr}")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {str(out)!r} exists and is not a directory")
+
+    import naspipe.supernet  # noqa: F401 - registers the module:function resolver
+    from naspipe.models import model_kind
+    from naspipe.space import SpaceError, resolve_space
+    from naspipe.truth.records import (
+        SPACE_JSON,
+        TruthError,
+        TruthSettings,
+        choose_archs,
+        space_size,
+        start,
+        write_atomic,
+    )
+
+    try:
+        space = resolve_space(args.space)
+        model_kind(space)
+    except (SpaceError, ValueError) as e:
+        raise UsageError(str(e).splitlines()[0]) from None
+    n = space_size(space)
+    if args.sample is None and n > args.max_archs:
+        raise UsageError(f"space {space.name!r} has {n} architectures (more than --max-archs {args.max_archs}); "
+                         "pass --sample N")
+    settings = TruthSettings(space=space.name, space_digest=space.digest(), steps=args.steps,
+                             seeds=tuple(range(args.seeds)), optimizer=args.optimizer, lr=float(lr),
+                             archs=choose_archs(space, args.sample, args.sample_seed),
+                             sample=args.sample if args.sample is not None and args.sample < n else None,
+                             sample_seed=args.sample_seed if args.sample is not None and args.sample < n else None)
+    try:
+        start(out, settings)
+        if args.space.endswith(".json") and not (out / SPACE_JSON).exists():
+            write_atomic(out / SPACE_JSON, space.to_json() + "\n")  # naspipe rank resolves the runs' space by it
+    except TruthError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
+
+    from naspipe.truth.build import build_truth
+
+    t0 = time.perf_counter()
+    truth = build_truth(space, args.space, out, settings, workers=args.workers, progress=not args.no_progress)
+    wall = time.perf_counter() - t0
+    assert truth is not None
+    from naspipe.ranking.stats import seed_floor
+
+    floor = seed_floor(truth)
+    tau = f"; seed-to-seed Kendall tau {floor.text()}" if floor is not None else ""
+    print(f"truth: {len(truth.archs)} architectures x {len(settings.seeds)} seeds of {space.name} "
+          f"({settings.steps} steps, {settings.optimizer} lr {settings.lr:g}) in {wall:.1f} s{tau}; wrote {out}")
+    return 0

@@ -1,0 +1,10 @@
+"""Can you trust the search? A supernet's ranking against a stand-alone ground truth, with intervals.
+
+``stats`` (torch-free, scipy): Kendall tau, Spearman rho, top-10% overlap, regret, bootstrap intervals, seed
+floors. ``compare``: ``rank(run, truth)`` scores a trained run's architectures and builds the report that
+``naspipe rank`` prints. ``naspipe.rank`` is ``compare.rank``.
+"""
+
+from naspipe.ranking.stats import Agreement, Estimate, agreement, kendall, spearman
+
+__all__ = ["Agreement", "Estimate", "agreement", "kendall", "spearman"]

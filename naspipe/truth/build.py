@@ -1,0 +1,68 @@
+"""Build a ground truth: the pending entries of a truth folder, trained by one worker process per core.
+
+Why it exists: a truth is hundreds of independent stand-alone trainings. They go on a work queue (a
+``torch.multiprocessing`` pool of spawned workers, ``imap_unordered``); each worker stores its own record
+atomically the moment it finishes, so a killed build loses at most the entries in flight and the next build
+trains only what is missing. Every entry's bits depend on its (architecture, seed) alone, never on the worker
+or the order, so a resumed build ends with the same table as one uninterrupted build.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from naspipe.space import SearchSpace
+from naspipe.truth.records import TABLE, Truth, TruthSettings, assemble, pending, start, write_table
+
+
+def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: TruthSettings, *, workers: int = 1,
+                progress: bool = False, limit: int | None = None) -> Truth | None:
+    """Train the entries of ``settings`` not yet in ``folder`` and write the table when all are done.
+
+    ``spec`` is how a worker resolves the space (preset name, JSON file, ``module:function``); ``limit`` trains
+    at most that many entries (None: all), and the truth (None while entries are missing) is returned.
+    """
+    d = Path(folder)
+    start(d, settings)
+    todo = pending(d, settings)
+    if limit is not None:
+        todo = todo[:limit]
+    jobs = [(spec, settings.space_digest, a, s, settings.steps, settings.optimizer, settings.lr, str(d))
+            for a, s in todo]
+    bar = None
+    if progress and jobs:
+        from tqdm import tqdm
+
+        total = len(settings.archs) * len(settings.seeds)
+        bar = tqdm(total=total, initial=total - len(pending(d, settings)), desc=f"truth {space.name}",
+                   unit="entry", file=sys.stderr)
+    try:
+        if workers <= 1:
+            from naspipe.truth.train import init_worker, work
+
+            init_worker()
+            for job in jobs:
+                work(job)
+                if bar is not None:
+                    bar.update(1)
+        elif jobs:
+            import torch.multiprocessing as mp
+
+            from naspipe.truth.train import init_worker, work
+
+            with mp.get_context("spawn").Pool(min(workers, len(jobs)), initializer=init_worker,
+                                                  initargs=(os.getpid(),)) as pool:
+                for _ in pool.imap_unordered(work, jobs):
+                    if bar is not None:
+                        bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    if pending(d, settings):
+        return None
+    truth = assemble(d)
+    if jobs or not (d / TABLE).exists():
+        write_table(d, truth)
+    return truth

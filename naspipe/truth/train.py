@@ -1,0 +1,97 @@
+"""Train one ground-truth entry: one architecture, stand-alone, for one seed (the worker's job).
+
+Why it exists: the stand-alone accuracy is what a supernet's ranking is judged against. An entry is the
+sequential reference trainer (``naspipe.reference``) given a stream that repeats one architecture ``steps``
+times: the supernet's data stream (batch ``j`` of seed ``s``), optimizer, learning rate and loss, with the fixed
+blocks trained every step (``serial``). Only that architecture's candidates ever get a gradient or optimizer
+state, and each candidate's initial weights depend on (seed, block, candidate) alone, so this is bit for bit a
+fresh model holding only those candidates. Then the held-out evaluation ``naspipe search`` uses. Runs in a
+worker process with one intra-op thread (``set_num_threads(1)`` first), so the bits do not depend on the core.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from typing import Any
+
+import torch
+
+from naspipe.space import SearchSpace, resolve_space
+from naspipe.truth.records import SHARED_LAYERS
+
+_SPACES: dict[str, SearchSpace] = {}
+
+
+class _Repeat:
+    """The stream of one architecture, ``n`` times."""
+
+    def __init__(self, arch: tuple[int, ...], n: int):
+        self.arch, self.n = arch, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, j: int) -> tuple[int, ...]:
+        return self.arch
+
+
+def init_worker(parent: int | None = None) -> None:
+    """Pool initializer: one intra-op thread before any torch work; on Linux, the worker is killed when the
+    build process that started it (``parent``) dies, however it dies, so a killed build leaves no worker."""
+    torch.set_num_threads(1)
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the build died before the line above
+        os._exit(1)
+
+
+def _space(spec: str, digest: str) -> SearchSpace:
+    if spec not in _SPACES:
+        import naspipe.supernet  # noqa: F401 - registers the module:function resolver
+
+        sp = resolve_space(spec)
+        if sp.digest() != digest:
+            raise ValueError(f"space {spec!r} resolves to digest {sp.digest()[:12]} in the worker, "
+                             f"not {digest[:12]}")
+        _SPACES[spec] = sp
+    return _SPACES[spec]
+
+
+def train_entry(space: SearchSpace, arch: tuple[int, ...], seed: int, steps: int, optimizer: str,
+                lr: float) -> dict[str, Any]:
+    """The record of one entry: held-out accuracy and loss, the final training loss, a hash of the weights."""
+    from naspipe.models import evaluate, heldout_batches
+    from naspipe.reference import train_reference
+    from naspipe.results import param_hashes
+    from naspipe.search.result import subnet_names
+    from naspipe.shared import parse_shared
+
+    torch.set_num_threads(1)
+    res = train_reference(space, _Repeat(tuple(arch), steps), seed, parse_shared(SHARED_LAYERS),
+                          optimizer=optimizer, lr=lr, threads=1)
+    scores = evaluate(res.model, arch, heldout_batches(space))
+    h = hashlib.sha256()
+    for name, digest in sorted(param_hashes(res.model.global_named_parameters()).items()):
+        h.update(f"{name}:{digest}\n".encode())
+    return {"arch": list(arch), "seed": int(seed), "name": "/".join(subnet_names(space, arch)),
+            "accuracy": scores["accuracy"], "loss": scores["loss"],
+            "train_loss": res.losses[steps - 1] if steps else None, "params_sha256": h.hexdigest(),
+            "wall_s": round(res.wall_s, 3)}
+
+
+def work(job: tuple[str, str, tuple[int, ...], int, int, str, float, str]) -> dict[str, Any]:
+    """The pool's task: train the entry and store its record in the truth folder (atomically)."""
+    from pathlib import Path
+
+    from naspipe.truth.records import write_entry
+
+    spec, digest, arch, seed, steps, optimizer, lr, folder = job
+    record = train_entry(_space(spec, digest), arch, seed, steps, optimizer, lr)
+    write_entry(Path(folder), record)
+    return record
