@@ -58,11 +58,6 @@ _MERGE_XFAIL = {
     "tests/test_supernet_definition.py::test_verify_names_an_edited_module_and_the_blocks_whose_weights_differ",
     "tests/test_supernet_definition.py::"
     "test_verify_names_notebook_definitions_that_differ_and_accepts_one_defined_twice",
-    "tests/test_user_exits.py::test_user_code_that_exits_or_interrupts_is_one_line_exit_2[factory_exits-simulate]",
-    "tests/test_user_exits.py::test_user_code_that_exits_or_interrupts_is_one_line_exit_2[data_exits-simulate]",
-    "tests/test_user_exits.py::test_user_code_that_exits_or_interrupts_is_one_line_exit_2[loss_exits-simulate]",
-    "tests/test_user_exits.py::test_user_code_that_exits_or_interrupts_is_one_line_exit_2[factory_interrupts-simulate]",
-    "tests/test_user_exits.py::test_a_sigint_while_user_code_runs_stays_an_interruption",
 }
 
 
