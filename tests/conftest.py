@@ -54,10 +54,6 @@ def no_process_left_behind():
 _MERGE_XFAIL = {
     "tests/test_multihost.py::test_a_host_lost_mid_run_ends_the_other_and_the_run_resumes_on_both",
     "tests/test_run_endings.py::test_a_run_stopped_from_outside_writes_its_status_and_the_resume_hint[ctrl-c-twice]",
-    "tests/test_supernet_definition.py::test_a_resume_after_the_module_was_edited_is_refused_by_name_before_start",
-    "tests/test_supernet_definition.py::test_verify_names_an_edited_module_and_the_blocks_whose_weights_differ",
-    "tests/test_supernet_definition.py::"
-    "test_verify_names_notebook_definitions_that_differ_and_accepts_one_defined_twice",
 }
 
 

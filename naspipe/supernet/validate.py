@@ -153,6 +153,7 @@ def _probe(sn: Supernet) -> dict[str, str]:
                     raise SupernetError(f"block {blk.label!r}: candidates {first_name!r} and {name!r} give outputs "
                                         f"{tuple(first.shape)} {first.dtype} and {tuple(out.shape)} {out.dtype}; every "
                                         "candidate of a block must give the same shape")
+            digests[blk.label] = weights.hexdigest()
             x = first
     try:
         loss = sn.loss(x, target)
