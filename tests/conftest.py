@@ -53,7 +53,6 @@ def no_process_left_behind():
 # interactions are fixed; the closing note of that session lists them. Each entry must go once its test passes.
 _MERGE_XFAIL = {
     "tests/test_multihost.py::test_a_host_lost_mid_run_ends_the_other_and_the_run_resumes_on_both",
-    "tests/test_run_endings.py::test_a_run_stopped_from_outside_writes_its_status_and_the_resume_hint[ctrl-c-twice]",
 }
 
 

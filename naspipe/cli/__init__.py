@@ -61,11 +61,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"naspipe: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
+        _stopping()
         print(f"naspipe: interrupted{_resume_hint(e, args)}", file=sys.stderr)
         return 130
     except Terminated as e:
+        _stopping()
         print(f"naspipe: terminated by SIGTERM{_resume_hint(e, args)}", file=sys.stderr)
         return EXIT_TERMINATED
+
+
+def _stopping() -> None:
+    """The command is ending on a signal: a second Ctrl-C or SIGTERM (the run's cleanup can be over before it
+    arrives) must not cut the message and exit short with a KeyboardInterrupt of its own."""
+    import signal
+    import threading
+
+    if _AS_COMMAND and threading.current_thread() is threading.main_thread():  # (not a caller's own process)
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
 
 
 def _resume_hint(e: BaseException, args: argparse.Namespace | None) -> str:
@@ -78,7 +91,12 @@ def _resume_hint(e: BaseException, args: argparse.Namespace | None) -> str:
     return f"; {resume_hint(saved, args)}"
 
 
+_AS_COMMAND = False  # the ``naspipe`` command itself, whose process ends with main
+
+
 def entry() -> None:
+    global _AS_COMMAND
+    _AS_COMMAND = True
     rc = main()
     leave_despite_threads(rc)
     sys.exit(rc)
