@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {str(out)!r} exists and is not a directory")
 
     import naspipe.supernet  # noqa: F401 - registers the module:function resolver
+    from naspipe.atomic import write_text_atomic
     from naspipe.models import model_kind
     from naspipe.space import SpaceError, resolve_space
     from naspipe.truth.records import (
@@ -62,7 +63,6 @@ def run(args: argparse.Namespace) -> int:
         choose_archs,
         space_size,
         start,
-        write_atomic,
     )
 
     try:
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         start(out, settings)
         if args.space.endswith(".json") and not (out / SPACE_JSON).exists():
-            write_atomic(out / SPACE_JSON, space.to_json() + "\n")  # naspipe rank resolves the runs' space by it
+            write_text_atomic(out / SPACE_JSON, space.to_json() + "\n")  # naspipe rank resolves the runs' space by it
     except TruthError as e:
         raise UsageError(str(e)) from None
     except OSError as e:

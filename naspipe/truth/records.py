@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from naspipe.atomic import atomic_path, write_text_atomic
 from naspipe.space import SearchSpace
 
 SETTINGS = "truth-settings.json"
@@ -103,21 +103,11 @@ def entry_name(arch: Sequence[int], seed: int) -> str:
     return f"{'-'.join(str(c) for c in arch)}_s{seed}.json"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder, renamed into place."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def write_entry(folder: Path, record: dict[str, Any]) -> Path:
     """Store one finished entry; an entry already stored is kept as it is (append-only)."""
     path = folder / ENTRIES / entry_name(record["arch"], record["seed"])
     if not path.exists():
-        write_atomic(path, json.dumps(record, sort_keys=True) + "\n")
+        write_text_atomic(path, json.dumps(record, sort_keys=True) + "\n")
     return path
 
 
@@ -154,7 +144,7 @@ def start(folder: Path, settings: TruthSettings) -> None:
         diff = old.differences(settings)
         if diff == ["seeds"] and settings.seeds[:len(old.seeds)] == old.seeds:
             # more seeds: every stored entry keeps its bits (an entry depends on its architecture and seed only)
-            write_atomic(folder / SETTINGS, json.dumps(settings.to_dict(), indent=1) + "\n")
+            write_text_atomic(folder / SETTINGS, json.dumps(settings.to_dict(), indent=1) + "\n")
             for name in (TABLE, CSV):
                 (folder / name).unlink(missing_ok=True)
             return
@@ -165,7 +155,7 @@ def start(folder: Path, settings: TruthSettings) -> None:
         raise TruthError(f"{folder} is not empty and holds no truth; choose another folder")
     (folder / ENTRIES).mkdir(parents=True, exist_ok=True)
     if old is None:
-        write_atomic(folder / SETTINGS, json.dumps(settings.to_dict(), indent=1) + "\n")
+        write_text_atomic(folder / SETTINGS, json.dumps(settings.to_dict(), indent=1) + "\n")
 
 
 @dataclass
@@ -224,17 +214,15 @@ def assemble(folder: Path) -> Truth:
 
 def write_table(folder: Path, truth: Truth) -> None:
     """``truth.json`` (settings and rows) and ``truth.csv`` (one row per architecture)."""
-    write_atomic(folder / TABLE, json.dumps(truth.to_dict(), indent=1) + "\n")
+    write_text_atomic(folder / TABLE, json.dumps(truth.to_dict(), indent=1) + "\n")
     seeds = truth.settings.seeds
-    tmp = folder / f".{CSV}.tmp"
-    with open(tmp, "w", newline="") as f:
+    with atomic_path(folder / CSV) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["arch", "name", *[f"accuracy_s{s}" for s in seeds], *[f"loss_s{s}" for s in seeds],
                     "accuracy_mean", "loss_mean"])
         for a in truth.archs:
             w.writerow(["-".join(map(str, a)), truth.names[a], *map(repr, truth.accuracy[a]),
                         *map(repr, truth.loss[a]), repr(truth.mean_accuracy(a)), repr(truth.mean_loss(a))])
-    os.replace(tmp, folder / CSV)
 
 
 def load(folder: str | Path) -> Truth:
