@@ -59,7 +59,7 @@ CHECKPOINTS = "checkpoint"
 # per-stage files (rank digits only): a stage's error, its weights, an older naspipe's per-stage parameter hashes
 RUN_PATTERN = re.compile(r"(?:error-stage\d+\.txt|weights-stage\d+\.pt|params-stage\d+\.json)\Z")
 RUN_DIRS = (PARTS, CHECKPOINTS)  # the entries a run writes that are folders (every other one is a file)
-REFERENCE_FILES = (LOSSES, PARAMS, METRICS, WEIGHTS, SEQUENCE, RUN_JSON)  # what a reference writes
+REFERENCE_FILES = (LOSSES, PARAMS, METRICS, WEIGHTS, SEQUENCE, STATUS, RUN_JSON)  # what a reference writes
 
 
 class RunFileError(ValueError):

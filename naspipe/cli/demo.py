@@ -4,7 +4,10 @@ Trains a supernet with CSP on several stage processes (live progress bar), train
 with the ``sequential`` policy through the same runtime (the throughput baseline) and with the
 independent sequential reference trainer (the oracle), verifies the CSP run bit for bit, and prints a
 summary table, CSP's speed-up over sequential, the verdict and where to look next (``--json``: one JSON
-object instead). The CSP run's Gantt chart and an HTML report land next to its trace.
+object instead). The CSP run's Gantt chart, an HTML report and ``summary.json`` land next to its trace, in the
+folder its ``run.json`` marks as a naspipe run: the demo writes nothing loose in ``--out`` (where it once
+overwrote a user's ``summary.json``), and refuses, before any process starts, a file of those names that is
+not its own (``_check_demo_files``).
 
 No step of the demo reads trained weights (verification compares SHA-256 hashes of the parameters,
 ``params.json``), so neither run writes ``weights-stage*.pt``: with sparse-mlp they are 113 MB a stage, and
@@ -90,6 +93,10 @@ def _mean_task_ms(trace: Any) -> float:
 
 # the demo's three runs: subfolder of --out and the kind of run it writes there
 RUNS = (("csp", "train"), ("sequential", "train"), ("reference", "reference"))
+# what the demo writes besides the runs, all in the CSP run's folder (which its run.json marks as a naspipe run):
+# never loose in --out, where a user's file of that name would be overwritten
+SUMMARY, GANTT, REPORT = "summary.json", "gantt.html", "report.html"
+DEMO_FILES = (SUMMARY, GANTT, REPORT)
 
 
 def _check_outs(out: Path) -> None:
@@ -109,6 +116,29 @@ def _check_outs(out: Path) -> None:
             check_out_dir(d, overwrite=True, kind=kind)
         except ConfigError as e:
             raise UsageError(str(e)) from None
+    _check_demo_files(out / "csp")
+
+
+def _check_demo_files(d: Path) -> None:
+    """Refuse (one line) a file of a name the demo writes in ``d`` (``DEMO_FILES``) that is not its own: one in a
+    folder no ``run.json`` marks as a train run (an earlier demo's CSP run), a symbolic link (never followed), or
+    not a plain file."""
+    from naspipe import runs
+
+    ours = runs.kind_of(d) == "train"
+    for name in DEMO_FILES:
+        p = d / name
+        if not os.path.lexists(p):
+            continue
+        if p.is_symlink():
+            why = f"is a symbolic link (to {os.readlink(p)!r}), which naspipe demo neither follows nor replaces"
+        elif not p.is_file():
+            why = f"is not a plain file, where naspipe demo writes its {name}"
+        elif not ours:
+            why = f"is a file which naspipe demo did not write (no {runs.RUN_JSON} marks {str(d)!r} as its run)"
+        else:
+            continue
+        raise UsageError(f"{str(p)!r} {why}; move it out of {str(d)!r} or choose another --out")
 
 
 def _save_reference(ref: Any, d: Path) -> Path:
@@ -173,9 +203,10 @@ def run(args: argparse.Namespace) -> int:
     ok_csp, msg_csp = csp.verify(ref_dir)
     ok_seq, msg_seq = seq.verify(ref_dir)
     fig = gantt(csp.trace, title=f"CSP on {csp_cfg.space.name}, {stages} stages")
-    gantt_path = csp_cfg.out / "gantt.html"
+    gantt_path = csp_cfg.out / GANTT
     fig.write_html(gantt_path, include_plotlyjs=True)
-    report_path = write_report(csp_cfg.out, reference=ref_dir)
+    report_path = write_report(csp_cfg.out, csp_cfg.out / REPORT, reference=ref_dir)
+    summary_path = csp_cfg.out / SUMMARY
 
     base = seq.metrics["subnets_per_s"]
     speedup = csp.metrics["subnets_per_s"] / base if base else 0.0
@@ -191,10 +222,12 @@ def run(args: argparse.Namespace) -> int:
         "verify": msg_csp if ok_csp else f"csp: {msg_csp}; sequential: {msg_seq}",
         "loss_first": sum(losses[:k]) / k, "loss_last": sum(losses[-k:]) / k,
         "runs": {"csp": str(csp_cfg.out), "sequential": str(seq_cfg.out), "reference": str(ref_dir)},
-        "report": str(report_path), "gantt": str(gantt_path),
+        "report": str(report_path), "gantt": str(gantt_path), "summary": str(summary_path),
         "reproducible": identical,  # the name older summary.json readers know
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    from naspipe.atomic import write_text_atomic
+
+    write_text_atomic(summary_path, json.dumps(summary, indent=1))
     if args.json:
         print(json.dumps(summary))
         return 0 if identical else 1
@@ -210,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
     print("\nwhere to look next:")
     print(f"  report (open in a browser): {report_path}")
     print(f"  Gantt chart:                {gantt_path}")
+    print(f"  summary (JSON):             {summary_path}")
     print(f"  same check by hand:         naspipe verify {csp_cfg.out} {ref_dir}")
     print("  notebooks:                  make lab   (then notebooks/01_quickstart.ipynb)")
     return 0 if identical else 1

@@ -2,8 +2,10 @@
 
 Takes the same options as ``naspipe train`` (``--stages/--policy/--window`` are accepted and ignored:
 the reference has one stage and no schedule) and writes ``losses.csv``, ``params.json`` and
-``metrics.json`` to ``--out``, the files ``naspipe verify`` compares, and ``weights.pt`` (the trained supernet,
-``naspipe.weights``), which ``naspipe search`` reads. ``--sampler evolution[:LAG]`` generates the
+``metrics.json`` to ``--out``, the files ``naspipe verify`` compares, ``weights.pt`` (the trained supernet,
+``naspipe.weights``), which ``naspipe search`` reads, and ``status.json`` as ``naspipe train`` does (complete, or
+how the run ended: Ctrl-C and SIGTERM both write it before the command exits with 130 or 143).
+``--sampler evolution[:LAG]`` generates the
 sequence at run time from the training losses, ``fair`` and ``spread`` from the seed (``naspipe.samplers``);
 the sequence such a sampler produced is also written to ``sequence.json`` (replayable with ``--sequence``).
 ``run.json`` records the run's kind and identity
@@ -19,7 +21,7 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from naspipe.cli.common import UsageError, add_run_arguments, positive_float, positive_int, resolve_run
 
@@ -114,9 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
     from naspipe import runs
     from naspipe.optim_names import DEFAULT_LR
-    from naspipe.reference import train_reference
     from naspipe.samplers import make_stream
-    from naspipe.sequence import save_sequence
 
     if spec.online:
         cfg = dataclasses.replace(cfg, stream=make_stream(cfg.space, cfg.seed, len(cfg.stream), spec))
@@ -129,7 +129,28 @@ def run(args: argparse.Namespace) -> int:
                              replica_exchange="exact" if args.replicas > 1 else None)
 
     digest = getattr(cfg.stream, "digest", None)
+    from naspipe.runtime.signals import terminate_raises
+
+    with terminate_raises():  # SIGTERM ends the reference as Ctrl-C does (status.json says which)
+        result = _train_locked(args, cfg, spec, out, ident(None if spec.online else digest() if digest else None),
+                               digest)
+    if isinstance(result, int):
+        return result
+    print(f"reference: {len(result.losses)} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
+          f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")
+    return 0
+
+
+def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Path, ident: dict[str, Any],
+                  digest: Any) -> Any:
+    """Train and save the reference under the folder's lock: its result, or the exit code of a failed run.
+    ``status.json`` says how the run ended: complete, the user code's failure, or the signal that stopped it."""
+    from naspipe import runs
+    from naspipe.reference import ReferenceFailed, train_reference
     from naspipe.runlock import RunLocked, acquire, release
+    from naspipe.runtime.outputs import write_status
+    from naspipe.runtime.signals import Terminated, deferred
+    from naspipe.sequence import save_sequence
 
     try:  # the folder is this run's until its last file is written (a second writer is refused)
         lock = acquire(out)
@@ -142,20 +163,14 @@ def run(args: argparse.Namespace) -> int:
         try:
             inputs = [f for f in (args.sequence, args.space) if f]
             runs.clear(out, keep=inputs, kind="reference")  # never an input it reads
-            runs.write_run(out, "reference", ident(None if spec.online else digest() if digest else None))
+            runs.write_run(out, "reference", ident)
         except OSError as e:
             raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
-        from naspipe.reference import ReferenceFailed
-
         try:
             result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
                                      lr=args.lr, progress=not args.no_progress, threads=args.threads,
                                      replicas=args.replicas)
-        except ReferenceFailed as e:  # user code failed partway (as train reports a stage's failure: one line)
-            print(f"naspipe: error: {e}", file=sys.stderr)
-            return 1
-        n = len(result.losses)
-        try:
+            n = len(result.losses)
             result.save(out, weights=True, metrics={
                 "command": COMMAND,
                 "final_loss": result.losses[n - 1] if n else None,
@@ -164,16 +179,26 @@ def run(args: argparse.Namespace) -> int:
             })
             if spec.kind != "uniform":  # generated (or made by fair/spread): replayable with --sequence
                 save_sequence(cfg.stream, out / runs.SEQUENCE)
+            write_status(out, True)
+        except ReferenceFailed as e:  # user code failed partway (as train reports a stage's failure: one line)
+            write_status(out, False, str(e))
+            print(f"naspipe: error: {e}", file=sys.stderr)
+            return 1
         except OSError as e:  # a full disk: one line (every file is written atomically: none is half written)
             from naspipe.atomic import disk_full_message, is_disk_full
 
-            print(f"naspipe: error: {disk_full_message(out, e) if is_disk_full(e) else e}", file=sys.stderr)
+            msg = disk_full_message(out, e) if is_disk_full(e) else str(e)
+            write_status(out, False, msg)
+            print(f"naspipe: error: {msg}", file=sys.stderr)
             return 1
+        except (KeyboardInterrupt, Terminated) as e:
+            with deferred():  # a second Ctrl-C (or SIGTERM) waits until status.json says how the run ended
+                write_status(out, False, "terminated by SIGTERM" if isinstance(e, Terminated)
+                             else "interrupted (SIGINT)")
+            raise  # (naspipe's main prints the one line and exits 143 or 130)
+        return result
     finally:
         release(out, lock)
-    print(f"reference: {n} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
-          f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")
-    return 0
 
 
 def _check_out(out: Path, overwrite: bool) -> None:

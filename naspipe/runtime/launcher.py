@@ -35,7 +35,7 @@ from typing import Any
 
 from naspipe.runtime import checkpoint
 from naspipe.runtime.config import ConfigError, TrainConfig, check_model_of
-from naspipe.runtime.outputs import RunResult, merge_outputs, write_status
+from naspipe.runtime.outputs import MergeError, RunResult, merge_failed, merge_outputs, write_status
 from naspipe.runtime.ports import free_port, port_free
 from naspipe.runtime.signals import Terminated, deferred, terminate_raises
 
@@ -166,6 +166,10 @@ def _run(config: TrainConfig, port: int | None) -> RunResult:
         checkpoint.finalize(config.out)
     try:
         return merge_outputs(config, wall_s=time.perf_counter() - t_start, startup_s=startup)
+    except MergeError as e:  # one line: the stages finished, and what they left is kept
+        msg = merge_failed(config.out, e)
+        write_status(config.out, False, msg)
+        raise TrainError(msg) from None
     except OSError as e:  # a full disk (or a vanished folder) while merging: one line, the parts are kept
         from naspipe.atomic import disk_full_message, is_disk_full
 

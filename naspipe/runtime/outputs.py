@@ -88,14 +88,46 @@ def write_status(out: Path, complete: bool, error: str | None = None, rank: int 
         pass
 
 
+class MergeError(RuntimeError):
+    """The stages' part files could not be merged; the message is one line naming the file or the disagreement."""
+
+
+# what a part file holds (``naspipe.runtime.worker``): every field the merge reads
+PART_FIELDS: dict[str, type | None] = {"losses": dict, "params": dict, "events": list, "timing": dict,
+                                       "decisions": None, "bytes_sent": None, "peak_in_flight": None,
+                                       "peak_fixed_versions": None}
+
+
+def merge_failed(out: Path, e: MergeError) -> str:
+    """The one line of a run whose stages finished but whose part files could not be merged: what is true (the
+    cause, the parts kept), and what to do."""
+    parts = Path(out) / runs.PARTS
+    return (f"every stage finished, but their results could not be merged: {e}; the stages' results are kept in "
+            f"{str(parts)!r} (nothing was deleted); to train again, run the same command with --overwrite")
+
+
 def read_parts(out: Path, stages: int) -> list[dict[str, Any]]:
+    """Every stage's ``parts/stage<s>.json``; MergeError naming the first that is missing, not valid JSON, or
+    lacks a field the merge reads."""
     parts = []
     for s in range(stages):
-        p = out / "parts" / f"stage{s}.json"
+        p = out / runs.PARTS / f"stage{s}.json"
         try:
-            parts.append(json.loads(p.read_text()))
-        except (OSError, json.JSONDecodeError) as e:
-            raise RuntimeError(f"stage {s} left no readable results ({p}): {e}") from None
+            data = json.loads(p.read_text())
+        except FileNotFoundError:
+            raise MergeError(f"stage {s} left no results ({str(p)!r} does not exist)") from None
+        except OSError as e:
+            raise MergeError(f"cannot read {str(p)!r}: {e.strerror or e}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            raise MergeError(f"{str(p)!r} is not valid JSON ({getattr(e, 'msg', type(e).__name__)})") from None
+        if not isinstance(data, dict):
+            raise MergeError(f"{str(p)!r} holds {type(data).__name__}, not a stage's results") from None
+        for field, kind in PART_FIELDS.items():
+            if field not in data:
+                raise MergeError(f"{str(p)!r} has no {field!r}")
+            if kind is not None and not isinstance(data[field], kind):
+                raise MergeError(f"{str(p)!r}: {field!r} is {type(data[field]).__name__}, not {kind.__name__}")
+        parts.append(data)
     return parts
 
 
@@ -171,18 +203,22 @@ def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: floa
 
     out = cfg.out
     parts = read_parts(out, cfg.stages)
-    losses = {int(j): float.fromhex(h) for p in parts for j, h in p["losses"].items()}
-    if len(losses) != cfg.n:
-        raise RuntimeError(f"the last stage reported {len(losses)} losses for {cfg.n} subnets")
-    params: dict[str, str] = {}
-    for p in parts:
-        params.update(p["params"])
-    meta = {"driver": "runtime", **cfg.describe()}
-    trace = Trace(cfg.stages, [TraceEvent(**e) for p in parts for e in p["events"]], meta)
-    digests = {p.get("sequence_sha256") for p in parts}
-    if len(digests) != 1:
-        raise RuntimeError(f"the stages trained different subnet sequences (digests {sorted(map(str, digests))})")
-    metrics = run_metrics(cfg, parts, trace, losses, wall_s, startup_s)
+    try:
+        losses = {int(j): float.fromhex(h) for p in parts for j, h in p["losses"].items()}
+        if len(losses) != cfg.n:
+            raise MergeError(f"the last stage reported {len(losses)} losses for {cfg.n} subnets")
+        params: dict[str, str] = {}
+        for p in parts:
+            params.update(p["params"])
+        meta = {"driver": "runtime", **cfg.describe()}
+        trace = Trace(cfg.stages, [TraceEvent(**e) for p in parts for e in p["events"]], meta)
+        digests = {p.get("sequence_sha256") for p in parts}
+        if len(digests) != 1:
+            raise MergeError(f"the stages trained different subnet sequences (digests {sorted(map(str, digests))})")
+        metrics = run_metrics(cfg, parts, trace, losses, wall_s, startup_s)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a part file of the right shape, wrong contents
+        raise MergeError(f"the part files in {str(out / runs.PARTS)!r} are malformed ({type(e).__name__}: {e})") \
+            from None
     metrics["torch"] = torch.__version__
     from naspipe.runtime.switching import merge_reports
 
