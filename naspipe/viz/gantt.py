@@ -21,7 +21,15 @@ Traces = Trace | Mapping[str, Trace] | Sequence[Trace] | Sequence[tuple[str, Tra
 DEFAULT_MAX_EVENTS = 20_000
 UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "units": 1.0}  # "units": abstract unit-time costs (teaching examples)
 LABEL_LIMIT = 400  # write subnet ids inside the bars when a figure has at most this many events
-LABEL_MIN_PX = 6  # smallest label font (plotly hides a label that needs less): one-digit ids fit a one-unit bar
+# Subnet ids are drawn at one size, LABEL_PX, on every bar wide enough to hold its id (the others carry none; their
+# hover says it). Plotly's own fitting pads a label by 3 px a side and shrinks it to fit: two-digit ids on the one-unit
+# bars of notebook 02 (12 subnets, about 12 px a bar) were hidden at a readable size, or unreadable at 5 px. So the
+# bars draw their text unshrunk (``constraintext="none"``) and ``label_fits`` decides, for a plot area of PLOT_PX
+# (a notebook output at a 1400 px window with the legend below the chart: about 860 px; the report is wider).
+LABEL_PX = 8
+PLOT_PX = 820
+DIGIT_EM = 0.62  # width of a digit in em (Open Sans, plotly's font: 0.57), with a little to spare
+LABEL_MARGIN_PX = 2  # at least this much bar left over beside a label
 
 
 def trace_name(trace: Trace, index: int = 0) -> str:
@@ -62,16 +70,31 @@ def hover_text(e: TraceEvent, unit: str, factor: float) -> str:
     return out
 
 
+def label_width_px(text: str) -> float:
+    """Width of a subnet id drawn at ``LABEL_PX`` (digits; an estimate a little above Open Sans's)."""
+    return len(text) * DIGIT_EM * LABEL_PX
+
+
+def label_fits(text: str, duration: float, span: float) -> bool:
+    """A bar of ``duration`` on a time axis ``span`` long (same unit) holds ``text`` at ``LABEL_PX`` when the plot
+    area is ``PLOT_PX`` wide, with ``LABEL_MARGIN_PX`` to spare."""
+    return span > 0 and duration / span * PLOT_PX >= label_width_px(text) + LABEL_MARGIN_PX
+
+
 def gantt_bars(events: Sequence[TraceEvent], *, unit: str = "s", factor: float = 1.0, labels: bool = False,
                legend: set[str] | None = None, kinds: Sequence[str] | None = None,
-               xaxis: str = "x", yaxis: str = "y", keep_legend: bool = False) -> list[go.Bar]:
+               xaxis: str = "x", yaxis: str = "y", keep_legend: bool = False,
+               span: float | None = None) -> list[go.Bar]:
     """One horizontal ``go.Bar`` per event kind (all ``kinds`` if given, else those present).
 
     ``legend``: kinds already shown in the legend (updated in place), so subplots share one legend; a kind's
     entry goes on the first trace that has bars of it (plotly lists no entry for an empty trace).
     ``keep_legend``: an empty kind gets one zero-length bar, so its legend entry stays while bars come and go
-    (a slider at step 0).
+    (a slider at step 0). ``labels``: subnet ids on the compute bars that hold them (``label_fits``) on a time
+    axis ``span`` long in the figure's unit (default: up to the last event's end).
     """
+    if span is None:
+        span = max((e.end for e in events), default=0.0) * factor
     by_kind: dict[str, list[TraceEvent]] = {}
     for e in events:
         by_kind.setdefault(e.kind, []).append(e)
@@ -96,9 +119,10 @@ def gantt_bars(events: Sequence[TraceEvent], *, unit: str = "s", factor: float =
             xaxis=xaxis, yaxis=yaxis,
         )
         if labels and kind in COMPUTE_KINDS:
-            bar.update(text=[""] if placeholder else [str(e.subnet) for e in evs], textposition="inside",
-                       insidetextanchor="middle",
-                       textfont={"color": "white", "size": 10})
+            text = [""] if placeholder else [
+                str(e.subnet) if label_fits(str(e.subnet), (e.end - e.start) * factor, span) else "" for e in evs]
+            bar.update(text=text, textposition="inside", insidetextanchor="middle", constraintext="none",
+                       textangle=0, textfont={"color": "white", "size": LABEL_PX})
         out.append(bar)
     return out
 
@@ -151,7 +175,7 @@ def gantt(traces: Traces, title: str | None = None, max_events: int | None = DEF
     for r, ((evs, _), t) in enumerate(clipped, start=1):
         suffix = "" if r == 1 else str(r)
         for bar in gantt_bars(evs, unit=unit, factor=factor, labels=labels, legend=legend, kinds=all_kinds,
-                              xaxis="x" + suffix, yaxis="y" + suffix):
+                              xaxis="x" + suffix, yaxis="y" + suffix, span=span * factor):
             fig.add_trace(bar, row=r, col=1)
         p = t.stages
         fig.update_yaxes(row=r, col=1, title_text="stage", tickmode="array", tickvals=list(range(p)),
@@ -161,11 +185,17 @@ def gantt(traces: Traces, title: str | None = None, max_events: int | None = DEF
     fig.update_xaxes(rangemode="tozero", showgrid=True)
     if title is None:
         title = _default_title(named)
-    fig.update_layout(
+    height = height or int(170 + sum(60 + 38 * p for p in stages))
+    margin = {"l": 80, "r": 20, "t": 70, "b": 90}
+    fig.update_layout(  # the legend in a row under the time axis: the bars get the width a legend column took
         title={"text": title}, barmode="overlay", bargap=0, hovermode="closest",
-        legend={"title": {"text": "task / event"}, "traceorder": "normal"},
-        height=height or int(140 + sum(60 + 38 * p for p in stages)), template="plotly_white",
-        margin={"l": 80, "r": 20, "t": 70, "b": 50}, uniformtext={"minsize": LABEL_MIN_PX, "mode": "hide"},
+        legend={"title": {"text": "task / event"}, "traceorder": "normal", "orientation": "h", "x": 0,
+                "xanchor": "left", "y": -LEGEND_BELOW_PX / max(1, height - margin["t"] - margin["b"]),
+                "yanchor": "top"},
+        height=height, template="plotly_white", margin=margin,
     )
     return fig
+
+
+LEGEND_BELOW_PX = 55  # from the bottom of the plot area to the legend's top: under the ticks and the axis title
 

@@ -35,8 +35,9 @@ def schedule_frames(trace: Trace, steps: int = 40, title: str | None = None) -> 
     kinds = ordered_kinds({e.kind for e in trace.events})
     fig = gantt(trace, title=title, unit=unit)
     fig.update_xaxes(range=[0, float(times[-1]) * f * 1.01])
+    span = float(times[-1]) * f * 1.01  # the time axis, fixed: a label is drawn where its bar holds it at the end
     fig.frames = [go.Frame(name=f"{t * f:.4g}", data=gantt_bars(events_until(trace, t), unit=unit, factor=f,
-                                                              kinds=kinds, labels=True))
+                                                              kinds=kinds, labels=True, span=span))
                   for t in times]
     step = [{"args": [[fr.name], {"frame": {"duration": 0, "redraw": True}, "mode": "immediate"}],
              "label": fr.name, "method": "animate"} for fr in fig.frames]
@@ -76,7 +77,8 @@ def schedule_player(trace: Trace, steps: int = 40, title: str | None = None, uni
     def show(change: Any = None) -> None:
         t = float(times[slider.value])
         bars = {b.legendgroup: b for b in gantt_bars(events_until(trace, t), unit=unit, factor=f, kinds=kinds,
-                                                      labels=labels, keep_legend=True)}
+                                                      labels=labels, keep_legend=True,
+                                                      span=float(times[-1]) * f * 1.01)}
         with fig.batch_update():
             for tr in fig.data:
                 b = bars.get(tr.legendgroup)
