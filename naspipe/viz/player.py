@@ -48,7 +48,8 @@ def schedule_frames(trace: Trace, steps: int = 40, title: str | None = None) -> 
                       "buttons": [{"label": "play", "method": "animate", "args": [
                           None, {"frame": {"duration": 150, "redraw": True}, "fromcurrent": True}]}]}],
     )
-    fig.update_layout(height=(fig.layout.height or 400) + 120)
+    fig.update_layout(height=(fig.layout.height or 400) + 120,  # the slider sits where gantt puts the legend:
+                      legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top"})  # right
     return fig
 
 
