@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             write_status(cfg.out, False, f"the ranks did not meet: {e}")
         return 2
-    from naspipe.runtime.outputs import merge_outputs
+    from naspipe.runtime.outputs import MergeError, merge_failed, merge_outputs
     from naspipe.runtime.worker import failure_line, run_stage
 
     bar = _Bar(cfg.n, f"{cfg.policy} {cfg.space.name} P={cfg.stages}", rank == 0 and cfg.progress)
@@ -178,7 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def merge() -> None:
         if rank == 0:
-            merged.append(merge_outputs(cfg, wall_s=time.perf_counter() - t0))
+            try:
+                merged.append(merge_outputs(cfg, wall_s=time.perf_counter() - t0))
+            except MergeError as e:  # what is true (the stages finished, their parts kept) and what to do
+                raise MergeError(merge_failed(cfg.out, e)) from None
 
     try:
         run_stage(rank, world, cfg, bar, local_rank=local_rank, after_barrier=merge)
