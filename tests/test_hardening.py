@@ -194,7 +194,8 @@ def test_reference_refuses_a_train_run_and_overwrite_clears_it(two_thread_runs, 
     assert main(["reference", *TINY, "--out", str(run), "--overwrite"]) == 0
     assert json.loads((run / "run.json").read_text())["kind"] == "reference"
     left = {p.name for p in run.iterdir()}
-    assert not left & {"status.json", "trace.json", "events.jsonl", "parts", "weights-stage0.pt"}, left
+    assert not left & {"trace.json", "events.jsonl", "parts", "weights-stage0.pt"}, left
+    assert json.loads((run / "status.json").read_text()) == {"complete": True}  # the reference's own now
     # and a train run refuses the reference's folder
     _refused(capsys, ["train", *TINY, "--out", str(run)], "holds a reference run (losses.csv)")
 
