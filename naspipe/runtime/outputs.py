@@ -121,7 +121,7 @@ def read_parts(out: Path, stages: int) -> list[dict[str, Any]]:
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
             raise MergeError(f"{str(p)!r} is not valid JSON ({getattr(e, 'msg', type(e).__name__)})") from None
         if not isinstance(data, dict):
-            raise MergeError(f"{str(p)!r} holds {type(data).__name__}, not a stage's results") from None
+            raise MergeError(f"{str(p)!r} holds {type(data).__name__}, not a stage's results")
         for field, kind in PART_FIELDS.items():
             if field not in data:
                 raise MergeError(f"{str(p)!r} has no {field!r}")
