@@ -300,8 +300,9 @@ class Links:
         self.received = {ACTIVATION: 0, GRADIENT: 0}
         self.bytes_sent = 0
         self._layouts: dict[int, bytes] = {}  # per destination: the layout of the last structured activation sent
-        # per kind sent: messages, payload bytes, the largest message's payload bytes, the most tensors in one
-        self.traffic = {name: {"messages": 0, "bytes": 0, "largest": 0, "tensors": 0}
+        # per kind sent: messages, payload bytes, the largest message's payload bytes, the most tensors in one,
+        # whether any was structured (``naspipe.runtime.outputs.boundaries`` reports them per stage boundary)
+        self.traffic = {name: {"messages": 0, "bytes": 0, "largest": 0, "tensors": 0, "structured": False}
                         for name in (KIND_NAMES[ACTIVATION], KIND_NAMES[GRADIENT])}
 
     # ---- receiving -------------------------------------------------------------------------------------
@@ -388,7 +389,7 @@ class Links:
         self._pending.append((dist.isend(buf, dst=self.base + dst, group=group), buf))
         if apart is not None:
             self._pending.append((dist.isend(apart, dst=self.base + dst, group=group), apart))
-        self._count(kind, [] if payload is None else [payload])
+        self._count(kind, [] if payload is None else [payload], False)
 
     def _send_tree(self, kind: int, dst: int, group: dist.ProcessGroup | None, subnet: int, msg: Any,
                    requires_grad: Any, loss: float | None) -> None:
@@ -410,9 +411,9 @@ class Links:
         self._pending.append((dist.isend(buf, dst=self.base + dst, group=group), buf))
         for t in apart:
             self._pending.append((dist.isend(t, dst=self.base + dst, group=group), t))
-        self._count(kind, payloads)
+        self._count(kind, payloads, True)
 
-    def _count(self, kind: int, payloads: list[Tensor]) -> None:
+    def _count(self, kind: int, payloads: list[Tensor], structured: bool) -> None:
         n = sum(p.numel() * p.element_size() for p in payloads)
         self.bytes_sent += n
         t = self.traffic[KIND_NAMES[kind]]
@@ -420,6 +421,7 @@ class Links:
         t["bytes"] += n
         t["largest"] = max(t["largest"], n)
         t["tensors"] = max(t["tensors"], len(payloads))
+        t["structured"] = t["structured"] or structured
 
     def _reap(self) -> None:
         """Drop completed sends (re-raising a failed one)."""
