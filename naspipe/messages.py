@@ -185,6 +185,8 @@ def backward(msg: Any, grads: Any) -> None:
 
 def roots_and_seeds(msg: Any, grads: Any) -> tuple[list[Tensor], list[Tensor]]:
     """The leaves of ``msg`` that take part in a backward and their gradients."""
+    if grads is None:  # no gradient at all (the loss downstream does not depend on this message)
+        return [], []
     outs = leaves(msg)
     gs = [grads] if isinstance(msg, Tensor) else list(grads)
     if len(gs) != len(outs):

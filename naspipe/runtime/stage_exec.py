@@ -180,12 +180,14 @@ class StageExecutor:
         st = self._stash.get(j)
         if st is None or st.seed is not None or st.block_grads is not None:
             raise RuntimeError(f"B({j}) without a stashed F({j}) on this stage, or B({j}) ran twice")
-        if not self.last and grad is None and messages.requires_grad(st.out):
+        if not self.last and grad is None and isinstance(st.out, Tensor) and st.out.requires_grad:
             raise RuntimeError(f"B({j}) has no output gradient")
         st.seed = grad
         if st.blocks is None or not messages.requires_grad(st.out):  # the input needs no gradient: all is W's
+            if not messages.requires_grad(st.out):  # (nothing downstream depends on a weight: W computes nothing)
+                st.blocks = None
             st.block_grads = []
-            return None
+            return _input_gradient(st.x)
         layer_outs = [c.out for c in st.layers or ()]
         if not (isinstance(st.x, Tensor) and isinstance(st.out, Tensor)
                 and all(isinstance(b, Tensor) for b in st.blocks)):  # structured messages on this stage
