@@ -1,4 +1,4 @@
-"""Point-to-point transport between neighbouring stages: messages of a fixed-length int64 header and a payload.
+"""Point-to-point transport between neighbouring stages: messages of fixed-length int64 headers and payloads.
 
 Why it exists: stages run subnets out of order, so every message says which subnet it belongs to and
 what its payload looks like. Activations travel ``s -> s+1``, gradients ``s+1 -> s``; nothing but
@@ -28,6 +28,15 @@ the receiver waits for that size; a message of another size then goes as the hea
 awaited size (``FLAG_APART``) and its payload in a transfer of its own, and both ends fall back to awaiting
 the header alone. Channels whose sizes keep changing therefore cost what two transfers per message cost;
 large payloads always go apart (no copies).
+
+Structured messages (a block's output that is a tuple, list or dict of tensors, ``naspipe.messages``): a tree
+header (``FLAG_TREE``: the number of distinct tensors and the layout's length) is followed by one ordinary header
+per tensor, the layout when it changed on the channel (``FLAG_LAYOUT``: the pytree structure and which tensor
+fills each place, as JSON bytes; the receiver keeps the last one), then the tensors' payloads. The same packing
+applies to the whole: once two messages in a row had the same size, one transfer per message; otherwise the tree
+header alone, then the rest of the head and each payload in transfers of their own. A structured gradient is a
+list with one tensor (or none) per distinct tensor of the activation, without a layout. A single tensor travels
+exactly as before.
 """
 
 from __future__ import annotations
