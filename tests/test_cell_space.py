@@ -267,3 +267,69 @@ def test_structured_messages_keep_their_bits_structure_and_aliases_and_steady_on
     queue = list(apart)
     values, got, _, lay = Packing().unpack_tree(buf, lambda t: t.copy_(queue.pop(0).view(t.dtype)))
     assert lay is None and got[1] is None and torch.equal(got[0], torch.ones(2)) and buf.numel() == HEADER_BYTES
+
+
+MIXED_MODULE = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import naspipe
+
+
+class Stem(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 6)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return {"h": h, "ids": h.argmax(-1), "mask": (h > 0), "const": torch.ones_like(h)}
+
+
+class Mix(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+        self.width = width
+
+    def forward(self, m):
+        picked = torch.nn.functional.one_hot(m["ids"], 6).float()
+        h = self.lin(m["h"]) * m["mask"] + picked * self.width + m["const"]
+        return {"h": torch.tanh(h), "ids": m["ids"], "mask": m["mask"], "const": m["const"]}
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 3)
+
+    def forward(self, m):
+        return self.lin(m["h"])
+
+
+def data(j, g):
+    return torch.randn(8, 4, generator=g), torch.randint(0, 3, (8,), generator=g)
+
+
+def supernet():
+    return naspipe.Supernet([naspipe.Fixed("stem", Stem),
+                             *[naspipe.Choice(f"mix{i}", {"a": lambda: Mix(0.1), "b": lambda: Mix(0.5)})
+                               for i in range(3)],
+                             naspipe.Fixed("head", Head)], data=data, loss=F.cross_entropy, batch_size=8)
+'''
+
+
+@pytest.mark.parametrize("policy", ["csp", "csp-bw"])
+def test_a_dict_message_with_integer_bool_and_constant_leaves_trains_identical(tmp_path, monkeypatch, policy):
+    """Integer and bool leaves travel without gradient, a float leaf that needs none gets none, and the trained
+    leaf's gradient flows through every stage (the stem trains: serial)."""
+    (tmp_path / "mixed_message_module.py").write_text(MIXED_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    common = ["--space", "mixed_message_module:supernet", "--subnets", "8", "--seed", "2", "--no-progress",
+              "--shared-layers", "serial"]
+    assert main(["reference", *common, "--out", str(tmp_path / "ref")]) == 0
+    assert main(["train", *common, "--stages", "3", "--policy", policy, "--out", str(tmp_path / "run")]) == 0
+    assert main(["verify", str(tmp_path / "run"), str(tmp_path / "ref")]) == 0
+    (b, _) = json.loads((tmp_path / "run" / "metrics.json").read_text())["boundaries"]
+    assert b["activation_tensors"] == 4 and b["gradient_tensors"] == 1  # only "h" takes a gradient
