@@ -41,7 +41,8 @@ def _common(n: int, *extra: str) -> list[str]:
 def refs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("refs")
     out = {}
-    for name, extra in (("frozen", ()), ("serial", ("--shared-layers", "serial")), ("replicas", ("--replicas", "2"))):
+    for name, extra in (("frozen", ()), ("serial", ("--shared-layers", "serial")), ("replicas", ("--replicas", "2")),
+                        ("delayed", ("--shared-layers", "delayed:2"))):
         out[name] = root / name
         assert main(["reference", *_common(16, *extra), "--out", str(out[name])]) == 0
     return out
@@ -53,7 +54,8 @@ def refs(tmp_path_factory) -> dict[str, Path]:
     (2, "csp-bw", "serial", ("--shared-layers", "serial", "--jitter-ms", "1")),
     (3, "csp-bw", "frozen", ()),
     (2, "csp", "replicas", ("--replicas", "2")),
-], ids=["2-stages", "3-stages-serial", "csp-bw-serial", "csp-bw-3-stages", "replicas-2"])
+    (2, "csp", "delayed", ("--shared-layers", "delayed:2")),
+], ids=["2-stages", "3-stages-serial", "csp-bw-serial", "csp-bw-3-stages", "replicas-2", "delayed-2"])
 def test_the_cell_space_trains_identical_to_its_reference(tmp_path, refs, stages, policy, ref, extra):
     out = tmp_path / "run"
     assert main(["train", *_common(16, *extra), "--stages", str(stages), "--policy", policy, "--out", str(out)]) == 0
