@@ -30,6 +30,7 @@ def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: in
     backward's ``B``) over the median full backward, which the simulator's ``csp-bw`` splits ``bwd`` by."""
     import torch
 
+    from naspipe import messages
     from naspipe.models import build_stage, input_of, make_batch, target_of
     from naspipe.shared import SharedLayers
     from naspipe.supernet.load import without_costs
@@ -56,7 +57,7 @@ def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: in
                 mod = stage.candidate(b, c)
                 fwd, bwd, bin_, saved = [], [], [], 0
                 for r in range(repeats + 1):
-                    xin = x.detach().requires_grad_(x.is_floating_point())
+                    xin = _fresh_input(x)
                     sizes: list[int] = []
 
                     def pack(t: torch.Tensor, sizes: list[int] = sizes) -> torch.Tensor:
@@ -70,8 +71,8 @@ def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: in
                         res = stage.loss(y, target) if b == last else y
                     sync()
                     t1 = time.perf_counter()
-                    if res.requires_grad:
-                        res.backward(None if res.dim() == 0 else torch.ones_like(res))
+                    if messages.requires_grad(res):
+                        _backward_ones(res)
                     sync()
                     t2 = time.perf_counter()
                     if r:  # the first run warms up
@@ -82,7 +83,7 @@ def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: in
                     if r:  # block 0's input (the batch) never takes a gradient: its B computes nothing
                         bin_.append(_input_backward(mod, stage, x, target, b == last, sync) if b else 0.0)
                 if nxt is None:
-                    nxt = y.detach()
+                    nxt = messages.map_leaves(torch.Tensor.detach, y)
                 params = sum(p.numel() * p.element_size() for p in mod.parameters())
                 med_bwd = statistics.median(bwd)
                 out.setdefault(blk.name, {})[cand.name] = {
@@ -90,7 +91,7 @@ def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: in
                     "bwd_input_share": min(1.0, statistics.median(bin_) / med_bwd) if med_bwd > 0 else 0.5,
                     "param_bytes": int(params), "act_bytes": int(saved // bs)}
             if b < last:
-                message = max(message, nxt.numel() * nxt.element_size() // bs)
+                message = max(message, messages.nbytes(nxt) // bs)  # (a structured message: its distinct tensors)
             x = nxt
         return {"space": sp.name, "device": device, "threads": threads, "repeats": repeats,
                 "batch_size": sp.batch_size, "message_bytes": int(message), "candidates": out}
@@ -103,18 +104,39 @@ def _input_backward(mod: Any, stage: Any, x: Any, target: Any, last: bool, sync:
     (``torch.autograd.grad``, no weight-gradient kernel); 0 where the input takes no gradient (token ids)."""
     import torch
 
-    if not x.is_floating_point():
+    from naspipe import messages
+
+    xin = _fresh_input(x)
+    wrt = [t for t in messages.leaves(xin) if t.requires_grad]
+    if not wrt:
         return 0.0
-    xin = x.detach().requires_grad_(True)
     y = mod(xin)
     res = stage.loss(y, target) if last else y
-    if not res.requires_grad:
+    roots = [t for t in messages.leaves(res) if t.requires_grad]
+    if not roots:
         return 0.0
     sync()
     t = time.perf_counter()
-    torch.autograd.grad(res, xin, None if res.dim() == 0 else torch.ones_like(res), allow_unused=True)
+    torch.autograd.grad(roots, wrt, [torch.ones_like(r) for r in roots], allow_unused=True)
     sync()
     return time.perf_counter() - t
+
+
+def _fresh_input(x: Any) -> Any:
+    """A block's input cut from the graph, its floating tensors requiring grad (a tensor or a structured message)."""
+    from naspipe import messages
+
+    return messages.map_leaves(lambda t: t.detach().requires_grad_(t.is_floating_point()), x)
+
+
+def _backward_ones(res: Any) -> None:
+    """Backward from ``res`` (a scalar loss, a tensor or a structured message) seeded with ones."""
+    import torch
+
+    from naspipe import messages
+
+    roots = [t for t in messages.leaves(res) if t.requires_grad]
+    torch.autograd.backward(roots, [torch.ones_like(r) for r in roots])
 
 
 def check_writable(path: str | Path) -> Path:

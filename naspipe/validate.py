@@ -55,6 +55,7 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
         return
     import torch
 
+    from naspipe import messages
     from naspipe.models import build_stage, make_batch, model_kind
     from naspipe.models.data import input_of, target_of
 
@@ -88,24 +89,31 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
                     y = model(x, sub)
                 except user_errors() as e:  # noqa: BLE001
                     raise ModelCheckError(f"{_where(space, b, c)}: fails on a probe batch: {_line(e)}") from None
-                if not isinstance(y, torch.Tensor):
-                    raise ModelCheckError(f"{_where(space, b, c)}: returns {type(y).__name__}, not a tensor")
-                if outs and (y.shape != outs[0].shape or y.dtype != outs[0].dtype):
-                    raise ModelCheckError(f"{_where(space, b, c)}: gives {tuple(y.shape)} {y.dtype}, but candidate 0 "
-                                          f"gives {tuple(outs[0].shape)} {outs[0].dtype}: the candidates of a block "
-                                          "must agree")
+                bad = messages.problem(y, sendable=False)  # (what is sent: check_messages)
+                if bad is not None:
+                    raise ModelCheckError(f"{_where(space, b, c)}: {bad}")
+                if outs and messages.signature(y) != messages.signature(outs[0]):
+                    raise ModelCheckError(f"{_where(space, b, c)}: gives {_shown(y)}, but candidate 0 "
+                                          f"gives {_shown(outs[0])}: the candidates of a block must agree")
                 outs.append(y)
             x = outs[0]
-            dtypes.append(x.dtype)
-            per_sample = max(per_sample, x.element_size() * x.numel() // max(1, x.shape[0] if x.dim() else 1))
+            dtypes.append([t.dtype for t in messages.leaves(x)])
+            first = messages.leaves(x)[0]
+            per_sample = max(per_sample, messages.nbytes(x) // max(1, first.shape[0] if first.dim() else 1))
         try:
             model.loss(x, target)
         except user_errors() as e:  # noqa: BLE001
-            raise ModelCheckError(f"{_where(space, nb - 1, None)}: its output {tuple(x.shape)} does not fit the "
+            raise ModelCheckError(f"{_where(space, nb - 1, None)}: its output {messages.describe(x)} does not fit the "
                                   f"loss: {_line(e)}") from None
     _check_batch_memory(space, per_sample)
     _out_dtypes[key] = dtypes
     _checked.add(key)
+
+
+def _shown(y: object) -> str:
+    from naspipe import messages
+
+    return messages.describe(y) + (f" {y.dtype}" if hasattr(y, "dtype") else "")
 
 
 def check_messages(space: SearchSpace, stage_ends: list[int], sendable: tuple, seed: int = 0,
@@ -116,8 +124,9 @@ def check_messages(space: SearchSpace, stage_ends: list[int], sendable: tuple, s
     check_model(space, seed, shared)
     dtypes = _out_dtypes[(space.to_json(), int(seed), str(shared))]
     for b in stage_ends:
-        if dtypes[b] not in sendable:
-            raise ModelCheckError(f"{_where(space, b, None)}: its output ({dtypes[b]}) ends a stage, and messages "
+        bad = next((d for d in dtypes[b] if d not in sendable), None)
+        if bad is not None:
+            raise ModelCheckError(f"{_where(space, b, None)}: its output ({bad}) ends a stage, and messages "
                                   f"between stages can be {', '.join(str(d) for d in sendable)}; cast it, or "
                                   "partition elsewhere")
 

@@ -32,6 +32,9 @@ def test_08_your_own_supernet(tmp_path):
     report = next(c for c in nb.cells if c.cell_type == "code" and "write_report(" in c.source)
     link = next(o for o in report.outputs if o.output_type == "display_data")["data"]["text/html"]
     assert "naspipe-report-" in link and 'target="_blank"' in link  # opens a full tab, not the sandboxed viewer
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "nb201_digits.supernet()" in c.source)
+    text = "".join(o.text for o in cell.outputs if o.output_type == "stream")
+    assert "REPRODUCIBLE: identical: 8 subnets" in text and "messages per stage boundary: 0->1 " in text, text
     last = next(o for o in nb.cells[-1].outputs if o.output_type == "stream")
     result = json.loads(last.text.strip().splitlines()[-1])
     assert result["verified"], result["message"]

@@ -262,5 +262,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.metrics))
     else:
         print(summary_line(result.metrics))
+        from naspipe.runtime.outputs import boundaries_line
+
+        line = boundaries_line(result.metrics)
+        if line is not None:
+            print(line)
         print(f"wrote {cfg.out}")
     return 0

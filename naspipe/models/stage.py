@@ -5,8 +5,9 @@
 alone and parameter names are global (``"<block>.<candidate>.<param>"`` for choice blocks,
 ``"<block>.<param>"`` for fixed ones), so any partition yields the same tensors under the same names.
 
-The message between stages is one tensor: a block maps it to the next block's input. The first block
-takes the batch's input tensor, the head block returns the logits. Every supernet, preset or the user's, is
+The message between blocks (and stages) is one tensor or a tuple, list or dict of tensors (``naspipe.messages``):
+a block maps it to the next block's input. The first block takes the batch's input tensor, the head block returns
+what the loss takes. Every supernet, preset or the user's, is
 a ``naspipe.Supernet``; its candidates are built by ``naspipe.models.user.SupernetBuilder``.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -101,8 +103,8 @@ class StageModel(nn.Module):
         """True on the stage that returns logits (it owns the last block)."""
         return self.space.num_blocks - 1 in self.blocks
 
-    def forward(self, x: Tensor, subnet: Sequence[int],
-                fixed_params: Mapping[str, Tensor] | None = None, capture: list[Tensor] | None = None) -> Tensor:
+    def forward(self, x: Any, subnet: Sequence[int],
+                fixed_params: Mapping[str, Tensor] | None = None, capture: list[Any] | None = None) -> Any:
         """Run ``subnet`` (one choice per block of the whole space) through this stage's blocks.
 
         ``fixed_params`` (global name -> tensor, all of this stage's fixed-block parameters) replaces the

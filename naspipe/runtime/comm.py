@@ -1,4 +1,4 @@
-"""Point-to-point transport between neighbouring stages: messages of a fixed-length int64 header and a payload.
+"""Point-to-point transport between neighbouring stages: messages of fixed-length int64 headers and payloads.
 
 Why it exists: stages run subnets out of order, so every message says which subnet it belongs to and
 what its payload looks like. Activations travel ``s -> s+1``, gradients ``s+1 -> s``; nothing but
@@ -28,6 +28,15 @@ the receiver waits for that size; a message of another size then goes as the hea
 awaited size (``FLAG_APART``) and its payload in a transfer of its own, and both ends fall back to awaiting
 the header alone. Channels whose sizes keep changing therefore cost what two transfers per message cost;
 large payloads always go apart (no copies).
+
+Structured messages (a block's output that is a tuple, list or dict of tensors, ``naspipe.messages``): a tree
+header (``FLAG_TREE``: the number of distinct tensors and the layout's length) is followed by one ordinary header
+per tensor, the layout when it changed on the channel (``FLAG_LAYOUT``: the pytree structure and which tensor
+fills each place, as JSON bytes; the receiver keeps the last one), then the tensors' payloads. The same packing
+applies to the whole: once two messages in a row had the same size, one transfer per message; otherwise the tree
+header alone, then the rest of the head and each payload in transfers of their own. A structured gradient is a
+list with one tensor (or none) per distinct tensor of the activation, without a layout. A single tensor travels
+exactly as before.
 """
 
 from __future__ import annotations
@@ -38,13 +47,17 @@ import struct
 import threading
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from naspipe import messages
+from naspipe.messages import WIRE_DTYPES
+
 HEADER_LEN = 13  # kind, subnet, flags, dtype, ndim, up to 7 dims, the subnet's loss (float64 bits)
-MAX_DIMS = 7
+MAX_DIMS = messages.MAX_DIMS
 ACTIVATION = 1
 GRADIENT = 2
 KIND_NAMES = {ACTIVATION: "activation", GRADIENT: "gradient"}
@@ -52,10 +65,9 @@ FLAG_REQUIRES_GRAD = 1  # the sender's tensor requires grad: the receiver mirror
 FLAG_EMPTY = 2  # no payload follows (a gradient that does not exist)
 FLAG_LOSS = 4  # the last field holds the subnet's training loss, the bits of a float64 (run-time streams)
 FLAG_APART = 8  # the payload follows in a transfer of its own (the message does not have the channel's steady size)
-# (codes are positions: append only) integer and bool messages carry no gradient (token ids between stages);
-# no int16: NCCL has no such type
-DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16,
-          torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool)
+FLAG_TREE = 16  # a structured message: this header announces leaf headers, a layout and leaf payloads
+FLAG_LAYOUT = 32  # (structured) the message's layout follows its leaf headers (it changed on this channel)
+DTYPES = WIRE_DTYPES  # (naspipe.messages: codes are positions, append only)
 
 
 class TransportError(RuntimeError):
@@ -66,8 +78,10 @@ class TransportError(RuntimeError):
 class Message:
     kind: int  # ACTIVATION or GRADIENT
     subnet: int
-    tensor: Tensor | None
-    requires_grad: bool = False
+    # one tensor; a structured activation (a tuple, list or dict of tensors, rebuilt as sent); a structured
+    # gradient: a list with one tensor (or None) per distinct leaf of the activation it belongs to
+    tensor: Any
+    requires_grad: bool | tuple[bool, ...] = False  # structured: one flag per distinct leaf
     loss: float | None = None  # the subnet's loss, bit-exact (gradients carry it upstream)
 
 
@@ -121,6 +135,8 @@ def decode_header(values: list[int]) -> tuple[int, int, int, torch.dtype | None,
 
 
 HEADER_BYTES = HEADER_LEN * 8
+MAX_LEAVES = 1 << 12  # distinct tensors in one structured message
+MAX_LAYOUT = 1 << 20  # bytes of a structured message's layout (its pytree spec)
 PACK_LIMIT = 1 << 20  # larger payloads go apart: copying them into and out of one buffer would cost more than it saves
 
 
@@ -141,20 +157,30 @@ class Packing:
     def pack(self, header: Tensor, payload: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """The buffer to send now (``self.size`` bytes) and, where the message does not fit it, the payload
         to send after it (``FLAG_APART``; None for a message without payload)."""
-        nbytes = 0 if payload is None else payload.numel() * payload.element_size()
-        total = HEADER_BYTES + nbytes
+        buf, apart = self.pack_parts(header, [] if payload is None else [payload])
+        return buf, (apart[0] if apart else None)
+
+    def pack_parts(self, head: Tensor, payloads: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
+        """``pack`` for a message of any number of payloads (a structured message: ``head`` holds its tree header,
+        leaf headers and layout). The buffer to send now and what follows apart where the message does not fit
+        it: the rest of ``head`` (as int64), then each payload in a transfer of its own."""
+        hbytes = head.numel() * 8
+        total = hbytes + sum(p.numel() * p.element_size() for p in payloads)
         if total == self.size:
-            buf = torch.empty(total, dtype=torch.uint8, device=header.device)
-            buf[:HEADER_BYTES] = header.view(torch.uint8)
-            if payload is not None:
-                buf[HEADER_BYTES:] = payload.reshape(-1).view(torch.uint8)
-            apart = None
-        else:  # the header alone (padded to the size the receiver waits for), the payload in its own transfer
-            buf = torch.zeros(self.size, dtype=torch.uint8, device=header.device)
-            header = header.clone()
-            header[2] |= FLAG_APART
-            buf[:HEADER_BYTES] = header.view(torch.uint8)
-            apart = payload
+            buf = torch.empty(total, dtype=torch.uint8, device=head.device)
+            buf[:hbytes] = head.view(torch.uint8)
+            at = hbytes
+            for p in payloads:
+                n = p.numel() * p.element_size()
+                buf[at:at + n] = p.reshape(-1).view(torch.uint8)
+                at += n
+            apart: list[Tensor] = []
+        else:  # the header alone (padded to the size the receiver waits for), the rest in transfers of its own
+            buf = torch.zeros(self.size, dtype=torch.uint8, device=head.device)
+            first = head[:HEADER_LEN].clone()
+            first[2] |= FLAG_APART
+            buf[:HEADER_BYTES] = first.view(torch.uint8)
+            apart = ([head[HEADER_LEN:].contiguous()] if head.numel() > HEADER_LEN else []) + list(payloads)
         self._advance(total)
         return buf, apart
 
@@ -173,6 +199,74 @@ class Packing:
                 payload.view(-1).view(torch.uint8).copy_(buf[HEADER_BYTES:])
         self._advance(HEADER_BYTES + nbytes)
         return values, payload, apart
+
+    def unpack_tree(self, buf: Tensor, recv: Any) -> tuple[list[int], list[Tensor | None], list[bool], bytes | None]:
+        """A structured message from its first transfer ``buf`` (``recv(tensor)`` receives the transfers that
+        follow apart): ``(tree header values, one payload or None per leaf, requires-grad flags, layout or
+        None)``."""
+        values = buf[:HEADER_BYTES].view(torch.int64).tolist()
+        flags, count, lay_len = values[2], values[3], values[4]
+        if not 0 < count <= MAX_LEAVES or not 0 <= lay_len <= MAX_LAYOUT or values[0] not in KIND_NAMES:
+            raise TransportError(f"malformed structured header {values}")
+        hlen = HEADER_LEN * (1 + count) + (lay_len + 7) // 8
+        apart = bool(flags & FLAG_APART)
+        if apart:
+            head = torch.empty(hlen, dtype=torch.int64, device=buf.device)
+            head[:HEADER_LEN] = buf[:HEADER_BYTES].view(torch.int64)
+            if hlen > HEADER_LEN:
+                recv(head[HEADER_LEN:])
+        else:
+            if buf.numel() < hlen * 8:
+                raise TransportError(f"a message of {buf.numel()} bytes is shorter than its {hlen * 8}-byte header")
+            head = buf[:hlen * 8].view(torch.int64)
+        parts: list[Tensor | None] = []
+        grads: list[bool] = []
+        for i in range(count):
+            lv = head[HEADER_LEN * (1 + i):HEADER_LEN * (2 + i)].tolist()
+            _, _, lflags, dtype, shape = decode_header(lv)
+            parts.append(None if dtype is None else torch.empty(shape, dtype=dtype, device=buf.device))
+            grads.append(bool(lflags & FLAG_REQUIRES_GRAD))
+        lay = None
+        if flags & FLAG_LAYOUT:
+            at = HEADER_LEN * (1 + count)
+            lay = head[at:].contiguous().view(torch.uint8)[:lay_len].cpu().numpy().tobytes()
+        nbytes = sum(p.numel() * p.element_size() for p in parts if p is not None)
+        if apart:
+            for p in parts:
+                if p is not None:
+                    recv(p)
+        else:
+            if hlen * 8 + nbytes != buf.numel():
+                raise TransportError(f"a message of {buf.numel()} bytes announces {hlen * 8 + nbytes} bytes")
+            at = hlen * 8
+            for p in parts:
+                if p is not None:
+                    n = p.numel() * p.element_size()
+                    p.view(-1).view(torch.uint8).copy_(buf[at:at + n])
+                    at += n
+        self._advance(hlen * 8 + nbytes)
+        return values, parts, grads, lay
+
+
+def encode_tree(kind: int, subnet: int, parts: list[Tensor | None], grads: list[bool], lay: bytes | None,
+                loss: float | None, device: torch.device) -> Tensor:
+    """The head of a structured message as int64: tree header, one header per leaf, the layout (if sent)."""
+    if not 0 < len(parts) <= MAX_LEAVES:
+        raise TransportError(f"a structured message has {len(parts)} tensors; 1 to {MAX_LEAVES} are supported")
+    lflag, lbits = _loss_bits(loss)
+    lay = lay or b""
+    if len(lay) > MAX_LAYOUT:
+        raise TransportError(f"a message's structure takes {len(lay)} bytes; at most {MAX_LAYOUT}")
+    flags = FLAG_TREE | lflag | (FLAG_LAYOUT if lay else 0)
+    ints = [kind, subnet, flags, len(parts), len(lay)] + [0] * MAX_DIMS + [lbits]
+    for p, g in zip(parts, grads, strict=True):
+        ints += encode_header(kind, subnet, p, g)
+    head = torch.tensor(ints, dtype=torch.int64)
+    if lay:
+        padded = torch.zeros((len(lay) + 7) // 8 * 8, dtype=torch.uint8)
+        padded[:len(lay)] = torch.frombuffer(bytearray(lay), dtype=torch.uint8)
+        head = torch.cat([head, padded.view(torch.int64)])
+    return head.to(device)
 
 
 def make_channels(world: int, replica: int = 0, replicas: int = 1
@@ -214,6 +308,11 @@ class Links:
         self._threads: list[threading.Thread] = []
         self.received = {ACTIVATION: 0, GRADIENT: 0}
         self.bytes_sent = 0
+        self._layouts: dict[int, bytes] = {}  # per destination: the layout of the last structured activation sent
+        # per kind sent: messages, payload bytes, the largest message's payload bytes, the most tensors in one,
+        # whether any was structured (``naspipe.runtime.outputs.boundaries`` reports them per stage boundary)
+        self.traffic = {name: {"messages": 0, "bytes": 0, "largest": 0, "tensors": 0, "structured": False}
+                        for name in (KIND_NAMES[ACTIVATION], KIND_NAMES[GRADIENT])}
 
     # ---- receiving -------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -234,15 +333,38 @@ class Links:
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device)  # the current device is per thread
             packing = Packing()
+            lay: bytes | None = None  # the layout of this channel's structured messages, as last sent
+
+            def recv(t: Tensor) -> None:
+                dist.recv(t, src=self.base + src, group=group)
+
             for _ in range(self.expected):
                 buf = torch.empty(packing.size, dtype=torch.uint8, device=self.wire)
-                dist.recv(buf, src=self.base + src, group=group)
+                recv(buf)
+                if int(buf[:HEADER_BYTES].view(torch.int64)[2]) & FLAG_TREE:
+                    values, parts, flags, new_lay = packing.unpack_tree(buf, recv)
+                    k, j = values[0], values[1]
+                    if k != kind:
+                        raise TransportError(f"expected a {KIND_NAMES[kind]}, got a {KIND_NAMES[k]} header")
+                    parts = [None if p is None else p.to(self.device) for p in parts]
+                    if kind == ACTIVATION:
+                        lay = new_lay if new_lay is not None else lay
+                        if lay is None:
+                            raise TransportError("a structured activation before its layout")
+                        if any(p is None for p in parts):
+                            raise TransportError("a structured activation with an empty leaf")
+                        msg = Message(kind, j, messages.rebuild(parts, lay), tuple(flags), decode_loss(values))
+                    else:
+                        msg = Message(kind, j, parts, False, decode_loss(values))
+                    self.received[kind] += 1
+                    self.inbox.put(msg)
+                    continue
                 values, payload, apart = packing.unpack(buf)
                 k, j, flags = values[0], values[1], values[2]
                 if k != kind:
                     raise TransportError(f"expected a {KIND_NAMES[kind]}, got a {KIND_NAMES[k]} header")
                 if apart and payload is not None:
-                    dist.recv(payload, src=self.base + src, group=group)
+                    recv(payload)
                 if payload is not None:
                     payload = payload.to(self.device)  # (a no-op unless staged through host memory)
                 self.received[kind] += 1
@@ -253,25 +375,62 @@ class Links:
                                           self.base + src))
 
     # ---- sending ---------------------------------------------------------------------------------------
-    def send_activation(self, subnet: int, tensor: Tensor, requires_grad: bool) -> None:
+    def send_activation(self, subnet: int, tensor: Any, requires_grad: bool | tuple[bool, ...]) -> None:
+        """Send ``subnet``'s activation downstream: one tensor, or a structured message (a pytree of tensors,
+        ``requires_grad`` one flag per distinct leaf, ``naspipe.messages``)."""
         self._send(ACTIVATION, self.rank + 1, self.act_groups[self.rank], subnet, tensor, requires_grad)
 
-    def send_gradient(self, subnet: int, tensor: Tensor | None, loss: float | None = None) -> None:
-        """Send ``subnet``'s input gradient upstream, with its loss when known (bit-exact, in the header)."""
+    def send_gradient(self, subnet: int, tensor: Any, loss: float | None = None) -> None:
+        """Send ``subnet``'s input gradient upstream (one tensor or None; for a structured input a list with one
+        tensor or None per distinct leaf), with its loss when known (bit-exact, in the header)."""
         self._send(GRADIENT, self.rank - 1, self.grad_groups[self.rank - 1], subnet, tensor, False, loss)
 
-    def _send(self, kind: int, dst: int, group: dist.ProcessGroup | None, subnet: int, tensor: Tensor | None,
-              requires_grad: bool, loss: float | None = None) -> None:
+    def _send(self, kind: int, dst: int, group: dist.ProcessGroup | None, subnet: int, tensor: Any,
+              requires_grad: bool | tuple[bool, ...], loss: float | None = None) -> None:
         self._reap()
-        header = torch.tensor(encode_header(kind, subnet, tensor, requires_grad, loss), dtype=torch.int64,
+        if tensor is not None and not isinstance(tensor, Tensor):
+            self._send_tree(kind, dst, group, subnet, tensor, requires_grad, loss)
+            return
+        header = torch.tensor(encode_header(kind, subnet, tensor, bool(requires_grad), loss), dtype=torch.int64,
                               device=self.wire)
         payload = None if tensor is None else tensor.detach().to(self.wire).contiguous()
         buf, apart = self._packing[(kind, dst)].pack(header, payload)
         self._pending.append((dist.isend(buf, dst=self.base + dst, group=group), buf))
         if apart is not None:
             self._pending.append((dist.isend(apart, dst=self.base + dst, group=group), apart))
-        if payload is not None:
-            self.bytes_sent += payload.numel() * payload.element_size()
+        self._count(kind, [] if payload is None else [payload], False)
+
+    def _send_tree(self, kind: int, dst: int, group: dist.ProcessGroup | None, subnet: int, msg: Any,
+                   requires_grad: Any, loss: float | None) -> None:
+        """A structured message: its distinct leaves (a gradient: the list as given), one transfer where the
+        channel's size is steady; the layout only when it changed on this channel."""
+        if kind == ACTIVATION:
+            parts: list[Tensor | None] = list(messages.leaves(msg))
+            many = isinstance(requires_grad, (tuple, list))
+            flags = list(requires_grad) if many else [bool(requires_grad)] * len(parts)
+            lay = messages.layout(msg)
+            send_lay = lay if self._layouts.get(dst) != lay else None
+            self._layouts[dst] = lay
+        else:
+            parts, flags, send_lay = list(msg), [False] * len(msg), None
+        parts = [None if p is None else p.detach().to(self.wire).contiguous() for p in parts]
+        head = encode_tree(kind, subnet, parts, flags, send_lay, loss, self.wire)
+        payloads = [p for p in parts if p is not None]
+        buf, apart = self._packing[(kind, dst)].pack_parts(head, payloads)
+        self._pending.append((dist.isend(buf, dst=self.base + dst, group=group), buf))
+        for t in apart:
+            self._pending.append((dist.isend(t, dst=self.base + dst, group=group), t))
+        self._count(kind, payloads, True)
+
+    def _count(self, kind: int, payloads: list[Tensor], structured: bool) -> None:
+        n = sum(p.numel() * p.element_size() for p in payloads)
+        self.bytes_sent += n
+        t = self.traffic[KIND_NAMES[kind]]
+        t["messages"] += 1
+        t["bytes"] += n
+        t["largest"] = max(t["largest"], n)
+        t["tensors"] = max(t["tensors"], len(payloads))
+        t["structured"] = t["structured"] or structured
 
     def _reap(self) -> None:
         """Drop completed sends (re-raising a failed one)."""

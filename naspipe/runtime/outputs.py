@@ -171,6 +171,7 @@ def run_metrics(cfg: TrainConfig, parts: list[dict[str, Any]], trace: Trace, los
         "decision_us_mean": 1e6 * sum(t["decide"] for t in timing) / max(1, sum(p["decisions"] for p in parts)),
         "tasks": tasks,
         "bytes_sent": sum(p["bytes_sent"] for p in parts),
+        "boundaries": boundaries(parts),
         "peak_in_flight": [p["peak_in_flight"] for p in parts],
         "peak_fixed_versions": [p["peak_fixed_versions"] for p in parts],
         "final_loss": losses[n - 1] if n - 1 in losses else None,
@@ -179,6 +180,35 @@ def run_metrics(cfg: TrainConfig, parts: list[dict[str, Any]], trace: Trace, los
                    "resumed_from": getattr(cfg, "start", 0)},
         "sequence": _sequence_stats(cfg, parts),
     }
+
+
+def boundaries(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per stage boundary ``s -> s+1`` (one pipeline; with replicas each replica's the same): the activation and
+    gradient messages that crossed it, their largest payload in bytes (a structured message: the sum of its
+    distinct tensors, ``naspipe.messages``), the most tensors in one, and whether they were structured."""
+    out = []
+    by_stage = {p["stage"]: p.get("traffic") for p in parts}
+    for s in range(len(parts) - 1):
+        act = (by_stage.get(s) or {}).get("activation")
+        grad = (by_stage.get(s + 1) or {}).get("gradient")
+        if act is None or grad is None:
+            continue
+        out.append({"from": s, "to": s + 1, "messages": act["messages"],
+                    "activation_bytes": act["largest"], "activation_total_bytes": act["bytes"],
+                    "activation_tensors": act["tensors"],
+                    "gradient_bytes": grad["largest"], "gradient_tensors": grad["tensors"],
+                    "structured": act["structured"]})
+    return out
+
+
+def boundaries_line(m: dict[str, Any]) -> str | None:
+    """One line naming each stage boundary's message size, for runs whose messages are structured (else None)."""
+    bs = m.get("boundaries") or []
+    if not any(b["structured"] for b in bs):
+        return None
+    parts = [f"{b['from']}->{b['to']} {b['activation_bytes']:,} B in {b['activation_tensors']} tensor"
+             f"{'s' if b['activation_tensors'] != 1 else ''} (gradient {b['gradient_bytes']:,} B)" for b in bs]
+    return "messages per stage boundary: " + ", ".join(parts)
 
 
 def _sequence_stats(cfg: TrainConfig, parts: list[dict[str, Any]]) -> dict[str, Any] | None:

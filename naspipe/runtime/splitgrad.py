@@ -141,6 +141,29 @@ def input_grad(out: Tensor, x: Tensor, grad: Tensor | None, outs: Sequence[Tenso
     return gin, seen
 
 
+def input_grads(roots: Sequence[Tensor], seeds: Sequence[Tensor] | None, xs: Sequence[Tensor],
+                outs: Sequence[Tensor]) -> tuple[list[Tensor | None], list[Tensor | None]]:
+    """``input_grad`` for structured messages (``naspipe.messages``): the gradients of ``roots`` (seeded with
+    ``seeds``; None for a scalar loss) with respect to each of ``xs`` (the stage input's distinct leaves; None for a
+    leaf that needs or got none) and each of ``outs`` (block-output leaves and layer outputs).
+
+    One ``autograd.grad`` over every tensor asked for (each once): a root, or an input passed through unchanged,
+    gets its fully accumulated gradient like any other output, as its node gets in a full backward."""
+    asked: list[Tensor] = []
+    index: dict[int, int] = {}
+    for t in [*xs, *outs]:
+        if t.requires_grad and id(t) not in index:
+            index[id(t)] = len(asked)
+            asked.append(t)
+    got = torch.autograd.grad(list(roots), asked, grad_outputs=None if seeds is None else list(seeds),
+                              retain_graph=True, allow_unused=True) if roots and asked else [None] * len(asked)
+
+    def pick(ts: Sequence[Tensor]) -> list[Tensor | None]:
+        return [got[index[id(t)]] if id(t) in index else None for t in ts]
+
+    return pick(xs), pick(outs)
+
+
 _ACCUMULATE = torch._C._functions.AccumulateGrad  # the node that accumulates into a leaf (``.variable``)
 
 
@@ -168,7 +191,7 @@ def _graph_uses(roots: Sequence[Tensor], wanted: set[int]) -> dict[int, int]:
     return counts
 
 
-def weight_grads(block_outs: Sequence[Tensor], block_grads: Sequence[Tensor | None],
+def weight_grads(block_outs: Sequence[Tensor | list[Tensor]], block_grads: Sequence[Tensor | list | None],
                  targets: Sequence[Sequence[Tensor]], layers: Sequence[LayerCall] = (),
                  layer_grads: Sequence[Tensor | None] = ()) -> dict[Tensor, Tensor | None]:
     """``W``: the gradients of ``targets`` (per block) as tensor -> gradient, per layer call where possible
@@ -176,14 +199,16 @@ def weight_grads(block_outs: Sequence[Tensor], block_grads: Sequence[Tensor | No
     by ``autograd.grad`` from the call's output; the rest per block.
 
     A target that does not influence its block's output gets None, as ``.grad`` would stay None in a full
-    backward. The graph is retained (dropping the stash frees it).
+    backward. The graph is retained (dropping the stash frees it). A block with a structured output (``naspipe
+    .messages``) gives a list of its leaves and a list of their gradients.
     """
     wanted = {id(t) for ts in targets for t in ts}
     uses: dict[int, int] = {}
     for call in layers:
         for w in call.weights:
             uses[id(w)] = uses.get(id(w), 0) + 1
-    for k, n in _graph_uses(block_outs, wanted).items():  # a weight also used outside its call (tied weights)
+    flat_outs = [t for b in block_outs for t in (b if isinstance(b, list) else [b])]
+    for k, n in _graph_uses(flat_outs, wanted).items():  # a weight also used outside its call (tied weights)
         uses[k] = max(uses.get(k, 0), n)
     grads: dict[int, Tensor | None] = {}
     with torch.no_grad():  # the explicit kernels build no graph; autograd.grad below is unaffected
@@ -198,6 +223,16 @@ def weight_grads(block_outs: Sequence[Tensor], block_grads: Sequence[Tensor | No
         for t_out, g, ts in reversed(list(zip(block_outs, block_grads, targets, strict=True))):
             rest = [t for t in ts if id(t) not in grads]
             if not rest:
+                continue
+            if isinstance(t_out, list):  # a structured output: from each leaf that got a gradient
+                pairs = [(o, go) for o, go in zip(t_out, g or [None] * len(t_out), strict=True)
+                         if go is not None and o.requires_grad]
+                if not pairs:
+                    grads.update((id(t), None) for t in rest)
+                    continue
+                got = torch.autograd.grad([o for o, _ in pairs], rest, grad_outputs=[go for _, go in pairs],
+                                          retain_graph=True, allow_unused=True)
+                grads.update(zip(map(id, rest), got, strict=True))
                 continue
             if g is None or not t_out.requires_grad:
                 grads.update((id(t), None) for t in rest)

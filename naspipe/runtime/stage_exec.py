@@ -37,10 +37,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from naspipe import messages
 from naspipe.models import StageModel, input_of, make_batch, target_of
 from naspipe.models.shards import input_batch_dim, shard
 from naspipe.runtime.rules import make_updates
-from naspipe.runtime.splitgrad import BlockTargets, LayerCall, LayerCapture, input_grad, weight_grads
+from naspipe.runtime.splitgrad import BlockTargets, LayerCall, LayerCapture, input_grad, input_grads, weight_grads
 from naspipe.runtime.updates import ForwardContext, OptimizerBank
 from naspipe.sched.tasks import BACKWARD, WEIGHT
 from naspipe.space import Subnet
@@ -48,14 +49,14 @@ from naspipe.space import Subnet
 
 @dataclass
 class _Stash:
-    x: Tensor | None  # the stage input (None on stage 0, whose input needs no gradient)
-    out: Tensor  # the output (the loss on the last stage)
+    x: Any  # the stage input (None on stage 0, whose input needs no gradient); a tensor or a structured message
+    out: Any  # the output (the loss on the last stage)
     ctx: ForwardContext
-    blocks: list[Tensor] | None = None  # split backward: each block's output, in block order
-    block_grads: list[Tensor | None] | None = None  # split backward, after B: their gradients
+    blocks: list[Any] | None = None  # split backward: each block's output, in block order
+    block_grads: list[Any] | None = None  # split backward, after B: their gradients (structured: one per leaf)
     layers: list[LayerCall] | None = None  # split backward: the weight-owning layer calls of F
     layer_grads: list[Tensor | None] | None = None  # split backward, after B: the layer outputs' gradients
-    seed: Tensor | None = None  # split backward, after B: the received output gradient
+    seed: Any = None  # split backward, after B: the received output gradient (structured: a list per leaf)
 
 
 class StageExecutor:
@@ -90,8 +91,10 @@ class StageExecutor:
         if self.first or self.last:
             make_batch(self.space, self.seed, 0)
 
-    def forward(self, j: int, x: Tensor | None = None, requires_grad: bool = False) -> tuple[Tensor | None, bool]:
-        """Run ``F(j)``. Returns the activation to send (None on the last stage) and its requires-grad flag."""
+    def forward(self, j: int, x: Any = None, requires_grad: bool | tuple[bool, ...] = False
+                ) -> tuple[Any, bool | tuple[bool, ...]]:
+        """Run ``F(j)``. Returns the activation to send (None on the last stage) and its requires-grad flag: one
+        tensor and a bool, or a structured message (``naspipe.messages``) and one flag per distinct leaf."""
         if j in self._stash:
             raise RuntimeError(f"F({j}) ran twice on this stage")
         batch = None
@@ -103,12 +106,19 @@ class StageExecutor:
         else:
             if x is None:
                 raise RuntimeError(f"F({j}) has no input activation")
-            if requires_grad:
-                x.requires_grad_(True)
+            if isinstance(x, Tensor):
+                if requires_grad:
+                    x.requires_grad_(True)
+            else:  # a structured message: the flags of its distinct leaves
+                flags = requires_grad if isinstance(requires_grad, tuple) else (bool(requires_grad),) * len(
+                    messages.leaves(x))
+                for leaf, flag in zip(messages.leaves(x), flags, strict=True):
+                    if flag:
+                        leaf.requires_grad_(True)
             stage_in = x
         blocks: list[Tensor] | None = None
         layers: list[LayerCall] | None = None
-        if self._layers is not None and stage_in is not None and stage_in.requires_grad:
+        if self._layers is not None and stage_in is not None and messages.requires_grad(stage_in):
             layers = self._layers.active = []
             try:
                 with self.model.capturing([]) as blocks:
@@ -126,14 +136,16 @@ class StageExecutor:
             self._keep(j, _Stash(stage_in, loss, ctx, blocks, layers=layers))
             return None, False
         self._keep(j, _Stash(stage_in, out, ctx, blocks, layers=layers))
-        return out.detach(), out.requires_grad
+        if isinstance(out, Tensor):
+            return out.detach(), out.requires_grad
+        return (messages.map_leaves(Tensor.detach, out),
+                tuple(leaf.requires_grad for leaf in messages.leaves(out)))
 
     def _keep(self, j: int, st: _Stash) -> None:
         self._stash[j] = st
         self.peak_stash = max(self.peak_stash, len(self._stash))
 
-    def backward(self, j: int, grad: Tensor | None = None,
-                 send: Callable[[Tensor | None], None] | None = None) -> Tensor | None:
+    def backward(self, j: int, grad: Any = None, send: Callable[[Any], None] | None = None) -> Any:
         """Run ``B(j)``; returns the gradient of the stage input to send upstream (or None). ``send``, if given,
         gets that gradient as soon as it exists, before this stage's update (which the upstream stage does not
         wait for: it shortens every chain of tasks that crosses stages by the optimizer step)."""
@@ -146,12 +158,15 @@ class StageExecutor:
         if st is None:
             raise RuntimeError(f"B({j}) without a stashed F({j}) on this stage")
         with self._backward_output(j, st) as out:
-            if out.requires_grad:
+            if not isinstance(out, Tensor):  # a structured output: from each leaf that got a gradient
+                if grad is not None:
+                    messages.backward(out, grad)
+            elif out.requires_grad:
                 if self.last:
                     out.backward()
                 elif grad is not None:
                     torch.autograd.backward(out, grad)
-        gin = st.x.grad if st.x is not None and st.x.requires_grad else None
+        gin = _input_gradient(st.x)
         if send is not None:
             send(gin)
         self.rule.after_backward(j, st.ctx)
@@ -160,18 +175,32 @@ class StageExecutor:
             self.rule.write(j)
         return gin
 
-    def _input_backward(self, j: int, grad: Tensor | None) -> Tensor | None:
+    def _input_backward(self, j: int, grad: Any) -> Any:
         """Split ``B(j)``: the input gradient only; the stash stays (with the graph) for ``W(j)``."""
         st = self._stash.get(j)
         if st is None or st.seed is not None or st.block_grads is not None:
             raise RuntimeError(f"B({j}) without a stashed F({j}) on this stage, or B({j}) ran twice")
-        if not self.last and grad is None and st.out.requires_grad:
+        if not self.last and grad is None and isinstance(st.out, Tensor) and st.out.requires_grad:
             raise RuntimeError(f"B({j}) has no output gradient")
         st.seed = grad
-        if st.blocks is None or not st.out.requires_grad:  # the input needs no gradient: all is left to W
+        if st.blocks is None or not messages.requires_grad(st.out):  # the input needs no gradient: all is W's
+            if not messages.requires_grad(st.out):  # (nothing downstream depends on a weight: W computes nothing)
+                st.blocks = None
             st.block_grads = []
-            return None
+            return _input_gradient(st.x)
         layer_outs = [c.out for c in st.layers or ()]
+        if not (isinstance(st.x, Tensor) and isinstance(st.out, Tensor)
+                and all(isinstance(b, Tensor) for b in st.blocks)):  # structured messages on this stage
+            roots, seeds = ([st.out], None) if self.last else messages.roots_and_seeds(st.out, grad)
+            outs = [messages.leaves(b) for b in st.blocks]
+            flat = [t for ts in outs for t in ts]
+            gins, seen = input_grads(roots, seeds, messages.leaves(st.x), [*flat, *layer_outs])
+            block_grads, at = [], 0
+            for ts in outs:
+                block_grads.append(seen[at:at + len(ts)])
+                at += len(ts)
+            st.blocks, st.block_grads, st.layer_grads = outs, block_grads, seen[len(flat):]
+            return gins[0] if isinstance(st.x, Tensor) else gins
         gin, seen = input_grad(st.out, st.x, None if self.last else grad, [*st.blocks, *layer_outs])
         st.block_grads, st.layer_grads = seen[:len(st.blocks)], seen[len(st.blocks):]
         return gin
@@ -203,7 +232,10 @@ class StageExecutor:
             raise RuntimeError(f"W({j}) before B({j}) on this stage")
         del self._stash[j]
         if st.blocks is None:  # stage 0 (or an input without gradient): one plain backward, weights only
-            if st.out.requires_grad:
+            if not isinstance(st.out, Tensor):
+                if st.seed is not None:
+                    messages.backward(st.out, st.seed)
+            elif st.out.requires_grad:
                 if self.last:
                     st.out.backward()
                 elif st.seed is not None:
@@ -235,3 +267,13 @@ class StageExecutor:
     @property
     def updates(self) -> int:
         return self.bank.steps
+
+
+def _input_gradient(x: Any) -> Any:
+    """The gradient of the stage input to send upstream after a full backward: None where it needs none; for a
+    structured input a list with the gradient (or None) of each distinct leaf."""
+    if x is None:
+        return None
+    if isinstance(x, Tensor):
+        return x.grad if x.requires_grad else None
+    return [leaf.grad if leaf.requires_grad else None for leaf in messages.leaves(x)]

@@ -185,6 +185,7 @@ def _run(grank: int, world: int, cfg: TrainConfig, device: torch.device, report:
         "events": [e.to_dict() for e in log.events],
         "timing": timing,
         "decisions": sched.decisions, "bytes_sent": links.bytes_sent, "peak_in_flight": ex.peak_stash,
+        "traffic": links.traffic,
         "updates": ex.updates, "peak_fixed_versions": ex.rule.held_versions(),
         "sequence_sha256": stream.digest(), "losses_learned": book.learned,
         **({"replicas": cfg.replicas, "bytes_gathered": ex.reducer.bytes_gathered} if ex.reducer else {}),

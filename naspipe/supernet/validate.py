@@ -85,12 +85,12 @@ def _probe_shards(sn: Supernet, replicas: int) -> None:
             outs = []
             for c, name in enumerate(blk.candidates):
                 mod = build_candidate(sn, b, c, 0)
-                outs.append(_forward(blk, name, mod, x, what))
+                outs.append(_forward(blk, name, mod, x, what, sendable=b < len(sn.blocks) - 1))
             x = outs[0]
         try:
             sn.loss(x, target)
         except user_errors() as e:  # noqa: BLE001
-            raise SupernetError(f"loss raised {type(e).__name__} on the head's output {tuple(x.shape)}{what}: "
+            raise SupernetError(f"loss raised {type(e).__name__} on the head's output {_describe(x)}{what}: "
                                 f"{_line(e)}") from None
 
 
@@ -145,20 +145,21 @@ def _probe(sn: Supernet) -> dict[str, str]:
                 _refuse_lazy(blk, name, mod)
                 _same_twice(blk, name, mod, build_candidate(sn, b, c, 0))
                 weights.add(name, mod)  # as built, before a forward changes a buffer
-                out = _forward_twice(blk, name, mod, x)
+                out = _forward_twice(blk, name, mod, x, sendable=b < len(sn.blocks) - 1)
                 del mod
                 if first is None:
                     first_name, first = name, out
-                elif out.shape != first.shape or out.dtype != first.dtype:
+                elif _signature(out) != _signature(first):
                     raise SupernetError(f"block {blk.label!r}: candidates {first_name!r} and {name!r} give outputs "
-                                        f"{tuple(first.shape)} {first.dtype} and {tuple(out.shape)} {out.dtype}; every "
-                                        "candidate of a block must give the same shape")
+                                        f"{_describe(first, True)} and {_describe(out, True)}; every candidate of a "
+                                        "block must give the same shape (and, for a tuple, list or dict of tensors, "
+                                        "the same structure)")
             digests[blk.label] = weights.hexdigest()
             x = first
     try:
         loss = sn.loss(x, target)
     except user_errors() as e:  # noqa: BLE001
-        raise SupernetError(f"loss raised {type(e).__name__} on the head's output {tuple(x.shape)}: {_line(e)}") \
+        raise SupernetError(f"loss raised {type(e).__name__} on the head's output {_describe(x)}: {_line(e)}") \
             from None
     if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not loss.is_floating_point():
         scalar = isinstance(loss, torch.Tensor) and loss.dim() == 0
@@ -226,19 +227,34 @@ def _same_twice(blk: Any, name: str, mod: Any, again: Any) -> None:
                         "torch's random functions (seeded per candidate) or pass Supernet(init=...)")
 
 
-def _forward(blk: Any, name: str, mod: Any, x: Any, what: str = "") -> Any:
-    """``mod(x)``; SupernetError naming the block and candidate when it raises or returns no single tensor."""
-    import torch
+def _forward(blk: Any, name: str, mod: Any, x: Any, what: str = "", sendable: bool = True) -> Any:
+    """``mod(x)``; SupernetError naming the block and candidate when it raises or returns no message: a tensor or
+    a tuple, list or dict of tensors (``naspipe.messages``); with ``sendable`` (a block that is not the last, so its
+    output may cross a stage boundary), also one the transport cannot send (dtype, rank)."""
+    from naspipe import messages
 
     try:
         out = mod(x)
     except user_errors() as e:  # noqa: BLE001
         raise SupernetError(f"block {blk.label!r}, candidate {name!r}: forward on the previous block's "
-                            f"output {tuple(x.shape)}{what} raised {type(e).__name__}: {_line(e)}") from None
-    if not isinstance(out, torch.Tensor):
-        raise SupernetError(f"block {blk.label!r}, candidate {name!r}: forward returned "
-                            f"{type(out).__name__}, not one tensor")
+                            f"output {_describe(x)}{what} raised {type(e).__name__}: {_line(e)}") from None
+    bad = messages.problem(out, sendable=sendable)
+    if bad is not None:
+        raise SupernetError(f"block {blk.label!r}, candidate {name!r}: forward {bad}")
     return out
+
+
+def _describe(x: Any, dtype: bool = False) -> str:
+    from naspipe import messages
+
+    text = messages.describe(x)
+    return f"{text} {x.dtype}" if dtype and hasattr(x, "dtype") else text
+
+
+def _signature(x: Any) -> Any:
+    from naspipe import messages
+
+    return messages.signature(x)
 
 
 def _identical(a: Any, b: Any) -> bool:
@@ -252,7 +268,14 @@ def _identical(a: Any, b: Any) -> bool:
     return a.is_floating_point() and bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all())
 
 
-def _forward_twice(blk: Any, name: str, mod: Any, x: Any) -> Any:
+def _same_message(a: Any, b: Any) -> bool:
+    """Bit-equal messages (a tensor, or a tuple, list or dict of tensors; NaN equal to NaN)."""
+    from naspipe import messages
+
+    return messages.identical(a, b)
+
+
+def _forward_twice(blk: Any, name: str, mod: Any, x: Any, sendable: bool = True) -> Any:
     """The output of ``mod`` on ``x``; SupernetError when a second forward from the same state differs (it draws
     randomness, e.g. dropout) or, for a fixed block, when a forward changes what the next one computes."""
     import torch
@@ -261,7 +284,7 @@ def _forward_twice(blk: Any, name: str, mod: Any, x: Any) -> Any:
     state = {k: v.clone() for k, v in mod.state_dict().items()}
     with torch.random.fork_rng(devices=[]):
         before = torch.get_rng_state()
-        out = _forward(blk, name, mod, x)
+        out = _forward(blk, name, mod, x, sendable=sendable)
         after = torch.get_rng_state()
         changed = {k: v.clone() for k, v in mod.state_dict().items()}
         drew = not torch.equal(before, after)
@@ -271,7 +294,7 @@ def _forward_twice(blk: Any, name: str, mod: Any, x: Any) -> Any:
             _forward(blk, name, mod, x)
             drew = not torch.equal(after, torch.get_rng_state())
     mod.load_state_dict(state)
-    if drew or not _identical(out, _forward(blk, name, mod, x)):
+    if drew or not _same_message(out, _forward(blk, name, mod, x)):
         how = "its forward draws from torch's global random generator" if drew else \
             "two forwards on the same input from the same state give different outputs"
         raise SupernetError(f"block {blk.label!r}, candidate {name!r}: {how} (randomness, e.g. dropout), which "
@@ -279,7 +302,7 @@ def _forward_twice(blk: Any, name: str, mod: Any, x: Any) -> Any:
                             "mask drawn in the factory)")
     if blk.fixed:
         mod.load_state_dict(changed)
-        if not _identical(out, _forward(blk, name, mod, x)):
+        if not _same_message(out, _forward(blk, name, mod, x)):
             raise SupernetError(f"fixed block {blk.label!r}: its forward changes state its next forward reads (a "
                                 "buffer, e.g. spectral_norm's power iteration); a pipeline runs a fixed block's "
                                 "forwards out of sequence order, so runs would not be reproducible; declare it as "
