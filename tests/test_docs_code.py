@@ -105,6 +105,7 @@ def _env(folder: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_CURRENT_TEST", "NASPIPE_POLICY_MODULES")}
     env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    (folder / "home").mkdir(exist_ok=True)
     env["HOME"] = str(folder / "home")  # nothing a block writes lands outside its folder
     env["MPLBACKEND"] = "Agg"
     return env
@@ -134,12 +135,24 @@ def _run(block: Block, folder: Path, env: dict[str, str]) -> None:
 _RUNNABLE = [p.relative_to(ROOT).as_posix() for p in pages() if any(b.lang in RUN for b in blocks(p))]
 
 
+def test_a_failing_block_fails_and_a_named_python_file_is_written(tmp_path):
+    env = _env(tmp_path)
+    with pytest.raises(AssertionError, match=r"p.md:3: exit 3"):
+        _run(Block("p.md", 3, "sh", "echo out\nexit 3\n"), tmp_path, env)
+    with pytest.raises(AssertionError, match=r"p.md:7: exit 1"):
+        _run(Block("p.md", 7, "python", "raise SystemExit(1)\n"), tmp_path, env)
+    _run(Block("p.md", 9, "python", "# pkg/mod.py: a module\nX = 1\n"), tmp_path, env)
+    _run(Block("p.md", 12, "sh", "export PYTHONPATH=pkg:$PYTHONPATH\npython -c 'import mod, naspipe; print(mod.X)'\n"),
+         tmp_path, env)
+    assert (tmp_path / "pkg" / "mod.py").read_text().endswith("X = 1\n")
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # a page's blocks together (README: about a dozen commands) on a loaded machine
 @pytest.mark.parametrize("page", _RUNNABLE)
 def test_every_code_block_of_the_page_runs(page, tmp_path):
     """The page's python and shell blocks, in order, in one folder (they may chain)."""
     shutil.copytree(ROOT / "data", tmp_path / "data")
-    (tmp_path / "home").mkdir()
     env = _env(tmp_path)
     for block in blocks(ROOT / page):
         if block.lang in RUN:
