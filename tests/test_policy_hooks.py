@@ -24,9 +24,10 @@ from naspipe.sched import make_scheduler, parse_shared, stage_specs
 from naspipe.sched.policies import ChainCSPScheduler, PolicyError
 from naspipe.sched.registry import Policy, register_policy, unregister_policy
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
-from naspipe.sequence import ReplayStream
+from naspipe.sequence import ReplayStream, UniformStream
 from naspipe.sim import simulate
-from naspipe.space import Block, Candidate, SearchSpace
+from naspipe.sim.memory import MemoryConfig
+from naspipe.space import Block, Candidate, SearchSpace, preset
 from naspipe.trace import check_causal
 
 EPS = 1e-9
@@ -174,3 +175,18 @@ def test_a_hook_answering_outside_the_offered_set_is_refused(answer, monkeypatch
 def test_hooks_on_a_built_in_order_that_would_ignore_them_are_refused() -> None:
     with pytest.raises(TypeError, match="hooks of CSPScheduler's order"):
         type("ChainHook", (ChainCSPScheduler,), {"choose_forward": lambda self, ready: ready[-1]})
+
+
+@pytest.mark.parametrize("salt", [1, 2])
+def test_hooks_keep_the_causal_rule_under_a_memory_budget_and_its_predictor(salt) -> None:
+    """The memory gate offers the hook a narrowed set (``next_task_forwarding``) and the predictor asks clones."""
+    sp = preset("naspipe-k48")
+    part = partition(sp, 4)
+    stream = UniformStream(sp, 0, 60)
+    with mock.patch.object(ArbitraryHooks, "salt", salt):
+        r = simulate(sp, part, stream, "test-arbitrary", memory=MemoryConfig(device_memory="25%"))
+    subnets = [tuple(stream[j]) for j in range(60)]
+    evs = r.trace.compute_events()
+    assert len({(e.kind, e.subnet, e.stage) for e in evs}) == len(evs) == 2 * 60 * 4
+    choice = [[b for b in part.blocks(s) if not sp.blocks[b].fixed] for s in range(4)]
+    assert check_causal(r.trace, subnets, choice) == []
