@@ -15,7 +15,7 @@ from naspipe.partition import Partition, partition
 from naspipe.runspec import RunSpec, RunSpecError
 from naspipe.runtime import TrainConfig, train
 from naspipe.samplers import make_stream
-from naspipe.sched import SharedLayers, make_scheduler, parse_shared, policy_names
+from naspipe.sched import CSPScheduler, SharedLayers, make_scheduler, parse_shared, policy_names
 from naspipe.sched.registry import Policy, get_policy, register_policy
 from naspipe.sequence import ReplayStream, UniformStream, Window
 from naspipe.sim import simulate
@@ -40,5 +40,5 @@ __all__ = [
     "TraceEvent", "UniformStream", "Window", "load_space", "lower_bound", "make_scheduler", "parse_shared",
     "partition", "Policy", "get_policy", "register_policy", "policy_names", "preset", "preset_names",
     "rank", "resolve_space", "RunSpec", "RunSpecError", "simulate", "TrainConfig", "train",
-    "conflict_stats", "FairStream", "make_stream", "SpreadStream",
+    "conflict_stats", "FairStream", "make_stream", "SpreadStream", "CSPScheduler",
 ]

@@ -5,6 +5,7 @@ Shared-layer semantics live in ``naspipe.shared`` (re-exported here)."""
 from naspipe.sched.causal import CausalTracker
 from naspipe.sched.policies import (
     POLICIES,
+    CSPScheduler,
     PolicyError,
     StageScheduler,
     StageSpec,
@@ -16,7 +17,7 @@ from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, B, F, Task, W
 from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
 
 __all__ = [
-    "BACKWARD", "FORWARD", "WEIGHT", "B", "F", "W", "Task", "CausalTracker", "POLICIES", "PolicyError",
+    "BACKWARD", "FORWARD", "WEIGHT", "B", "F", "W", "Task", "CausalTracker", "POLICIES", "CSPScheduler", "PolicyError",
     "StageScheduler", "StageSpec", "make_scheduler", "policy_names", "stage_specs", "SharedLayers",
     "SharedPolicyError", "parse_shared",
 ]

@@ -309,9 +309,47 @@ class StageScheduler:
 
 
 class CSPScheduler(StageScheduler):
-    """NASPipe's CSP: backward first, then the oldest causally-free forward, window-limited."""
+    """NASPipe's CSP: backward first, then the oldest causally-free forward, window-limited.
+
+    The public hooks of a user policy (``docs/policies.md``): subclass it and override ``choose_forward``
+    and/or ``choose_backward``. The scheduler computes what may run (a forward only once the subnet's
+    activation arrived, every earlier conflicting write on this stage ended and the shared-layer gate allows
+    it), asks the hook to pick one of those and refuses any other answer (``PolicyError``), so a hook orders
+    tasks but cannot break the causal rule. While a task is ready the stage never idles. A hook may read
+    ``self.spec`` (stage, stages, choice blocks), ``self.window[j]`` (subnet ``j``'s candidate per block),
+    ``self.lo`` (the oldest subnet not written on this stage) and ``self.n`` (subnets in the run); it must
+    decide from those alone (no clock, no global randomness), or simulation and training order differently.
+    The built-in orders below (``csp-chain``, ``csp-cp``, ``csp-plan``, ``csp-bw``) order by their own
+    priorities: overriding a hook in a subclass of theirs is refused.
+    """
 
     name = "csp"
+    _hooked = False  # a subclass overrides choose_forward or choose_backward (set by __init_subclass__)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._hooked = (cls.choose_forward is not CSPScheduler.choose_forward
+                       or cls.choose_backward is not CSPScheduler.choose_backward)
+        if cls._hooked and cls._choose is not CSPScheduler._choose:
+            raise TypeError(f"{cls.__name__}: choose_forward/choose_backward are the hooks of CSPScheduler's "
+                            "order; subclass CSPScheduler itself (this class orders tasks its own way)")
+
+    # ---- the public hooks of a user policy -------------------------------------------------------
+    def choose_backward(self, ready: tuple[int, ...]) -> int | None:
+        """Which ready backward runs now: one of ``ready`` (subnets, oldest first, never empty), or None to
+        run a free forward first (when no forward may run, ``ready[0]`` runs: the stage never idles with work
+        ready). Any ready backward is causally safe. Default: ``ready[0]``, backward first (CSP's order)."""
+        return ready[0]
+
+    def choose_forward(self, ready: tuple[int, ...]) -> int:
+        """Which forward runs now: one of ``ready`` (the subnets whose forward may run on this stage now:
+        arrived, causally free, allowed by the shared-layer gate; oldest first, never empty). Asked only when
+        no backward was chosen. Default: ``ready[0]``, the oldest (CSP's order)."""
+        return ready[0]
+
+    def free_forwards(self) -> tuple[int, ...]:
+        """The subnets whose forward may run on this stage now, oldest first (what ``choose_forward`` gets)."""
+        return tuple(j for j in sorted(self._f_ready) if self._forward_allowed(j))
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, **base: Any):
         self.tracker = CausalTracker()
@@ -343,9 +381,37 @@ class CSPScheduler(StageScheduler):
         return None
 
     def _choose(self) -> Task | None:
+        if self._hooked:
+            return self._choose_by_hooks()
         if self._b_ready:
             return self._task(BACKWARD, heapq.heappop(self._b_ready))
         return self._pop_forward()
+
+    def _choose_by_hooks(self) -> Task | None:
+        backwards = tuple(sorted(self._b_ready))
+        if backwards:
+            j = self.choose_backward(backwards)
+            if j is not None:
+                return self._take_backward(self._checked("choose_backward", j, backwards))
+        forwards = self.free_forwards()
+        if forwards:
+            j = self._checked("choose_forward", self.choose_forward(forwards), forwards)
+            self._f_ready.remove(j)
+            heapq.heapify(self._f_ready)
+            self._arrived.discard(j)
+            return self._task(FORWARD, j)
+        return self._take_backward(backwards[0]) if backwards else None
+
+    def _take_backward(self, j: int) -> Task:
+        self._b_ready.remove(j)
+        heapq.heapify(self._b_ready)
+        return self._task(BACKWARD, j)
+
+    def _checked(self, hook: str, j: Any, ready: tuple[int, ...]) -> int:
+        if type(j) is not int or j not in ready:  # bool and numpy ints are not subnets either
+            raise PolicyError(f"policy {self.name!r}: {hook} returned {j!r} on stage {self.spec.stage}; "
+                              f"it must return one of the ready subnets {list(ready)}")
+        return j
 
     def _finished(self, task: Task) -> None:
         if task.kind == self.write_kind:
