@@ -19,7 +19,7 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from naspipe.cli.common import UsageError, add_run_arguments, positive_float, positive_int, resolve_run
 
@@ -116,17 +116,17 @@ def run(args: argparse.Namespace) -> int:
     from naspipe.optim_names import DEFAULT_LR
     from naspipe.reference import train_reference
     from naspipe.samplers import make_stream
-    from naspipe.sequence import save_sequence
+    from naspipe.sequence import save_sequence, subnets_digest
 
     if spec.online:
         cfg = dataclasses.replace(cfg, stream=make_stream(cfg.space, cfg.seed, len(cfg.stream), spec))
 
-    def ident(digest: str | None) -> dict:
+    def ident(digest: str | None, subnets: str | None = None) -> dict:
         return runs.identity(space=cfg.space, seed=cfg.seed, subnets=len(cfg.stream), sampler=str(spec),
                              sequence_sha256=digest, optimizer=args.optimizer,
                              lr=DEFAULT_LR[args.optimizer] if args.lr is None else args.lr, threads=args.threads,
                              shared_layers=str(cfg.shared), replicas=args.replicas,
-                             replica_exchange="exact" if args.replicas > 1 else None)
+                             replica_exchange="exact" if args.replicas > 1 else None, subnets_sha256=subnets)
 
     digest = getattr(cfg.stream, "digest", None)
     from naspipe.runlock import RunLocked, acquire, release
@@ -140,9 +140,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         _check_out(out, args.overwrite)  # again, under the lock: another run may have written there meanwhile
         try:
-            inputs = [f for f in (args.sequence, args.space) if f]
+            inputs = [f for f in (args.sequence, args.space) if isinstance(f, (str, Path)) and f]
             runs.clear(out, keep=inputs, kind="reference")  # never an input it reads
-            runs.write_run(out, "reference", ident(None if spec.online else digest() if digest else None))
+            if spec.online:  # the sequence is known once trained (result.save records it)
+                runs.write_run(out, "reference", ident(None))
+            else:
+                fixed = [cfg.stream[j] for j in range(len(cfg.stream))]
+                runs.write_run(out, "reference", ident(digest() if digest else None, subnets_digest(fixed)))
         except OSError as e:
             raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
         from naspipe.reference import ReferenceFailed
@@ -152,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
                                      lr=args.lr, progress=not args.no_progress, threads=args.threads,
                                      replicas=args.replicas)
         except ReferenceFailed as e:  # user code failed partway (as train reports a stage's failure: one line)
+            if getattr(args, "_api", False):
+                raise
             print(f"naspipe: error: {e}", file=sys.stderr)
             return 1
         n = len(result.losses)
@@ -167,13 +173,44 @@ def run(args: argparse.Namespace) -> int:
         except OSError as e:  # a full disk: one line (every file is written atomically: none is half written)
             from naspipe.atomic import disk_full_message, is_disk_full
 
+            if getattr(args, "_api", False):
+                raise
             print(f"naspipe: error: {disk_full_message(out, e) if is_disk_full(e) else e}", file=sys.stderr)
             return 1
     finally:
         release(out, lock)
-    print(f"reference: {n} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
-          f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")
+    if not getattr(args, "_api", False):
+        print(f"reference: {n} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
+              f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")
     return 0
+
+
+def write(space: Any, out: str | Path, **options: Any) -> Path:
+    """``naspipe.reference``: this command from Python, on the same code path (its checks, ``run.json``, files).
+
+    ``space``: a ``naspipe.Supernet`` (e.g. defined in a notebook), a preset, a JSON file or ``module:function``;
+    ``options``: the command's options by their Python names (``subnets``, ``seed``, ``shared_layers``,
+    ``optimizer``, ``lr``, ``threads``, ``replicas``, ``sequence``, ``sampler``, ``overwrite``, ``progress``).
+    Raises ``RunSpecError`` (one line) where the command exits 2, ``ReferenceFailed`` where user code failed."""
+    from naspipe.runspec import RunSpecError
+
+    parser = argparse.ArgumentParser(prog="naspipe.reference")
+    add_arguments(parser)
+    args = parser.parse_args(["--out", str(out)])
+    progress = bool(options.pop("progress", False))
+    known = {a.dest for a in parser._actions} - {"help", "out", "stages", "policy", "window", "no_progress"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"naspipe.reference() got unexpected options {', '.join(unknown)}; "
+                        f"it takes {', '.join(sorted(known))}, progress")
+    for k, v in options.items():
+        setattr(args, k, str(v) if k == "shared_layers" else v)
+    args.space, args.no_progress, args._api = space, not progress, True
+    try:
+        run(args)
+    except UsageError as e:
+        raise RunSpecError(str(e)) from None
+    return Path(out)
 
 
 def _check_out(out: Path, overwrite: bool) -> None:

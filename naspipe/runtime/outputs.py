@@ -204,7 +204,11 @@ def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: floa
         metrics["memory"] = memory
     metrics["config"]["sequence_sha256"] = digests.pop()
 
-    runs.write_run(out, "train", runs.train_identity(cfg, metrics["config"]["sequence_sha256"]))
+    from naspipe.sequence import subnets_digest
+
+    realized = parts[0].get("subnets")  # a sequence generated at run time
+    runs.write_run(out, "train", runs.train_identity(cfg, metrics["config"]["sequence_sha256"],
+                                                     subnets_digest(realized) if realized else None))
     if "subnets" in parts[0]:  # the realized sequence (replayable with --sequence)
         from naspipe.sequence import ReplayStream, save_sequence
 
