@@ -168,6 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from naspipe.runtime.progress import for_config
     from naspipe.runtime.worker import failure_line, run_stage
 
+    if rank == 0:
+        from naspipe.shared import announce
+
+        announce(cfg.space, cfg.shared)
     bar = _Bar(for_config(cfg, rank == 0 and cfg.progress))
     t0 = time.perf_counter()
     merged: list[Any] = []

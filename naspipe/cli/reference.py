@@ -94,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {str(out)!r} exists and is not a directory")
     _check_out(out, args.overwrite)
+    if not getattr(args, "_api", False) or not args.no_progress:
+        from naspipe.shared import announce
+
+        announce(cfg.space, cfg.shared, "shared_layers=" if getattr(args, "_api", False) else "--shared-layers")
     from naspipe.runtime.config import ConfigError, check_sequence_size
 
     try:

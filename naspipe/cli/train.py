@@ -252,6 +252,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     from naspipe.runtime.config import ConfigError
     from naspipe.runtime.launcher import TrainError, train
+    from naspipe.shared import announce
+
+    announce(cfg.space, cfg.shared)  # what the fixed blocks do, before any process starts
 
     try:
         result = train(cfg)
