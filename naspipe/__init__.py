@@ -34,7 +34,7 @@ def rank(run: str | os.PathLike, truth: Any, **kw: Any) -> Any:
     return _rank(run, truth, **kw)
 
 
-def reference(space: Any, out: str | os.PathLike, *, subnets: int = 100, seed: int = 0,
+def write_reference(space: Any, out: str | os.PathLike, *, subnets: int = 100, seed: int = 0,
               shared_layers: str | SharedLayers | None = None, optimizer: str = "sgd", **options: Any) -> Any:
     """Write the sequential reference run of ``space`` to ``out`` as ``naspipe reference`` does (same checks,
     files and ``run.json``), so ``naspipe verify RUN OUT`` compares a run trained with ``naspipe.train`` with it.
@@ -49,11 +49,16 @@ def reference(space: Any, out: str | os.PathLike, *, subnets: int = 100, seed: i
                  shared_layers=DEFAULT_SHARED if shared_layers is None else shared_layers, **options)
 
 
+# ``naspipe.reference(...)``: importing the trainer module ``naspipe.reference`` rebinds this name to the module,
+# which is callable and calls ``write_reference`` (naspipe/reference.py), so both work in either order
+reference = write_reference
+
+
 __all__ = [
     "Choice", "Fixed", "measure_costs", "Supernet", "SupernetError", "subnet_dict", "subnet_tuple",
     "Block", "Bound", "Candidate", "Partition", "ReplayStream", "SearchSpace", "SharedLayers", "SpaceError", "Trace",
     "TraceEvent", "UniformStream", "Window", "load_space", "lower_bound", "make_scheduler", "parse_shared",
     "partition", "Policy", "get_policy", "register_policy", "policy_names", "preset", "preset_names",
-    "rank", "reference", "resolve_space", "RunSpec", "RunSpecError", "simulate", "TrainConfig", "train",
-    "conflict_stats", "FairStream", "make_stream", "SpreadStream",
+    "rank", "reference", "write_reference", "resolve_space", "RunSpec", "RunSpecError", "simulate", "TrainConfig",
+    "train", "conflict_stats", "FairStream", "make_stream", "SpreadStream",
 ]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import sys
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,3 +247,16 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
               "sequence_sha256": digest() if digest is not None else None,
               "subnets_sha256": subnets_digest([list(stream[j]) for j in range(n)])}
     return ReferenceResult(losses, model, wall, config)
+
+
+class _CallableModule(types.ModuleType):
+    """This module as the public function ``naspipe.reference(space, out, ...)``: importing ``naspipe.reference``
+    sets the package's attribute to the module, so the module answers the call (``naspipe.write_reference``)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # the package is loaded (it is this module's parent); looked up, not imported: this module stays apart
+        # from the runtime the command's code path uses
+        return sys.modules["naspipe"].write_reference(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -67,3 +67,22 @@ def test_a_user_supernet_trained_without_shared_layers_trains_its_fixed_blocks(t
     assert fixed and all(k in trained for k in fixed), (fixed, list(trained)[:5])
     assert all(trained[k] != initial[k] for k in fixed)  # the stem and the head moved
     assert json.loads((tmp_path / "run" / "run.json").read_text())["identity"]["shared_layers"] == "serial"
+
+
+@pytest.mark.usefixtures("no_process_left_behind")
+def test_every_exact_policy_verifies_with_the_default(tmp_path, monkeypatch):
+    """csp-plan (the default policy), csp-bw, sequential and 2 replicas, each with the default shared layers, are
+    bit for bit the reference's (with the same default, and --replicas 2 for the replicated run)."""
+    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.setenv("PYTHONPATH", f"{TESTS}:{Path.cwd()}")
+    import naspipe
+
+    space = "user_supernets:good"
+    ref = naspipe.reference(space, tmp_path / "ref", subnets=8, seed=1)
+    ref2 = naspipe.reference(space, tmp_path / "ref2", subnets=8, seed=1, replicas=2)
+    for name, kw, against in (("plan", {}, ref), ("bw", {"policy": "csp-bw"}, ref),
+                              ("seq", {"policy": "sequential"}, ref), ("rep", {"replicas": 2, "policy": "csp"}, ref2)):
+        result = naspipe.train(space, out=tmp_path / name, stages=2, subnets=8, seed=1, progress=False, **kw)
+        assert str(result.config.shared) == "serial"
+        ok, msg = result.verify(against)
+        assert ok, (name, msg)
