@@ -168,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from naspipe.runtime.progress import for_config
     from naspipe.runtime.worker import failure_line, run_stage
 
-    if rank == 0:
+    if rank == 0 and cfg.progress:
         from naspipe.shared import announce
 
         announce(cfg.space, cfg.shared)

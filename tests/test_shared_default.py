@@ -45,7 +45,7 @@ def test_a_space_without_fixed_blocks_says_nothing():
 def test_a_user_supernet_trained_without_shared_layers_trains_its_fixed_blocks(tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(TESTS))
     monkeypatch.setenv("PYTHONPATH", f"{TESTS}:{Path.cwd()}")
-    common = ["--space", "user_supernets:good", "--subnets", "6", "--seed", "2", "--no-progress"]
+    common = ["--space", "user_supernets:good", "--subnets", "6", "--seed", "2"]  # with the bar: the line too
     assert main(["train", *common, "--stages", "2", "--policy", "csp", "--out", str(tmp_path / "run")]) == 0
     err = capsys.readouterr().err
     assert "naspipe: shared layers (inp, out): serial - trained in sequence order; --shared-layers " in err, err

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {str(out)!r} exists and is not a directory")
     _check_out(out, args.overwrite)
-    if not getattr(args, "_api", False) or not args.no_progress:
+    if not args.no_progress:  # with the progress bar (--no-progress keeps stderr for errors)
         from naspipe.shared import announce
 
         announce(cfg.space, cfg.shared, "shared_layers=" if getattr(args, "_api", False) else "--shared-layers")

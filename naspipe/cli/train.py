@@ -254,7 +254,8 @@ def run(args: argparse.Namespace) -> int:
     from naspipe.runtime.launcher import TrainError, train
     from naspipe.shared import announce
 
-    announce(cfg.space, cfg.shared)  # what the fixed blocks do, before any process starts
+    if cfg.progress:  # what the fixed blocks do, before any process starts (with the bar: --no-progress is quiet)
+        announce(cfg.space, cfg.shared)
 
     try:
         result = train(cfg)
