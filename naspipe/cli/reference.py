@@ -94,10 +94,6 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {str(out)!r} exists and is not a directory")
     _check_out(out, args.overwrite)
-    if not args.no_progress:  # with the progress bar (--no-progress keeps stderr for errors)
-        from naspipe.shared import announce
-
-        announce(cfg.space, cfg.shared, "shared_layers=" if getattr(args, "_api", False) else "--shared-layers")
     from naspipe.runtime.config import ConfigError, check_sequence_size
 
     try:
@@ -155,6 +151,10 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
         from naspipe.reference import ReferenceFailed
 
+        if not args.no_progress:  # every check passed; with the progress bar (--no-progress keeps stderr quiet)
+            from naspipe.shared import announce
+
+            announce(cfg.space, cfg.shared, "shared_layers=" if getattr(args, "_api", False) else "--shared-layers")
         try:
             result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
                                      lr=args.lr, progress=not args.no_progress, threads=args.threads,
