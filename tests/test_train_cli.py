@@ -256,7 +256,7 @@ def test_torchrun_entry_point_matches_the_reference(tmp_path):
                         "--checkpoint-every", "4", "--no-progress"], capture_output=True, text=True, timeout=240,
                        cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert re.search(r"csp-plan:plan=\d+,eps=0\.2 on digits-cnn, 2 stages, 12 subnets", p.stdout), p.stdout
+    assert re.search(r"csp-plan:plan=\d+,eps=0\.2 on digits-cnn, 2 stages, trained 12 subnets", p.stdout), p.stdout
     assert not (run / ".naspipe.lock").exists()  # rank 0 held the folder's lock and released it on exit
     assert main(["reference", *common, "--out", str(ref), "--no-progress"]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
