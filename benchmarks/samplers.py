@@ -90,10 +90,11 @@ def runtime(spaces: list[str], subnets: int, repeats: int, seed: int, root: Path
         for sampler in ("uniform", "fair"):
             ref = root / f"{name}-{sampler}-ref"
             assert cli(["reference", "--space", name, "--subnets", str(subnets), "--seed", str(seed), "--sampler",
-                        sampler, "--out", str(ref), "--no-progress"]) == 0
+                        sampler, "--shared-layers", "frozen", "--out", str(ref), "--no-progress"]) == 0
             refs[sampler] = ref
             cfgs[sampler] = TrainConfig.create(name, root / "warm", stages=2, subnets=subnets, seed=seed,
-                                               sampler=sampler, policy="csp", progress=False, timeout=300)
+                                               sampler=sampler, policy="csp", progress=False, timeout=300,
+                                               shared_layers="frozen")  # as measured (the old default)
         # warm-up: the fork server (torch imported once), so no measured run pays for it
         train(cfgs["uniform"].replace(out=root / "warm", sequence=cfgs["uniform"].sequence[:8], overwrite=True))
         runs: dict[str, list[dict[str, Any]]] = {"uniform": [], "fair": []}

@@ -55,7 +55,8 @@ def main() -> None:
     subnets = [stream[j] for j in range(args.subnets)]
     root = Path(tempfile.mkdtemp(prefix="naspipe-vs-ddp-"))
     csp = TrainConfig.create(space, root / "csp", stages=args.stages, subnets=args.subnets, seed=args.seed,
-                             policy="csp", progress=False, threads=args.threads, timeout=args.timeout)
+                             policy="csp", progress=False, threads=args.threads, timeout=args.timeout,
+                             shared_layers="frozen")  # as measured (the old default)
     devices = {"one": 1, f"ddp_used@{args.ranks}": args.ranks, f"ddp_wrapper@{args.ranks}": args.ranks,
                f"csp@{args.stages}": args.stages}
     if args.replicas > 1:

@@ -34,11 +34,31 @@ def rank(run: str | os.PathLike, truth: Any, **kw: Any) -> Any:
     return _rank(run, truth, **kw)
 
 
+def write_reference(space: Any, out: str | os.PathLike, *, subnets: int = 100, seed: int = 0,
+              shared_layers: str | SharedLayers | None = None, optimizer: str = "sgd", **options: Any) -> Any:
+    """Write the sequential reference run of ``space`` to ``out`` as ``naspipe reference`` does (same checks,
+    files and ``run.json``), so ``naspipe verify RUN OUT`` compares a run trained with ``naspipe.train`` with it.
+
+    The defaults are ``naspipe.train``'s (100 subnets, seed 0, the default shared layers, sgd); ``options``:
+    ``lr``, ``threads``, ``replicas``, ``sequence``, ``sampler``, ``overwrite``, ``progress``. Returns the folder
+    (a ``pathlib.Path``); raises ``RunSpecError`` (one line) for what the command refuses with exit code 2."""
+    from naspipe.cli.reference import write
+    from naspipe.runspec import DEFAULT_SHARED
+
+    return write(space, out, subnets=subnets, seed=seed, optimizer=optimizer,
+                 shared_layers=DEFAULT_SHARED if shared_layers is None else shared_layers, **options)
+
+
+# ``naspipe.reference(...)``: importing the trainer module ``naspipe.reference`` rebinds this name to the module,
+# which is callable and calls ``write_reference`` (naspipe/reference.py), so both work in either order
+reference = write_reference
+
+
 __all__ = [
     "Choice", "Fixed", "measure_costs", "Supernet", "SupernetError", "subnet_dict", "subnet_tuple",
     "Block", "Bound", "Candidate", "Partition", "ReplayStream", "SearchSpace", "SharedLayers", "SpaceError", "Trace",
     "TraceEvent", "UniformStream", "Window", "load_space", "lower_bound", "make_scheduler", "parse_shared",
     "partition", "Policy", "get_policy", "register_policy", "policy_names", "preset", "preset_names",
-    "rank", "resolve_space", "RunSpec", "RunSpecError", "simulate", "TrainConfig", "train",
-    "conflict_stats", "FairStream", "make_stream", "SpreadStream", "CSPScheduler",
+    "rank", "reference", "write_reference", "resolve_space", "RunSpec", "RunSpecError", "simulate", "TrainConfig",
+    "train", "conflict_stats", "FairStream", "make_stream", "SpreadStream", "CSPScheduler",
 ]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import sys
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from torch import Tensor
 
 from naspipe.models import StageModel, build_stage, make_batch, make_optimizer
 from naspipe.models.shards import combine, combine_present, shard_batch
-from naspipe.sequence import SubnetStream
+from naspipe.sequence import SubnetStream, subnets_digest
 from naspipe.shared import SharedLayers
 from naspipe.space import SearchSpace
 from naspipe.supernet.usercode import first_line, user_errors
@@ -85,7 +86,8 @@ class ReferenceResult:
             space=self.model.space, seed=int(c["seed"]), subnets=len(self.losses), sampler=c.get("sampler"),
             sequence_sha256=c.get("sequence_sha256"), optimizer=str(c["optimizer"]), lr=float(c["lr"]),
             threads=int(c["threads"]), shared_layers=str(c["shared_layers"]), replicas=int(c.get("replicas", 1)),
-            replica_exchange="exact" if int(c.get("replicas", 1)) > 1 else None))
+            replica_exchange="exact" if int(c.get("replicas", 1)) > 1 else None,
+            subnets_sha256=c.get("subnets_sha256")))
 
 
 def _snapshot(params: dict[str, torch.nn.Parameter]) -> dict[str, Tensor]:
@@ -242,5 +244,19 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
     config = {"space": space.name, "subnets": n, "seed": int(seed), "shared_layers": str(shared),
               "optimizer": optimizer, "lr": opt.param_groups[0]["lr"], "threads": threads,
               "torch": torch.__version__, "replicas": replicas,
-              "sequence_sha256": digest() if digest is not None else None}
+              "sequence_sha256": digest() if digest is not None else None,
+              "subnets_sha256": subnets_digest([list(stream[j]) for j in range(n)])}
     return ReferenceResult(losses, model, wall, config)
+
+
+class _CallableModule(types.ModuleType):
+    """This module as the public function ``naspipe.reference(space, out, ...)``: importing ``naspipe.reference``
+    sets the package's attribute to the module, so the module answers the call (``naspipe.write_reference``)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # the package is loaded (it is this module's parent); looked up, not imported: this module stays apart
+        # from the runtime the command's code path uses
+        return sys.modules["naspipe"].write_reference(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

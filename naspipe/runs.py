@@ -68,17 +68,21 @@ class RunFileError(ValueError):
 
 def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequence_sha256: str | None, optimizer: str,
              lr: float, threads: int, shared_layers: str, replicas: int = 1,
-             replica_exchange: str | None = None, updates: str = EXACT) -> dict[str, Any]:
+             replica_exchange: str | None = None, updates: str = EXACT,
+             subnets_sha256: str | None = None) -> dict[str, Any]:
     """A run's identity (JSON-ready). ``space``: a ``SearchSpace``; ``lr``: the learning rate actually used;
     ``replica_exchange``: how replicas combine gradients (``exact`` or ``native``; None with one replica);
     ``updates``: ``exact`` (the reference, a causal policy) or the policy whose updates are not (``pipedream``).
-    A user supernet's space adds the digests of its definition (``source_sha256``, ``weights_sha256``)."""
+    A user supernet's space adds the digests of its definition (``source_sha256``, ``weights_sha256``).
+    ``structure_sha256`` (the space without its name, ``SearchSpace.structure_digest``) and ``subnets_sha256``
+    (the sequence without the space's name) let ``differences`` compare a space under two names."""
     digests = getattr(space.model, "digests", None) or {}
     return {
-        "space": space.name, "space_sha256": space.digest(),
+        "space": space.name, "space_sha256": space.digest(), "structure_sha256": space.structure_digest(),
         **{k: digests[k] for k in DEFINITION if k in digests}, "updates": str(updates),
         "seed": int(seed), "subnets": int(subnets), "sampler": None if sampler is None else str(sampler),
         "sequence_sha256": sequence_sha256,
+        **({"subnets_sha256": subnets_sha256} if subnets_sha256 is not None else {}),
         "optimizer": str(optimizer), "lr": float(lr), "threads": int(threads), "shared_layers": str(shared_layers),
         "replicas": int(replicas),
         **({"replica_exchange": str(replica_exchange)} if replica_exchange is not None else {}),
@@ -185,10 +189,32 @@ def clear(out: str | Path, checkpoints: bool = True, keep: Sequence[str | Path] 
             p.unlink()
 
 
+def same_structure(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Both runs record the structure of their space (blocks, candidates, batch size, model kind: ``identity``)
+    and it agrees: one space, whatever each run calls it (a notebook's supernet and ``module:function``)."""
+    sa, sb = a.get("structure_sha256"), b.get("structure_sha256")
+    return sa is not None and sa == sb
+
+
 def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """The identity fields both runs record with different values, in ``IDENTITY`` order."""
+    """The identity fields both runs record with different values, in ``IDENTITY`` order.
+
+    Runs whose spaces agree by structure (``same_structure``) are the same space under two names: the name, the
+    name-keyed digests (``space_sha256``, ``sequence_sha256``) and where the definition lives (``source_sha256``:
+    a module's files or a notebook's pickled supernet) are not compared; the blocks' parameter shapes and initial
+    weights (``weights_sha256``) and the subnets (``subnets_sha256``) are."""
+    renamed = a.get("space") != b.get("space") and same_structure(a, b)
     out = []
     for k in IDENTITY:
+        if renamed and k in ("space", "space_sha256", "source_sha256", "sequence_sha256"):
+            if k == "sequence_sha256" and (x := a.get("subnets_sha256")) and (y := b.get("subnets_sha256")) \
+                    and x != y:
+                out.append(("subnets_sha256", x, y))
+            continue
+        if renamed and k == "weights_sha256":  # compared: the structure is one (the names differ by design)
+            if a.get(k) is not None and b.get(k) is not None and a[k] != b[k]:
+                out.append((k, a[k], b[k]))
+            continue
         if k in a and k in b and a[k] is not None and b[k] is not None and a[k] != b[k]:
             if k in ("space_sha256", *DEFINITION) and a.get("space") != b.get("space"):
                 continue  # the names already differ
@@ -209,7 +235,7 @@ def describe_differences(diffs: Sequence[tuple[str, Any, Any]]) -> str:
             return v
         return repr(v) if isinstance(v, str) else json.dumps(v)
 
-    names = {"space_sha256": "space definition", "sequence_sha256": "sequence digest",
+    names = {"space_sha256": "space definition", "sequence_sha256": "sequence digest", "subnets_sha256": "subnets",
              "shared_layers": "shared-layer policy", "threads": "thread count", "replicas": "data-parallel replicas",
              "replica_exchange": "gradient exchange"}
 
@@ -237,14 +263,18 @@ def blocks_differ(a: Any, b: Any) -> str:
             "(another factory or init)")
 
 
-def train_identity(cfg: Any, sequence_sha256: str | None = None) -> dict[str, Any]:
-    """The identity of a training run's ``TrainConfig`` (the sequence digest: given, or from its fixed sequence)."""
+def train_identity(cfg: Any, sequence_sha256: str | None = None, subnets_sha256: str | None = None) -> dict[str, Any]:
+    """The identity of a training run's ``TrainConfig`` (the sequence digests: given, or from its fixed
+    sequence)."""
     from naspipe.sequence import sequence_digest
+    from naspipe.sequence import subnets_digest as plain
 
     if sequence_sha256 is None and not cfg.online:
         sequence_sha256 = sequence_digest(cfg.space.name, cfg.sequence)
+    if subnets_sha256 is None and not cfg.online:
+        subnets_sha256 = plain(cfg.sequence)
     return identity(space=cfg.space, seed=cfg.seed, subnets=cfg.n, sampler=cfg.sampler,
                     sequence_sha256=sequence_sha256, optimizer=cfg.optimizer, lr=cfg.learning_rate(),
                     threads=cfg.threads, shared_layers=str(cfg.shared), replicas=getattr(cfg, "replicas", 1),
                     replica_exchange=cfg.replica_exchange if getattr(cfg, "replicas", 1) > 1 else None,
-                    updates=EXACT if cfg.policy_spec.causal else str(cfg.policy))
+                    updates=EXACT if cfg.policy_spec.causal else str(cfg.policy), subnets_sha256=subnets_sha256)

@@ -28,7 +28,9 @@ from naspipe.sequence import ReplayStream, SubnetStream
 from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
 from naspipe.space import SearchSpace, SpaceError, resolve_space
 
-DEFAULT_SHARED = "frozen"
+# the user's fixed blocks (stem, head) train by default, exactly as the reference does them (in sequence order);
+# chosen by measurement (benchmarks/shared_layers.py): frozen leaves a user's random head in place
+DEFAULT_SHARED = "serial"
 
 __all__ = ["DEFAULT_POLICY", "DEFAULT_SHARED", "DEFAULT_WINDOW", "RunSpec", "RunSpecError", "SequenceTooShort"]
 

@@ -49,6 +49,10 @@ class _ListLike:
         """sha256 over the sequence (space name, then one line per subnet)."""
         return sequence_digest(self.space.name, list(self))
 
+    def subnets_digest(self) -> str:
+        """sha256 over the subnets alone (``subnets_digest``): what a run under another name compares."""
+        return subnets_digest(list(self))
+
 
 class UniformStream(_ListLike):
     """Uniform single-path sampling: every choice block picks a candidate uniformly."""
@@ -156,6 +160,11 @@ def save_sequence(stream: SubnetStream, path: str | Path) -> str:
 
     write_text_atomic(path, json.dumps({"space": stream.space.name, "sha256": digest, "subnets": rows}))
     return digest
+
+
+def subnets_digest(subnets: Sequence[Sequence[int]]) -> str:
+    """sha256 over the subnets alone (no space name): equal for one sequence of a space under two names."""
+    return sequence_digest("", subnets)
 
 
 def sequence_digest(space_name: str, subnets: Sequence[Sequence[int]]) -> str:

@@ -92,3 +92,33 @@ def parse_shared(text: str | SharedLayers) -> SharedLayers:
         return SharedLayers("delayed", int(d))
     raise SharedPolicyError(f"unknown shared-layer policy {text!r}; choose frozen, serial or delayed:D "
                             f"(optionally +predict, +t1=K)")
+
+
+def start_line(fixed: list[str] | tuple[str, ...], shared: SharedLayers | str,
+               how: str = "--shared-layers") -> str | None:
+    """The one line a run prints at start: which semantics the fixed blocks ``fixed`` (labels) follow and how to
+    change it (``how``: ``--shared-layers`` on the command line, ``shared_layers=`` from Python); None when the
+    space has no fixed block (nothing to say)."""
+    if not fixed:
+        return None
+    sh = parse_shared(shared)
+    names = ", ".join(fixed[:3]) + (f" and {len(fixed) - 3} more" if len(fixed) > 3 else "")
+    if sh.mode == "frozen":
+        what = "never trained (they keep their initial weights)"
+    elif sh.mode == "serial":
+        what = "trained in sequence order"
+    else:
+        what = f"trained, subnet j reading them as after subnet j-{sh.delay + 1}'s update"
+        what += " (predicted forward)" if sh.predict else ""
+    others = "|".join(x for x in ("serial", "frozen", "delayed:D") if x != sh.mode)
+    sep = "" if how.endswith("=") else " "
+    return f"naspipe: shared layers ({names}): {sh} - {what}; {how}{sep}{others} to change"
+
+
+def announce(space: object, shared: SharedLayers | str, how: str = "--shared-layers") -> None:
+    """Print ``start_line`` for ``space`` (its fixed blocks' labels) to stderr, when it has fixed blocks."""
+    import sys
+
+    line = start_line([b.name for b in getattr(space, "blocks", ()) if b.fixed], shared, how)
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)

@@ -173,6 +173,23 @@ class SearchSpace:
                     c.pop(k)
         return hashlib.sha256(json.dumps(d, indent=1, sort_keys=True).encode()).hexdigest()
 
+    def structure_digest(self) -> str:
+        """``digest()`` without the space's name and the model's address (``name``, ``source``: where a user's
+        supernet is found, a notebook's name or ``module:function``): blocks, candidates, batch size and model
+        kind. Two spaces that agree here are one space under two names (``naspipe.runs`` compares runs by it)."""
+        import hashlib
+
+        d = json.loads(self.to_json())
+        d.pop("name")
+        d.pop("message_bytes")
+        for k in ("name", "source"):
+            d["model"].pop(k, None)
+        for b in d["blocks"]:
+            for c in b["candidates"]:
+                for k in COST_FIELDS:
+                    c.pop(k)
+        return hashlib.sha256(json.dumps(d, indent=1, sort_keys=True).encode()).hexdigest()
+
 
 # the per-candidate cost fields: measured or estimated, never part of what a run computes
 COST_FIELDS = ("fwd", "bwd", "bwd_input_share", "param_bytes", "act_bytes")

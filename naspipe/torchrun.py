@@ -46,22 +46,17 @@ def _config(argv: Sequence[str] | None, world: int, rank: int) -> Any:
 
 
 class _Bar:
-    """Rank 0's progress bar (subnets fully done = written on stage 0)."""
+    """Rank 0's report function: stage 0's "progress" reports (subnets it wrote) move the bar."""
 
-    def __init__(self, total: int, desc: str, enabled: bool):
-        self.bar = None
-        if enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc=desc, unit="subnet", file=sys.stderr)
+    def __init__(self, bar: Any):
+        self.bar = bar
 
     def __call__(self, kind: str, *payload: Any) -> None:
-        if kind == "progress" and self.bar is not None:
-            self.bar.update(payload[1] - self.bar.n)
+        if kind == "progress":
+            self.bar.advance(payload[1])
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        self.bar.close()
 
 
 def lost_host(rank: int, e: BaseException, roster: Any, out: Any) -> dict[str, Any] | None:
@@ -170,9 +165,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_status(cfg.out, False, f"the ranks did not meet: {e}")
         return 2
     from naspipe.runtime.outputs import MergeError, merge_failed, merge_outputs
+    from naspipe.runtime.progress import for_config
     from naspipe.runtime.worker import failure_line, run_stage
 
-    bar = _Bar(cfg.n, f"{cfg.policy} {cfg.space.name} P={cfg.stages}", rank == 0 and cfg.progress)
+    if rank == 0 and cfg.progress:
+        from naspipe.shared import announce
+
+        announce(cfg.space, cfg.shared)
+    bar = _Bar(for_config(cfg, rank == 0 and cfg.progress))
     t0 = time.perf_counter()
     merged: list[Any] = []
 

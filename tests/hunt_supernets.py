@@ -28,7 +28,7 @@ def three_blocks() -> naspipe.Supernet:
 
 
 def no_params() -> naspipe.Supernet:
-    """Candidates without parameters and the default frozen head: some subnets train nothing."""
+    """Candidates without parameters and, with --shared-layers frozen, a frozen head: some subnets train nothing."""
     c = {"id": nn.Identity, "relu": nn.ReLU}
     return naspipe.Supernet([naspipe.Choice("l0", c), naspipe.Choice("l1", {**c, "a": lambda: nn.Linear(8, 8)}),
                              naspipe.Fixed("head", lambda: nn.Linear(8, 2))], data=data, loss=F.cross_entropy,

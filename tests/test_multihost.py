@@ -92,7 +92,7 @@ def test_plan_commands_train_on_two_hosts_identical_to_the_reference(hosts, refe
     lines = plan_lines(capsys, "--ifname", IFACE, "--", *COMMON, "--out", str(run))
     assert run_nodes(hosts, lines, tmp_path / "logs", 240) == [0, 0], _tail(tmp_path / "logs")
     assert main(["verify", str(run), str(references / "ref")]) == 0
-    assert re.search(r"on digits-cnn, 4 stages, 16 subnets", (tmp_path / "logs" / "node0.log").read_text()
+    assert re.search(r"on digits-cnn, 4 stages, trained 16 subnets", (tmp_path / "logs" / "node0.log").read_text()
                      + (tmp_path / "logs" / "node1.log").read_text())
 
 

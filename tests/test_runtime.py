@@ -200,7 +200,7 @@ def test_parallel_run_matches_the_reference_bit_for_bit(tmp_path, refs, space, s
 
 def test_a_measured_partition_changes_speed_not_results(tmp_path, refs):
     cfg = TrainConfig.create("tiny-transformer", tmp_path / "run", stages=2, subnets=N, balance="measured",
-                             progress=False)
+                             progress=False, shared_layers="frozen")
     bounds = cfg.partition.bounds
     assert bounds[0][0] == 0 and bounds[0][1] == bounds[1][0] and bounds[1][1] == cfg.space.num_blocks
     assert train(cfg).verify(refs("tiny-transformer", "frozen"))[0]
@@ -216,11 +216,11 @@ def test_asp_on_a_conflict_dense_space_differs_from_the_reference(tmp_path):
     write_losses(tmp_path / "ref" / "losses.csv", ref.losses)
     write_params(tmp_path / "ref" / "params.json", param_hashes(ref.model.global_named_parameters()))
     asp = train(TrainConfig.create(sp, tmp_path / "asp", stages=3, subnets=16, sequence=subnets, policy="asp",
-                                   progress=False))
+                                   progress=False, shared_layers="frozen"))
     ok, msg = asp.verify(tmp_path / "ref")
     assert not ok and msg.startswith("subnet 1:"), msg  # subnet 1's forward ran before subnet 0's update
     csp = train(TrainConfig.create(sp, tmp_path / "csp", stages=3, subnets=16, sequence=subnets, policy="csp",
-                                   progress=False))
+                                   progress=False, shared_layers="frozen"))
     assert csp.verify(tmp_path / "ref")[0]
 
 
@@ -245,7 +245,7 @@ def test_a_failed_stage_ends_the_run_quickly_naming_its_rank(tmp_path, action, s
 
 def test_a_hung_stage_is_caught_by_the_wait_timeout(tmp_path):
     cfg = TrainConfig.create("digits-cnn", tmp_path / "run", stages=2, subnets=20, progress=False,
-                             fault="hang:1:3", timeout=2)
+                             fault="hang:1:3", timeout=2, shared_layers="frozen")
     t0 = time.monotonic()
     with pytest.raises(TrainError, match=r"stage 0 .*waited 2 s without a message; it needs gradients from "
                                          r"stage 1") as err:

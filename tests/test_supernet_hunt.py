@@ -21,11 +21,12 @@ def test_the_reference_ignores_stages_so_a_supernet_of_three_blocks_needs_none(t
 
 def test_the_reference_trains_subnets_without_a_trainable_parameter_as_train_does(tmp_path, capsys):
     ref, rep, run = tmp_path / "ref", tmp_path / "rep", tmp_path / "run"
-    assert main(["reference", *_args("no_params", 12), "--out", str(ref)]) == 0, capsys.readouterr().err
-    assert main(["reference", *_args("no_params", 12), "--replicas", "2", "--out", str(rep)]) == 0
-    assert main(["train", *_args("no_params", 12), "--stages", "2", "--out", str(run)]) == 0
+    args = _args("no_params", 12, "--shared-layers", "frozen")  # a frozen head: some subnets train nothing
+    assert main(["reference", *args, "--out", str(ref)]) == 0, capsys.readouterr().err
+    assert main(["reference", *args, "--replicas", "2", "--out", str(rep)]) == 0
+    assert main(["train", *args, "--stages", "2", "--out", str(run)]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
-    assert main(["train", *_args("no_params", 12), "--stages", "2", "--replicas", "2", "--out", str(run),
+    assert main(["train", *args, "--stages", "2", "--replicas", "2", "--out", str(run),
                  "--overwrite"]) == 0
     assert main(["verify", str(run), str(rep)]) == 0
 

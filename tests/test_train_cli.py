@@ -45,7 +45,8 @@ def test_train_writes_a_run_that_verifies_against_the_reference(tmp_path):
                         "--out", str(run)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     # the default order, csp-plan, with the plan chosen before the processes start, recorded with the run
-    planned = re.search(r"(csp-plan:plan=\d+,eps=0\.2) on tiny-transformer, 2 stages, 16 subnets, shared layers "
+    planned = re.search(r"(csp-plan:plan=\d+,eps=0\.2) on tiny-transformer, 2 stages, trained 16 subnets, "
+                        r"shared layers "
                         r"delayed:1", p.stdout)
     assert planned, p.stdout
     assert "subnet" in p.stderr  # the progress bar
@@ -255,7 +256,7 @@ def test_torchrun_entry_point_matches_the_reference(tmp_path):
                         "--checkpoint-every", "4", "--no-progress"], capture_output=True, text=True, timeout=240,
                        cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert re.search(r"csp-plan:plan=\d+,eps=0\.2 on digits-cnn, 2 stages, 12 subnets", p.stdout), p.stdout
+    assert re.search(r"csp-plan:plan=\d+,eps=0\.2 on digits-cnn, 2 stages, trained 12 subnets", p.stdout), p.stdout
     assert not (run / ".naspipe.lock").exists()  # rank 0 held the folder's lock and released it on exit
     assert main(["reference", *common, "--out", str(ref), "--no-progress"]) == 0
     assert main(["verify", str(run), str(ref)]) == 0

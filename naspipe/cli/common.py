@@ -74,7 +74,9 @@ def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-
                    "scheduler look-ahead window (default %(default)s)")
     p.add_argument("--sequence", default=None, help="replay the subnet sequence from this JSON file")
     p.add_argument("--shared-layers", default=DEFAULT_SHARED,
-                   help="fixed-block semantics: frozen, serial or delayed:D (default %(default)s)")
+                   help="what the fixed blocks (a supernet's Fixed stem and head) do: serial (trained in sequence "
+                        "order, exact), frozen (never trained) or delayed:D[+predict] (trained, read D subnets "
+                        "late: faster pipelines); default %(default)s")
 
 
 def _seeded_sampler(args: argparse.Namespace) -> str:

@@ -158,8 +158,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     stages = args.stages if args.stages is not None else default_stages()
     try:
+        # frozen: the demo shows the schedule's speed-up on a preset, as the README's numbers were measured
+        # (serial, the default for a user's supernet, trains the fixed blocks but serialises their stages)
         csp_cfg = TrainConfig.create(args.space, out / "csp", stages=stages, subnets=args.subnets,
-                                     seed=args.seed, policy="csp", overwrite=True, save_weights=False)
+                                     seed=args.seed, policy="csp", overwrite=True, save_weights=False,
+                                     shared_layers="frozen")
         seq_cfg = csp_cfg.replace(out=out / "sequential", policy="sequential")
     except ConfigError as e:
         raise UsageError(str(e)) from None

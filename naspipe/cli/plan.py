@@ -20,6 +20,7 @@ import sys
 
 from naspipe.cli.common import UsageError, positive_int
 from naspipe.cli.simulate import add_link_arguments, link_from_args
+from naspipe.runspec import DEFAULT_SHARED
 from naspipe.sched.policies import DEFAULT_POLICY
 
 COMMAND = "plan"
@@ -38,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sequence to plan on: uniform, fair or spread[:fair|uniform]; other than uniform, each split "
                         "is also simulated on the uniform sequence and the change reported (default %(default)s)")
     p.add_argument("--window", type=positive_int("--window"), default=200, help="scheduler window")
-    p.add_argument("--shared-layers", default="frozen", help="fixed-block semantics (default %(default)s)")
+    p.add_argument("--shared-layers", default=DEFAULT_SHARED, help="fixed-block semantics (default %(default)s)")
     p.add_argument("--batch-alpha", type=float, default=None,
                    help="fixed share of a task's time at the space's batch (default 0.1; see sim/costs.py)")
     add_link_arguments(p)

@@ -77,6 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int("--threads"), default=1,
                    help="intra-op threads (default %(default)s); compare with train runs of the same --threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(_api=False)  # naspipe.reference(...) sets it: failures raise instead of printing
     p.add_argument("--replicas", type=positive_int("--replicas"), default=1, metavar="R",
                    help="split each batch into R shards and combine their gradients in replica order, as "
                         "train --replicas R does (default %(default)s)")
@@ -117,27 +118,33 @@ def run(args: argparse.Namespace) -> int:
     from naspipe import runs
     from naspipe.optim_names import DEFAULT_LR
     from naspipe.samplers import make_stream
+    from naspipe.sequence import subnets_digest
 
     if spec.online:
         cfg = dataclasses.replace(cfg, stream=make_stream(cfg.space, cfg.seed, len(cfg.stream), spec))
 
-    def ident(digest: str | None) -> dict:
+    def ident(digest: str | None, subnets: str | None = None) -> dict:
         return runs.identity(space=cfg.space, seed=cfg.seed, subnets=len(cfg.stream), sampler=str(spec),
                              sequence_sha256=digest, optimizer=args.optimizer,
                              lr=DEFAULT_LR[args.optimizer] if args.lr is None else args.lr, threads=args.threads,
                              shared_layers=str(cfg.shared), replicas=args.replicas,
-                             replica_exchange="exact" if args.replicas > 1 else None)
+                             replica_exchange="exact" if args.replicas > 1 else None, subnets_sha256=subnets)
 
     digest = getattr(cfg.stream, "digest", None)
+    if spec.online:  # the sequence is known once trained (result.save records it)
+        identity = ident(None)
+    else:
+        fixed = [cfg.stream[j] for j in range(len(cfg.stream))]
+        identity = ident(digest() if digest else None, subnets_digest(fixed))
     from naspipe.runtime.signals import terminate_raises
 
     with terminate_raises():  # SIGTERM ends the reference as Ctrl-C does (status.json says which)
-        result = _train_locked(args, cfg, spec, out, ident(None if spec.online else digest() if digest else None),
-                               digest)
+        result = _train_locked(args, cfg, spec, out, identity, digest)
     if isinstance(result, int):
         return result
-    print(f"reference: {len(result.losses)} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
-          f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")
+    if not args._api:
+        print(f"reference: {len(result.losses)} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
+              f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")
     return 0
 
 
@@ -161,11 +168,15 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
     try:
         _check_out(out, args.overwrite)  # again, under the lock: another run may have written there meanwhile
         try:
-            inputs = [f for f in (args.sequence, args.space) if f]
+            inputs = [f for f in (args.sequence, args.space) if isinstance(f, (str, Path)) and f]
             runs.clear(out, keep=inputs, kind="reference")  # never an input it reads
             runs.write_run(out, "reference", ident)
         except OSError as e:
             raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
+        if not args.no_progress:  # every check passed; with the progress bar (--no-progress keeps stderr quiet)
+            from naspipe.shared import announce
+
+            announce(cfg.space, cfg.shared, "shared_layers=" if args._api else "--shared-layers")
         try:
             result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
                                      lr=args.lr, progress=not args.no_progress, threads=args.threads,
@@ -182,6 +193,8 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
             write_status(out, True)
         except ReferenceFailed as e:  # user code failed partway (as train reports a stage's failure: one line)
             write_status(out, False, str(e))
+            if args._api:
+                raise
             print(f"naspipe: error: {e}", file=sys.stderr)
             return 1
         except OSError as e:  # a full disk: one line (every file is written atomically: none is half written)
@@ -189,6 +202,8 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
 
             msg = disk_full_message(out, e) if is_disk_full(e) else str(e)
             write_status(out, False, msg)
+            if args._api:
+                raise
             print(f"naspipe: error: {msg}", file=sys.stderr)
             return 1
         except (KeyboardInterrupt, Terminated) as e:
@@ -199,6 +214,34 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
         return result
     finally:
         release(out, lock)
+
+
+def write(space: Any, out: str | Path, **options: Any) -> Path:
+    """``naspipe.reference``: this command from Python, on the same code path (its checks, ``run.json``, files).
+
+    ``space``: a ``naspipe.Supernet`` (e.g. defined in a notebook), a preset, a JSON file or ``module:function``;
+    ``options``: the command's options by their Python names (``subnets``, ``seed``, ``shared_layers``,
+    ``optimizer``, ``lr``, ``threads``, ``replicas``, ``sequence``, ``sampler``, ``overwrite``, ``progress``).
+    Raises ``RunSpecError`` (one line) where the command exits 2, ``ReferenceFailed`` where user code failed."""
+    from naspipe.runspec import RunSpecError
+
+    parser = argparse.ArgumentParser(prog="naspipe.reference")
+    add_arguments(parser)
+    args = parser.parse_args(["--out", str(out)])
+    progress = bool(options.pop("progress", False))
+    known = {a.dest for a in parser._actions} - {"help", "out", "stages", "policy", "window", "no_progress"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"naspipe.reference() got unexpected options {', '.join(unknown)}; "
+                        f"it takes {', '.join(sorted(known))}, progress")
+    for k, v in options.items():
+        setattr(args, k, str(v) if k == "shared_layers" else v)
+    args.space, args.no_progress, args._api = space, not progress, True
+    try:
+        run(args)
+    except UsageError as e:
+        raise RunSpecError(str(e)) from None
+    return Path(out)
 
 
 def _check_out(out: Path, overwrite: bool) -> None:

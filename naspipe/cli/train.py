@@ -211,8 +211,11 @@ def world_config(argv: Sequence[str] | None, world: int, check_out: bool = False
 def summary_line(m: dict[str, Any]) -> str:
     c = m["config"]
     reps = f" x {c['replicas']} replicas" if c.get("replicas", 1) != 1 else ""
-    return (f"{c['policy']} on {c['space']}, {c['stages']} stages{reps}, {m['subnets']} subnets, shared layers "
-            f"{c['shared_layers']}: {m['subnets_per_s']:.2f} subnets/s ({m['samples_per_s']:.0f} samples/s), "
+    from naspipe.runtime.outputs import trained_text
+
+    return (f"{c['policy']} on {c['space']}, {c['stages']} stages{reps}, {trained_text(m)}, shared layers "
+            f"{c['shared_layers']}: {m['subnets_per_s']:.2f} subnets/s ({m['samples_per_s']:.0f} samples/s) over "
+            f"the training time, start-up excluded (the progress bar's rate includes it), "
             f"makespan {m['makespan_s']:.2f} s, utilisation {m['utilization']:.2f}, "
             f"overhead {100 * m['overhead_share']:.1f}% of compute" + _memory_line(m))
 
@@ -249,6 +252,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     from naspipe.runtime.config import ConfigError
     from naspipe.runtime.launcher import TrainError, train
+    from naspipe.shared import announce
+
+    if cfg.progress:  # what the fixed blocks do, before any process starts (with the bar: --no-progress is quiet)
+        announce(cfg.space, cfg.shared)
 
     try:
         result = train(cfg)

@@ -20,7 +20,7 @@ from typing import Any
 from naspipe import runs
 from naspipe.partition import Partition
 from naspipe.partition import partition as make_partition
-from naspipe.runspec import DEFAULT_POLICY, DEFAULT_WINDOW, RunSpec, RunSpecError
+from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError
 from naspipe.runtime.rundir import ConfigError, check_out_dir, check_writable, prepare_out_dir  # noqa: F401
 from naspipe.samplers import SamplerError, make_stream, parse_sampler
 from naspipe.sched.policies import PolicyError, StageSpec, make_scheduler
@@ -121,7 +121,7 @@ class TrainConfig:
     # ---- construction --------------------------------------------------------------------------------
     @classmethod
     def create(cls, space: SearchSpace | str, out: str | Path, *, stages: int = 1, subnets: int = 100,
-               sequence: Any = None, shared_layers: SharedLayers | str = "frozen",
+               sequence: Any = None, shared_layers: SharedLayers | str = DEFAULT_SHARED,
                partition: Partition | None = None, **options: Any) -> TrainConfig:
         """Validate user-level arguments (names, strings, counts) into a config; raises ConfigError.
 

@@ -28,7 +28,6 @@ orphans is worse than none. The launcher
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from multiprocessing.connection import wait as mp_wait
 from typing import Any
@@ -196,10 +195,9 @@ def _interrupted(e: BaseException) -> str | None:
 def _bar(cfg: TrainConfig) -> Any:
     if not cfg.progress:
         return None
-    from tqdm import tqdm
+    from naspipe.runtime.progress import for_config
 
-    return tqdm(total=cfg.n, desc=f"{cfg.policy} {cfg.space.name} P={cfg.stages}", unit="subnet",
-                file=sys.stderr, leave=True)
+    return for_config(cfg)  # from a resumed run's checkpoint to the total
 
 
 def _supervise(cfg: TrainConfig, stages: list[_Stage], bar: Any, t_start: float) -> float | None:
@@ -265,7 +263,7 @@ def _handle(msg: tuple, s: _Stage, stages: list[_Stage], bar: Any, t_start: floa
             startup = time.perf_counter() - t_start
     elif kind == "progress":
         if s.rank == 0 and bar is not None:
-            bar.update(msg[2] - bar.n)
+            bar.advance(msg[2])
     elif kind == "done":
         s.done = True
     elif kind == "error":

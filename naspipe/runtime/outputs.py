@@ -56,7 +56,8 @@ def throughput_line(m: dict[str, Any]) -> str:
     the stage processes (``startup_s``) and merging their outputs; so subnets / wall clock is lower."""
     n, train, wall, start = m.get("subnets"), m.get("makespan_s"), m.get("wall_s"), m.get("startup_s")
     rate = m.get("subnets_per_s")
-    txt = f"trained {n} subnets"
+    txt = trained_text(m)
+    n = m.get("trained_subnets", n)
     if train:
         txt += f" in {train:.2f} s of training (first task to last task): {rate:.1f} subnets/s"
     if wall:
@@ -69,6 +70,16 @@ def throughput_line(m: dict[str, Any]) -> str:
     if m.get("final_loss") is not None:
         txt += f", final loss {m['final_loss']:.4f}"
     return txt
+
+
+def trained_text(m: dict[str, Any]) -> str:
+    """What this invocation trained: "trained 40 subnets", or for a resumed run "resumed at subnet 15: trained
+    25 subnets (15..39 of 40)"."""
+    n, at = m.get("subnets"), m.get("resumed_at")
+    if not at:
+        return f"trained {n} subnets"
+    done = m.get("trained_subnets", n - at)
+    return f"resumed at subnet {at}: trained {done} subnets ({at}..{n - 1} of {n})"
 
 
 def write_status(out: Path, complete: bool, error: str | None = None, rank: int | None = None,
@@ -153,6 +164,8 @@ def run_metrics(cfg: TrainConfig, parts: list[dict[str, Any]], trace: Trace, los
         "command": "train",
         "driver": "runtime",
         "subnets": n,
+        "resumed_at": int(getattr(cfg, "start", 0) or 0) or None,  # a resumed run: the checkpoint's subnet
+        "trained_subnets": done,  # by this invocation (the rates divide these)
         "wall_s": wall_s,
         "startup_s": startup_s,
         "makespan_s": makespan,
@@ -257,7 +270,11 @@ def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: floa
         metrics["memory"] = memory
     metrics["config"]["sequence_sha256"] = digests.pop()
 
-    runs.write_run(out, "train", runs.train_identity(cfg, metrics["config"]["sequence_sha256"]))
+    from naspipe.sequence import subnets_digest
+
+    realized = parts[0].get("subnets")  # a sequence generated at run time
+    runs.write_run(out, "train", runs.train_identity(cfg, metrics["config"]["sequence_sha256"],
+                                                     subnets_digest(realized) if realized else None))
     if "subnets" in parts[0]:  # the realized sequence (replayable with --sequence)
         from naspipe.sequence import ReplayStream, save_sequence
 

@@ -152,8 +152,10 @@ class Supernet:
             raise SupernetError("data must be a function (j, generator) -> (input, target) or a map-style Dataset")
         if not callable(self.loss):
             raise SupernetError("loss must be a function (output, target) -> scalar tensor")
-        if self.name is not None and (not isinstance(self.name, str) or not self.name or ":" in self.name):
-            raise SupernetError(f"name must be a non-empty string without ':', got {self.name!r}")
+        # a name may hold ':' (``module:function``, the name the command line gives the same supernet)
+        if self.name is not None and (not isinstance(self.name, str) or not self.name.strip()
+                                      or not self.name.isprintable()):
+            raise SupernetError(f"name must be a non-empty printable string, got {self.name!r}")
         if self.name is not None and _is_preset(self.name):
             raise SupernetError(f"name {self.name!r} is a preset's; choose another name for your supernet")
         n = self.heldout_batches
