@@ -14,10 +14,21 @@ Two parts, both written to ``benchmarks/results/samplers.json``:
   over repeats of the fair / uniform subnets/s ratio measured within one repeat (acceptance on
   tiny-transformer: >= 1.3).
 
-Search quality against a ground truth (issue 23's tools) is not measured here yet.
+* ``quality``: does a sampler rank architectures better or worse? For each sampler and each of
+  ``--quality-seeds`` seeds, ``naspipe reference`` trains a supernet of the ground truth's space with the
+  truth's optimizer, learning rate and shared-layer mode (``--truth DIR``, default the shipped
+  ``data/truth/digits-truth``; another truth is this one argument) at each of ``--quality-subnets`` subnet
+  counts, and ``naspipe.rank`` scores it against the truth: Kendall tau and the regret of the pick, each with
+  its 95% bootstrap interval over architectures. Per sampler: the seeds' mean, their spread (the seed band:
+  the largest difference a change of seed alone made) and the supernet seed-vs-seed tau. Fair and spread
+  against uniform: the mean over seeds of the paired (same seed) difference, with a 95% interval from a
+  bootstrap over seeds and architectures together, so it holds the seed noise; "difference" only where that
+  interval excludes zero, otherwise "within seed noise". Reported whatever its sign.
 
-Run: ``.venv/bin/python benchmarks/samplers.py [--part sim|runtime|both] [--repeats 5] [--subnets-runtime 120]
-[--spaces tiny-transformer digits-cnn]`` (a part or space not rerun keeps its last result in the JSON).
+Run: ``.venv/bin/python benchmarks/samplers.py [--part sim|runtime|quality|both|all] [--repeats 5]
+[--subnets-runtime 120] [--spaces tiny-transformer digits-cnn] [--truth DIR] [--quality-seeds 5]
+[--quality-subnets 300 900]`` (``both`` = sim and runtime; a part or space not rerun keeps its last result
+in the JSON).
 """
 
 from __future__ import annotations
@@ -31,12 +42,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, write_result
+from _common import RESULTS, ROOT, write_result
 
 SIM_SPACES = ("naspipe-k12", "naspipe-k48", "naspipe-k96")
 SIM_STAGES = (4, 8)
 SAMPLERS = ("uniform", "fair", "spread")
 RUNTIME_SPACES = ("tiny-transformer", "digits-cnn")
+DEFAULT_TRUTH = ROOT / "data" / "truth" / "digits-truth"
 TARGETS = {"naspipe-k12": (2.5, None), "naspipe-k48": (1.9, 0.95), "naspipe-k96": (1.35, None)}
 
 
@@ -134,33 +146,52 @@ def runtime_acceptance(rt: dict[str, Any]) -> dict[str, Any] | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=("sim", "runtime", "both"), default="both")
+    ap.add_argument("--part", choices=("sim", "runtime", "quality", "both", "all"), default="both",
+                    help="both = sim and runtime; all = the three (default %(default)s)")
     ap.add_argument("--subnets", type=int, default=1000, help="simulated subnets (default %(default)s)")
     ap.add_argument("--subnets-runtime", type=int, default=120, help="trained subnets per run (default %(default)s)")
     ap.add_argument("--repeats", type=int, default=5, help="paired runtime repeats (default %(default)s)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--spaces", nargs="+", choices=RUNTIME_SPACES, default=list(RUNTIME_SPACES),
                     help="runtime part: the spaces to run (others keep their last result; default both)")
+    ap.add_argument("--truth", type=Path, default=DEFAULT_TRUTH,
+                    help="quality part: the ground truth folder (naspipe truth; default %(default)s)")
+    ap.add_argument("--quality-seeds", type=int, default=5, help="quality part: supernet seeds per sampler "
+                    "(default %(default)s)")
+    ap.add_argument("--quality-subnets", type=int, nargs="+", default=[300, 900],
+                    help="quality part: subnet counts (default %(default)s)")
     args = ap.parse_args()
     for flag, v in (("--subnets", args.subnets), ("--subnets-runtime", args.subnets_runtime),
-                    ("--repeats", args.repeats)):
+                    ("--repeats", args.repeats), ("--quality-subnets", min(args.quality_subnets))):
         if v < 1:
             ap.exit(2, f"samplers.py: error: {flag} must be >= 1, got {v}\n")
+    if args.quality_seeds < 2:
+        ap.exit(2, f"samplers.py: error: --quality-seeds must be >= 2 (the seed noise needs two), "
+                   f"got {args.quality_seeds}\n")
+    if args.part in ("quality", "all") and not (args.truth / "truth-settings.json").is_file():
+        ap.exit(2, f"samplers.py: error: --truth {args.truth}: no truth-settings.json there (make one with "
+                   "naspipe truth)\n")
     previous = RESULTS / "samplers.json"  # a part not rerun keeps its last result
     result: dict[str, Any] = {}
     if previous.exists():
         old = json.loads(previous.read_text())
-        result = {k: old[k] for k in ("simulated", "runtime") if k in old}
+        result = {k: old[k] for k in ("simulated", "runtime", "search_quality") if k in old}
+        if not isinstance(result.get("search_quality"), dict):
+            result.pop("search_quality", None)
     t0 = time.perf_counter()
-    if args.part in ("sim", "both"):
+    if args.part in ("sim", "both", "all"):
         result["simulated"] = simulated(args.subnets, args.seed)
-    if args.part in ("runtime", "both"):
+    if args.part in ("runtime", "both", "all"):
         rt = {k: v for k, v in result.get("runtime", {}).items() if k in RUNTIME_SPACES}
         with tempfile.TemporaryDirectory(prefix="naspipe-samplers-") as tmp:
             rt.update(runtime(args.spaces, args.subnets_runtime, args.repeats, args.seed, Path(tmp)))
         rt["acceptance"] = runtime_acceptance(rt)
         result["runtime"] = rt
-    result["search_quality"] = "not measured: issue 23's ground-truth tools are not in this checkout yet"
+    if args.part in ("quality", "all"):
+        from sampler_quality import quality
+
+        with tempfile.TemporaryDirectory(prefix="naspipe-quality-") as tmp:
+            result["search_quality"] = quality(args.truth, args.quality_subnets, args.quality_seeds, Path(tmp))
     result["bench_seconds"] = time.perf_counter() - t0
     write_result("samplers", result)
 

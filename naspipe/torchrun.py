@@ -62,13 +62,27 @@ class _Bar:
 def lost_host(rank: int, e: BaseException, roster: Any, out: Any) -> dict[str, Any] | None:
     """``{"ranks": [...], "host": ...}`` when ``e`` is the loss of a neighbour on another host, else None
     (also when the neighbour recorded an error of its own before it went: it failed, its host was not lost)."""
-    peer = getattr(e, "peer", None)
+    peer = _peer(e)
     if roster is None or peer is None or roster.host(peer) == roster.host(rank):
         return None
     if (out / f"error-stage{peer}.txt").exists():
         return None
     host = roster.host(peer)
     return {"ranks": roster.ranks_on(host), "host": host, "neighbour": peer}
+
+
+def _peer(e: BaseException) -> int | None:
+    """The neighbour an error names (``PeerLost`` from a receive, ``SendFailure`` from a send), also where a
+    later error in the stage's cleanup (``destroy_process_group`` with a neighbour gone) replaced it."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        peer = getattr(cur, "peer", None)
+        if isinstance(peer, int):
+            return peer
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def _record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) -> None:

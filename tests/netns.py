@@ -56,8 +56,20 @@ class Host:
         return p
 
     def kill_all(self) -> None:
-        """SIGKILL every process inside the namespace (the host goes away)."""
-        for pid in pids(self.ns):
+        """Every process inside the namespace goes away at once (the host is lost): all are stopped first, then
+        killed, so none of them runs between its neighbours' deaths (killed one by one, a process whose
+        neighbour on the same host died first could record an error of its own, which says "it failed", not
+        "its host was lost")."""
+        stopped: set[int] = set()
+        for _ in range(10):  # (a process forked meanwhile is stopped on the next round)
+            new = [pid for pid in pids(self.ns) if pid not in stopped]
+            if not new:
+                break
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+            stopped.update(new)
+        for pid in stopped | set(pids(self.ns)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 

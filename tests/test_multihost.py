@@ -120,6 +120,7 @@ def test_a_host_lost_mid_run_ends_the_other_and_the_run_resumes_on_both(hosts, r
     assert hosts[0].wait_empty(60), f"host 0 still runs 60 s after host 1 was lost: {_tail(logs)}"
     assert procs[0].wait(5) != 0
     assert time.monotonic() - lost_at < 60
+    assert (run / "status.json").exists(), f"no status.json after host 1 was lost: {_tail(logs)}"
     status = json.loads((run / "status.json").read_text())
     assert status["complete"] is False and not (run / "metrics.json").exists(), status
     assert status["lost"]["host"] == f"{SUBNET}.2" and len(status["lost"]["ranks"]) == 2, status

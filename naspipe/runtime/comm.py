@@ -16,7 +16,9 @@ generated stream needs, ``naspipe.runtime.online``).
 One receiver thread per incoming channel blocks in ``dist.recv`` and pushes ``Message`` objects into the
 stage's inbox (a ``queue.Queue``); it knows how many messages to expect (one per subnet) and ends by
 itself. A receive error is pushed into the inbox as a ``ChannelFailure``. Sends are ``dist.isend`` from the
-stage loop; their handles (and tensors) are kept until complete and awaited with a timeout in ``flush``.
+stage loop; their handles (and tensors) are kept until complete and awaited with a timeout in ``flush``. A
+failed send raises ``SendFailure``; both name the neighbour's global rank (``peer``), whichever side meets a
+lost neighbour first (a host lost mid-run: ``naspipe.torchrun``).
 
 One transfer per message where the size is steady (``Packing``): header and payload travel as ONE byte
 buffer whose size both ends derive from the channel's previous messages. A point-to-point transfer completes
@@ -72,6 +74,16 @@ DTYPES = WIRE_DTYPES  # (naspipe.messages: codes are positions, append only)
 
 class TransportError(RuntimeError):
     pass
+
+
+class SendFailure(TransportError):
+    """A send to a neighbour failed (gloo raises at ``isend`` once the neighbour's connection closed): like a
+    receive's ``ChannelFailure``, it names the neighbour's global rank, so a stage that meets a lost neighbour
+    first on the send side reports the same loss."""
+
+    def __init__(self, text: str, peer: int):
+        super().__init__(text)
+        self.peer = peer
 
 
 @dataclass
@@ -303,7 +315,7 @@ class Links:
         self.inbox = inbox
         self.timeout = timeout
         self.act_groups, self.grad_groups = make_channels(world, replica, replicas)
-        self._pending: deque[tuple[dist.Work, Tensor]] = deque()  # the tensor stays alive until sent
+        self._pending: deque[tuple[dist.Work, Tensor, int]] = deque()  # the tensor stays alive until sent
         self._packing = {(ACTIVATION, rank + 1): Packing(), (GRADIENT, rank - 1): Packing()}
         self._threads: list[threading.Thread] = []
         self.received = {ACTIVATION: 0, GRADIENT: 0}
@@ -395,9 +407,7 @@ class Links:
                               device=self.wire)
         payload = None if tensor is None else tensor.detach().to(self.wire).contiguous()
         buf, apart = self._packing[(kind, dst)].pack(header, payload)
-        self._pending.append((dist.isend(buf, dst=self.base + dst, group=group), buf))
-        if apart is not None:
-            self._pending.append((dist.isend(apart, dst=self.base + dst, group=group), apart))
+        self._isend(kind, dst, group, subnet, (buf,) if apart is None else (buf, apart))
         self._count(kind, [] if payload is None else [payload], False)
 
     def _send_tree(self, kind: int, dst: int, group: dist.ProcessGroup | None, subnet: int, msg: Any,
@@ -417,10 +427,20 @@ class Links:
         head = encode_tree(kind, subnet, parts, flags, send_lay, loss, self.wire)
         payloads = [p for p in parts if p is not None]
         buf, apart = self._packing[(kind, dst)].pack_parts(head, payloads)
-        self._pending.append((dist.isend(buf, dst=self.base + dst, group=group), buf))
-        for t in apart:
-            self._pending.append((dist.isend(t, dst=self.base + dst, group=group), t))
+        self._isend(kind, dst, group, subnet, (buf, *apart))
         self._count(kind, payloads, True)
+
+    def _isend(self, kind: int, dst: int, group: dist.ProcessGroup | None, subnet: int,
+               parts: tuple[Tensor, ...]) -> None:
+        """Start the sends of one message; a send that cannot start names the neighbour (a lost host)."""
+        peer = self.base + dst
+        for part in parts:
+            try:
+                work = dist.isend(part, dst=peer, group=group)
+            except Exception as e:  # noqa: BLE001 - gloo: RuntimeError "Connection closed by peer"
+                raise SendFailure(f"stage {self.rank}: sending the {KIND_NAMES[kind]} of subnet {subnet} to stage "
+                                  f"{dst} failed: {type(e).__name__}: {e}", peer) from e
+            self._pending.append((work, part, peer))
 
     def _count(self, kind: int, payloads: list[Tensor], structured: bool) -> None:
         n = sum(p.numel() * p.element_size() for p in payloads)
@@ -435,19 +455,23 @@ class Links:
     def _reap(self) -> None:
         """Drop completed sends (re-raising a failed one)."""
         while self._pending and self._pending[0][0].is_completed():
-            work = self._pending.popleft()[0]
-            work.wait()
+            work, _, peer = self._pending.popleft()
+            try:
+                work.wait()
+            except Exception as e:  # noqa: BLE001 - the neighbour went away while the send was in flight
+                raise SendFailure(f"stage {self.rank}: a send to rank {peer} failed: {type(e).__name__}: {e}",
+                                  peer) from e
 
     def flush(self) -> None:
         """Wait (with the timeout) until every send completed."""
         limit = datetime.timedelta(seconds=self.timeout)
         while self._pending:
-            work = self._pending.popleft()[0]
+            work, _, peer = self._pending.popleft()
             try:
                 work.wait(limit)
             except Exception as e:
-                raise TransportError(f"stage {self.rank}: a send did not complete within {self.timeout:g} s: "
-                                     f"{e}") from e
+                raise TransportError(f"stage {self.rank}: a send to rank {peer} did not complete within "
+                                     f"{self.timeout:g} s: {e}") from e  # (slow or hung is not lost: no peer)
 
     def join(self, timeout: float) -> None:
         """Wait for the receiver threads (they end after the expected messages)."""

@@ -1,0 +1,101 @@
+"""A neighbour lost mid-run is named whichever side meets the loss first (issue 25, a host lost mid-run).
+
+A stage meets a neighbour that went away either in a receive (its receiver thread's ``ChannelFailure``) or in
+its own next send: gloo raises at ``isend`` once the neighbour's connection closed. The multi-host test passed
+alone and failed under load without ``status.json``: killed later in a stage's task, the surviving neighbour
+met the loss first in a send, whose bare ``RuntimeError`` named no peer, so no rank wrote the status (and
+torchrun ended rank 0 with SIGTERM). Here both ways name the peer, and ``naspipe.torchrun.lost_host`` turns
+either into the lost host.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from naspipe.runtime.arrival import Roster
+from naspipe.runtime.comm import Links, SendFailure, TransportError
+from naspipe.runtime.worker import PeerLost
+from naspipe.torchrun import lost_host
+
+pytestmark = pytest.mark.usefixtures("no_process_left_behind")
+
+ROSTER = Roster({0: {"address": "10.0.0.1"}, 1: {"address": "10.0.0.1"}, 2: {"address": "10.0.0.2"},
+                 3: {"address": "10.0.0.2"}})
+
+
+def _survivor(rank: int, port: int, out: mp.Queue) -> None:  # (a spawned process: module level)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    inbox: queue.Queue = queue.Queue()
+    links = Links(rank, 2, torch.device("cpu"), 4, inbox, 30.0)
+    if rank == 1:  # the neighbour: takes one message, then goes away at once (a lost host)
+        links.start()
+        inbox.get(timeout=30)
+        os._exit(0)
+    links.send_activation(0, torch.ones(3), False)
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:  # the next sends: one fails once the closed connection is seen
+            links.send_activation(1, torch.ones(3), False)
+            time.sleep(0.05)
+        out.put(("no failure within 30 s", None, None))
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        out.put((type(e).__name__, getattr(e, "peer", None), str(e)))
+    out.close()
+    out.join_thread()  # (the queue's feeder thread delivers before the exit below)
+    os._exit(0)  # (the process group's peer is gone: no orderly teardown)
+
+
+def test_a_send_to_a_neighbour_that_went_away_names_it():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_survivor, args=(r, port, out), daemon=True) for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        kind, peer, text = out.get(timeout=120)
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join(10)
+    assert (kind, peer) == ("SendFailure", 1), text
+    assert "to stage 1 failed" in text
+
+
+@pytest.mark.parametrize("error", [
+    PeerLost("stage 1: receiving gradients from stage 2 failed", 2),
+    SendFailure("stage 1: sending the activation of subnet 5 to stage 2 failed", 2),
+], ids=["receive", "send"])
+def test_a_neighbour_on_another_host_is_a_lost_host_whichever_side_met_it(error, tmp_path: Path):
+    assert lost_host(1, error, ROSTER, tmp_path) == {"ranks": [2, 3], "host": "10.0.0.2", "neighbour": 2}
+    assert lost_host(2, SendFailure("to stage 3", 3), ROSTER, tmp_path) is None  # same host: not a lost host
+
+
+def test_a_later_error_in_the_cleanup_keeps_the_lost_neighbour(tmp_path: Path):
+    try:
+        try:
+            raise SendFailure("stage 1: sending to stage 2 failed", 2)
+        finally:
+            raise RuntimeError("destroy_process_group: Connection closed by peer")  # noqa: B012
+    except RuntimeError as e:
+        assert lost_host(1, e, ROSTER, tmp_path)["ranks"] == [2, 3]
+
+
+def test_a_neighbour_that_recorded_its_own_error_or_a_send_that_timed_out_is_no_lost_host(tmp_path: Path):
+    (tmp_path / "error-stage2.txt").write_text("InjectedFault: injected\n")
+    assert lost_host(1, SendFailure("to stage 2", 2), ROSTER, tmp_path) is None
+    assert lost_host(1, TransportError("a send to rank 2 did not complete within 30 s"), ROSTER, tmp_path / "x") is None
