@@ -76,6 +76,9 @@ def _prepare(root: Path) -> None:
                                      "HAZARD_STAGES": 2},
         "04_async_corrections.ipynb": {"SUBNETS": 12, "EVAL_SUBNETS": 3, "STAGES": 2},
         "08_your_own_supernet.ipynb": {"SUBNETS": 8, "LAYERS": 3, "BUDGET": 4, "REPEATS": 1},
+        "09_trust_your_search.ipynb": {"TRUTH": str(ROOT / "data" / "truth" / "digits-truth"),
+                                       "SPACE": str(ROOT / "data" / "spaces" / "digits-truth.json"),
+                                       "SUBNETS": 24, "STAGES": 2, "FLOOR_SEEDS": 1},
     }
     for name, p in params.items():
         nb = inject_parameters(nbformat.read(NOTEBOOKS / name, as_version=4), p)

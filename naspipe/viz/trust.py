@@ -1,0 +1,61 @@
+"""Figures of a ranking against a stand-alone ground truth (``naspipe rank``): the scatter and tau beside its floors.
+
+Why it exists: a Kendall tau is read against the noise floors (truth seed vs seed, supernet seed vs seed) and
+next to the picture it summarises (supernet accuracy against stand-alone accuracy, one point an
+architecture). Plain data in, plotly figures out: the notebook ``09_trust_your_search`` and
+``benchmarks/trust.py`` draw these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+
+TEMPLATE = "plotly_white"
+Interval = Mapping[str, float]  # {"value", "low", "high"}, as ``naspipe.ranking.stats.Estimate.to_dict``
+
+
+def rank_scatter(truth_accuracy: Sequence[float], supernet_accuracy: Sequence[float], names: Sequence[str],
+                 pick: int | None = None, title: str | None = None) -> go.Figure:
+    """Supernet accuracy (y) against stand-alone accuracy (x), one point per architecture; ``pick`` (an index)
+    is the search's pick, marked."""
+    fig = go.Figure(go.Scatter(x=list(truth_accuracy), y=list(supernet_accuracy), mode="markers", text=list(names),
+                               name="architecture", marker={"size": 6, "opacity": 0.7},
+                               hovertemplate="%{text}<br>stand-alone %{x:.4f}<br>supernet %{y:.4f}<extra></extra>"))
+    if pick is not None:
+        fig.add_trace(go.Scatter(x=[truth_accuracy[pick]], y=[supernet_accuracy[pick]], mode="markers",
+                                 name=f"the search's pick ({names[pick]})",
+                                 marker={"size": 14, "symbol": "star", "color": "crimson"}))
+    best = max(range(len(truth_accuracy)), key=lambda i: truth_accuracy[i])
+    fig.add_vline(x=truth_accuracy[best], line_dash="dot", line_color="green",
+                  annotation_text=f"best stand-alone ({names[best]})", annotation_position="bottom left")
+    fig.update_layout(template=TEMPLATE, height=460,
+                      title=title or "supernet vs stand-alone accuracy, one point per architecture",
+                      xaxis_title="stand-alone accuracy (ground truth, mean of its seeds)",
+                      yaxis_title="supernet accuracy (held-out)")
+    return fig
+
+
+def tau_figure(taus: Mapping[str, Interval], floors: Mapping[str, Interval | None],
+               title: str | None = None) -> go.Figure:
+    """Kendall tau against the truth per run (a point and its 95% interval) over the noise-floor bands
+    (each floor's interval, shaded)."""
+    fig = go.Figure()
+    colours = ("rgba(44,160,44,0.18)", "rgba(255,127,14,0.18)", "rgba(148,103,189,0.18)")
+    for (label, e), colour in zip(floors.items(), colours, strict=False):
+        if e is not None:
+            fig.add_hrect(y0=e["low"], y1=e["high"], fillcolor=colour, line_width=0,
+                          annotation_text=f"{label}: {e['value']:.2f}", annotation_position="top left")
+    names = list(taus)
+    fig.add_trace(go.Scatter(
+        x=names, y=[taus[n]["value"] for n in names], mode="markers", name="Kendall tau vs truth",
+        marker={"size": 10},
+        error_y={"type": "data", "symmetric": False, "array": [taus[n]["high"] - taus[n]["value"] for n in names],
+                 "arrayminus": [taus[n]["value"] - taus[n]["low"] for n in names]}))
+    fig.update_layout(template=TEMPLATE, height=380, yaxis_title="Kendall tau", yaxis_range=[-0.1, 1.0],
+                      title=title or "Kendall tau vs the truth (95% interval) over the noise floors")
+    return fig
+
+
+__all__ = ["rank_scatter", "tau_figure"]
