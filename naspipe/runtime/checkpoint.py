@@ -55,6 +55,7 @@ from naspipe.runtime.rundir import ConfigError, prepare_out_dir
 
 if TYPE_CHECKING:
     from naspipe.runtime.config import TrainConfig
+    from naspipe.runtime.stagerun import StageRun
 
 CHECKPOINT_DIR = "checkpoint"
 COMPLETE = "complete.json"
@@ -235,13 +236,13 @@ def finalize(out: Path) -> int | None:
 class Checkpointer:
     """The stage loop's side of checkpoints: fences, saving at them, and (rank 0) marking completion."""
 
-    def __init__(self, cfg: TrainConfig, rank: int):
-        self.cfg, self.rank = cfg, rank
+    def __init__(self, cfg: TrainConfig, run: StageRun):
+        self.cfg, self.rank = cfg, run.stage
         self.every = getattr(cfg, "checkpoint_every", None)
         self.root = root_of(cfg.out)
         self.start = int(getattr(cfg, "start", 0) or 0)
         self.pending: list[int] = []  # saved here, not yet known complete (rank 0)
-        self.saves = True  # False on replicas > 0 of a stage: replica 0 saves the stage's (identical) state
+        self.saves = run.leader  # replica 0 of a stage saves the stage's state (its replicas hold the same)
         self._fp: dict | None = None  # computed once (it hashes the whole sequence)
 
     @property

@@ -43,6 +43,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from naspipe.runtime.stagerun import StageRun
+
 HEADER_LEN = 13  # kind, subnet, flags, dtype, ndim, up to 7 dims, the subnet's loss (float64 bits)
 MAX_DIMS = 7
 ACTIVATION = 1
@@ -195,10 +197,11 @@ def make_channels(world: int, replica: int = 0, replicas: int = 1
 
 
 class Links:
-    """The two neighbours of stage ``rank``: receive threads into ``inbox``, asynchronous sends."""
+    """The two neighbours of stage ``run.stage`` (in its replica's pipeline): receive threads into ``inbox``,
+    asynchronous sends."""
 
-    def __init__(self, rank: int, world: int, device: torch.device, expected: int, inbox: queue.Queue,
-                 timeout: float, replica: int = 0, replicas: int = 1):
+    def __init__(self, run: StageRun, expected: int, inbox: queue.Queue, timeout: float):
+        rank, world, device, replica, replicas = run.stage, run.stages, run.device, run.replica, run.replicas
         self.rank, self.world, self.device = rank, world, device
         # gloo's point-to-point ops move host memory only: CUDA stages on gloo (more stages than GPUs) stage
         # their messages through host memory; on NCCL they travel device to device

@@ -357,9 +357,10 @@ class TrainConfig:
         except PolicyError as e:
             raise ConfigError(str(e)) from None
         lag = parse_sampler(self.sampler).lag
-        if online and getattr(sched, "m", None) and lag < sched.m:  # bsp: a group's forwards precede its B
+        if online and sched.micro_batches and lag < sched.micro_batches:  # bsp: a group's forwards precede its B
             raise ConfigError(f"sampler {self.sampler} with policy {self.policy}: the lag must be at least the "
-                              f"group of {sched.m} subnets (subnet j needs the loss of j - {lag}, known after B)")
+                              f"group of {sched.micro_batches} subnets"
+                              f" (subnet j needs the loss of j - {lag}, known after B)")
         if not pol.delayed_shared and self.shared.mode == "delayed" and self.shared.delay > 0:
             raise ConfigError(f"policy {self.policy_name} trains shared layers with its own synchronisation "
                               f"(bsp: at the group's flush, asp: stashed like candidates); use shared layers "
@@ -454,7 +455,7 @@ class TrainConfig:
                                    **self.policy_options)
         except PolicyError as e:
             raise ConfigError(str(e)) from None
-        m = getattr(sched, "m", None)
+        m = sched.micro_batches
         if every is not None and m and every % m:
             raise ConfigError(f"policy {self.policy} checkpoints only at group boundaries: checkpoint_every "
                               f"must be a multiple of its {m} micro-batches, got {every}")

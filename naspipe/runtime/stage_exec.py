@@ -41,6 +41,7 @@ from naspipe.models import StageModel, input_of, make_batch, target_of
 from naspipe.models.shards import input_batch_dim, shard
 from naspipe.runtime.rules import make_updates
 from naspipe.runtime.splitgrad import BlockTargets, LayerCall, LayerCapture, input_grad, weight_grads
+from naspipe.runtime.stagerun import StageRun
 from naspipe.runtime.updates import ForwardContext, OptimizerBank
 from naspipe.sched.tasks import BACKWARD, WEIGHT
 from naspipe.space import Subnet
@@ -59,23 +60,25 @@ class _Stash:
 
 
 class StageExecutor:
-    def __init__(self, model: StageModel, subnets: Sequence[Subnet], *, seed: int, policy: str, optimizer: str,
+    def __init__(self, model: StageModel, subnets: Sequence[Subnet], run: StageRun, *, seed: int, optimizer: str,
                  lr: float, shared_delay: int | None, write_kind: str = BACKWARD, micro_batches: int | None = None,
-                 device: torch.device | str = "cpu", stage: int = 0, stages: int = 1,
-                 policy_options: dict | None = None, replica: int = 0, replicas: int = 1, reducer: Any = None):
-        """``replica``/``replicas``: this stage computes shard ``replica`` of every batch; ``reducer``
-        (``naspipe.runtime.replicas.ReplicaGroup``) combines the replicas' gradients before each write."""
+                 reducer: Any = None):
+        """``run``: where this stage runs and under which policy (with replicas it computes shard
+        ``run.replica`` of every batch); ``reducer`` (``naspipe.runtime.replicas.ReplicaGroup``) combines the
+        replicas' gradients before each write."""
         self.model = model
-        self.replica, self.replicas, self.reducer = replica, replicas, reducer
+        self.run = run
+        self.replica, self.replicas, self.reducer = run.replica, run.replicas, reducer
         self.space = model.space
         self.subnets = subnets
         self.seed = seed
-        self.device = torch.device(device)
+        self.device = run.device
         self.first, self.last = model.holds_input, model.holds_head
         self.write_kind = write_kind
         self.bank = OptimizerBank(model, optimizer, lr)
-        self.rule = make_updates(policy, model, self.bank, shared_delay=shared_delay, n=len(subnets),
-                                 micro_batches=micro_batches, stage=stage, stages=stages, options=policy_options)
+        self.rule = make_updates(run.name, model, self.bank, shared_delay=shared_delay, n=len(subnets),
+                                 micro_batches=micro_batches, stage=run.stage, stages=run.stages,
+                                 options=run.async_options)
         self.split = write_kind == WEIGHT
         self._targets = BlockTargets(model) if self.split else None
         # (the first stage sends no input gradient: its W is one plain backward, so no layer calls are recorded

@@ -42,9 +42,9 @@ from naspipe.runtime.config import TrainConfig
 from naspipe.runtime.jitter import jitter_seconds
 from naspipe.runtime.online import LossBook
 from naspipe.runtime.recorder import EventLog
-from naspipe.runtime.replicas import ReplicaGroup, WriteOrder, next_task_writing, stage_and_replica
+from naspipe.runtime.replicas import ReplicaGroup, WriteOrder, next_task_writing
 from naspipe.runtime.stage_exec import StageExecutor
-from naspipe.sched.async_options import parse_async_options
+from naspipe.runtime.stagerun import StageRun
 from naspipe.sched.policies import make_scheduler, stage_specs
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.supernet.usercode import first_line, origin
@@ -126,26 +126,22 @@ def run_stage(rank: int, world: int, cfg: TrainConfig, report: Report | None = N
 
 
 def _run(grank: int, world: int, cfg: TrainConfig, device: torch.device, report: Report) -> dict[str, Any]:
-    # with data-parallel replicas global rank ``grank`` runs replica ``replica`` of stage ``rank``
-    rank, replica = stage_and_replica(grank, cfg.stages)
+    run = StageRun.of(cfg, grank, device)  # this stage's place in the run, its policy parsed once
+    rank, replica = run.stage, run.replica
     spec = stage_specs(cfg.space, cfg.partition, cfg.shared)[rank]
     stream = cfg.stream()
-    ckpt = Checkpointer(cfg, rank)  # resume at ckpt.start; fences at the checkpoints
-    ckpt.saves = replica == 0  # the replicas of a stage hold the same state: replica 0 saves it
+    ckpt = Checkpointer(cfg, run)  # resume at ckpt.start; fences at the checkpoints (replica 0 saves)
     sched = make_scheduler(cfg.policy, spec, stream, cfg.window, start=ckpt.start, fence=ckpt.fence,
                            **cfg.policy_options)
     model = build_stage(cfg.space, cfg.partition.blocks(rank), cfg.seed, cfg.shared).to(device)
     delay = cfg.shared.delay if cfg.shared.trains_shared else None
-    ex = StageExecutor(model, stream, seed=cfg.seed, policy=cfg.policy_name, optimizer=cfg.optimizer,
-                       lr=cfg.learning_rate(), shared_delay=delay, write_kind=sched.write_kind,
-                       micro_batches=getattr(sched, "m", None), device=device, stage=rank, stages=cfg.stages,
-                       policy_options=parse_async_options(cfg.policy), replica=replica, replicas=cfg.replicas)
+    ex = StageExecutor(model, stream, run, seed=cfg.seed, optimizer=cfg.optimizer, lr=cfg.learning_rate(),
+                       shared_delay=delay, write_kind=sched.write_kind, micro_batches=sched.micro_batches)
     ckpt.restore(ex)
     inbox: queue.Queue = queue.Queue()
-    links = Links(rank, cfg.stages, device, cfg.n - ckpt.start, inbox, cfg.timeout, replica, cfg.replicas)
+    links = Links(run, cfg.n - ckpt.start, inbox, cfg.timeout)
     if cfg.replicas > 1:  # (collective: after the links' groups, in the same order on every rank)
-        ex.reducer = ReplicaGroup(rank, cfg.stages, replica, cfg.replicas, device, cfg.timeout,
-                                  native=cfg.replica_exchange == "native")
+        ex.reducer = ReplicaGroup(run, cfg.timeout, native=cfg.replica_exchange == "native")
     cfg.out.mkdir(parents=True, exist_ok=True)  # (another machine's view of the run directory)
     log = EventLog(rank, cfg.out / runs.EVENTS if replica == 0 else None)
     mem = None

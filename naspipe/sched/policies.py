@@ -111,6 +111,7 @@ class StageScheduler:
     # (BSP's flush: G = micro_batches); 1: a subnet's write waits for no younger subnet's forward. A memory
     # gate must admit those forwards, or the oldest subnet never finishes (naspipe.sim.memory.Gate)
     flush_group = 1
+    micro_batches: int | None = None  # the update's group of subnets (bsp); None: one subnet per update
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, *, start: int = 0,
                  fence: int | None = None):
@@ -621,7 +622,7 @@ class BSPScheduler(StageScheduler):
             raise PolicyError("bsp needs micro_batches >= 1")
         if base.get("start", 0) % micro_batches:
             raise PolicyError(f"bsp resumes only at a group boundary (a multiple of {micro_batches})")
-        self.m = self.flush_group = micro_batches
+        self.m = self.flush_group = self.micro_batches = micro_batches
         self._f_done_in_group: dict[int, int] = {}
         self._held_b: list[int] = []
         super().__init__(spec, stream, max(window, micro_batches), **base)
