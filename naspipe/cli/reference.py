@@ -95,14 +95,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {str(out)!r} exists and is not a directory")
     _check_out(out, args.overwrite)
     from naspipe.runtime.config import ConfigError, check_sequence_size
+    from naspipe.space import replicas_error
 
     try:
         check_sequence_size(cfg.space, len(cfg.stream), 1)
     except ConfigError as e:
         raise UsageError(str(e)) from None
-    if args.replicas > 1 and cfg.space.batch_size % args.replicas:
-        raise UsageError(f"--replicas {args.replicas} must divide the batch size {cfg.space.batch_size} of "
-                         f"{cfg.space.name!r} (each replica computes an equal shard)")
+    if (why := replicas_error(cfg.space.batch_size, args.replicas)) is not None:
+        raise UsageError(f"--{why} of {cfg.space.name!r}")
     if args.replicas > 1 and spec.online:
         raise UsageError(f"--replicas > 1 needs a fixed sequence; --sampler {spec} generates it at run time")
     from naspipe.validate import ModelCheckError, check_replicas

@@ -179,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     from naspipe.sched.policies import PolicyError
     from naspipe.sim import simulate
     from naspipe.sim.memory import MemoryBudgetError
+    from naspipe.space import replicas_error
 
     mem = memory_config(args)
     for flag, path in (("--trace", args.trace), ("--chrome-trace", args.chrome_trace)):
@@ -186,9 +187,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag}: cannot write {path}: directory {str(Path(path).parent)!r} does not exist")
     opts = {"micro_batches": args.micro_batches, "max_pending_w": args.max_pending_w}
     replicas = args.replicas
-    if replicas < 1 or cfg.space.batch_size % replicas:
-        raise UsageError(f"--replicas must be >= 1 and divide the batch size {cfg.space.batch_size} of "
-                         f"{cfg.space.name!r}, got {replicas}")
+    if (why := replicas_error(cfg.space.batch_size, replicas)) is not None:
+        raise UsageError(f"--{why} of {cfg.space.name!r}")
     if replicas == 1 and args.replica_exchange != "exact":
         raise UsageError("--replica-exchange native only applies with --replicas > 1")  # as train refuses it
     if replicas > 1 and mem is not None:

@@ -20,7 +20,7 @@ from typing import Any
 from naspipe import runs
 from naspipe.partition import Partition
 from naspipe.partition import partition as make_partition
-from naspipe.runspec import DEFAULT_POLICY, DEFAULT_WINDOW, RunSpec, RunSpecError
+from naspipe.runspec import DEFAULT_POLICY, DEFAULT_WINDOW, RunSpec, RunSpecError, check_replicas
 from naspipe.runtime.rundir import ConfigError, check_out_dir, check_writable, prepare_out_dir  # noqa: F401
 from naspipe.samplers import SamplerError, make_stream, parse_sampler
 from naspipe.sched.policies import PolicyError, StageSpec, make_scheduler
@@ -60,7 +60,6 @@ def _with_sampler(spec: RunSpec, sampler: Any) -> RunSpec:
 def replica_policies() -> list[str]:
     """The policies that train with data-parallel replicas (declared ``replicas=True``)."""
     return [n for n in policy_names() if get_policy(n).replicas]
-REPLICA_EXCHANGES = ("exact", "native")
 # files that mark a directory as holding a run (refused unless overwrite=True)
 RUN_FILES = runs.RUN_FILES
 
@@ -152,6 +151,8 @@ class TrainConfig:
         ``options`` are this class's own fields (optimizer, device, timeout, ``resume``, ...). Validates;
         raises ConfigError."""
         cls._check_options(options)
+        options.setdefault("replicas", spec.replicas)  # (the spec's replicas, unless the options name others)
+        options.setdefault("replica_exchange", spec.replica_exchange)
         resume = options.pop("resume", None)  # a run directory or checkpoint/: resolved below
         options.pop("start", None)
         spec = _with_sampler(spec, options.setdefault("sampler", spec.sampler))
@@ -293,19 +294,12 @@ class TrainConfig:
         return self.stages * self.replicas
 
     def _validate_replicas(self) -> None:
-        r = self.replicas
-        if not isinstance(r, int) or isinstance(r, bool) or r < 1:
-            raise ConfigError(f"replicas must be a whole number >= 1, got {r!r}")
-        if self.replica_exchange not in REPLICA_EXCHANGES:
-            raise ConfigError(f"unknown replica exchange {self.replica_exchange!r}; choose one of "
-                              f"{', '.join(REPLICA_EXCHANGES)}")
-        if r == 1:
-            if self.replica_exchange != "exact":
-                raise ConfigError("replica exchange native only applies with replicas > 1")
+        try:  # the rules of replicas in themselves: naspipe.runspec's
+            check_replicas(self.space, self.replicas, self.replica_exchange)
+        except RunSpecError as e:
+            raise ConfigError(str(e)) from None
+        if self.replicas == 1:
             return
-        if self.space.batch_size % r:
-            raise ConfigError(f"replicas {r} must divide the batch size {self.space.batch_size} of "
-                              f"{self.space.name!r} (each replica computes an equal shard)")
         if not self.policy_spec.replicas:
             raise ConfigError(f"replicas > 1 work with the exact policies {', '.join(replica_policies())}, "
                               f"not {self.policy_name}")

@@ -37,7 +37,7 @@ from naspipe.sched.tasks import BACKWARD, WEIGHT, Task
 from naspipe.sequence import SubnetStream
 from naspipe.shared import SharedLayers
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA, CostModel, batch_time_scale
-from naspipe.space import SearchSpace, Subnet
+from naspipe.space import SearchSpace, Subnet, replicas_error
 
 
 def check_replica_policy(policy: str) -> None:
@@ -77,8 +77,8 @@ class ReplicaCostModel(CostModel):
     def __init__(self, space: SearchSpace, part: Partition, subnets: Sequence[Subnet], *, replicas: int,
                  link: LinkModel = DEFAULT_LINK, alpha: float = DEFAULT_BATCH_ALPHA,
                  shared: SharedLayers | None = None, native: bool = False, **kw: Any):
-        if replicas < 1 or space.batch_size % replicas:
-            raise ValueError(f"replicas must be >= 1 and divide the batch size {space.batch_size}, got {replicas}")
+        if (why := replicas_error(space.batch_size, replicas)) is not None:
+            raise ValueError(why)
         b = space.batch_size
         super().__init__(space, part, subnets, batch_size=b // replicas,
                          time_scale=kw.pop("time_scale", 1.0) * batch_time_scale(b // replicas, b, alpha), **kw)
@@ -212,7 +212,7 @@ def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = 
     rows = []
     for r in range(1, devices + 1):
         p = devices // r
-        if devices % r or space.batch_size % r or p > space.num_blocks:
+        if devices % r or replicas_error(space.batch_size, r) or p > space.num_blocks:
             continue
         reason = refuses(r) if refuses is not None and r > 1 else None
         if reason is not None:
