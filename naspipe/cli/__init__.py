@@ -36,6 +36,7 @@ def _commands() -> list:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="naspipe", description="Reproducible pipeline-parallel supernet training (CSP).")
+    parser.set_defaults(_run=None, _argv=None)  # (no command given: the help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for mod in _commands():
         p = sub.add_parser(mod.COMMAND, help=mod.HELP, description=mod.HELP)
@@ -52,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        if not getattr(args, "_run", None):
+        if args._run is None:
             parser.print_help()
             return 2
         args._argv = list(sys.argv[1:] if argv is None else argv)  # (a resume hint repeats the command line)

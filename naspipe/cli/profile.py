@@ -19,8 +19,10 @@ ORDER = 15
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from naspipe.runtime.config import DEVICES  # (torch-free)
+
     p.add_argument("--space", required=True, help="module:function (your supernet) or a trainable preset")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="device to measure on (default cpu)")
+    p.add_argument("--device", choices=DEVICES, default="cpu", help="device to measure on (default cpu)")
     p.add_argument("--repeats", type=positive_int("--repeats"), default=5, help="timed runs per candidate")
     p.add_argument("--threads", type=positive_int("--threads"), default=1, help="intra-op threads (default 1)")
     p.add_argument("--out", default=None, help="profile JSON (default: next to the module of module:function)")

@@ -19,47 +19,20 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from naspipe.cli.common import UsageError, add_run_arguments, positive_float, positive_int, resolve_run
-
-if TYPE_CHECKING:
-    from naspipe.samplers import SamplerSpec
+from naspipe.cli.common import (
+    UsageError,
+    add_optimizer_arguments,
+    add_run_arguments,
+    add_sampler_argument,
+    positive_int,
+    resolve_run,
+    sampler_from_args,
+)
 
 COMMAND = "reference"
 HELP = "train subnets one at a time (the sequential oracle) and write losses and parameter hashes"
 ORDER = 40
-
-
-def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
-    """``--optimizer`` and ``--lr``, shared with ``naspipe train``."""
-    from naspipe.optim_names import DEFAULT_LR, OPTIMIZERS
-
-    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
-                   help="per-parameter optimizer (default %(default)s)")
-    defaults = ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items())
-    p.add_argument("--lr", type=positive_float("--lr"), default=None,
-                   help=f"learning rate (default per optimizer: {defaults})")
-
-
-def add_sampler_argument(p: argparse.ArgumentParser) -> None:
-    """``--sampler``, for ``naspipe reference`` and ``naspipe train`` (``naspipe.cli.common``'s)."""
-    from naspipe.cli.common import add_sampler_argument as add
-
-    add(p)
-
-
-def sampler_from_args(args: argparse.Namespace) -> SamplerSpec:
-    """The parsed ``--sampler``; UsageError for a bad value or together with ``--sequence``."""
-    from naspipe.samplers import SamplerError, parse_sampler
-
-    try:
-        spec = parse_sampler(args.sampler)
-    except SamplerError as e:
-        raise UsageError(str(e)) from None
-    if spec.kind != "uniform" and getattr(args, "sequence", None):
-        raise UsageError(f"--sampler {args.sampler} generates the sequence; it cannot be combined with --sequence")
-    return spec
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -25,6 +25,7 @@ ORDER = 10
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from naspipe.cli.common import add_sampler_argument
+    from naspipe.runspec import REPLICA_EXCHANGES
 
     add_run_arguments(p)
     add_sampler_argument(p, online=False)
@@ -64,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_link_arguments(r)
     r.add_argument("--replicas", type=int, default=1, metavar="R",
                    help="R replicas of every stage: tasks at batch B/R, gradients exchanged on the link (default 1)")
-    r.add_argument("--replica-exchange", choices=("exact", "native"), default="exact",
+    r.add_argument("--replica-exchange", choices=REPLICA_EXCHANGES, default="exact",
                    help="exact: all-gather summed in replica order (default); native: the ring all-reduce")
     p.add_argument("--trace", default=None, help="write the trace JSON here")
     p.add_argument("--chrome-trace", default=None, help="write a Chrome/Perfetto trace here")
