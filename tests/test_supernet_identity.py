@@ -114,6 +114,7 @@ def test_a_resume_refusal_names_the_default_replicas_not_null(tmp_path):
 def test_profile_refuses_an_unwritable_destination_before_it_measures(tmp_path, capsys, monkeypatch):
     """Finding 11: a directory, a file where a folder belongs, a read-only folder: exit 2, one line, nothing
     measured; the profile is written atomically (no temporary file left beside it)."""
+    import naspipe.atomic as atomic
     import naspipe.measure as measure
 
     def boom(*a, **k):
@@ -123,7 +124,7 @@ def test_profile_refuses_an_unwritable_destination_before_it_measures(tmp_path, 
     with monkeypatch.context() as m:
         m.setattr(measure, "measure_costs", boom)
         for out, msg in ((tmp_path, "is a directory; give the profile's file name"),
-                         (tmp_path / "f" / "p.json", "is a file, not a folder")):
+                         (tmp_path / "f" / "p.json", "is not a directory")):
             assert main(["profile", "--space", GOOD, "--out", str(out)]) == 2
             err = capsys.readouterr().err
             assert err.count("\n") == 1 and msg in err, err
@@ -131,9 +132,9 @@ def test_profile_refuses_an_unwritable_destination_before_it_measures(tmp_path, 
         def read_only(*a, **k):
             raise OSError(30, "Read-only file system")
 
-        m.setattr(measure.tempfile, "NamedTemporaryFile", read_only)
+        m.setattr(atomic.tempfile, "mkdtemp", read_only)
         assert main(["profile", "--space", GOOD, "--out", str(tmp_path / "p.json")]) == 2
-        assert "cannot write the profile" in capsys.readouterr().err
+        assert "cannot be written: Read-only file system" in capsys.readouterr().err
     assert main(["profile", "--space", GOOD, "--repeats", "1", "--out", str(tmp_path / "p.json")]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "p.json"]
 

@@ -52,13 +52,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda was asked for, but torch sees no CUDA device; use --device cpu")
-    from naspipe.measure import check_writable, measure_costs, save_costs
+    from naspipe.atomic import check_writable
+    from naspipe.measure import measure_costs, save_costs
 
     def refuse(e: OSError) -> UsageError:
         return UsageError(f"--out: {e}" if args.out is not None else f"{e}; pass --out FILE somewhere writable")
 
     try:  # before measuring: minutes of measurement must not end in a write error
-        check_writable(out)
+        check_writable(out, "profile", file=True)
     except OSError as e:
         raise refuse(e) from None
 

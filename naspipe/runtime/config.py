@@ -21,7 +21,7 @@ from naspipe import runs
 from naspipe.partition import Partition
 from naspipe.partition import partition as make_partition
 from naspipe.runspec import DEFAULT_POLICY, DEFAULT_WINDOW, RunSpec, RunSpecError, check_replicas
-from naspipe.runtime.rundir import ConfigError, check_out_dir, check_writable, prepare_out_dir  # noqa: F401
+from naspipe.runtime.rundir import ConfigError, check_out_dir, prepare_out_dir  # noqa: F401
 from naspipe.samplers import SamplerError, make_stream, parse_sampler
 from naspipe.sched.policies import PolicyError, StageSpec, make_scheduler
 from naspipe.sched.registry import Policy, get_policy, policy_names
@@ -127,7 +127,7 @@ class TrainConfig:
         ``sequence``: a subnet stream or list of subnets to replay (its first ``subnets`` are trained);
         default: uniform sampling keyed by ``seed``. ``partition``: the stages' block ranges (it overrides
         ``stages``); by default ``stages`` ranges balanced on the space's cost model or, with
-        ``balance="measured"``, on block costs measured on this machine (``naspipe.runtime.profile``).
+        ``balance="measured"``, on block costs measured on this machine (``naspipe.measure``).
         """
         run = {k: options.pop(k) for k in ("seed", "policy", "window") if k in options}  # the RunSpec's part
         if "sampler" in options:  # also a training option (recorded); the RunSpec makes a seeded sequence of it
@@ -512,6 +512,6 @@ def measured_partition(space: SearchSpace, stages: int, seed: int = 0) -> Partit
         check_model(space, seed)
     except ModelCheckError as e:
         raise ConfigError(str(e)) from None
-    from naspipe.runtime.profile import measure_block_costs
+    from naspipe.measure import measure_block_costs
 
     return make_partition(space, stages, profile=measure_block_costs(space, seed))
