@@ -10,7 +10,7 @@ what re-tuning the priority rule can buy (no single rule wins on every instance)
 must come within a few percent of the optimum needs more than a priority rule if even that falls short.
 
 Then the default order, ``csp-plan`` (csp-cp with hashed per-task factors, its plan chosen by simulating a fixed
-budget of plans, ``naspipe.sim.plan``), as ``naspipe simulate`` runs it: against the same best known schedules
+budget of plans, ``naspipe.sim.plan_choice``), as ``naspipe simulate`` runs it: against the same best known schedules
 (target: naspipe-k96 mean <= 1.04x, worst <= 1.10x; naspipe-k48 <= 1.02x), against the lower bound at 1,000
 subnets (naspipe-k96 and -k48, 4 stages, seeds 0-3; targets 0.92 and 0.96), and, so the plan search is not
 tuned to the seeds above, against the lower bound at 30 subnets on seeds 6-35 beside csp-cp.

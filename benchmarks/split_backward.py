@@ -44,9 +44,9 @@ from naspipe.models import build_stage, input_of, make_batch, target_of
 from naspipe.results import verify
 from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
-from naspipe.sched.shared import parse_shared
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
 from naspipe.sequence import UniformStream
+from naspipe.shared import parse_shared
 from naspipe.sim import simulate
 from naspipe.space import resolve_space
 

@@ -40,7 +40,7 @@ def _env_int(name: str) -> int:
 
 
 def _config(argv: Sequence[str] | None, world: int, rank: int) -> Any:
-    from naspipe.cli.train import world_config
+    from naspipe.cli.cmd_train import world_config
 
     return world_config(argv, world, check_out=rank == 0)
 
@@ -189,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     bar.close()
     if merged:
-        from naspipe.cli.train import summary_line
+        from naspipe.cli.cmd_train import summary_line
 
         print(summary_line(merged[0].metrics))
         print(f"wrote {cfg.out}")

@@ -22,8 +22,8 @@ from naspipe.runtime.async_rules import lags_from_events, lags_from_reads
 from naspipe.runtime.replay import replay_schedule
 from naspipe.sched.async_options import AsyncOptionError, parse_async_options
 from naspipe.sched.policies import POLICIES, PolicyError, make_scheduler, stage_specs
-from naspipe.sched.shared import parse_shared
 from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import preset
 
 ASYNC = ["pipedream", "pipedream:vsync", "2bw", "pipemare:t1=5,t2=0.1,warmup=3", "pipeoptim", "pipeoptim:s=inflight"]

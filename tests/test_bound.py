@@ -10,8 +10,8 @@ import pytest
 
 from naspipe.bound import lower_bound
 from naspipe.partition import partition
-from naspipe.sched.shared import parse_shared
 from naspipe.sequence import ReplayStream
+from naspipe.shared import parse_shared
 from naspipe.sim import CostModel, simulate
 from naspipe.space import Block, Candidate, SearchSpace
 

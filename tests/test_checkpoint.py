@@ -27,8 +27,8 @@ from naspipe.runtime.checkpoint import (
 )
 from naspipe.runtime.launcher import TrainError
 from naspipe.runtime.stagerun import StageRun
-from naspipe.sched.shared import parse_shared
 from naspipe.sequence import UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import preset
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")

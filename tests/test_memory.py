@@ -281,7 +281,7 @@ def _budgets(sp, part, policy: str, swap: str, room: float) -> list[int]:
 
 
 def _run(sp, stages, n, seed, policy, swap, budget, depth, shared, pin="task"):
-    from naspipe.sched.shared import parse_shared
+    from naspipe.shared import parse_shared
 
     part = partition(sp, stages)
     if isinstance(budget, float):

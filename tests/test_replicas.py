@@ -10,8 +10,8 @@ import torch
 from naspipe.cli import main
 from naspipe.models.shards import combine, shard, shard_batch
 from naspipe.reference import train_reference
-from naspipe.sched.shared import SharedLayers
 from naspipe.sequence import UniformStream
+from naspipe.shared import SharedLayers
 from naspipe.space import resolve_space
 
 # params.json digests of ``naspipe reference --space S --subnets 6 --seed 3`` recorded before replicas existed:

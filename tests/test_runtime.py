@@ -33,8 +33,8 @@ from naspipe.runtime.launcher import TrainError
 from naspipe.runtime.replay import replay_schedule
 from naspipe.runtime.versions import FixedVersions
 from naspipe.sched.policies import POLICIES
-from naspipe.sched.shared import parse_shared
 from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import Block, preset
 from naspipe.trace import Trace, check_causal
 

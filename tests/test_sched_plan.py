@@ -17,7 +17,7 @@ from naspipe.partition import partition
 from naspipe.sched.policies import DEFAULT_POLICY, PolicyError, make_scheduler, plan_factor_unit, stage_specs
 from naspipe.sequence import UniformStream
 from naspipe.sim import choose_plan, simulate
-from naspipe.sim.plan import needs_plan, plan_tries, planned_policy
+from naspipe.sim.plan_choice import needs_plan, plan_tries, planned_policy
 from naspipe.space import preset
 
 

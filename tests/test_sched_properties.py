@@ -24,8 +24,8 @@ from naspipe.bound import lower_bound
 from naspipe.partition import partition
 from naspipe.sched.causal import CausalTracker
 from naspipe.sched.policies import policy_names
-from naspipe.sched.shared import parse_shared
 from naspipe.sequence import ReplayStream, UniformStream, Window
+from naspipe.shared import parse_shared
 from naspipe.sim import simulate
 from naspipe.space import Block, Candidate, SearchSpace
 from naspipe.trace import Trace, check_causal

@@ -25,9 +25,9 @@ from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
 from naspipe.runtime.stage_exec import StageExecutor
 from naspipe.runtime.stagerun import StageRun
-from naspipe.sched.shared import parse_shared
 from naspipe.sched.tasks import WEIGHT
 from naspipe.sequence import UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import preset
 from naspipe.trace import Trace, check_causal
 

@@ -23,7 +23,7 @@ from torch import nn
 import naspipe
 from naspipe.cli import main
 from naspipe.reference import train_reference
-from naspipe.sched.shared import parse_shared
+from naspipe.shared import parse_shared
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 

@@ -19,8 +19,8 @@ from torch import nn
 import naspipe
 from naspipe.cli import main
 from naspipe.reference import train_reference
-from naspipe.sched.shared import parse_shared
 from naspipe.search import search_run
+from naspipe.shared import parse_shared
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -238,7 +238,7 @@ def test_the_same_command_resumes_after_profiling_changed_the_plan(tmp_path, mon
     new costs choose differs, and the resume continues the checkpoint's instead of refusing the same command."""
 
     from naspipe.runtime import config as config_module
-    from naspipe.sim.plan import needs_plan
+    from naspipe.sim.plan_choice import needs_plan
     from naspipe.supernet import load_spec
 
     sn = load_spec(GOOD)
@@ -252,7 +252,7 @@ def test_the_same_command_resumes_after_profiling_changed_the_plan(tmp_path, mon
 
     # the command line builds its config its own way (train's --resume): the same rule
     from naspipe.cli import build_parser
-    from naspipe.cli.train import config_from_args
+    from naspipe.cli.cmd_train import config_from_args
 
     def command(*extra: str) -> list[str]:
         return ["train", "--space", GOOD, "--stages", "2", "--subnets", "8", "--seed", "1", "--checkpoint-every",

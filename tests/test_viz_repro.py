@@ -12,8 +12,8 @@ import pytest
 
 from naspipe.experiments.jobs import Job, TrainJob, start_reference, write_reference
 from naspipe.results import ResultsError, verify, write_losses, write_params
-from naspipe.sched.shared import parse_shared
 from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import preset
 from naspipe.viz.repro import (
     conflict_dense,

@@ -22,8 +22,8 @@ from torch import nn
 from naspipe.models import build_stage, input_of, make_batch, target_of
 from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
 from naspipe.runtime.wgrad import recipe
-from naspipe.sched.shared import parse_shared
 from naspipe.sequence import UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import resolve_space
 
 

@@ -87,7 +87,7 @@ def _resume_hint(e: BaseException, args: argparse.Namespace | None) -> str:
     saved = getattr(e, "checkpoint", None)
     if saved is None or args is None:
         return ""
-    from naspipe.cli.train import resume_hint
+    from naspipe.cli.cmd_train import resume_hint
 
     return f"; {resume_hint(saved, args)}"
 

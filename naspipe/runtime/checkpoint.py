@@ -454,7 +454,7 @@ def adopt_layout(cfg: TrainConfig, path: str | Path, *, adopt_plan: bool = False
 
 def _same_planned_order(recorded: object, policy: str) -> bool:
     """Both are ``csp-plan`` with the same ``eps``: they differ at most in the plan the costs chose."""
-    from naspipe.sim.plan import PLANNED, eps_of
+    from naspipe.sim.plan_choice import PLANNED, eps_of
 
     names = [str(p).partition(":")[0].strip() for p in (recorded, policy)]
     try:

@@ -33,7 +33,7 @@ DEVICES = ("cpu", "cuda")
 START_METHODS = ("forkserver", "spawn")
 BALANCES = ("cost", "measured")
 FAULT_ACTIONS = ("raise", "kill", "exit", "hang")
-# policies whose writes can be ordered by subnet across a stage's replicas (naspipe.runtime.replicas)
+# policies whose writes can be ordered by subnet across a stage's replicas (naspipe.runtime.replica_group)
 
 
 def _online(sampler: Any) -> bool:
@@ -172,7 +172,7 @@ class TrainConfig:
         cfg = cls(space=spec.space, out=Path(out), partition=spec.partition, sequence=subs, shared=spec.shared,
                   seed=spec.seed, policy=spec.policy, window=spec.window, **options)
         cfg.validate()
-        from naspipe.sim.plan import needs_plan
+        from naspipe.sim.plan_choice import needs_plan
 
         chosen_here = needs_plan(cfg.policy)  # plain csp-plan: the plan follows from today's costs
         cfg = cfg.planned()
@@ -191,14 +191,14 @@ class TrainConfig:
             raise ConfigError(f"unknown option(s) {sorted(unknown)}")
 
     def planned(self) -> TrainConfig:
-        """This config with its ``csp-plan`` plan chosen (``naspipe.sim.plan``), once, before any process starts:
+        """This config with its ``csp-plan`` plan chosen (``naspipe.sim.plan_choice``), once, before any process starts:
         simulated on the run's sequence with the space's cost model, then written into ``policy``
         (``csp-plan:plan=S,eps=E``), which every stage parses and the run's config and checkpoints record, so a
         resumed run plans the same. A run-time generated sequence is not known up front: it runs plan 0
         (csp-cp's order), recorded as such (a replay of the run, e.g. the report's, must not plan anew). Any
         other policy, or one naming its plan, is returned as it is."""
         from naspipe.sim import choose_plan
-        from naspipe.sim.plan import eps_of, needs_plan, plan_tries, planned_policy
+        from naspipe.sim.plan_choice import eps_of, needs_plan, plan_tries, planned_policy
 
         if not needs_plan(self.policy):
             return self
@@ -473,7 +473,7 @@ def check_sequence_size(space: SearchSpace, subnets: int, processes: int) -> Non
     """Refuse a fixed sequence too large to hold before anything is built: each of ``processes`` processes (a
     training run: the launcher and every stage) keeps one copy, a tuple of ``num_blocks`` small ints per subnet
     (about ``64 + 8 * num_blocks`` bytes)."""
-    from naspipe.validate import machine_memory
+    from naspipe.modelcheck import machine_memory
 
     per = 64 + 8 * space.num_blocks
     need = subnets * per * processes
@@ -487,9 +487,9 @@ def check_sequence_size(space: SearchSpace, subnets: int, processes: int) -> Non
 
 
 def check_model_of(cfg: TrainConfig) -> None:
-    """Build the run's model block by block and run every candidate on a probe batch (``naspipe.validate``);
+    """Build the run's model block by block and run every candidate on a probe batch (``naspipe.modelcheck``);
     ConfigError naming the block and candidate when it cannot be built or run."""
-    from naspipe.validate import ModelCheckError, check_messages, check_model, check_replicas
+    from naspipe.modelcheck import ModelCheckError, check_messages, check_model, check_replicas
 
     try:
         check_model(cfg.space, cfg.seed, cfg.shared)
@@ -506,7 +506,7 @@ def check_model_of(cfg: TrainConfig) -> None:
 
 def measured_partition(space: SearchSpace, stages: int, seed: int = 0) -> Partition:
     """A partition balanced on block costs measured on this machine (builds the model: needs torch)."""
-    from naspipe.validate import ModelCheckError, check_model
+    from naspipe.modelcheck import ModelCheckError, check_model
 
     try:
         check_model(space, seed)

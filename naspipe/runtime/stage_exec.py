@@ -64,7 +64,7 @@ class StageExecutor:
                  lr: float, shared_delay: int | None, write_kind: str = BACKWARD, micro_batches: int | None = None,
                  reducer: Any = None):
         """``run``: where this stage runs and under which policy (with replicas it computes shard
-        ``run.replica`` of every batch); ``reducer`` (``naspipe.runtime.replicas.ReplicaGroup``) combines the
+        ``run.replica`` of every batch); ``reducer`` (``naspipe.runtime.replica_group.ReplicaGroup``) combines the
         replicas' gradients before each write."""
         self.model = model
         self.run = run
@@ -223,7 +223,7 @@ class StageExecutor:
 
     def _combine(self, j: int, st: _Stash) -> None:
         """Data-parallel replicas: ``j``'s gradients (and, on the last stage, its loss) combined over the
-        stage's replicas in replica order (``naspipe.runtime.replicas``), before the write."""
+        stage's replicas in replica order (``naspipe.runtime.replica_group``), before the write."""
         if self.reducer is None:
             return
         extra = [st.out.detach().reshape(())] if self.last else []

@@ -205,7 +205,7 @@ class ExactUpdates(RuleState):
 
     def reduce(self, j: int, fn: Any, extra: Sequence[Tensor] = ()) -> list[Tensor | None]:
         """Replace ``j``'s held gradients by ``fn(j, [*extra, *gradients], like=[*extra, *parameters])``
-        (data-parallel replicas: ``naspipe.runtime.replicas``); returns what ``fn`` made of ``extra``."""
+        (data-parallel replicas: ``naspipe.runtime.replica_group``); returns what ``fn`` made of ``extra``."""
         keys, grads, fixed = self._grads[j]
         ps, names = list(grads), list(fixed)
         k = len(extra)

@@ -42,7 +42,7 @@ from naspipe.runtime.config import TrainConfig
 from naspipe.runtime.jitter import jitter_seconds
 from naspipe.runtime.online import LossBook
 from naspipe.runtime.recorder import EventLog
-from naspipe.runtime.replicas import ReplicaGroup, WriteOrder, next_task_writing
+from naspipe.runtime.replica_group import ReplicaGroup, WriteOrder, next_task_writing
 from naspipe.runtime.stage_exec import StageExecutor
 from naspipe.runtime.stagerun import StageRun
 from naspipe.sched.policies import make_scheduler, stage_specs
@@ -234,7 +234,7 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
         t = clock()
         if mem is not None:  # (memory: the admission gate)
             task = mem.next_task(sched)
-        elif follower:  # a replica writes in its leader's order (naspipe.runtime.replicas)
+        elif follower:  # a replica writes in its leader's order (naspipe.runtime.replica_group)
             task = next_task_writing(sched, announced[0] if announced else None)
         else:
             task = sched.next_task()

@@ -1,7 +1,7 @@
 """One write order for the replicas of a stage: a follower may start only the write its leader announced.
 
 Why it exists: the replicas of a stage combine their gradients with a collective before every write
-(``naspipe.runtime.replicas``), so they must reach their writes in the same order, whatever order messages
+(``naspipe.runtime.replica_group``), so they must reach their writes in the same order, whatever order messages
 arrive in. Replica 0 of a stage (the leader) schedules freely and announces each write (``B``, or ``W`` with
 a split backward) as it starts it; the other replicas (followers) drive their schedulers through
 ``next_task_writing``, which lets a write start only when it is the next one announced. Every other

@@ -18,7 +18,7 @@ Policies:
   conflicts may overtake ready backwards;
 * ``csp-plan`` (the default of the command line and the library): csp-cp with every priority scaled by a
   per-task factor ``1 + eps * u(plan, stage, kind, j)`` (a hash); ``plan=0`` is csp-cp; without a plan option
-  the simulator and ``TrainConfig`` first choose one by simulation (``naspipe.sim.plan``);
+  the simulator and ``TrainConfig`` first choose one by simulation (``naspipe.sim.plan_choice``);
 * ``csp-bw``: CSP with a split backward: ``B`` (input gradient) goes first, the causal rule waits on
   ``W`` (weight gradient + update); ``W`` and forwards are ordered by conflict chains, so a ``W`` that
   later forwards wait for runs early and the rest fill idle time; ``W`` tasks are bounded by
@@ -491,7 +491,7 @@ class PlannedCriticalPathCSPScheduler(CriticalPathCSPScheduler):
     ``csp-cp``; ``naspipe.sim.choose_plan`` simulates a fixed number of plans before a run and keeps the one with
     the shortest makespan (optimal schedules hold some ready tasks back, which no fixed greedy rule does on every
     instance; a plan picks, per instance, which near-equal priorities of csp-cp to order the other way; see
-    ``naspipe.sim.plan``). A decision costs
+    ``naspipe.sim.plan_choice``). A decision costs
     what csp-cp's does plus a hash per ranked task; the order stays exact (the causal rule decides what is
     ready), so results are bit-identical to ``csp``'s whatever the plan.
     """
@@ -695,7 +695,7 @@ for _policy in (
     Policy("csp-cp", CriticalPathCSPScheduler, causal=True, context_switch=True, replicas=True,
            doc="CSP ranked by critical path: the ready task heading the longest path of work runs first"),
     Policy("csp-plan", PlannedCriticalPathCSPScheduler, causal=True, context_switch=True, replicas=True,
-           doc="csp-cp with per-task priority factors chosen by a plan number (naspipe.sim.plan picks one)",
+           doc="csp-cp with per-task priority factors chosen by a plan number (naspipe.sim.plan_choice picks one)",
            options={"plan": int, "eps": float}),
     Policy("csp-bw", SplitBackwardCSPScheduler, causal=True, context_switch=True, replicas=True,
            doc="CSP with a split backward (B, then W)", options={"max_pending_w": int},
@@ -716,7 +716,7 @@ POLICIES = SchedulerTable()  # {name: scheduler class}, a live view of the regis
 
 
 DEFAULT_POLICY = "csp-plan"  # what `naspipe simulate` and `naspipe train` run without --policy ("csp" is the paper's);
-# without a plan option a plan is chosen by simulation first (naspipe.sim.plan)
+# without a plan option a plan is chosen by simulation first (naspipe.sim.plan_choice)
 
 
 def policy_class(policy: str) -> type[StageScheduler]:

@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from naspipe.search.constraints import Constraint, ConstraintError, format_cost, parse_constraints
-from naspipe.search.costs import ProfileError, SearchCosts
 from naspipe.search.result import Evaluated, SearchResult, subnet_names
 from naspipe.search.strategies import STRATEGIES, InfeasibleError, search_space
+from naspipe.search.subnet_costs import ProfileError, SearchCosts
 
 _LAZY = {"search_run": "run", "search_model": "run", "load_trained_run": "run", "cost_model": "run", "RunError": "run",
          "make_evaluator": "run", "SEARCH_JSON": "run", "measure_profile": "naspipe.measure",

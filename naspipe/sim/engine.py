@@ -27,7 +27,7 @@ from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.sequence import ReplayStream, SubnetStream
 from naspipe.shared import SharedLayers
 from naspipe.sim.costs import CostModel
-from naspipe.sim.plan import PLAN_BUDGET, PLANNED, PlanChoice, eps_of, needs_plan, plan_tries, planned_policy
+from naspipe.sim.plan_choice import PLAN_BUDGET, PLANNED, PlanChoice, eps_of, needs_plan, plan_tries, planned_policy
 from naspipe.space import SearchSpace
 from naspipe.trace import Trace
 

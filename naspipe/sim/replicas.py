@@ -202,7 +202,7 @@ def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = 
         except PolicyError as e:
             raise PolicyError(f"{e}: a plan ranks stages x replicas splits; simulate its one split with "
                               f"naspipe simulate --stages {devices} --policy {policy}") from None
-    from naspipe.sim.plan import needs_plan, planned_policy
+    from naspipe.sim.plan_choice import needs_plan, planned_policy
 
     if needs_plan(policy):  # the default ranks every split in plan 0's order (csp-cp's): planning each split
         policy = planned_policy(0)  # would cost a planning budget per split, for a gain too small to reorder them

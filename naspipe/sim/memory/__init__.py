@@ -45,18 +45,7 @@ subnet therefore always finds room on every stage, so no causal chain can be sta
 ``Gate.admits``); under BSP so does the rest of its group, whose forwards its backward waits for.
 """
 
-from naspipe.sim.memory.config import (
-    DEFAULT_BANDWIDTH,
-    PIN_MODES,
-    SWAP_MODES,
-    Key,
-    MemoryBudgetError,
-    MemoryConfig,
-)
-from naspipe.sim.memory.device import EVICTING, LOADING, RESIDENT, RESIDENT_MODE, StageMemory, StageStats
-from naspipe.sim.memory.footprint import Footprint
-from naspipe.sim.memory.gate import Gate
-from naspipe.sim.memory.plan import (
+from naspipe.sim.memory.budgeting import (
     CSP_SLOTS,
     CSP_SLOTS_PIN_TASK,
     MemoryPlan,
@@ -64,7 +53,18 @@ from naspipe.sim.memory.plan import (
     plan_memory,
     policy_in_flight,
 )
-from naspipe.sim.memory.report import MemoryReport
+from naspipe.sim.memory.device import EVICTING, LOADING, RESIDENT, RESIDENT_MODE, StageMemory, StageStats
+from naspipe.sim.memory.footprint import Footprint
+from naspipe.sim.memory.gate import Gate
+from naspipe.sim.memory.metrics import MemoryReport
+from naspipe.sim.memory.settings import (
+    DEFAULT_BANDWIDTH,
+    PIN_MODES,
+    SWAP_MODES,
+    Key,
+    MemoryBudgetError,
+    MemoryConfig,
+)
 
 __all__ = ["CSP_SLOTS", "CSP_SLOTS_PIN_TASK", "DEFAULT_BANDWIDTH", "EVICTING", "LOADING", "PIN_MODES", "RESIDENT",
            "RESIDENT_MODE", "SWAP_MODES", "Footprint", "Gate", "Key", "MemoryBudgetError", "MemoryConfig", "MemoryPlan",

@@ -10,7 +10,7 @@ the sequence such a sampler produced is also written to ``sequence.json`` (repla
 (``naspipe.runs``, threads included: compare ``train --threads N`` with ``reference --threads N``); a folder holding
 a train run, or files no naspipe run wrote, is refused unless ``--overwrite``, which clears it first; a reference
 replaces an earlier reference, deleting only its files and never the ``--sequence`` it reads, under the folder's
-lock (``naspipe.runlock``; docs/run-folders.md). The model is checked before training (``naspipe.validate``).
+lock (``naspipe.runlock``; docs/run-folders.md). The model is checked before training (``naspipe.modelcheck``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     spec = sampler_from_args(args)
     args.stages = 1  # accepted and ignored: the reference has one stage (a supernet of few blocks needs no --stages)
     cfg = resolve_run(args)
-    from naspipe.validate import ModelCheckError, check_model
+    from naspipe.modelcheck import ModelCheckError, check_model
 
     try:
         check_model(cfg.space, cfg.seed, cfg.shared)
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--{why} of {cfg.space.name!r}")
     if args.replicas > 1 and spec.online:
         raise UsageError(f"--replicas > 1 needs a fixed sequence; --sampler {spec} generates it at run time")
-    from naspipe.validate import ModelCheckError, check_replicas
+    from naspipe.modelcheck import ModelCheckError, check_replicas
 
     try:
         check_replicas(cfg.space, args.replicas)  # a user supernet's shard of B/R samples runs

@@ -176,7 +176,7 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
         check_model_of(cfg)
         if args.resume:
             from naspipe.runtime.checkpoint import apply_resume, resumes_in_place
-            from naspipe.sim.plan import needs_plan
+            from naspipe.sim.plan_choice import needs_plan
 
             cfg = apply_resume(cfg, args.resume, adopt_plan=needs_plan(policy))  # plain csp-plan: the checkpoint's
             check_out = check_out and not resumes_in_place(cfg)
