@@ -42,12 +42,13 @@ from _common import write_result
 
 from naspipe.models import build_stage, input_of, make_batch, target_of
 from naspipe.results import verify
+from naspipe.runspec import RunSpec
 from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
 from naspipe.sequence import UniformStream
 from naspipe.shared import parse_shared
-from naspipe.sim import simulate
+from naspipe.sim import SimOptions, simulate
 from naspipe.space import resolve_space
 
 POLICIES = ("csp", "csp-bw")
@@ -146,8 +147,9 @@ def perfect_split(measured: list[dict[str, float]]) -> list[dict[str, float]]:
 
 def simulated_ratio(space: Any, part: Any, args: argparse.Namespace, costs: list[dict[str, float]]) -> float:
     """csp-bw speed / csp speed in the simulator on per-stage costs ``costs`` (csp runs F and the full backward)."""
-    span = {p: simulate(space, part, UniformStream(space, args.seed, args.subnets), p,
-                        costs=MeasuredCosts(costs, p == "csp-bw", space.batch_size)).makespan for p in POLICIES}
+    span = {p: simulate(RunSpec.of(space, part, UniformStream(space, args.seed, args.subnets), p),
+                        SimOptions(costs=MeasuredCosts(costs, p == "csp-bw",
+                                                       space.batch_size))).makespan for p in POLICIES}
     return span["csp"] / span["csp-bw"]
 
 
@@ -178,7 +180,8 @@ def bench_space(name: str, balance: str, args: argparse.Namespace, root: Path) -
     med = {p: statistics.median(x["subnets_per_s"] for x in v) for p, v in runs.items()}
     paired = [b["subnets_per_s"] / c["subnets_per_s"] for b, c in zip(runs["csp-bw"], runs["csp"], strict=True)]
     part = base.partition
-    sim = {p: simulate(space, part, UniformStream(space, args.seed, args.subnets), p).utilization for p in POLICIES}
+    sim = {p: simulate(RunSpec.of(space, part, UniformStream(space, args.seed, args.subnets),
+                                  p)).utilization for p in POLICIES}
     measured = measure_stage_costs(space, part, args.seed, args.shared_layers)
     return {
         "space": name, "stages": args.stages, "subnets": args.subnets, "repeats": args.repeats,

@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     if args.jitter >= 1:
         raise UsageError(f"--jitter must lie in [0, 1), got {args.jitter}")
     from naspipe.sched.policies import PolicyError
-    from naspipe.sim import simulate
+    from naspipe.sim import SimOptions, simulate
     from naspipe.sim.memory import MemoryBudgetError
     from naspipe.space import replicas_error
 
@@ -210,9 +210,9 @@ def run(args: argparse.Namespace) -> int:
                                        bandwidth=args.bandwidth or float("inf"), policy_options=opts,
                                        part=cfg.partition)
         else:
-            result = simulate(cfg.space, cfg.partition, cfg.stream, cfg.policy, window=cfg.window,
-                              shared=cfg.shared, jitter=args.jitter, seed=cfg.seed, latency=args.latency,
-                              bandwidth=args.bandwidth or float("inf"), policy_options=opts, memory=mem)
+            result = simulate(cfg, SimOptions(jitter=args.jitter, latency=args.latency,
+                                              bandwidth=args.bandwidth or float("inf"), policy_options=opts,
+                                              memory=mem))
     except (PolicyError, MemoryBudgetError) as e:
         raise UsageError(str(e)) from None
     out = summarize(cfg, result)

@@ -204,8 +204,8 @@ class TrainConfig:
             return self
         if self.online or plan_tries(self.n) == 1:  # no sequence, or a budget for plan 0 alone: nothing to simulate
             return self.replace(policy=planned_policy(0, eps_of(self.policy)))
-        choice = choose_plan(self.space, self.partition, self.stream(), self.policy,
-                             window=self.window, shared=self.shared)
+        choice = choose_plan(RunSpec.of(self.space, self.partition, self.stream(), self.policy, window=self.window,
+                                        shared=self.shared))
         return self.replace(policy=choice.policy)
 
     def replace(self, **changes: Any) -> TrainConfig:

@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from naspipe.runspec import RunSpec
+from naspipe.sim import SimOptions
+
 
 def replay_schedule(space: Any, stages: int, policy: str, subnets: Sequence[Sequence[int]], *, seed: int = 0,
                     shared: str = "frozen", optimizer: str = "sgd", lr: float | None = None,
@@ -29,8 +32,8 @@ def replay_schedule(space: Any, stages: int, policy: str, subnets: Sequence[Sequ
     sh = parse_shared(shared)
     part = partition(space, stages)
     subs = [tuple(s) for s in subnets]
-    sim = simulate(space, part, ReplayStream(space, [list(s) for s in subs]), policy, shared=sh, jitter=jitter,
-                   seed=seed)
+    sim = simulate(RunSpec.of(space, part, ReplayStream(space, [list(s) for s in subs]), policy, shared=sh,
+                              seed=seed), SimOptions(jitter=jitter))
     sched = sim.schedulers[0]
     execs = [StageExecutor(build_stage(space, part.blocks(s), seed, sh), subs, StageRun.local(s, stages, policy),
                            seed=seed, optimizer=optimizer, lr=DEFAULT_LR[optimizer] if lr is None else lr,

@@ -31,11 +31,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from naspipe.partition import Partition, partition
+from naspipe.runspec import RunSpec
 from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW
 from naspipe.sched.registry import PolicyError, get_policy, policy_names
 from naspipe.sched.tasks import BACKWARD, WEIGHT, Task
 from naspipe.sequence import SubnetStream
 from naspipe.shared import SharedLayers
+from naspipe.sim import SimOptions
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA, CostModel, batch_time_scale
 from naspipe.space import SearchSpace, Subnet, replicas_error
 
@@ -165,8 +167,8 @@ def simulate_replicas(space: SearchSpace, stages: int, replicas: int, stream: Su
     costs = ReplicaCostModel(space, part, subnets, replicas=replicas, link=link, alpha=alpha, shared=shared,
                              native=native, split_backward=probe.write_kind == WEIGHT, jitter=jitter, seed=seed,
                              latency=latency, bandwidth=bandwidth)
-    result = simulate(space, part, private, policy, window=window, shared=shared, jitter=jitter, seed=seed,
-                      policy_options=policy_options, costs=costs)
+    result = simulate(RunSpec.of(space, part, private, policy, window=window, shared=shared, seed=seed),
+                      SimOptions(jitter=jitter, policy_options=policy_options, costs=costs))
     flight = peak_in_flight(result.trace, part.stages, costs.write_kind)
     busy = sum(e.end - e.start for e in result.trace.events)
     result.extra.update({
