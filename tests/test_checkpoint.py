@@ -25,7 +25,7 @@ from naspipe.runtime.checkpoint import (
     position_dir,
     root_of,
 )
-from naspipe.runtime.launcher import TrainError
+from naspipe.runtime.processes.launcher import TrainError
 from naspipe.runtime.stagerun import StageRun
 from naspipe.sequence import UniformStream
 from naspipe.shared import parse_shared

@@ -1,5 +1,5 @@
-"""The transport's one-transfer-per-message packing (``naspipe.runtime.comm.Packing``): both ends agree on every
-transfer's size, payloads arrive bit for bit, and a message whose payload keeps its size is one transfer."""
+"""The transport's one-transfer-per-message packing (``naspipe.runtime.transport.comm.Packing``): both ends agree on
+every transfer's size, payloads arrive bit for bit, and a message whose payload keeps its size is one transfer."""
 
 from __future__ import annotations
 
@@ -13,8 +13,17 @@ import torch.multiprocessing as mp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from naspipe.runtime.comm import ACTIVATION, DTYPES, GRADIENT, HEADER_BYTES, PACK_LIMIT, Links, Packing, encode_header
 from naspipe.runtime.stagerun import StageRun
+from naspipe.runtime.transport.comm import (
+    ACTIVATION,
+    DTYPES,
+    GRADIENT,
+    HEADER_BYTES,
+    PACK_LIMIT,
+    Links,
+    Packing,
+    encode_header,
+)
 
 SHAPES = st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple)
 MESSAGES = st.lists(st.one_of(st.none(), st.tuples(st.sampled_from(DTYPES), SHAPES)), min_size=1, max_size=12)

@@ -16,7 +16,7 @@ from naspipe.fair import FairStream, SpreadStream
 from naspipe.reference import train_reference
 from naspipe.results import param_hashes, verify, write_losses, write_params
 from naspipe.runtime import TrainConfig, train
-from naspipe.runtime.launcher import TrainError
+from naspipe.runtime.processes.launcher import TrainError
 from naspipe.shared import parse_shared
 from naspipe.space import preset
 

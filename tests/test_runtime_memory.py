@@ -110,7 +110,7 @@ def test_the_runtime_forecast_runs_the_stage_scheduler_speculatively():
 
     from naspipe import partition, preset
     from naspipe.models import build_stage
-    from naspipe.runtime.switching import ContextSwitch
+    from naspipe.runtime.layer_cache.switching import ContextSwitch
     from naspipe.sched.policies import make_scheduler, stage_specs
     from naspipe.sequence import UniformStream
     from naspipe.shared import SharedLayers

@@ -22,7 +22,7 @@ from naspipe.partition import partition
 from naspipe.reference import train_reference
 from naspipe.results import param_hashes, verify, write_losses, write_params
 from naspipe.runtime import TrainConfig, train
-from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
+from naspipe.runtime.split_backward.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
 from naspipe.runtime.stage_exec import StageExecutor
 from naspipe.runtime.stagerun import StageRun
 from naspipe.sched.tasks import WEIGHT

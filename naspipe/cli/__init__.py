@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from naspipe.cli.common import UsageError
 from naspipe.cli.shutdown import leave_despite_threads
-from naspipe.runtime.signals import EXIT_TERMINATED, Terminated
+from naspipe.runtime.processes.signals import EXIT_TERMINATED, Terminated
 
 
 class _Parser(argparse.ArgumentParser):

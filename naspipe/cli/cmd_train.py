@@ -230,7 +230,7 @@ def _memory_line(m: dict[str, Any]) -> str:
 def resume_hint(saved: int, args: argparse.Namespace) -> str:
     """How to continue a failed or stopped run from checkpoint ``saved``: this command line, without an injected
     ``--fault`` (it would fire again) or an earlier ``--resume``, with ``--resume OUT``."""
-    from naspipe.runtime.launcher import resume_hint as hint
+    from naspipe.runtime.processes.launcher import resume_hint as hint
 
     argv = args._argv  # (set by naspipe.cli.main; None under the torchrun entry point)
     if argv is None:
@@ -250,7 +250,7 @@ def resume_hint(saved: int, args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     from naspipe.runtime.config import ConfigError
-    from naspipe.runtime.launcher import TrainError, train
+    from naspipe.runtime.processes.launcher import TrainError, train
 
     try:
         result = train(cfg)

@@ -103,7 +103,7 @@ def run_ddp(space: Any, subnets: Sequence[Sequence[int]], *, ranks: int, mode: s
     """Train ``subnets`` on ``ranks`` DDP processes; ``{"wall_s", "subnets", "subnets_per_s", ...}`` of rank 0."""
     import torch.multiprocessing as tmp
 
-    from naspipe.runtime.ports import free_port
+    from naspipe.runtime.transport.ports import free_port
     from naspipe.space import replicas_error
 
     if mode not in MODES:

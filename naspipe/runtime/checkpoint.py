@@ -23,7 +23,7 @@ the launcher does the same once more after the run ends or fails. Resume takes t
 position (found by scanning, so a crash between the last sidecar and ``complete.json`` loses nothing).
 
 A stage file holds: the model's ``state_dict`` (parameters and buffers), the optimizer bank's ``state_dict``
-(optimizer state, step count), the update rule's ``state_dict`` (``naspipe.runtime.rules.UpdateRule``: the
+(optimizer state, step count), the update rule's ``state_dict`` (``naspipe.runtime.update_rules.rules.UpdateRule``: the
 fixed-layer versions and pending in-order shared updates of the exact rules, 2bw's weight versions, PipeMare's
 velocities and PipeOptim's last gradients), the last stage's losses of subnets ``< c``, the torch RNG states (the
 runtime draws no random numbers today — dropout and data are keyed by seeds — but a stage's RNG is
@@ -132,7 +132,7 @@ def stage_state(cfg: TrainConfig, rank: int, position: int, ex: Any, fp: dict | 
     if getattr(ex, "in_flight", 0) or ex.rule.pending():
         raise RuntimeError(f"stage {rank} is not quiescent at checkpoint {position} (subnets in flight)")
     bank = _cpu(ex.bank.state_dict())
-    rule = _cpu(ex.rule.state_dict())  # the update rule's protocol (naspipe.runtime.rules.UpdateRule)
+    rule = _cpu(ex.rule.state_dict())  # the update rule's protocol (naspipe.runtime.update_rules.rules.UpdateRule)
     state: dict[str, Any] = {
         "format": FORMAT, "stage": rank, "position": position, "fingerprint": fp or fingerprint(cfg),
         "model": _cpu(ex.model.state_dict()),

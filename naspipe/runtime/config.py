@@ -6,7 +6,7 @@ and here what only training adds (optimizer, device, threads, output folder, rep
 bad run must be refused with one clear line before a single worker is spawned (``ConfigError``, which the
 CLI turns into exit code 2). A validated ``TrainConfig`` holds only plain, picklable data: it is what
 every stage process receives. The checks that build the model (``check_model_of``, ``measured_partition``)
-live beside it; output folders are ``naspipe.runtime.rundir``'s, ports ``naspipe.runtime.ports``'.
+live beside it; output folders are ``naspipe.runtime.rundir``'s, ports ``naspipe.runtime.transport.ports``'.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ DEVICES = ("cpu", "cuda")
 START_METHODS = ("forkserver", "spawn")
 BALANCES = ("cost", "measured")
 FAULT_ACTIONS = ("raise", "kill", "exit", "hang")
-# policies whose writes can be ordered by subnet across a stage's replicas (naspipe.runtime.replica_group)
+# policies whose writes can be ordered by subnet across a stage's replicas (naspipe.runtime.transport.replica_group)
 
 
 def _online(sampler: Any) -> bool:
@@ -105,7 +105,7 @@ class TrainConfig:
     # ``sequence``; "evolution:LAG" leaves ``sequence`` empty and trains ``subnet_count`` generated subnets
     sampler: str = "uniform"
     subnet_count: int | None = None
-    # context switching (``naspipe.runtime.switching``): None keeps every candidate resident (the default);
+    # context switching (``naspipe.runtime.layer_cache.switching``): None keeps every candidate resident (the default);
     # a size (``2GiB``) or a share of the stage's candidate parameters (``25%``) per stage
     device_memory: str | None = None
     swap: str = "predictive"  # predictive | on-demand | resident (only with device_memory)
@@ -391,7 +391,7 @@ class TrainConfig:
         if self.device_memory is None:
             return
         from naspipe.memsize import SizeError, parse_budget
-        from naspipe.runtime.switching import SWAPS
+        from naspipe.runtime.layer_cache.switching import SWAPS
 
         if self.swap not in SWAPS:
             raise ConfigError(f"unknown swap {self.swap!r}; choose one of {', '.join(SWAPS)}")
@@ -413,7 +413,7 @@ class TrainConfig:
             names = ", ".join(n for n in policy_names() if get_policy(n).context_switch)
             raise ConfigError(f"device_memory (context switching) needs policy {names}, not {self.policy}")
         from naspipe.models import build_stage
-        from naspipe.runtime.switching import resident_bytes, stage_budget
+        from naspipe.runtime.layer_cache.switching import resident_bytes, stage_budget
 
         for s in range(self.stages):
             model = build_stage(self.space, self.partition.blocks(s), self.seed, self.shared)
@@ -495,7 +495,7 @@ def check_model_of(cfg: TrainConfig) -> None:
         check_model(cfg.space, cfg.seed, cfg.shared)
     except ModelCheckError as e:
         raise ConfigError(str(e)) from None
-    from naspipe.runtime.comm import DTYPES
+    from naspipe.runtime.transport.comm import DTYPES
 
     try:
         check_replicas(cfg.space, cfg.replicas)  # a user supernet's shard of B/R samples runs

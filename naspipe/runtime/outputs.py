@@ -184,7 +184,7 @@ def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: floa
         raise RuntimeError(f"the stages trained different subnet sequences (digests {sorted(map(str, digests))})")
     metrics = run_metrics(cfg, parts, trace, losses, wall_s, startup_s)
     metrics["torch"] = torch.__version__
-    from naspipe.runtime.switching import merge_reports
+    from naspipe.runtime.layer_cache.switching import merge_reports
 
     memory = merge_reports(parts)
     if memory is not None:

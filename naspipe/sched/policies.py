@@ -26,7 +26,7 @@ Policies:
 * ``bsp``: GPipe: groups of ``M`` subnets, all forwards, all backwards, flush;
 * ``asp``: PipeDream 1F1B: at most ``P - s`` subnets in flight on stage ``s``, no causal rule;
 * ``pipedream``, ``2bw``, ``pipemare``, ``pipeoptim``: the same 1F1B order (``AsyncScheduler``, with an
-  optional synchronous warm-up); their update semantics are in ``naspipe.runtime.async_rules``.
+  optional synchronous warm-up); their update semantics are in ``naspipe.runtime.update_rules.async_rules``.
 """
 
 from __future__ import annotations
@@ -652,7 +652,7 @@ class BSPScheduler(StageScheduler):
 
 
 class AsyncScheduler(ASPScheduler):
-    """1F1B for the asynchronous baselines; their update semantics live in ``naspipe.runtime.async_rules``.
+    """1F1B for the asynchronous baselines; their update semantics live in ``naspipe.runtime.update_rules.async_rules``.
 
     Options come in the policy string (``naspipe.sched.async_options``); the scheduler reads ``warmup``:
     a forward of a subnet ``j < warmup`` waits until nothing is in flight on its stage, so the first
@@ -705,7 +705,7 @@ for _policy in (
     Policy("asp", ASPScheduler, causal=False, updates="stashed", in_flight="pipeline", delayed_shared=False,
            doc="PipeDream 1F1B with weight stashing"),
     *(Policy(name, cls, causal=False, updates="async", in_flight="pipeline", delayed_shared=False,
-             doc="asynchronous baseline (naspipe.runtime.async_rules)", options=ASYNC_OPTIONS[name],
+             doc="asynchronous baseline (naspipe.runtime.update_rules.async_rules)", options=ASYNC_OPTIONS[name],
              flags=ASYNC_FLAGS & set(ASYNC_OPTIONS[name]), check=check_async_options)
       for name, cls in (("pipedream", AsyncScheduler), ("2bw", TwoBWScheduler), ("pipemare", PipeMareScheduler),
                         ("pipeoptim", PipeOptimScheduler))),

@@ -3,7 +3,7 @@
 Why it exists: a supernet does not fit on one device. NASPipe keeps the whole supernet in host memory
 and holds on each stage's device only the candidates its running and soon-to-run tasks need, which
 leaves room for a large batch; a baseline that keeps its whole stage share resident must shrink its
-batch instead. This module models that trade-off for the simulator; ``naspipe.runtime.context`` is the
+batch instead. This module models that trade-off for the simulator; ``naspipe.runtime.layer_cache.context`` is the
 torch counterpart.
 
 What occupies a stage's device (``StageMemory.used``, never above the budget):
@@ -20,7 +20,7 @@ hold many subnets in flight on a small budget: between ``F(j,s)`` and its backwa
 activations; its layers are clean (CSP lets no other subnet write them in between), so they may be
 dropped and fetched again before the backward, which the forecast covers (on the runtime side this is a
 ``torch.autograd.graph.saved_tensors_hooks`` pair: the runtime offers both modes, ``pin="subnet"`` by default
-because its budget counts candidates only, and ``pin="task"`` through ``naspipe.runtime.switching``).
+because its budget counts candidates only, and ``pin="task"`` through ``naspipe.runtime.layer_cache.switching``).
 
 Host <-> device copies run on two copy engines per stage (host-to-device and device-to-host, PCIe is
 full duplex) that overlap compute. A load moves ``param_bytes`` at ``bandwidth_h2d``; evicting a candidate

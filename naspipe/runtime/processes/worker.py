@@ -37,14 +37,14 @@ from naspipe.atomic import disk_full_message, is_disk_full, write_atomic, write_
 from naspipe.models import build_stage
 from naspipe.results import param_hashes
 from naspipe.runtime.checkpoint import Checkpointer
-from naspipe.runtime.comm import ACTIVATION, GRADIENT, ChannelFailure, Links, Message, TransportError
 from naspipe.runtime.config import TrainConfig
-from naspipe.runtime.jitter import jitter_seconds
-from naspipe.runtime.online import LossBook
-from naspipe.runtime.recorder import EventLog
-from naspipe.runtime.replica_group import ReplicaGroup, WriteOrder, next_task_writing
+from naspipe.runtime.processes.jitter import jitter_seconds
+from naspipe.runtime.processes.online import LossBook
+from naspipe.runtime.processes.recorder import EventLog
 from naspipe.runtime.stage_exec import StageExecutor
 from naspipe.runtime.stagerun import StageRun
+from naspipe.runtime.transport.comm import ACTIVATION, GRADIENT, ChannelFailure, Links, Message, TransportError
+from naspipe.runtime.transport.replica_group import ReplicaGroup, WriteOrder, next_task_writing
 from naspipe.sched.policies import make_scheduler, stage_specs
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.supernet.usercode import first_line, origin
@@ -146,8 +146,8 @@ def _run(grank: int, world: int, cfg: TrainConfig, device: torch.device, report:
     log = EventLog(rank, cfg.out / runs.EVENTS if replica == 0 else None)
     mem = None
     try:  # from here on the event log (and the cache's copy thread) are closed whatever happens
-        if cfg.device_memory is not None:  # context switching (naspipe.runtime.switching); off by default
-            from naspipe.runtime.switching import ContextSwitch
+        if cfg.device_memory is not None:  # context switching (naspipe.runtime.layer_cache.switching); off by default
+            from naspipe.runtime.layer_cache.switching import ContextSwitch
 
             mem = ContextSwitch(model, ex.bank, stream, cfg.n, device_memory=cfg.device_memory, swap=cfg.swap,
                               depth=cfg.prefetch_depth, optimizer=cfg.optimizer, write_kind=sched.write_kind,
@@ -234,7 +234,7 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
         t = clock()
         if mem is not None:  # (memory: the admission gate)
             task = mem.next_task(sched)
-        elif follower:  # a replica writes in its leader's order (naspipe.runtime.replica_group)
+        elif follower:  # a replica writes in its leader's order (naspipe.runtime.transport.replica_group)
             task = next_task_writing(sched, announced[0] if announced else None)
         else:
             task = sched.next_task()
@@ -307,7 +307,7 @@ def _execute(task: Task, ex: Any, links: Links, acts: dict, grads: dict, book: L
         def send(gin: torch.Tensor | None) -> None:  # (before this stage's update: upstream need not wait)
             loss = book.take(j)
             if not ex.first:
-                links.send_gradient(j, gin, loss)  # the loss rides in the header (naspipe.runtime.online)
+                links.send_gradient(j, gin, loss)  # the loss rides in the header (naspipe.runtime.processes.online)
 
         ex.backward(j, g, send=send)
     elif task.kind == WEIGHT:

@@ -38,8 +38,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from naspipe.models.shards import combine
-from naspipe.runtime.comm import ChannelFailure, TransportError
 from naspipe.runtime.stagerun import StageRun
+from naspipe.runtime.transport.comm import ChannelFailure, TransportError
 from naspipe.sched.ordered import next_task_writing
 
 __all__ = ["ReplicaGroup", "ReplicaMismatch", "WriteOrder", "next_task_writing"]

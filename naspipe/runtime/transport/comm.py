@@ -11,7 +11,7 @@ the other (NCCL orders all operations of one communicator).
 
 Losses: a gradient message's header also carries the subnet's training loss as the bits of a float64
 (``FLAG_LOSS``), so every stage learns loss(j) bit-exactly with the gradient of ``j`` (what a run-time
-generated stream needs, ``naspipe.runtime.online``).
+generated stream needs, ``naspipe.runtime.processes.online``).
 
 One receiver thread per incoming channel blocks in ``dist.recv`` and pushes ``Message`` objects into the
 stage's inbox (a ``queue.Queue``); it knows how many messages to expect (one per subnet) and ends by
