@@ -14,6 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from naspipe.runspec import RunSpec
+from naspipe.sim import SimOptions
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 if str(ROOT) not in sys.path:  # run as `python benchmarks/X.py`: use this checkout's package
@@ -62,7 +65,7 @@ def bounded_run(space: str, stages: int, policy: str, *, subnets: int, seed: int
     sp = preset(space)
     part = partition(sp, stages)
     stream = UniformStream(sp, seed, subnets)
-    r = simulate(sp, part, stream, policy, window=window, policy_options=policy_options)
+    r = simulate(RunSpec.of(sp, part, stream, policy, window=window), SimOptions(policy_options=policy_options))
     b = result_bound(r, sp, part, list(stream))
     return r, b, {
         "makespan": r.makespan, "utilization": r.utilization, "lower_bound": b.lower_bound,

@@ -68,7 +68,7 @@ def check_cpu_runtime(tmp: Path) -> str:
 def _cache_loop(device: str, budget: int | None) -> dict[str, torch.Tensor]:
     """Train 8 layers on 40 steps of 3 layers each; with ``budget`` through the context cache (prefetching the
     next step's layers on its copy stream), else all resident on ``device``. Returns the final weights."""
-    from naspipe.runtime.context import ContextCache
+    from naspipe.runtime.layer_cache.context import ContextCache
 
     d = 64
     torch.manual_seed(0)

@@ -28,8 +28,9 @@ from typing import Any
 from _common import write_result
 
 from naspipe import partition, preset
+from naspipe.runspec import RunSpec
 from naspipe.sequence import UniformStream
-from naspipe.sim import simulate
+from naspipe.sim import SimOptions, simulate
 from naspipe.sim.memory import Footprint, MemoryConfig
 from naspipe.space import SearchSpace
 
@@ -46,7 +47,7 @@ def unlimited(space: SearchSpace, stages: int, n: int, seed: int) -> dict[str, A
 
 def _unlimited(space: SearchSpace, stages: int, n: int, seed: int) -> dict[str, Any]:
     part = partition(space, stages)
-    r = simulate(space, part, UniformStream(space, seed, n), "csp")
+    r = simulate(RunSpec.of(space, part, UniformStream(space, seed, n), "csp"))
     return {"makespan": r.makespan, "samples_per_second": n * space.batch_size / r.makespan,
             "utilization": r.utilization}
 
@@ -54,7 +55,7 @@ def _unlimited(space: SearchSpace, stages: int, n: int, seed: int) -> dict[str, 
 def swapped(space: SearchSpace, stages: int, n: int, seed: int, cfg: MemoryConfig) -> dict[str, Any]:
     part = partition(space, stages)
     t0 = time.perf_counter()
-    r = simulate(space, part, UniformStream(space, seed, n), "csp", memory=cfg)
+    r = simulate(RunSpec.of(space, part, UniformStream(space, seed, n), "csp"), SimOptions(memory=cfg))
     m = r.memory
     assert m is not None
     s = m.summary()
@@ -83,8 +84,9 @@ def in_flight_curve(space: SearchSpace, stages: int, n: int, seed: int, caps: li
     out = []
     for cap in caps:
         budgets = [cap * fp.act_per_sample(s) * free.batch_size for s in range(stages)]
-        r = simulate(free, part, UniformStream(free, seed, n), "csp",
-                     memory=MemoryConfig(device_memory=budgets, swap="resident", batch_size=free.batch_size))
+        r = simulate(RunSpec.of(free, part, UniformStream(free, seed, n), "csp"),
+                     SimOptions(memory=MemoryConfig(device_memory=budgets, swap="resident",
+                                                    batch_size=free.batch_size)))
         out.append({"in_flight": cap, "retention": n * free.batch_size / r.makespan / base})
     return out
 

@@ -29,6 +29,7 @@ from _common import write_result
 from naspipe.bound import lower_bound
 from naspipe.optimum import build_problem, feasibility_violations, solve
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sequence import UniformStream
 from naspipe.sim import CostModel, simulate
 from naspipe.space import SearchSpace, preset, unit_space
@@ -44,7 +45,7 @@ def instance(space: SearchSpace, stages: int, subnets: int, seed: int, time_limi
     stream = UniformStream(space, seed, subnets)
     subs = [stream[j] for j in range(subnets)]
     row: dict = {"space": space.name, "stages": stages, "subnets": subnets, "seed": seed}
-    runs = {p: simulate(space, part, stream, p) for p in ORDERS}
+    runs = {p: simulate(RunSpec.of(space, part, stream, p)) for p in ORDERS}
     costs = runs["csp"].costs
     pb = build_problem(space, part, subs, costs.duration, hop=costs.transfer())
     bad = {p: feasibility_violations(pb, r.trace) for p, r in runs.items()}
@@ -59,7 +60,7 @@ def instance(space: SearchSpace, stages: int, subnets: int, seed: int, time_limi
         row[p] = {"makespan": r.makespan, "vs_optimum": r.makespan / sol.makespan,
                   "vs_lower_bound": b.lower_bound / r.makespan}
     if split:  # csp-bw against the optimum of its own (split) problem
-        r = simulate(space, part, stream, "csp-bw")
+        r = simulate(RunSpec.of(space, part, stream, "csp-bw"))
         sc = CostModel(space, part, subs, split_backward=True)
         spb = build_problem(space, part, subs, sc.duration, split_backward=True, hop=sc.transfer())
         ssol = solve(spb, hints=[r.trace], time_limit=split_time_limit or time_limit, workers=workers, gap=gap)
@@ -86,7 +87,7 @@ def at_scale(subnets: int = 1000) -> list[dict]:
             subs = [stream[j] for j in range(subnets)]
             row: dict = {"space": name, "stages": 4, "subnets": subnets, "seed": seed}
             for p in ORDERS[1:]:
-                r = simulate(sp, part, stream, p)
+                r = simulate(RunSpec.of(sp, part, stream, p))
                 b = lower_bound(sp, part, subs, r.costs.duration, hop=r.costs.transfer())
                 row[p] = b.lower_bound / r.makespan
             out.append(row)

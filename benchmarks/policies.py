@@ -17,8 +17,9 @@ import time
 from _common import bounded_run, write_result
 
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sequence import UniformStream
-from naspipe.sim import simulate
+from naspipe.sim import SimOptions, simulate
 from naspipe.space import preset
 
 KS = (12, 24, 48, 96)
@@ -54,8 +55,8 @@ def row(k: int, stages: int) -> dict:
 
 def _plain(name: str, stages: int, policy: str, opts: dict[str, int] | None) -> dict:
     sp = preset(name)
-    r = simulate(sp, partition(sp, stages), UniformStream(sp, SEED, SUBNETS), policy, window=WINDOW,
-                 policy_options=opts)
+    r = simulate(RunSpec.of(sp, partition(sp, stages), UniformStream(sp, SEED, SUBNETS), policy, window=WINDOW),
+                 SimOptions(policy_options=opts))
     return {"utilization": r.utilization, "makespan": r.makespan}
 
 

@@ -10,7 +10,7 @@ what re-tuning the priority rule can buy (no single rule wins on every instance)
 must come within a few percent of the optimum needs more than a priority rule if even that falls short.
 
 Then the default order, ``csp-plan`` (csp-cp with hashed per-task factors, its plan chosen by simulating a fixed
-budget of plans, ``naspipe.sim.plan``), as ``naspipe simulate`` runs it: against the same best known schedules
+budget of plans, ``naspipe.sim.plan_choice``), as ``naspipe simulate`` runs it: against the same best known schedules
 (target: naspipe-k96 mean <= 1.04x, worst <= 1.10x; naspipe-k48 <= 1.02x), against the lower bound at 1,000
 subnets (naspipe-k96 and -k48, 4 stages, seeds 0-3; targets 0.92 and 0.96), and, so the plan search is not
 tuned to the seeds above, against the lower bound at 30 subnets on seeds 6-35 beside csp-cp.
@@ -31,6 +31,7 @@ from _common import RESULTS, write_result
 
 from naspipe.bound import lower_bound
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sched.policies import CriticalPathCSPScheduler
 from naspipe.sched.registry import Policy, register_policy
 from naspipe.sequence import UniformStream
@@ -68,7 +69,7 @@ def perturbed(seed: int, eps: float) -> str:
 
 def _planned(sp, part, stream) -> tuple[float, float, dict]:  # noqa: ANN001
     """(csp-cp's makespan, the default's makespan, the chosen plan) on one instance: what simulate's default runs."""
-    choice = choose_plan(sp, part, stream)
+    choice = choose_plan(RunSpec.of(sp, part, stream))
     return choice.baseline, choice.makespan, choice.summary()
 
 
@@ -93,7 +94,7 @@ def default_vs_bound(subnets: int, seeds: range) -> list[dict]:
         part = partition(sp, 4)
         for seed in seeds:
             stream = UniformStream(sp, seed, subnets)
-            choice = choose_plan(sp, part, stream)
+            choice = choose_plan(RunSpec.of(sp, part, stream))
             costs = choice.result.costs
             b = lower_bound(sp, part, [stream[j] for j in range(subnets)], costs.duration, hop=costs.transfer())
             rows.append({"space": name, "subnets": subnets, "seed": seed, "csp-cp": b.lower_bound / choice.baseline,
@@ -144,9 +145,9 @@ def main() -> None:
         part = partition(sp, r["stages"])
         stream = UniformStream(sp, r["seed"], r["subnets"])
         best = r["optimum"]
-        runs = [simulate(sp, part, stream, p).makespan / best for p in policies]
+        runs = [simulate(RunSpec.of(sp, part, stream, p)).makespan / best for p in policies]
         rows.append({"space": r["space"], "seed": r["seed"], "proven": r["proven"], "gap": r["gap"],
-                     "csp-cp": simulate(sp, part, stream, "csp-cp").makespan / best,
+                     "csp-cp": simulate(RunSpec.of(sp, part, stream, "csp-cp")).makespan / best,
                      "perturbed_mean": statistics.fmean(runs), "best_of_10": min(runs[:10]), "best_of_all": min(runs)})
     groups = []
     for space in SPACES:

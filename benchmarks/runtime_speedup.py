@@ -36,6 +36,7 @@ from typing import Any
 from _common import write_result
 
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.runtime import TrainConfig, train
 from naspipe.sequence import UniformStream
 from naspipe.sim import simulate
@@ -113,7 +114,7 @@ def main() -> None:
 
     def sim_util(policy: str, stages: int) -> float:
         part = partition(space, stages)
-        return simulate(space, part, UniformStream(space, args.seed, args.subnets), policy).utilization
+        return simulate(RunSpec.of(space, part, UniformStream(space, args.seed, args.subnets), policy)).utilization
 
     result = {
         "space": space.name, "subnets": args.subnets, "repeats": args.repeats, "seed": args.seed,

@@ -44,6 +44,8 @@ from typing import Any
 
 from _common import RESULTS, ROOT, write_result
 
+from naspipe.runspec import RunSpec
+
 SIM_SPACES = ("naspipe-k12", "naspipe-k48", "naspipe-k96")
 SIM_STAGES = (4, 8)
 SAMPLERS = ("uniform", "fair", "spread")
@@ -67,7 +69,7 @@ def simulated(subnets: int, seed: int) -> dict[str, Any]:
             part = partition(sp, stages)
             for sampler in SAMPLERS:
                 stream = make_stream(sp, seed, subnets, sampler)
-                r = simulate(sp, part, stream, DEFAULT_POLICY)
+                r = simulate(RunSpec.of(sp, part, stream, DEFAULT_POLICY))
                 rows.append({"space": name, "stages": stages, "sampler": str(sampler), "subnets": subnets,
                              "policy": r.extra.get("plan", {}).get("policy", DEFAULT_POLICY),
                              "throughput": subnets / r.makespan, "utilization": r.utilization,

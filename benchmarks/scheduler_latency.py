@@ -20,6 +20,7 @@ from unittest import mock
 from _common import percentile, write_result
 
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sched.policies import make_scheduler
 from naspipe.sequence import UniformStream
 from naspipe.sim import engine, simulate
@@ -75,7 +76,7 @@ def decision_latency(space_name: str, policy: str = "csp") -> dict:
         return timer.wrap(make_scheduler(*args, **kwargs))
 
     with mock.patch.object(engine, "make_scheduler", make):
-        r = simulate(sp, part, stream, policy, window=WINDOW)
+        r = simulate(RunSpec.of(sp, part, stream, policy, window=WINDOW))
     us = [x / 1000 for x in timer.samples]
     nt = [x / 1000 for x in timer.next_only]
     return {
@@ -93,7 +94,7 @@ def big_simulation(space_name: str, n: int = 10_000) -> dict:
     part = partition(sp, STAGES)
     stream = UniformStream(sp, 0, n)
     t0, c0 = time.perf_counter(), time.process_time()
-    r = simulate(sp, part, stream, "csp", window=200)
+    r = simulate(RunSpec.of(sp, part, stream, "csp", window=200))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"space": space_name, "policy": "csp", "stages": STAGES, "window": 200, "subnets": n,
             "wall_seconds": wall, "cpu_seconds": cpu, "engine_seconds": r.wall_seconds, "events": len(r.trace.events),

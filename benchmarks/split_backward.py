@@ -12,15 +12,16 @@ each other's losses (same bits), which the script checks.
 
 What to expect on a CPU box: the split gains where a stage would otherwise idle waiting for a whole downstream
 backward (the simulator's utilisation rises), but it costs one extra task per subnet and stage. ``B`` is one
-``autograd.grad`` for the stage input that runs no weight-gradient kernel and ``W`` computes the weight
-gradients of Linear, LayerNorm and Conv explicitly (``naspipe.runtime.splitgrad``, ``naspipe.runtime.wgrad``),
-so B + W cost one backward's kernels plus Python dispatch per layer call in ``W`` (a full backward dispatches
-in C++); how the backward divides between them depends on the model: on tiny-transformer's second stage most
-of it is input gradient (attention, softmax, norms), so ``B`` stays most of a backward and the critical path
-shortens little; on sparse-mlp the weight half is the larger. ``measured_stage_costs_s`` holds the per-stage
-CPU medians (F, full backward, F with the layer capture, B, W). The row also carries the simulator's
-prediction from these measured costs (``simulated_ratio_measured_costs``, csp-bw speed / csp speed) beside the
-cost model's (``simulated_ratio``, utilisation ratio), so prediction and measurement can be compared, and the
+``autograd.grad`` for the stage input that runs no weight-gradient kernel and ``W`` computes the weight gradients of
+Linear, LayerNorm and Conv explicitly (``naspipe.runtime.split_backward.splitgrad``,
+``naspipe.runtime.split_backward.wgrad``), so B + W cost one backward's kernels plus Python dispatch per layer call
+in ``W`` (a full backward dispatches in C++); how the backward divides between them depends on the model: on
+tiny-transformer's second stage most of it is input gradient (attention, softmax, norms), so ``B`` stays most of a
+backward and the critical path shortens little; on sparse-mlp the weight half is the larger.
+``measured_stage_costs_s`` holds the per-stage CPU medians (F, full backward, F with the layer capture, B, W). The
+row also carries the simulator's prediction from these measured costs (``simulated_ratio_measured_costs``, csp-bw
+speed / csp speed) beside the cost model's (``simulated_ratio``, utilisation ratio), so prediction and measurement
+can be compared, and the
 most any split could buy here: the simulator on the same costs with W exactly the weight-gradient share of a
 full backward (full - B) and F without the capture (``simulated_ratio_perfect_split``).
 
@@ -42,12 +43,13 @@ from _common import write_result
 
 from naspipe.models import build_stage, input_of, make_batch, target_of
 from naspipe.results import verify
+from naspipe.runspec import RunSpec
 from naspipe.runtime import TrainConfig, train
-from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
-from naspipe.sched.shared import parse_shared
+from naspipe.runtime.split_backward.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
 from naspipe.sequence import UniformStream
-from naspipe.sim import simulate
+from naspipe.shared import parse_shared
+from naspipe.sim import SimOptions, simulate
 from naspipe.space import resolve_space
 
 POLICIES = ("csp", "csp-bw")
@@ -55,7 +57,7 @@ POLICIES = ("csp", "csp-bw")
 
 def measure_stage_costs(space: Any, part: Any, seed: int, shared: str, samples: int = 12) -> list[dict[str, float]]:
     """CPU seconds per stage of F and one full backward, and of F with the layer capture and the split B and
-    W as the executor runs them (``naspipe.runtime.splitgrad``; stage 0: B computes nothing, W one plain
+    W as the executor runs them (``naspipe.runtime.split_backward.splitgrad``; stage 0: B computes nothing, W one plain
     backward); medians over ``samples`` subnets after two warm-ups, one thread."""
     torch.set_num_threads(1)
     return [_stage_costs(space, part, s, seed, parse_shared(shared), samples) for s in range(part.stages)]
@@ -146,8 +148,9 @@ def perfect_split(measured: list[dict[str, float]]) -> list[dict[str, float]]:
 
 def simulated_ratio(space: Any, part: Any, args: argparse.Namespace, costs: list[dict[str, float]]) -> float:
     """csp-bw speed / csp speed in the simulator on per-stage costs ``costs`` (csp runs F and the full backward)."""
-    span = {p: simulate(space, part, UniformStream(space, args.seed, args.subnets), p,
-                        costs=MeasuredCosts(costs, p == "csp-bw", space.batch_size)).makespan for p in POLICIES}
+    span = {p: simulate(RunSpec.of(space, part, UniformStream(space, args.seed, args.subnets), p),
+                        SimOptions(costs=MeasuredCosts(costs, p == "csp-bw",
+                                                       space.batch_size))).makespan for p in POLICIES}
     return span["csp"] / span["csp-bw"]
 
 
@@ -178,7 +181,8 @@ def bench_space(name: str, balance: str, args: argparse.Namespace, root: Path) -
     med = {p: statistics.median(x["subnets_per_s"] for x in v) for p, v in runs.items()}
     paired = [b["subnets_per_s"] / c["subnets_per_s"] for b, c in zip(runs["csp-bw"], runs["csp"], strict=True)]
     part = base.partition
-    sim = {p: simulate(space, part, UniformStream(space, args.seed, args.subnets), p).utilization for p in POLICIES}
+    sim = {p: simulate(RunSpec.of(space, part, UniformStream(space, args.seed, args.subnets),
+                                  p)).utilization for p in POLICIES}
     measured = measure_stage_costs(space, part, args.seed, args.shared_layers)
     return {
         "space": name, "stages": args.stages, "subnets": args.subnets, "repeats": args.repeats,

@@ -18,7 +18,7 @@ from naspipe.samplers import make_stream
 from naspipe.sched import CSPScheduler, SharedLayers, make_scheduler, parse_shared, policy_names
 from naspipe.sched.registry import Policy, get_policy, register_policy
 from naspipe.sequence import ReplayStream, UniformStream, Window
-from naspipe.sim import simulate
+from naspipe.sim import SimOptions, simulate
 from naspipe.space import Block, Candidate, SearchSpace, SpaceError, load_space, preset, preset_names, resolve_space
 from naspipe.supernet import Choice, Fixed, Supernet, SupernetError, subnet_dict, subnet_tuple
 from naspipe.trace import Trace, TraceEvent
@@ -42,7 +42,7 @@ def write_reference(space: Any, out: str | os.PathLike, *, subnets: int = 100, s
     The defaults are ``naspipe.train``'s (100 subnets, seed 0, the default shared layers, sgd); ``options``:
     ``lr``, ``threads``, ``replicas``, ``sequence``, ``sampler``, ``overwrite``, ``progress``. Returns the folder
     (a ``pathlib.Path``); raises ``RunSpecError`` (one line) for what the command refuses with exit code 2."""
-    from naspipe.cli.reference import write
+    from naspipe.cli.cmd_reference import write
     from naspipe.runspec import DEFAULT_SHARED
 
     return write(space, out, subnets=subnets, seed=seed, optimizer=optimizer,
@@ -59,6 +59,6 @@ __all__ = [
     "Block", "Bound", "Candidate", "Partition", "ReplayStream", "SearchSpace", "SharedLayers", "SpaceError", "Trace",
     "TraceEvent", "UniformStream", "Window", "load_space", "lower_bound", "make_scheduler", "parse_shared",
     "partition", "Policy", "get_policy", "register_policy", "policy_names", "preset", "preset_names",
-    "rank", "reference", "write_reference", "resolve_space", "RunSpec", "RunSpecError", "simulate", "TrainConfig",
-    "train", "conflict_stats", "FairStream", "make_stream", "SpreadStream", "CSPScheduler",
+    "rank", "reference", "write_reference", "resolve_space", "RunSpec", "RunSpecError", "SimOptions", "simulate",
+    "TrainConfig", "train", "conflict_stats", "FairStream", "make_stream", "SpreadStream", "CSPScheduler",
 ]

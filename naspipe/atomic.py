@@ -4,12 +4,15 @@ Why it exists: a checkpoint (``naspipe.runtime.checkpoint``), a stage's outputs,
 ``status.json`` must survive a crash or a full disk at any instant without leaving a half-written file that a
 resume, a merge or a reader would take for the real one. This is the project's one atomic writer: a failed
 write (``ENOSPC``, a crash of the writer's code) removes its temporary file and leaves the old file intact.
+It also holds the one writability check (``check_writable``), made before minutes of work that end in a
+write: a run directory before any process starts, a cost profile before anything is measured.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,3 +81,31 @@ def disk_full_message(out: str | Path, e: OSError) -> str:
     where = f" writing {str(e.filename)!r}" if getattr(e, "filename", None) else ""
     return (f"the disk holding {str(out)!r} is full ({e.strerror or 'no space left on device'}{where}); "
             "free space there or choose another --out")
+
+
+class NotWritable(OSError):
+    """A path that cannot be written; the message is one line naming it and why."""
+
+
+def check_writable(path: str | Path, what: str = "output directory", *, file: bool = False) -> Path:
+    """Refuse, before any work, a ``path`` that cannot be written; nothing is created or left behind.
+
+    ``file=False``: ``path`` is a folder that will be created if missing; ``file=True``: a file, whose folder
+    will be. The nearest existing folder on the way is probed with a temporary folder, removed again. Raises
+    ``NotWritable`` (one line; ``what`` names the path for the user). Returns ``path`` as a ``Path``."""
+    p = Path(path)
+    if file and p.is_dir():
+        raise NotWritable(f"{str(p)!r} is a directory; give the {what}'s file name (e.g. {str(p / 'x.json')!r})")
+    probe = p.parent if file else p
+    while not probe.exists() and probe != probe.parent:
+        if probe.is_symlink():  # a dangling link on the way (OUT/csp below a dangling OUT)
+            raise NotWritable(f"{what} {str(p)!r} cannot be created: {str(probe)!r} is a symbolic link to "
+                              f"{os.readlink(probe)!r}, which does not exist")
+        probe = probe.parent
+    if not probe.is_dir():
+        raise NotWritable(f"{what} {str(p)!r} cannot be created: {str(probe)!r} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".naspipe-probe", dir=probe))
+    except OSError as e:
+        raise NotWritable(f"{what} {str(p)!r} cannot be written: {e.strerror or e}") from None
+    return p

@@ -42,7 +42,7 @@ from naspipe.models import StageModel, build_stage, make_batch, make_optimizer
 from naspipe.models.shards import combine, combine_present, shard_batch
 from naspipe.sequence import SubnetStream, subnets_digest
 from naspipe.shared import SharedLayers
-from naspipe.space import SearchSpace
+from naspipe.space import SearchSpace, replicas_error
 from naspipe.supernet.usercode import first_line, user_errors
 
 
@@ -179,9 +179,8 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
 
     ``replicas``: split each batch into that many shards and combine their gradients as ``R`` data-parallel
     replicas do (the batch size must be divisible by it)."""
-    if not isinstance(replicas, int) or replicas < 1 or space.batch_size % replicas:
-        raise ValueError(f"replicas must be a whole number >= 1 dividing the batch size {space.batch_size}, "
-                         f"got {replicas!r}")
+    if (why := replicas_error(space.batch_size, replicas)) is not None:
+        raise ValueError(why)
     torch.set_num_threads(threads)
     model = build_stage(space, range(space.num_blocks), seed, shared)
     opt = make_optimizer(model.parameters(), optimizer, lr)

@@ -56,6 +56,7 @@ class SharedLayers:
         return base + ("+predict" if self.predict else "") + (f"+t1={self.t1}" if self.t1 else "")
 
 
+SHARED_MODES: tuple[str, ...] = ("frozen", "serial", "delayed:D")  # the forms parse_shared takes (+ corrections)
 MAX_DELAY = 100_000  # far beyond any window; a larger D is a typo, not a policy
 
 

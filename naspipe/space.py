@@ -28,6 +28,18 @@ class SpaceError(ValueError):
     """A search-space description is malformed; the message says which field and what is allowed."""
 
 
+def replicas_error(batch_size: int, replicas: object) -> str | None:
+    """Why ``replicas`` data-parallel replicas cannot train batches of ``batch_size`` samples, in one line (None:
+    they can). The one statement of the rule: each replica computes an equal shard of every batch, so the
+    replicas are a whole number >= 1 that divides the batch size. (``naspipe.runspec.RunSpec`` validates its
+    ``replicas`` with it; the simulator, the reference, training and the supernet probe ask it too.)"""
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
+        return f"replicas must be a whole number >= 1, got {replicas!r}"
+    if batch_size % replicas:
+        return f"replicas {replicas} must divide the batch size {batch_size} (each replica computes an equal shard)"
+    return None
+
+
 @dataclass(frozen=True)
 class Candidate:
     name: str

@@ -12,7 +12,7 @@ into the run's outputs, which therefore needs ``--out`` on a filesystem all mach
 by each rank into ``OUT/checkpoint/``, so ``--out`` must be shared; rank 0 marks a checkpoint complete).
 
 Before the process group forms, every rank checks its network and meets the others at the master's store
-(``naspipe.runtime.arrival``): a wrong ``GLOO_SOCKET_IFNAME``, a loopback or unreachable master, or a rank
+(``naspipe.runtime.transport.arrival``): a wrong ``GLOO_SOCKET_IFNAME``, a loopback or unreachable master, or a rank
 that does not arrive within ``--connect-timeout`` seconds (default 60) ends every rank with one line naming
 the setting. When a neighbour on another host goes away mid-run, ``status.json`` names the lost rank and host.
 
@@ -40,7 +40,7 @@ def _env_int(name: str) -> int:
 
 
 def _config(argv: Sequence[str] | None, world: int, rank: int) -> Any:
-    from naspipe.cli.train import world_config
+    from naspipe.cli.cmd_train import world_config
 
     return world_config(argv, world, check_out=rank == 0)
 
@@ -93,7 +93,7 @@ def _record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) -
     import traceback
 
     from naspipe.atomic import write_text_atomic
-    from naspipe.runtime.worker import failure_line
+    from naspipe.runtime.processes.worker import failure_line
 
     try:
         text = "".join(traceback.format_exception(e))
@@ -104,7 +104,7 @@ def _record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) -
     if rank != 0 and lost is None:
         return
     from naspipe.runtime.outputs import write_status
-    from naspipe.runtime.worker import is_root_cause
+    from naspipe.runtime.processes.worker import is_root_cause
 
     if lost is not None:
         print(f"naspipe: error: rank {rank} lost host {lost['host']} (rank(s) {', '.join(map(str, lost['ranks']))})",
@@ -159,15 +159,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"naspipe: error: {e}", file=sys.stderr)
         r, w = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
         if r.isdigit() and w.isdigit() and "MASTER_ADDR" in os.environ:  # the others end now, with this line
-            from naspipe.runtime.arrival import tell_others
+            from naspipe.runtime.transport.arrival import tell_others
 
             tell_others(int(r), int(w), f"rank {r}: {e}")
         return 2
     import torch
 
     torch.set_num_threads(cfg.threads)
-    from naspipe.runtime.arrival import meet
-    from naspipe.runtime.netcheck import NetworkError
+    from naspipe.runtime.transport.arrival import meet
+    from naspipe.runtime.transport.netcheck import NetworkError
 
     try:
         roster = meet(rank, world, connect_timeout)
@@ -179,8 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_status(cfg.out, False, f"the ranks did not meet: {e}")
         return 2
     from naspipe.runtime.outputs import MergeError, merge_failed, merge_outputs
+    from naspipe.runtime.processes.worker import failure_line, run_stage
     from naspipe.runtime.progress import for_config
-    from naspipe.runtime.worker import failure_line, run_stage
 
     if rank == 0 and cfg.progress:
         from naspipe.shared import announce
@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     bar.close()
     if merged:
-        from naspipe.cli.train import summary_line
+        from naspipe.cli.cmd_train import summary_line
 
         print(summary_line(merged[0].metrics))
         print(f"wrote {cfg.out}")

@@ -1,4 +1,4 @@
-"""The asynchronous baselines in the runtime (``naspipe.runtime.async_rules``): exact checks.
+"""The asynchronous baselines in the runtime (``naspipe.runtime.update_rules.async_rules``): exact checks.
 
 TECHNIQUES.md section 7: every policy with one stage equals plain training; bsp with ``M`` subnets equals
 one averaged step; pipeoptim with ``s = 0`` equals no-stash asynchrony; measured weight-version lags match
@@ -18,12 +18,12 @@ from naspipe.partition import partition
 from naspipe.reference import train_reference
 from naspipe.results import param_hashes
 from naspipe.runtime import ConfigError, TrainConfig, train
-from naspipe.runtime.async_rules import lags_from_events, lags_from_reads
 from naspipe.runtime.replay import replay_schedule
+from naspipe.runtime.update_rules.async_rules import lags_from_events, lags_from_reads
 from naspipe.sched.async_options import AsyncOptionError, parse_async_options
 from naspipe.sched.policies import POLICIES, PolicyError, make_scheduler, stage_specs
-from naspipe.sched.shared import parse_shared
 from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import preset
 
 ASYNC = ["pipedream", "pipedream:vsync", "2bw", "pipemare:t1=5,t2=0.1,warmup=3", "pipeoptim", "pipeoptim:s=inflight"]

@@ -10,8 +10,9 @@ import pytest
 
 from naspipe.bound import lower_bound
 from naspipe.partition import partition
-from naspipe.sched.shared import parse_shared
+from naspipe.runspec import RunSpec
 from naspipe.sequence import ReplayStream
+from naspipe.shared import parse_shared
 from naspipe.sim import CostModel, simulate
 from naspipe.space import Block, Candidate, SearchSpace
 
@@ -61,7 +62,7 @@ def test_no_conflicts_leaves_only_one_subnet_chain() -> None:
     # stage 1 cannot start before 1, then has 4 units of work, and after its last task (a backward) B(j,0)
     # still takes 1: 1 + 4 + 1 = 6, which CSP achieves
     assert b.tight_bound == 6.0
-    r = simulate(UNIT, partition(UNIT, 2), ReplayStream(UNIT, subs), "csp")
+    r = simulate(RunSpec.of(UNIT, partition(UNIT, 2), ReplayStream(UNIT, subs), "csp"))
     assert r.makespan == 6.0
 
 
@@ -84,7 +85,7 @@ def test_tight_bound_adds_the_unavoidable_head_and_tail() -> None:
     b = _bound(space, subs)
     assert b.lower_bound == pytest.approx(20.0)
     assert b.tight_bound == pytest.approx(20.2)
-    r = simulate(space, partition(space, 2), ReplayStream(space, subs), "csp")
+    r = simulate(RunSpec.of(space, partition(space, 2), ReplayStream(space, subs), "csp"))
     assert r.makespan == pytest.approx(20.2)  # CSP meets the tight bound here
 
 
@@ -95,7 +96,7 @@ def test_tight_bound_is_never_above_a_real_makespan() -> None:
     """
     space = _space([(1, 1)] * 8, [(0.1, 0.1)] * 8)
     subs = [(j % 8, j % 8) for j in range(20)]
-    r = simulate(space, partition(space, 2), ReplayStream(space, subs), "csp", window=50)
+    r = simulate(RunSpec.of(space, partition(space, 2), ReplayStream(space, subs), "csp", window=50))
     b = _bound(space, subs)
     assert r.makespan == pytest.approx(40.0)
     assert b.lower_bound == pytest.approx(40.0)
@@ -104,7 +105,7 @@ def test_tight_bound_is_never_above_a_real_makespan() -> None:
 
 def test_bounds_match_the_literal_schedules() -> None:
     for split, policy, ms in ((False, "csp", 10.0), (True, "csp-bw", 9.0)):
-        r = simulate(UNIT, partition(UNIT, 2), ReplayStream(UNIT, OVERTAKE), policy)
+        r = simulate(RunSpec.of(UNIT, partition(UNIT, 2), ReplayStream(UNIT, OVERTAKE), policy))
         assert r.makespan == ms
         assert _bound(UNIT, OVERTAKE, split=split).lower_bound == ms  # efficiency exactly 1
 

@@ -22,7 +22,7 @@ from torch import nn
 import naspipe
 from naspipe import messages
 from naspipe.cli import main
-from naspipe.runtime.comm import ACTIVATION, GRADIENT, HEADER_BYTES, Packing, encode_tree
+from naspipe.runtime.transport.comm import ACTIVATION, GRADIENT, HEADER_BYTES, Packing, encode_tree
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 

@@ -25,9 +25,10 @@ from naspipe.runtime.checkpoint import (
     position_dir,
     root_of,
 )
-from naspipe.runtime.launcher import TrainError
-from naspipe.sched.shared import parse_shared
+from naspipe.runtime.processes.launcher import TrainError
+from naspipe.runtime.stagerun import StageRun
 from naspipe.sequence import UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import preset
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
@@ -104,8 +105,9 @@ def test_completion_needs_every_stage_and_keeps_the_previous_checkpoint(tmp_path
 def test_fences_and_refusals_without_processes(tmp_path):
     cfg = TrainConfig.create("digits-cnn", tmp_path / "o", stages=2, subnets=25, checkpoint_every=10,
                              progress=False)
-    assert Checkpointer(cfg, 0).fence == 10
-    assert Checkpointer(cfg.replace(checkpoint_every=30), 0).fence is None  # past the end: none
+    assert Checkpointer(cfg, StageRun.of(cfg, 0, torch.device("cpu"))).fence == 10
+    later = cfg.replace(checkpoint_every=30)
+    assert Checkpointer(later, StageRun.local(0, 2, cfg.policy)).fence is None  # past the end: none
     fp = fingerprint(cfg)
     assert fp["stages"] == 2 and fp["subnets"] == 25 and len(fp["sequence_sha256"]) == 64
     assert fingerprint(cfg.replace(seed=1)) != fp

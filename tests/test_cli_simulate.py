@@ -12,6 +12,7 @@ import pytest
 
 from naspipe.cli import main
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sequence import UniformStream, save_sequence
 from naspipe.sim import simulate
 from naspipe.space import preset
@@ -49,7 +50,7 @@ def test_json_matches_the_library(capsys) -> None:
     out = _json(capsys, "--space", "naspipe-k12", "--stages", "2", "--subnets", "50", "--seed", "1",
                 "--policy", "asp", "--window", "8")
     sp = preset("naspipe-k12")
-    r = simulate(sp, partition(sp, 2), UniformStream(sp, 1, 50), "asp", window=8)
+    r = simulate(RunSpec.of(sp, partition(sp, 2), UniformStream(sp, 1, 50), "asp", window=8))
     assert out["makespan"] == pytest.approx(r.makespan)
     assert out["utilization"] == pytest.approx(r.utilization)
 

@@ -1,5 +1,5 @@
-"""The transport's one-transfer-per-message packing (``naspipe.runtime.comm.Packing``): both ends agree on every
-transfer's size, payloads arrive bit for bit, and a message whose payload keeps its size is one transfer."""
+"""The transport's one-transfer-per-message packing (``naspipe.runtime.transport.comm.Packing``): both ends agree on
+every transfer's size, payloads arrive bit for bit, and a message whose payload keeps its size is one transfer."""
 
 from __future__ import annotations
 
@@ -13,7 +13,17 @@ import torch.multiprocessing as mp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from naspipe.runtime.comm import ACTIVATION, DTYPES, GRADIENT, HEADER_BYTES, PACK_LIMIT, Links, Packing, encode_header
+from naspipe.runtime.stagerun import StageRun
+from naspipe.runtime.transport.comm import (
+    ACTIVATION,
+    DTYPES,
+    GRADIENT,
+    HEADER_BYTES,
+    PACK_LIMIT,
+    Links,
+    Packing,
+    encode_header,
+)
 
 SHAPES = st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple)
 MESSAGES = st.lists(st.one_of(st.none(), st.tuples(st.sampled_from(DTYPES), SHAPES)), min_size=1, max_size=12)
@@ -119,7 +129,7 @@ def _pair(rank: int, port: int, out: mp.Queue) -> None:  # (a spawned process: m
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         inbox: queue.Queue = queue.Queue()
-        links = Links(rank, 2, torch.device("cpu"), len(ACTS), inbox, 30.0)
+        links = Links(StageRun.local(rank, 2, "csp"), len(ACTS), inbox, 30.0)
         links.start()
         got = []
         for j in range(len(ACTS)):

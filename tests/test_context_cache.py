@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from naspipe.runtime.context import CacheError, ContextCache
+from naspipe.runtime.layer_cache.context import CacheError, ContextCache
 
 D = 32
 NB = (D * D + D) * 4  # bytes of one nn.Linear(D, D)

@@ -29,8 +29,9 @@ from naspipe.corrections.stashing import (
 )
 from naspipe.models.optim import make_optimizer
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sequence import UniformStream
-from naspipe.sim import simulate
+from naspipe.sim import SimOptions, simulate
 from naspipe.space import preset
 from naspipe.trace import Trace
 
@@ -109,13 +110,14 @@ def test_lags_measured_on_simulator_traces() -> None:
     weights updated by every subnet: the measured lags are the theory's."""
     space = preset("unit-k12")
     part = partition(space, 4)
-    asp = simulate(space, part, UniformStream(space, 0, 24), "asp", window=24)
+    asp = simulate(RunSpec.of(space, part, UniformStream(space, 0, 24), "asp", window=24))
     for s, order in enumerate(stage_orders(asp.trace)):
         for policy in ("async", "stash"):
             lag = replay_lags(policy, order, stage=s)
             f, b = theoretical_lag(policy, s, 4)
             assert lag.max_forward == f and lag.max_backward == b and lag.forward[-1] == f
-    bsp = simulate(space, part, UniformStream(space, 0, 24), "bsp", window=24, policy_options={"micro_batches": 4})
+    bsp = simulate(RunSpec.of(space, part, UniformStream(space, 0, 24), "bsp", window=24),
+                   SimOptions(policy_options={"micro_batches": 4}))
     for order in stage_orders(bsp.trace):
         lag = replay_lags("gpipe", order, group=4)
         assert lag.max_forward == lag.max_backward == 0

@@ -17,8 +17,8 @@ from naspipe.reference import train_reference
 from naspipe.results import param_hashes, verify, write_losses, write_params
 from naspipe.runspec import DEFAULT_SHARED
 from naspipe.runtime import TrainConfig, train
-from naspipe.runtime.launcher import TrainError
-from naspipe.sched.shared import parse_shared
+from naspipe.runtime.processes.launcher import TrainError
+from naspipe.shared import parse_shared
 from naspipe.space import preset
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from naspipe import UniformStream, experiments, partition, simulate
+from naspipe.runspec import RunSpec
 from naspipe.space import unit_space
 from naspipe.trace import COMPUTE_KINDS
 from naspipe.viz import gantt
@@ -63,7 +64,7 @@ def test_every_bar_of_notebook_02s_figure_carries_its_subnet_at_one_readable_siz
 def test_a_bar_too_narrow_for_its_id_carries_none():
     space = unit_space(3, choice_blocks=4, fwd=0.5, bwd=1.0)
     part = partition(space, 2)
-    fig = gantt(simulate(space, part, UniformStream(space, 1, 30), "csp").trace, unit="units", labels=True)
+    fig = gantt(simulate(RunSpec.of(space, part, UniformStream(space, 1, 30), "csp")).trace, unit="units", labels=True)
     span = max(b + x for bar in fig.data for b, x in zip(bar.base, bar.x, strict=True))
     shown, empty = set(), set()
     for bar in fig.data:

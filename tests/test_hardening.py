@@ -173,9 +173,9 @@ def test_a_sequence_file_with_malformed_subnets_is_one_line(tmp_path, capsys, co
 
 @pytest.mark.parametrize("command,processes", [("train", "5 processes"), ("reference", "1 process")])
 def test_a_sequence_too_large_for_memory_is_refused_at_once(tmp_path, capsys, monkeypatch, command, processes):
-    import naspipe.validate
+    import naspipe.modelcheck
 
-    monkeypatch.setattr(naspipe.validate, "machine_memory", lambda: 16 * 2**30)  # the same answer on any machine
+    monkeypatch.setattr(naspipe.modelcheck, "machine_memory", lambda: 16 * 2**30)  # the same answer on any machine
     t0 = time.monotonic()
     err = _refused(capsys, [command, "--subnets", "100000000", "--out", str(tmp_path / "o"), "--no-progress"],
                    "100000000 subnets would need about", never=tmp_path / "o")
@@ -319,8 +319,8 @@ def _rank_of(procs: list, pid: int) -> int:
 
 def test_the_python_reference_records_its_identity_too(tmp_path):
     from naspipe.reference import train_reference
-    from naspipe.sched.shared import SharedLayers
     from naspipe.sequence import UniformStream
+    from naspipe.shared import SharedLayers
 
     space = preset("digits-cnn")
     stream = UniformStream(space, 0, 3)

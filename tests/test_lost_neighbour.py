@@ -21,9 +21,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from naspipe.runtime.arrival import Roster
-from naspipe.runtime.comm import Links, SendFailure, TransportError
-from naspipe.runtime.worker import PeerLost
+from naspipe.runtime.processes.worker import PeerLost
+from naspipe.runtime.transport.arrival import Roster
+from naspipe.runtime.transport.comm import Links, SendFailure, TransportError
 from naspipe.torchrun import lost_host
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")

@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 from naspipe.cli import main
 from naspipe.memsize import Budget, SizeError, format_bytes, parse_budget, parse_bytes
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sched.tasks import FORWARD, WEIGHT, Task
 from naspipe.sequence import ReplayStream, UniformStream
-from naspipe.sim import simulate
+from naspipe.sim import SimOptions, simulate
 from naspipe.sim.costs import batch_time_scale
 from naspipe.sim.memory import (
     Footprint,
@@ -125,9 +126,9 @@ def test_memory_off_is_the_plain_simulation_and_unlimited_resident_changes_nothi
     sp = preset("naspipe-k24")
     part = partition(sp, 4)
     stream = UniformStream(sp, 3, 60)
-    plain = simulate(sp, part, stream, "csp")
+    plain = simulate(RunSpec.of(sp, part, stream, "csp"))
     assert plain.memory is None and not any(e.kind in ("prefetch", "evict", "stall") for e in plain.trace.events)
-    res = simulate(sp, part, stream, "csp", memory=MemoryConfig(swap="resident"))
+    res = simulate(RunSpec.of(sp, part, stream, "csp"), SimOptions(memory=MemoryConfig(swap="resident")))
     assert res.memory is not None and res.memory.batch_size == sp.batch_size
     assert [(e.stage, e.kind, e.subnet, e.start, e.end) for e in res.trace.compute_events()] == \
         [(e.stage, e.kind, e.subnet, e.start, e.end) for e in plain.trace.compute_events()]
@@ -137,8 +138,9 @@ def test_memory_off_is_the_plain_simulation_and_unlimited_resident_changes_nothi
 def _literal_on_demand(pin: str):  # noqa: ANN202
     """One stage, two subnets with disjoint candidates (2 x 10 MB each), F = 1 s, B = 2 s, 10 MB/s copies."""
     sp = _space(k=2, blocks=2, param=10 * MB, act=MB, batch=1, fwd=0.5, bwd=1.0)
-    r = simulate(sp, partition(sp, 1), ReplayStream(sp, [(0, 0), (1, 1)]), "csp",
-                 memory=MemoryConfig(device_memory="100%", swap="on-demand", bandwidth_h2d=10 * MB, pin=pin))
+    r = simulate(RunSpec.of(sp, partition(sp, 1), ReplayStream(sp, [(0, 0), (1, 1)]), "csp"),
+                 SimOptions(memory=MemoryConfig(device_memory="100%", swap="on-demand", bandwidth_h2d=10 * MB,
+                                                pin=pin)))
     assert r.memory is not None
     return r.memory, [(e.kind, e.subnet, e.start, e.end, e.bytes) for e in r.trace.events]
 
@@ -180,8 +182,9 @@ def test_predictive_prefetches_behind_compute() -> None:
     sp = preset("naspipe-k48")
     part = partition(sp, 4)
     stream = UniformStream(sp, 0, 80)
-    pred = simulate(sp, part, stream, "csp", memory=MemoryConfig(device_memory="25%"))
-    dem = simulate(sp, part, stream, "csp", memory=MemoryConfig(device_memory="25%", swap="on-demand"))
+    pred = simulate(RunSpec.of(sp, part, stream, "csp"), SimOptions(memory=MemoryConfig(device_memory="25%")))
+    dem = simulate(RunSpec.of(sp, part, stream, "csp"), SimOptions(memory=MemoryConfig(device_memory="25%",
+                                                                                       swap="on-demand")))
     p, d = pred.memory, dem.memory
     assert p.forward_hit_rate > 0.9 and d.forward_hit_rate < 0.2
     assert p.stall_share < d.stall_share
@@ -206,7 +209,7 @@ def test_acceptance_25_percent_budget(k: int, stages: int) -> None:
     sp = preset(f"naspipe-k{k}")
     part = partition(sp, stages)
     stream = UniformStream(sp, 0, 300)
-    m = simulate(sp, part, stream, "csp", memory=MemoryConfig(device_memory="25%")).memory
+    m = simulate(RunSpec.of(sp, part, stream, "csp"), SimOptions(memory=MemoryConfig(device_memory="25%"))).memory
     assert m is not None and m.hit_rate >= 0.98 and m.stall_share < 0.02, m.summary()
 
 
@@ -216,10 +219,10 @@ def test_acceptance_10_percent_budget_keeps_90_percent_of_unlimited_throughput()
     sp = preset("naspipe-k96")
     part = partition(sp, 4)
     stream = UniformStream(sp, 0, 300)
-    unlimited = sp.batch_size / simulate(sp, part, stream, "csp").makespan
+    unlimited = sp.batch_size / simulate(RunSpec.of(sp, part, stream, "csp")).makespan
     rate = {}
     for pin in ("task", "subnet"):
-        r = simulate(sp, part, stream, "csp", memory=MemoryConfig(device_memory="10%", pin=pin))
+        r = simulate(RunSpec.of(sp, part, stream, "csp"), SimOptions(memory=MemoryConfig(device_memory="10%", pin=pin)))
         assert r.memory is not None
         rate[pin] = r.memory.batch_size / r.makespan / unlimited
     assert rate["task"] >= 0.90 and rate["subnet"] < rate["task"], rate
@@ -229,8 +232,10 @@ def test_bsp_resident_batch_shrinks_with_a_smaller_device() -> None:
     sp = preset("naspipe-k48")
     part = partition(sp, 4)
     stream = UniformStream(sp, 0, 16)
-    big = simulate(sp, part, stream, "bsp:4", memory=MemoryConfig(device_memory="40GiB", swap="resident"))
-    small = simulate(sp, part, stream, "bsp:4", memory=MemoryConfig(device_memory="13GiB", swap="resident"))
+    big = simulate(RunSpec.of(sp, part, stream, "bsp:4"), SimOptions(memory=MemoryConfig(device_memory="40GiB",
+                                                                                         swap="resident")))
+    small = simulate(RunSpec.of(sp, part, stream, "bsp:4"), SimOptions(memory=MemoryConfig(device_memory="13GiB",
+                                                                                           swap="resident")))
     assert big.memory.batch_size == 32 and small.memory.batch_size < 32
     assert small.costs.batch_size == small.memory.batch_size
     assert small.trace.meta["batch_size"] == small.memory.batch_size
@@ -281,13 +286,14 @@ def _budgets(sp, part, policy: str, swap: str, room: float) -> list[int]:
 
 
 def _run(sp, stages, n, seed, policy, swap, budget, depth, shared, pin="task"):
-    from naspipe.sched.shared import parse_shared
+    from naspipe.shared import parse_shared
 
     part = partition(sp, stages)
     if isinstance(budget, float):
         budget = _budgets(sp, part, policy, swap, budget)
     cfg = MemoryConfig(device_memory=budget, swap=swap, prefetch_depth=depth, bandwidth_h2d=2e9, pin=pin)
-    return simulate(sp, part, UniformStream(sp, seed, n), policy, memory=cfg, shared=parse_shared(shared)), part
+    return simulate(RunSpec.of(sp, part, UniformStream(sp, seed, n), policy, shared=parse_shared(shared)),
+                    SimOptions(memory=cfg)), part
 
 
 def _in_use(result, part, sp, pin: str) -> dict[int, list[tuple[float, float, set]]]:

@@ -21,8 +21,8 @@ from naspipe.models import (
 from naspipe.models.transformer import BOS, PAD
 from naspipe.reference import train_reference
 from naspipe.results import param_hashes
-from naspipe.sched.shared import SharedLayers, parse_shared
 from naspipe.sequence import UniformStream
+from naspipe.shared import SharedLayers, parse_shared
 from naspipe.space import preset
 
 torch.set_num_threads(1)

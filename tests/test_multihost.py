@@ -21,7 +21,7 @@ import pytest
 
 from naspipe.cli import main
 from naspipe.runtime.checkpoint import newest_complete, root_of
-from naspipe.runtime.netcheck import NetworkError, check_master, own_endpoint
+from naspipe.runtime.transport.netcheck import NetworkError, check_master, own_endpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
 from netns import IFACE, SUBNET, NamespaceError, leftovers, two_hosts  # noqa: E402

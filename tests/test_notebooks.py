@@ -163,10 +163,10 @@ def test_live_monitor_in_a_headless_kernel(tmp_path):
     """The monitor inside a kernel: widgets shown, a writer thread feeds events.jsonl, follow() blocks."""
     src = '''import json, threading, time
 from pathlib import Path
-from naspipe import UniformStream, partition, preset, simulate
+from naspipe import RunSpec, UniformStream, partition, preset, simulate
 from naspipe.viz import LiveMonitor
 sp = preset("naspipe-k48"); part = partition(sp, 4)
-trace = simulate(sp, part, UniformStream(sp, 0, 16), "csp").trace
+trace = simulate(RunSpec.of(sp, part, UniformStream(sp, 0, 16), "csp")).trace
 path = Path("events.jsonl")
 def write():
     with path.open("w") as f:

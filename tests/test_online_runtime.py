@@ -3,7 +3,7 @@
 Acceptance: a CSP run whose sequence an evolutionary sampler generates from the training losses, on 2 and 4
 stages (one with jitter), is bit-identical to ``naspipe reference --sampler evolution:LAG`` with the same
 seed, and realizes the very sequence the reference wrote to ``sequence.json``. Every stage generates the
-sequence itself from losses that travel bit-exactly in the gradient headers (``naspipe.runtime.online``).
+sequence itself from losses that travel bit-exactly in the gradient headers (``naspipe.runtime.processes.online``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import torch
 from naspipe.cli import main
 from naspipe.results import verify
 from naspipe.runtime import ConfigError, TrainConfig, train
-from naspipe.runtime.comm import GRADIENT, decode_header, decode_loss, encode_header
-from naspipe.runtime.online import LossBook
+from naspipe.runtime.processes.online import LossBook
+from naspipe.runtime.transport.comm import GRADIENT, decode_header, decode_loss, encode_header
 from naspipe.samplers import make_stream
 from naspipe.sequence import UniformStream
 from naspipe.space import preset

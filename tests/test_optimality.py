@@ -11,6 +11,7 @@ import pytest
 from naspipe.bound import lower_bound
 from naspipe.optimum import build_problem, feasibility_violations, heads_tails, replay, solve
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sequence import UniformStream
 from naspipe.sim import CostModel, simulate
 from naspipe.space import unit_space
@@ -42,7 +43,7 @@ def test_bound_never_above_the_optimum_and_every_schedule_is_feasible(k, blocks,
     for split in (False, True):
         costs = CostModel(sp, part, subs, split_backward=split)
         pb = build_problem(sp, part, subs, costs.duration, split_backward=split)
-        runs = [simulate(sp, part, stream, p) for p in CAUSAL if (p == "csp-bw") == split]
+        runs = [simulate(RunSpec.of(sp, part, stream, p)) for p in CAUSAL if (p == "csp-bw") == split]
         for r in runs:
             assert feasibility_violations(pb, r.trace) == [], r.trace.meta["policy"]
         sol = solve(pb, hints=[r.trace for r in runs], time_limit=10)
@@ -69,7 +70,7 @@ def test_a_hand_solved_instance() -> None:
 
 def test_checker_flags_broken_schedules() -> None:
     sp, part, stream, subs = _unit_instance(2, 4, 2, 0, 6)
-    r = simulate(sp, part, stream, "csp")
+    r = simulate(RunSpec.of(sp, part, stream, "csp"))
     pb = build_problem(sp, part, subs, r.costs.duration)
     assert feasibility_violations(pb, r.trace) == []
 
@@ -87,7 +88,7 @@ def test_checker_flags_broken_schedules() -> None:
     ev[0] = dataclasses.replace(ev[0], end=ev[0].end + 0.1)
     assert any("took" in v for v in feasibility_violations(pb, Trace(2, ev)))
     # a causal edge: asp ignores the causal rule, so with 2 candidates its schedule breaks one
-    asp = simulate(sp, part, UniformStream(sp, 0, 6), "asp")
+    asp = simulate(RunSpec.of(sp, part, UniformStream(sp, 0, 6), "asp"))
     assert any("before" in v for v in feasibility_violations(pb, asp.trace))
 
 
@@ -114,7 +115,7 @@ def test_heads_and_tails_of_a_small_dag() -> None:
 
 def test_a_stop_at_the_gap_limit_is_not_called_proven() -> None:
     sp, part, stream, subs = _unit_instance(6, 6, 3, 1, 10)
-    r = simulate(sp, part, stream, "csp")
+    r = simulate(RunSpec.of(sp, part, stream, "csp"))
     pb = build_problem(sp, part, subs, r.costs.duration)
     loose = solve(pb, hints=[r.trace], time_limit=10, gap=0.5)  # csp is within 50% of the bound at once
     assert loose.makespan <= r.makespan + 1e-9 and loose.gap <= 0.5 + 1e-9
@@ -126,7 +127,7 @@ def test_a_stop_at_the_gap_limit_is_not_called_proven() -> None:
 def test_two_workers_prove_the_same_optimum() -> None:
     # the parallel portfolio (a lower-bound search and neighbourhood searches) is a valid configuration
     sp, part, stream, subs = _unit_instance(4, 4, 2, 3, 8)
-    r = simulate(sp, part, stream, "csp-cp")
+    r = simulate(RunSpec.of(sp, part, stream, "csp-cp"))
     pb = build_problem(sp, part, subs, r.costs.duration)
     one, two = (solve(pb, hints=[r.trace], time_limit=10, workers=w) for w in (1, 2))
     assert one.optimal and two.optimal

@@ -7,8 +7,8 @@ import pytest
 from naspipe.peers.ddp import run_ddp
 from naspipe.reference import train_reference
 from naspipe.results import param_hashes
-from naspipe.sched.shared import SharedLayers
 from naspipe.sequence import UniformStream
+from naspipe.shared import SharedLayers
 from naspipe.space import resolve_space
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")

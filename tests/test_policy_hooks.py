@@ -20,12 +20,13 @@ from hypothesis import strategies as st
 
 import naspipe
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sched import make_scheduler, parse_shared, stage_specs
 from naspipe.sched.policies import ChainCSPScheduler, PolicyError
 from naspipe.sched.registry import Policy, register_policy, unregister_policy
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
 from naspipe.sequence import ReplayStream, UniformStream
-from naspipe.sim import simulate
+from naspipe.sim import SimOptions, simulate
 from naspipe.sim.memory import MemoryConfig
 from naspipe.space import Block, Candidate, SearchSpace, preset
 from naspipe.trace import check_causal
@@ -82,8 +83,8 @@ def test_arbitrary_hook_choices_complete_and_never_break_the_causal_rule(sc) -> 
     space, subnets, P = sc["space"], sc["subnets"], sc["stages"]
     part = partition(space, P)
     with mock.patch.object(ArbitraryHooks, "salt", sc["salt"]):
-        r = simulate(space, part, ReplayStream(space, subnets), "test-arbitrary", window=sc["window"],
-                     shared=parse_shared(sc["shared"]), jitter=sc["jitter"], seed=sc["seed"])
+        r = simulate(RunSpec.of(space, part, ReplayStream(space, subnets), "test-arbitrary", window=sc["window"],
+                                shared=parse_shared(sc["shared"]), seed=sc["seed"]), SimOptions(jitter=sc["jitter"]))
     evs = r.trace.compute_events()
     ev = {(e.kind, e.subnet, e.stage): e for e in evs}
     assert len(ev) == len(evs) == 2 * len(subnets) * P  # every F and B once
@@ -184,7 +185,8 @@ def test_hooks_keep_the_causal_rule_under_a_memory_budget_and_its_predictor(salt
     part = partition(sp, 4)
     stream = UniformStream(sp, 0, 60)
     with mock.patch.object(ArbitraryHooks, "salt", salt):
-        r = simulate(sp, part, stream, "test-arbitrary", memory=MemoryConfig(device_memory="25%"))
+        r = simulate(RunSpec.of(sp, part, stream, "test-arbitrary"),
+                     SimOptions(memory=MemoryConfig(device_memory="25%")))
     subnets = [tuple(stream[j]) for j in range(60)]
     evs = r.trace.compute_events()
     assert len({(e.kind, e.subnet, e.stage) for e in evs}) == len(evs) == 2 * 60 * 4

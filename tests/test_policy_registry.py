@@ -16,6 +16,7 @@ import pytest
 
 import naspipe
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sched.policies import CSPScheduler, follows_causal_rule, make_scheduler, stage_specs
 from naspipe.sched.registry import (
     ENV,
@@ -81,8 +82,8 @@ def test_a_registered_policy_runs_in_the_simulator_and_keeps_the_causal_rule(use
     sp = preset("naspipe-k12")
     part = partition(sp, 4)
     stream = UniformStream(sp, 0, 40)
-    mine = simulate(sp, part, stream, "csp-newest").trace
-    base = simulate(sp, part, stream, "csp").trace
+    mine = simulate(RunSpec.of(sp, part, stream, "csp-newest")).trace
+    base = simulate(RunSpec.of(sp, part, stream, "csp")).trace
     blocks = [[b for b in part.blocks(s) if not sp.blocks[b].fixed] for s in range(part.stages)]
     assert check_causal(mine, [tuple(stream[j]) for j in range(40)], blocks) == []
     order = lambda t: [(e.stage, e.subnet) for e in sorted(t.compute_events(), key=lambda e: (e.start, e.stage))

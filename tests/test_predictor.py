@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sched.policies import StageScheduler, make_scheduler, stage_specs
 from naspipe.sched.predictor import (
     ACTIVATION,
@@ -24,7 +25,7 @@ from naspipe.sched.predictor import (
 )
 from naspipe.sched.tasks import B, F, Task
 from naspipe.sequence import ReplayStream, UniformStream
-from naspipe.sim import simulate
+from naspipe.sim import SimOptions, simulate
 from naspipe.sim.memory import MemoryConfig
 from naspipe.space import Block, Candidate, SearchSpace, preset
 
@@ -171,7 +172,7 @@ def test_peek_and_speculative_copy_match_clone(k: int, stages: int, seed: int, p
         return task
 
     with mock.patch.object(StageScheduler, "next_task", checking):
-        simulate(sp, part, UniformStream(sp, seed, 25), policy, window=12)
+        simulate(RunSpec.of(sp, part, UniformStream(sp, seed, 25), policy, window=12))
     assert checked[0] > 0
 
 
@@ -210,7 +211,7 @@ def test_accuracy_meter() -> None:
 
 def test_the_predictor_is_right_in_a_simulated_pipeline() -> None:
     sp = preset("naspipe-k48")
-    r = simulate(sp, partition(sp, 4), UniformStream(sp, 1, 60), "csp",
-                 memory=MemoryConfig(device_memory="25%", prefetch_depth=4))
+    r = simulate(RunSpec.of(sp, partition(sp, 4), UniformStream(sp, 1, 60), "csp"),
+                 SimOptions(memory=MemoryConfig(device_memory="25%", prefetch_depth=4)))
     assert r.memory.predictor_accuracy > 0.95
     assert r.memory.predictor_coverage > 0.9

@@ -12,8 +12,8 @@ from naspipe.cli import main
 from naspipe.models import build_stage
 from naspipe.reference import train_reference
 from naspipe.results import param_hashes, read_losses, tensor_hash
-from naspipe.sched.shared import SharedLayers, parse_shared
 from naspipe.sequence import UniformStream
+from naspipe.shared import SharedLayers, parse_shared
 from naspipe.space import preset
 
 SPACE = preset("digits-cnn")

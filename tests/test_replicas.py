@@ -10,8 +10,8 @@ import torch
 from naspipe.cli import main
 from naspipe.models.shards import combine, shard, shard_batch
 from naspipe.reference import train_reference
-from naspipe.sched.shared import SharedLayers
 from naspipe.sequence import UniformStream
+from naspipe.shared import SharedLayers
 from naspipe.space import resolve_space
 
 # params.json digests of ``naspipe reference --space S --subnets 6 --seed 3`` recorded before replicas existed:
@@ -58,7 +58,7 @@ def test_reference_replicas_split_the_batch():
     one, two = run(1), run(2)
     assert any(not torch.equal(one[n], two[n]) for n in one)  # other (sharded) numbers ...
     assert all(torch.allclose(one[n], two[n], atol=1e-5) for n in one)  # ... of the same mathematics
-    with pytest.raises(ValueError, match="dividing the batch size"):
+    with pytest.raises(ValueError, match="must divide the batch size"):
         train_reference(space, UniformStream(space, 0, 1), 0, SharedLayers(), replicas=3)
 
 

@@ -15,7 +15,7 @@ import shlex
 import pytest
 
 from naspipe.cli import main
-from naspipe.cli.train import summary_line
+from naspipe.cli.cmd_train import summary_line
 from naspipe.runtime.outputs import throughput_line
 from naspipe.runtime.progress import RATE_LABEL, ProgressBar
 

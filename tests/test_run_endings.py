@@ -32,7 +32,7 @@ from conftest import alive, descendants
 from naspipe.cli import main
 from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.checkpoint import newest_complete, root_of
-from naspipe.runtime.launcher import TrainError
+from naspipe.runtime.processes.launcher import TrainError
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 

@@ -27,7 +27,7 @@ def test_the_command_line_and_the_library_share_one_set_of_defaults(tmp_path):
     cfg = TrainConfig.create("digits-cnn", tmp_path / "run", stages=2, subnets=6)
     assert (cfg.policy_name, cfg.window, str(cfg.shared), cfg.seed) == (lib.policy, lib.window, str(lib.shared), 0)
     # the default, csp-plan, has its plan chosen once, on the run's own sequence, and recorded in the policy
-    assert cfg.policy == choose_plan(lib.space, lib.partition, lib.stream, window=lib.window, shared=lib.shared).policy
+    assert cfg.policy == choose_plan(lib).policy
     assert cfg.sequence == tuple(cli.stream[j] for j in range(6))
     assert cfg.partition == cli.partition
     declared = {f.name: f.default for f in dataclasses.fields(TrainConfig)}

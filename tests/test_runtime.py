@@ -27,14 +27,14 @@ from naspipe.models import DEFAULT_LR
 from naspipe.reference import train_reference
 from naspipe.results import param_hashes, verify, write_losses, write_params
 from naspipe.runtime import ConfigError, TrainConfig, train
-from naspipe.runtime.comm import ACTIVATION, GRADIENT, HEADER_LEN, decode_header, encode_header
-from naspipe.runtime.jitter import jitter_seconds
-from naspipe.runtime.launcher import TrainError
+from naspipe.runtime.processes.jitter import jitter_seconds
+from naspipe.runtime.processes.launcher import TrainError
 from naspipe.runtime.replay import replay_schedule
-from naspipe.runtime.versions import FixedVersions
+from naspipe.runtime.transport.comm import ACTIVATION, GRADIENT, HEADER_LEN, decode_header, encode_header
+from naspipe.runtime.update_rules.versions import FixedVersions
 from naspipe.sched.policies import POLICIES
-from naspipe.sched.shared import parse_shared
 from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import Block, preset
 from naspipe.trace import Trace, check_causal
 

@@ -110,10 +110,10 @@ def test_the_runtime_forecast_runs_the_stage_scheduler_speculatively():
 
     from naspipe import partition, preset
     from naspipe.models import build_stage
-    from naspipe.runtime.switching import ContextSwitch
+    from naspipe.runtime.layer_cache.switching import ContextSwitch
     from naspipe.sched.policies import make_scheduler, stage_specs
-    from naspipe.sched.shared import SharedLayers
     from naspipe.sequence import UniformStream
+    from naspipe.shared import SharedLayers
 
     sp = preset("tiny-transformer")
     part = partition(sp, 2)

@@ -10,7 +10,7 @@ from naspipe.cli import main
 from naspipe.results import param_hashes, read_params
 from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.config import prepare_out_dir
-from naspipe.sched.shared import parse_shared
+from naspipe.shared import parse_shared
 from naspipe.weights import load_weights, read_weights
 
 

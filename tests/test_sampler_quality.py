@@ -35,5 +35,5 @@ def test_a_sampler_that_ranks_like_the_truth_differs_and_an_equal_one_is_within_
 def test_the_reference_is_trained_with_the_truths_own_settings():
     truth = Path(__file__).resolve().parents[1] / "data" / "truth" / "digits-truth"
     args = reference_args(truth)
-    assert args == ["--space", str(truth / "space.json"), "--optimizer", "momentum", "--lr", "0.05",
+    assert args == ["--space", str(truth / "space.json"), "--optimizer", "momentum", "--lr", "0.02",
                     "--shared-layers", "serial"]

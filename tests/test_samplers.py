@@ -153,7 +153,7 @@ def test_samplers_module_imports_no_torch():
 def test_reference_with_online_stream_is_bit_identical():
     from naspipe.reference import train_reference
     from naspipe.results import param_hashes
-    from naspipe.sched.shared import SharedLayers
+    from naspipe.shared import SharedLayers
 
     def once():
         sampler = EvolutionSampler(SPACE, seed=5, lag=2, population=6, tournament=3)

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from test_sched_tables import table  # per stage, tasks as F0/B0/W0 in start order
 
 from naspipe.partition import Partition, partition
+from naspipe.runspec import RunSpec
 from naspipe.sched.chains import ConflictChains
 from naspipe.sched.critical import CriticalPaths
 from naspipe.sched.policies import (
@@ -33,7 +34,7 @@ from naspipe.sched.policies import (
 )
 from naspipe.sched.tasks import B, F, W
 from naspipe.sequence import ReplayStream
-from naspipe.sim import simulate
+from naspipe.sim import SimOptions, simulate
 from naspipe.space import Block, Candidate, SearchSpace
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -46,7 +47,7 @@ def _space(*blocks: list[tuple[float, float]], fixed: tuple[int, ...] = ()) -> S
 
 
 def run(space: SearchSpace, subnets, policy: str, stages: int = 2, **kw):
-    return simulate(space, partition(space, stages), ReplayStream(space, subnets), policy, **kw)
+    return simulate(RunSpec.of(space, partition(space, stages), ReplayStream(space, subnets), policy), SimOptions(**kw))
 
 
 @st.composite
@@ -149,7 +150,7 @@ def test_csp_cp_always_starts_a_ready_task_with_the_longest_tail(inst, seed, pla
     factor ``1 + eps * u(p, stage, kind, j)`` (``plan_factor_unit``); plan 0 runs csp-cp."""
     space, part, subnets = inst
     policy = "csp-cp" if plan == 0 else f"csp-plan:plan={plan},eps={eps}"
-    r = simulate(space, part, ReplayStream(space, subnets), policy, jitter=0.3, seed=seed)
+    r = simulate(RunSpec.of(space, part, ReplayStream(space, subnets), policy, seed=seed), SimOptions(jitter=0.3))
     P, n = part.stages, len(subnets)
     ev = {(e.kind, e.subnet, e.stage): e for e in r.trace.compute_events()}
     tl = {j: [x * (1.0 + (eps * plan_factor_unit(plan, i % P, "F" if i < P else "B", j) if plan else 0.0))
@@ -207,7 +208,7 @@ def test_csp_bw_orders_w_by_chain_depth_and_a_full_queue_by_age() -> None:
     Forward priority 2P - 1 - s + depth: F2 4, F0 1, F1 1. F2 first, B2 (last stage: loss done), then W2
     (depth 3 > best forward 1) before F0. After B0, W0 (depth 0) does not beat F1 (1); after B1 two W are
     pending, max_pending_w = 2 P = 2: the oldest, W0, runs. Then F3 (free since W2), B3, and W1, W3."""
-    r = simulate(W_SPACE, partition(W_SPACE, 1), ReplayStream(W_SPACE, [(0,), (1,), (2,), (2,)]), "csp-bw")
+    r = simulate(RunSpec.of(W_SPACE, partition(W_SPACE, 1), ReplayStream(W_SPACE, [(0,), (1,), (2,), (2,)]), "csp-bw"))
     assert table(r) == [["F2", "B2", "W2", "F0", "B0", "F1", "B1", "W0", "F3", "B3", "W1", "W3"]]
     assert r.makespan == 8  # one stage: no idle time
 
@@ -215,8 +216,8 @@ def test_csp_bw_orders_w_by_chain_depth_and_a_full_queue_by_age() -> None:
 def test_csp_bw_with_room_for_w_runs_forwards_first_and_ws_at_equal_depth_oldest_first() -> None:
     """As above with max_pending_w = 9: after B1 the pending W0, W1 (depth 0) lose to F3 (1); after B3
     three W are pending at depth 0 and run oldest first."""
-    r = simulate(W_SPACE, partition(W_SPACE, 1), ReplayStream(W_SPACE, [(0,), (1,), (2,), (2,)]), "csp-bw",
-                 policy_options={"max_pending_w": 9})
+    r = simulate(RunSpec.of(W_SPACE, partition(W_SPACE, 1), ReplayStream(W_SPACE, [(0,), (1,), (2,), (2,)]),
+                            "csp-bw"), SimOptions(policy_options={"max_pending_w": 9}))
     assert table(r) == [["F2", "B2", "W2", "F0", "B0", "F1", "B1", "F3", "B3", "W0", "W1", "W3"]]
 
 
@@ -248,9 +249,9 @@ def test_csp_cp_forward_overtakes_only_with_a_clearly_longer_tail() -> None:
     close = _space([(1, 20), (1, 20)])
     far = _space([(12, 10), (1, 20)])
     subs = [(0,), (1,)]
-    assert table(simulate(close, partition(close, 1), ReplayStream(close, subs), "csp-cp")) == [
+    assert table(simulate(RunSpec.of(close, partition(close, 1), ReplayStream(close, subs), "csp-cp"))) == [
         ["F0", "B0", "F1", "B1"]]
-    assert table(simulate(far, partition(far, 1), ReplayStream(far, subs), "csp-cp")) == [
+    assert table(simulate(RunSpec.of(far, partition(far, 1), ReplayStream(far, subs), "csp-cp"))) == [
         ["F0", "F1", "B1", "B0"]]
 
 

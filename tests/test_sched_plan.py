@@ -14,10 +14,11 @@ from __future__ import annotations
 import pytest
 
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sched.policies import DEFAULT_POLICY, PolicyError, make_scheduler, plan_factor_unit, stage_specs
 from naspipe.sequence import UniformStream
-from naspipe.sim import choose_plan, simulate
-from naspipe.sim.plan import needs_plan, plan_tries, planned_policy
+from naspipe.sim import SimOptions, choose_plan, simulate
+from naspipe.sim.plan_choice import needs_plan, plan_tries, planned_policy
 from naspipe.space import preset
 
 
@@ -59,39 +60,40 @@ def test_a_schedulers_priorities_belong_to_the_task_not_to_the_order_asked():
 
 def test_plan_zero_is_csp_cps_schedule_and_other_plans_change_it():
     sp, part, stream = _instance()
-    cp = _events(simulate(sp, part, stream, "csp-cp"))
-    assert _events(simulate(sp, part, stream, "csp-plan:plan=0")) == cp
-    assert _events(simulate(sp, part, stream, "csp-plan", policy_options={"plan": 0})) == cp
-    assert any(_events(simulate(sp, part, stream, planned_policy(p))) != cp for p in (1, 2, 3))
+    cp = _events(simulate(RunSpec.of(sp, part, stream, "csp-cp")))
+    assert _events(simulate(RunSpec.of(sp, part, stream, "csp-plan:plan=0"))) == cp
+    assert _events(simulate(RunSpec.of(sp, part, stream, "csp-plan"), SimOptions(policy_options={"plan": 0}))) == cp
+    assert any(_events(simulate(RunSpec.of(sp, part, stream, planned_policy(p)))) != cp for p in (1, 2, 3))
 
 
 def test_the_planner_keeps_the_shortest_makespan_lowest_plan_on_ties_deterministically():
     sp, part, stream = _instance()
-    runs = [simulate(sp, part, stream, planned_policy(p)).makespan for p in range(12)]
+    runs = [simulate(RunSpec.of(sp, part, stream, planned_policy(p))).makespan for p in range(12)]
     best = min(runs)
-    c = choose_plan(sp, part, stream, tries=12)
+    c = choose_plan(RunSpec.of(sp, part, stream), tries=12)
     assert (c.plan, c.makespan, c.baseline, c.tries) == (runs.index(best), best, runs[0], 12)
     assert c.result.makespan == best and c.result.extra["plan"]["policy"] == planned_policy(c.plan)
-    again = choose_plan(sp, part, stream, tries=12)
+    again = choose_plan(RunSpec.of(sp, part, stream), tries=12)
     assert (again.plan, again.makespan) == (c.plan, c.makespan)
     assert best < runs[0]  # on this instance some plan beats csp-cp
     sp = preset("naspipe-k12")  # csp is optimal here: every plan ties, the lowest is kept
     part, stream = partition(sp, 4), UniformStream(sp, 0, 10)
-    assert len({simulate(sp, part, stream, planned_policy(p)).makespan for p in range(12)}) == 1
-    assert choose_plan(sp, part, stream, tries=12).plan == 0
+    assert len({simulate(RunSpec.of(sp, part, stream, planned_policy(p))).makespan for p in range(12)}) == 1
+    assert choose_plan(RunSpec.of(sp, part, stream), tries=12).plan == 0
 
 
 def test_simulates_default_plans_first_and_is_never_worse_than_csp_cp():
     assert DEFAULT_POLICY == "csp-plan"
     assert (plan_tries(30), plan_tries(1000), plan_tries(10**6), plan_tries(1)) == (200, 6, 1, 200)
     sp, part, stream = _instance(n=30)
-    r = simulate(sp, part, stream)
+    r = simulate(RunSpec.of(sp, part, stream))
     chosen = r.extra["plan"]
-    assert chosen["tries"] == 200 and chosen["plan0_makespan"] == simulate(sp, part, stream, "csp-cp").makespan
+    assert chosen["tries"] == 200 and chosen["plan0_makespan"] == simulate(RunSpec.of(sp, part, stream,
+                                                                                      "csp-cp")).makespan
     assert r.makespan == chosen["makespan"] <= chosen["plan0_makespan"]
-    assert _events(r) == _events(simulate(sp, part, stream, chosen["policy"]))  # the plan replays its run
+    assert _events(r) == _events(simulate(RunSpec.of(sp, part, stream, chosen["policy"])))  # the plan replays its run
     # a plan named by the caller is respected: no planning
-    assert "plan" not in simulate(sp, part, stream, "csp-plan:plan=4").extra
+    assert "plan" not in simulate(RunSpec.of(sp, part, stream, "csp-plan:plan=4")).extra
 
 
 def test_needs_plan_and_bad_options():
@@ -113,7 +115,7 @@ def test_a_memory_aware_default_plans_memory_free_then_runs_its_plan_with_memory
 
     sp = preset("naspipe-k48")
     part, stream, mem = partition(sp, 4), UniformStream(sp, 1, 20), MemoryConfig(device_memory="25%")
-    r = simulate(sp, part, stream, memory=mem)
-    chosen = choose_plan(sp, part, stream)
+    r = simulate(RunSpec.of(sp, part, stream), SimOptions(memory=mem))
+    chosen = choose_plan(RunSpec.of(sp, part, stream))
     assert r.extra["plan"] == chosen.summary() and r.memory is not None
-    assert _events(r) == _events(simulate(sp, part, stream, chosen.policy, memory=mem))
+    assert _events(r) == _events(simulate(RunSpec.of(sp, part, stream, chosen.policy), SimOptions(memory=mem)))

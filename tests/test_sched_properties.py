@@ -22,11 +22,12 @@ from hypothesis import strategies as st
 
 from naspipe.bound import lower_bound
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sched.causal import CausalTracker
 from naspipe.sched.policies import policy_names
-from naspipe.sched.shared import parse_shared
 from naspipe.sequence import ReplayStream, UniformStream, Window
-from naspipe.sim import simulate
+from naspipe.shared import parse_shared
+from naspipe.sim import SimOptions, simulate
 from naspipe.space import Block, Candidate, SearchSpace
 from naspipe.trace import Trace, check_causal
 
@@ -107,8 +108,9 @@ class Scenario:
         _LIVE.clear()
         with mock.patch("naspipe.sched.policies.Window", _RecordingWindow), \
                 mock.patch("naspipe.sim.engine.Trace", _RecordingTrace):
-            r = simulate(self.space, part, self.stream, policy, window=self.window, shared=parse_shared(self.shared),
-                         jitter=self.jitter, seed=self.seed, latency=self.latency, policy_options=opts)
+            r = simulate(RunSpec.of(self.space, part, self.stream, policy, window=self.window,
+                                    shared=parse_shared(self.shared), seed=self.seed),
+                         SimOptions(jitter=self.jitter, latency=self.latency, policy_options=opts))
         _LIVE.clear()
         return part, r
 

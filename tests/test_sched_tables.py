@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sched.policies import CSPScheduler, StageSpec
 from naspipe.sched.tasks import B, F
 from naspipe.sequence import ReplayStream
-from naspipe.sim import simulate
+from naspipe.sim import SimOptions, simulate
 from naspipe.space import Block, Candidate, SearchSpace
 from naspipe.trace import check_causal
 
@@ -34,7 +35,7 @@ OVERTAKE = [(0, 0), (0, 1), (1, 1)]
 
 def run(space: SearchSpace, subnets, policy: str, **kw):
     stream = ReplayStream(space, subnets)
-    return simulate(space, partition(space, 2), stream, policy, **kw)
+    return simulate(RunSpec.of(space, partition(space, 2), stream, policy), SimOptions(**kw))
 
 
 def table(result) -> list[list[str]]:
@@ -172,8 +173,8 @@ def test_bsp_groups_forwards_then_backwards_then_flushes() -> None:
 def test_single_stage_runs_in_sequence_order(policy: str) -> None:
     space = _space([(1, 1), (2, 2)])
     subs = [(0,), (1,), (0,)]
-    r = simulate(space, partition(space, 1), ReplayStream(space, subs), policy,
-                 policy_options={"micro_batches": 1} if policy == "bsp" else None)
+    r = simulate(RunSpec.of(space, partition(space, 1), ReplayStream(space, subs), policy),
+                 SimOptions(policy_options={"micro_batches": 1} if policy == "bsp" else None))
     rows = table(r)
     if policy == "csp-bw":
         # W0 first: the waiting F2 needs it; W1 is no one's blocker, so it fills the tail

@@ -13,7 +13,6 @@ import torch
 
 from naspipe.cli import main
 from naspipe.models import build_stage
-from naspipe.sched.shared import SharedLayers
 from naspipe.search import (
     ConstraintError,
     InfeasibleError,
@@ -26,6 +25,7 @@ from naspipe.search import (
     search_run,
     search_space,
 )
+from naspipe.shared import SharedLayers
 from naspipe.space import preset
 from naspipe.weights import WeightsError, load_weights, read_weights, save_weights
 

@@ -10,10 +10,11 @@ import pytest
 
 from naspipe.bound import lower_bound
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sched.policies import POLICIES, StageScheduler
 from naspipe.sched.tasks import B, F, W
 from naspipe.sequence import ReplayStream, UniformStream
-from naspipe.sim import CostModel, DeadlockError, simulate
+from naspipe.sim import CostModel, DeadlockError, SimOptions, simulate
 from naspipe.space import Block, Candidate, SearchSpace, preset
 
 
@@ -31,10 +32,10 @@ def _rows(result) -> list[tuple]:
 def test_simulation_is_deterministic(policy: str) -> None:
     sp = preset("naspipe-k12")
     part = partition(sp, 4)
-    a = simulate(sp, part, UniformStream(sp, 5, 60), policy, window=16, jitter=0.2, seed=3)
-    b = simulate(sp, part, UniformStream(sp, 5, 60), policy, window=16, jitter=0.2, seed=3)
+    a = simulate(RunSpec.of(sp, part, UniformStream(sp, 5, 60), policy, window=16, seed=3), SimOptions(jitter=0.2))
+    b = simulate(RunSpec.of(sp, part, UniformStream(sp, 5, 60), policy, window=16, seed=3), SimOptions(jitter=0.2))
     assert _rows(a) == _rows(b)
-    c = simulate(sp, part, UniformStream(sp, 5, 60), policy, window=16, jitter=0.2, seed=4)
+    c = simulate(RunSpec.of(sp, part, UniformStream(sp, 5, 60), policy, window=16, seed=4), SimOptions(jitter=0.2))
     assert _rows(a) != _rows(c)  # the jitter seed matters
 
 
@@ -81,8 +82,8 @@ def test_latency_delays_every_message() -> None:
     sp = _unit(1, blocks=3)
     part = partition(sp, 3)
     subs = [(0, 0, 0)] * 3
-    r0 = simulate(sp, part, ReplayStream(sp, subs), "sequential")
-    r1 = simulate(sp, part, ReplayStream(sp, subs), "sequential", latency=0.25)
+    r0 = simulate(RunSpec.of(sp, part, ReplayStream(sp, subs), "sequential"))
+    r1 = simulate(RunSpec.of(sp, part, ReplayStream(sp, subs), "sequential"), SimOptions(latency=0.25))
     # per subnet: 3 forwards (1) + 3 backwards (2); messages: 2 down and 2 up
     assert r0.makespan == pytest.approx(3 * 9)
     assert r1.makespan == pytest.approx(3 * (9 + 4 * 0.25))
@@ -95,14 +96,14 @@ def test_sequential_makespan_is_the_sum_of_all_work() -> None:
     sp = preset("naspipe-k24")
     part = partition(sp, 4)
     st = UniformStream(sp, 1, 25)
-    r = simulate(sp, part, st, "sequential")
+    r = simulate(RunSpec.of(sp, part, st, "sequential"))
     assert r.makespan == pytest.approx(sum(r.trace.busy()))
     assert r.utilization == pytest.approx(1 / 4)
 
 
 def test_one_stage_csp_never_idles() -> None:
     sp = preset("naspipe-k12")
-    r = simulate(sp, partition(sp, 1), UniformStream(sp, 0, 40), "csp")
+    r = simulate(RunSpec.of(sp, partition(sp, 1), UniformStream(sp, 0, 40), "csp"))
     assert r.utilization == pytest.approx(1.0)
 
 
@@ -110,8 +111,8 @@ def test_csp_equals_sequential_when_every_subnet_conflicts() -> None:
     sp = _unit(1)
     part = partition(sp, 4)
     st = UniformStream(sp, 0, 12)
-    csp = simulate(sp, part, st, "csp")
-    seq = simulate(sp, part, st, "sequential")
+    csp = simulate(RunSpec.of(sp, part, st, "csp"))
+    seq = simulate(RunSpec.of(sp, part, st, "sequential"))
     assert csp.makespan == pytest.approx(seq.makespan)
     b = lower_bound(sp, part, list(st), csp.costs.duration)
     assert b.critical_path == pytest.approx(csp.makespan)  # the causal chain is the whole run
@@ -119,13 +120,13 @@ def test_csp_equals_sequential_when_every_subnet_conflicts() -> None:
 
 def test_empty_sequence() -> None:
     sp = _unit(2)
-    r = simulate(sp, partition(sp, 2), UniformStream(sp, 0, 0), "csp")
+    r = simulate(RunSpec.of(sp, partition(sp, 2), UniformStream(sp, 0, 0), "csp"))
     assert r.makespan == 0 and r.trace.events == [] and r.utilization == 0
 
 
 def test_result_metrics_come_from_the_trace() -> None:
     sp = preset("naspipe-k48")
-    r = simulate(sp, partition(sp, 4), UniformStream(sp, 0, 100), "csp")
+    r = simulate(RunSpec.of(sp, partition(sp, 4), UniformStream(sp, 0, 100), "csp"))
     assert r.makespan == r.trace.makespan
     assert r.utilization == pytest.approx(sum(r.trace.busy()) / (4 * r.makespan))
     assert r.decisions > 0 and r.decision_seconds >= 0 and r.wall_seconds > 0
@@ -145,7 +146,7 @@ def test_deadlock_is_reported_with_the_stuck_stages() -> None:
     sp = _unit(2)
     with mock.patch.dict(POLICIES, {"idle": Idle}):
         with pytest.raises(DeadlockError, match=r"policy 'idle' deadlocked: stage 0: oldest unfinished subnet 0"):
-            simulate(sp, partition(sp, 2), UniformStream(sp, 0, 3), "idle")
+            simulate(RunSpec.of(sp, partition(sp, 2), UniformStream(sp, 0, 3), "idle"))
 
 
 def test_unknown_policy_is_rejected() -> None:
@@ -153,7 +154,7 @@ def test_unknown_policy_is_rejected() -> None:
 
     sp = _unit(2)
     with pytest.raises(PolicyError, match="unknown policy 'gpipe'"):
-        simulate(sp, partition(sp, 2), UniformStream(sp, 0, 3), "gpipe")
+        simulate(RunSpec.of(sp, partition(sp, 2), UniformStream(sp, 0, 3), "gpipe"))
 
 
 @functools.cache
@@ -162,7 +163,7 @@ def _acceptance_run(k: int, stages: int, policy: str = "csp") -> tuple[float, fl
     sp = preset(f"naspipe-k{k}")
     part = partition(sp, stages)
     st = UniformStream(sp, 0, 1000)
-    r = simulate(sp, part, st, policy, window=200)
+    r = simulate(RunSpec.of(sp, part, st, policy, window=200))
     b = lower_bound(sp, part, list(st), r.costs.duration)
     return r.utilization, b.lower_bound / r.makespan, b.tight_bound / r.makespan
 

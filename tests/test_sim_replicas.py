@@ -9,6 +9,7 @@ import pytest
 
 from naspipe.cli import main
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sequence import UniformStream
 from naspipe.sim import simulate
 from naspipe.sim.costs import batch_time_scale
@@ -36,7 +37,7 @@ def test_four_stages_by_four_replicas_double_sixteen_stages(capsys):
 def test_one_replica_is_the_plain_simulation():
     stream = UniformStream(K96, 1, 200)
     part = partition(K96, 4)
-    plain = simulate(K96, part, stream, "csp")
+    plain = simulate(RunSpec.of(K96, part, stream, "csp"))
     one = simulate_replicas(K96, 4, 1, stream, "csp")
     assert one.makespan == plain.makespan and one.extra["exchange_share"] == 0.0
 

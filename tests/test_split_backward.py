@@ -22,11 +22,12 @@ from naspipe.partition import partition
 from naspipe.reference import train_reference
 from naspipe.results import param_hashes, verify, write_losses, write_params
 from naspipe.runtime import TrainConfig, train
-from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
+from naspipe.runtime.split_backward.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
 from naspipe.runtime.stage_exec import StageExecutor
-from naspipe.sched.shared import parse_shared
+from naspipe.runtime.stagerun import StageRun
 from naspipe.sched.tasks import WEIGHT
 from naspipe.sequence import UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import preset
 from naspipe.trace import Trace, check_causal
 
@@ -116,8 +117,9 @@ def test_split_b_sends_the_input_gradient_and_w_updates(shared):
     part = partition(sp, 2)
     subnets = [UniformStream(sp, 1, 3)[j] for j in range(3)]
     mk = [build_stage(sp, part.blocks(s), 1, sh) for s in range(2)]
-    ex = [StageExecutor(m, subnets, seed=1, policy="csp-bw", optimizer="sgd", lr=0.1,
-                        shared_delay=sh.delay if sh.trains_shared else None, write_kind=WEIGHT) for m in mk]
+    ex = [StageExecutor(m, subnets, StageRun.local(s, 2, "csp-bw"), seed=1, optimizer="sgd", lr=0.1,
+                        shared_delay=sh.delay if sh.trains_shared else None, write_kind=WEIGHT)
+          for s, m in enumerate(mk)]
     before = {n: p.detach().clone() for n, p in mk[1].global_named_parameters().items()}
     a, rg = ex[0].forward(0)
     assert rg

@@ -13,7 +13,7 @@ from torch import nn
 import naspipe
 from naspipe.cli import main
 from naspipe.models import build_stage, heldout_batches, make_batch
-from naspipe.sched.shared import SharedLayers
+from naspipe.shared import SharedLayers
 from naspipe.space import SpaceError as SpaceErr
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")

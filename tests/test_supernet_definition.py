@@ -23,7 +23,7 @@ from torch import nn
 import naspipe
 from naspipe.cli import main
 from naspipe.reference import train_reference
-from naspipe.sched.shared import parse_shared
+from naspipe.shared import parse_shared
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -107,7 +107,7 @@ def test_a_resume_after_the_module_was_edited_is_refused_by_name_before_start(us
                                                                                 monkeypatch):
     """Finding 1: relu -> tanh in the module, then --resume: refused (it used to continue: rc 0, a result that
     matched neither definition); a shape change too (it used to fail in the stages with a size mismatch)."""
-    import naspipe.runtime.launcher as launcher
+    import naspipe.runtime.processes.launcher as launcher
 
     name = f"edited_{tmp_path.name[-12:].replace('-', '_')}"
     spec = _module(user_dir, name)
@@ -276,7 +276,7 @@ def test_verify_names_a_policy_that_does_not_update_as_the_reference(tmp_path, c
 
 def test_train_takes_the_space_positionally(tmp_path, monkeypatch):
     """Finding 9: naspipe.train(supernet, out=...) used to raise 'pass either a TrainConfig or keyword arguments'."""
-    import naspipe.runtime.launcher as launcher
+    import naspipe.runtime.processes.launcher as launcher
 
     monkeypatch.setattr(launcher, "train", lambda cfg: cfg)
     sn = _tiny(torch.relu)

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sequence import UniformStream
 from naspipe.sim import simulate
 from naspipe.space import preset
@@ -63,7 +64,7 @@ def test_json_round_trip(tmp_path) -> None:
 
 def test_simulated_trace_round_trips(tmp_path) -> None:
     sp = preset("naspipe-k12")
-    r = simulate(sp, partition(sp, 4), UniformStream(sp, 0, 30), "csp-bw")
+    r = simulate(RunSpec.of(sp, partition(sp, 4), UniformStream(sp, 0, 30), "csp-bw"))
     p = tmp_path / "t.json"
     r.trace.save(p)
     back = Trace.load(p)

@@ -19,7 +19,7 @@ from naspipe.cli import main
 from naspipe.space import resolve_space
 from naspipe.truth import load
 from naspipe.truth.records import ENTRIES, TABLE, choose_archs, entry_name, space_size
-from naspipe.truth.train import train_entry
+from naspipe.truth.standalone import train_entry
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -142,7 +142,7 @@ def test_standalone_entry_is_a_model_of_only_its_candidates():
     from naspipe.models import build_stage
     from naspipe.reference import train_reference
     from naspipe.shared import parse_shared
-    from naspipe.truth.train import _Repeat
+    from naspipe.truth.standalone import _Repeat
 
     sp = resolve_space(SPACE)
     arch = (0, 1, 4, 2, 0)

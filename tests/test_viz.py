@@ -16,6 +16,7 @@ import pytest
 from naspipe import UniformStream, lower_bound, parse_shared, partition, preset, simulate
 from naspipe.cli import main as cli_main
 from naspipe.experiments import compare_policies, scaling_sweep, summary_rows
+from naspipe.runspec import RunSpec
 from naspipe.sched.tasks import B, F, Task, W
 from naspipe.sim import CostModel
 from naspipe.space import unit_space
@@ -73,7 +74,7 @@ def sim(space: str = "naspipe-k48", stages: int = 4, n: int = 40, policy: str = 
     sp = preset(space)
     part = partition(sp, stages)
     stream = UniformStream(sp, seed, n)
-    return sp, part, stream, simulate(sp, part, stream, policy, seed=seed)
+    return sp, part, stream, simulate(RunSpec.of(sp, part, stream, policy, seed=seed))
 
 
 # ---- Gantt -------------------------------------------------------------------------------------------------
@@ -597,5 +598,5 @@ def test_dag_numbers_sit_inside_their_nodes_and_gantt_labels_fit_one_unit_bars()
     assert nodes and all(t.textposition == "middle center" for t in nodes)  # not above, over the critical path
     # csp-bw's B and W of one time unit at 12 subnets: every id, two-digit ones too, at LABEL_PX (plotly's own
     # fitting hid 10 and 11 there; tests/test_gantt_labels.py looks at the drawing in chromium)
-    fig = gantt(simulate(space, part, UniformStream(space, 1, 12), "csp-bw").trace, unit="units")
+    fig = gantt(simulate(RunSpec.of(space, part, UniformStream(space, 1, 12), "csp-bw")).trace, unit="units")
     assert all(bar.textfont.size == LABEL_PX >= 8 and all(bar.text) for bar in fig.data)

@@ -12,8 +12,9 @@ import pytest
 
 from naspipe.experiments.jobs import Job, TrainJob, start_reference, write_reference
 from naspipe.results import ResultsError, verify, write_losses, write_params
-from naspipe.sched.shared import parse_shared
+from naspipe.runspec import RunSpec
 from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import preset
 from naspipe.viz.repro import (
     conflict_dense,
@@ -186,7 +187,7 @@ def test_simulated_twin_rescales_the_cost_model_and_svg_stacks_panels():
     sp = preset("digits-cnn")
     part = partition(sp, 2)
     stream = UniformStream(sp, 0, 6)
-    sim = simulate(sp, part, stream, "csp").trace
+    sim = simulate(RunSpec.of(sp, part, stream, "csp")).trace
     # a "measured" trace whose forwards take 3x and backwards 2x the cost model
     fake = Trace(2, [TraceEvent(e.stage, e.kind, e.subnet, 0.0, (e.end - e.start) * (3 if e.kind == "F" else 2))
                      for e in sim.events], {})

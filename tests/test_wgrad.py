@@ -1,4 +1,4 @@
-"""Explicit weight gradients (``naspipe.runtime.wgrad``) and the split backward on odd layer types.
+"""Explicit weight gradients (``naspipe.runtime.split_backward.wgrad``) and the split backward on odd layer types.
 
 * unit: for Linear (2-d, 3-d, 4-d, contiguous or not, with and without bias), LayerNorm (with and without
   bias) and Conv1d/Conv2d (padding, reflect padding, dilation, stride, groups, without bias), on contiguous and
@@ -20,10 +20,10 @@ import torch
 from torch import nn
 
 from naspipe.models import build_stage, input_of, make_batch, target_of
-from naspipe.runtime.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
-from naspipe.runtime.wgrad import recipe
-from naspipe.sched.shared import parse_shared
+from naspipe.runtime.split_backward.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
+from naspipe.runtime.split_backward.wgrad import recipe
 from naspipe.sequence import UniformStream
+from naspipe.shared import parse_shared
 from naspipe.space import resolve_space
 
 
@@ -110,7 +110,7 @@ def test_a_linear_whose_weight_is_computed_from_a_parameter_has_no_recipe(wrap, 
 def test_a_plain_linear_is_recognised_without_walking_its_graph(monkeypatch, bias, shape):
     """W asks once per layer call: a Linear whose weight and bias are used as they are (contiguous input, with
     or without bias) is recognised from its addmm/mm node directly, not by the general walk."""
-    import naspipe.runtime.wgrad as wgrad
+    import naspipe.runtime.split_backward.wgrad as wgrad
 
     def walk(*args: object) -> bool:
         raise AssertionError("walked the graph")

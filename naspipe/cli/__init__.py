@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from naspipe.cli.common import UsageError
 from naspipe.cli.shutdown import leave_despite_threads
-from naspipe.runtime.signals import EXIT_TERMINATED, Terminated
+from naspipe.runtime.processes.signals import EXIT_TERMINATED, Terminated
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,6 +36,7 @@ def _commands() -> list:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="naspipe", description="Reproducible pipeline-parallel supernet training (CSP).")
+    parser.set_defaults(_run=None, _argv=None)  # (no command given: the help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for mod in _commands():
         p = sub.add_parser(mod.COMMAND, help=mod.HELP, description=mod.HELP)
@@ -52,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        if not getattr(args, "_run", None):
+        if args._run is None:
             parser.print_help()
             return 2
         args._argv = list(sys.argv[1:] if argv is None else argv)  # (a resume hint repeats the command line)
@@ -86,7 +87,7 @@ def _resume_hint(e: BaseException, args: argparse.Namespace | None) -> str:
     saved = getattr(e, "checkpoint", None)
     if saved is None or args is None:
         return ""
-    from naspipe.cli.train import resume_hint
+    from naspipe.cli.cmd_train import resume_hint
 
     return f"; {resume_hint(saved, args)}"
 

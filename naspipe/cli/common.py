@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError, SequenceTooShort
 from naspipe.sched.policies import POLICIES
+from naspipe.shared import SHARED_MODES
+
+if TYPE_CHECKING:
+    from naspipe.samplers import SamplerSpec
 
 
 class UsageError(Exception):
@@ -74,21 +79,23 @@ def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-
                    "scheduler look-ahead window (default %(default)s)")
     p.add_argument("--sequence", default=None, help="replay the subnet sequence from this JSON file")
     p.add_argument("--shared-layers", default=DEFAULT_SHARED,
-                   help="what the fixed blocks (a supernet's Fixed stem and head) do: serial (trained in sequence "
-                        "order, exact), frozen (never trained) or delayed:D[+predict] (trained, read D subnets "
-                        "late: faster pipelines); default %(default)s")
+                   help=f"what the fixed blocks (a supernet's Fixed stem and head) do, one of "
+                        f"{', '.join(SHARED_MODES)}: serial (trained in sequence order, exact), frozen (never "
+                        "trained) or delayed:D[+predict] (trained, read D subnets late: faster pipelines); "
+                        "default %(default)s")
+    p.set_defaults(sampler="uniform")  # (commands without --sampler sample uniformly)
 
 
 def _seeded_sampler(args: argparse.Namespace) -> str:
     """``--sampler`` when it makes the sequence from the seed (a run-time one is the run's, not the spec's)."""
     from naspipe.samplers import SamplerError, parse_sampler
 
-    text = getattr(args, "sampler", None) or "uniform"
+    text = args.sampler or "uniform"
     try:
         spec = parse_sampler(text)
     except SamplerError as e:
         raise UsageError(str(e)) from None
-    if spec.kind != "uniform" and getattr(args, "sequence", None):
+    if spec.kind != "uniform" and args.sequence:
         raise UsageError(f"--sampler {text} makes the sequence; it cannot be combined with --sequence")
     return "uniform" if spec.online else str(spec)
 
@@ -131,4 +138,28 @@ def resolve_run(args: argparse.Namespace, probe: bool = True) -> RunSpec:
     except RunSpecError as e:
         raise UsageError(str(e)) from None
     args.policy = spec.policy  # MODULE:NAME resolved to NAME
+    return spec
+
+
+def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
+    """``--optimizer`` and ``--lr``, shared with ``naspipe train``."""
+    from naspipe.optim_names import DEFAULT_LR, OPTIMIZERS
+
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
+                   help="per-parameter optimizer (default %(default)s)")
+    defaults = ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items())
+    p.add_argument("--lr", type=positive_float("--lr"), default=None,
+                   help=f"learning rate (default per optimizer: {defaults})")
+
+
+def sampler_from_args(args: argparse.Namespace) -> SamplerSpec:
+    """The parsed ``--sampler``; UsageError for a bad value or together with ``--sequence``."""
+    from naspipe.samplers import SamplerError, parse_sampler
+
+    try:
+        spec = parse_sampler(args.sampler)
+    except SamplerError as e:
+        raise UsageError(str(e)) from None
+    if spec.kind != "uniform" and args.sequence:
+        raise UsageError(f"--sampler {args.sampler} generates the sequence; it cannot be combined with --sequence")
     return spec

@@ -11,8 +11,8 @@ One idea per module:
 
 ``stashing`` and ``delay`` import no torch; ``pipemare`` and ``pipeoptim`` do and are loaded on first use.
 
-How the runtime uses them (``naspipe.runtime.async_rules``, one optimizer bank per stage): the update rules
-keep their own weight versions (``TwoBWUpdates``, ``naspipe.runtime.versions.FixedVersions``) and call
+How the runtime uses them (``naspipe.runtime.update_rules.async_rules``, one optimizer bank per stage): the update rules
+keep their own weight versions (``TwoBWUpdates``, ``naspipe.runtime.update_rules.versions.FixedVersions``) and call
 ``two_bw_delay``, ``DiscrepancyCorrector`` (T2: ``with corr.observe_step():`` around the step, the backward
 inside ``with corr.corrected_weights():``), ``rescheduled_lr`` (T1), ``predicted_weights`` and
 ``version_gap`` (PipeOptim) directly. The runtime does not use ``VersionStore``: it is the bookkeeping model
@@ -22,7 +22,7 @@ warm-up rule the runtime implements with its ``warmup`` option.
 Shared layers ``delayed(D)``: subnet ``j`` reads version ``v_{j-D}``, applied ``D`` updates before its own:
 predict with ``s = D`` and rescale with ``tau = D``. For bit-reproducible runs the prediction is computed when
 the version is snapshotted (from the optimizer state at that update), never at forward time
-(``naspipe.runtime.updates.CorrectedFixedVersions``, ``naspipe.reference``).
+(``naspipe.runtime.update_rules.updates.CorrectedFixedVersions``, ``naspipe.reference``).
 """
 
 from __future__ import annotations

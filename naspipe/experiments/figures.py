@@ -21,6 +21,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from naspipe.partition import partition
+from naspipe.runspec import RunSpec
 from naspipe.sequence import UniformStream
 from naspipe.sim import simulate
 from naspipe.sim.twin import scaled_space, simulated_twin  # re-exported for notebooks
@@ -76,7 +77,7 @@ def sampler_figures(out: Path, space: str = "naspipe-k48", stages: int = 4, subn
     part = partition(sp, stages)
     traces = {}
     for sampler in ("uniform", "fair"):
-        trace = simulate(sp, part, make_stream(sp, seed, subnets, sampler), "csp", seed=seed).trace
+        trace = simulate(RunSpec.of(sp, part, make_stream(sp, seed, subnets, sampler), "csp", seed=seed)).trace
         traces[f"{sampler} sequence: utilisation {trace.utilization():.2f}"] = trace
     title = f"csp on {space}, {stages} stages, {subnets} subnets: a uniform and a fair sequence"
     return export(gantt(traces, title=title), gantt_svg(traces, title), out, "gantt_samplers")
@@ -92,7 +93,7 @@ def make_figures(out: str | Path, space: str = "naspipe-k48", stages: int = 4, s
     written = []
     traces = {}
     for policy in ("csp", "csp-bw"):
-        trace = traces[policy] = simulate(sp, part, stream, policy, seed=seed).trace
+        trace = traces[policy] = simulate(RunSpec.of(sp, part, stream, policy, seed=seed)).trace
         title = (f"{policy} on {space}: {stages} stages, {subnets} subnets, utilisation {trace.utilization():.2f}")
         written += export(gantt(trace, title=title), gantt_svg(trace, title), out, f"gantt_{policy.replace('-', '_')}")
     g = dag_from_trace(traces["csp"], sp, part, [stream[j] for j in range(dag_subnets)])

@@ -18,11 +18,12 @@ from typing import Any
 
 from naspipe.bound import result_bound
 from naspipe.partition import Partition, partition
+from naspipe.runspec import RunSpec
 from naspipe.sched.policies import follows_causal_rule
 from naspipe.sched.tasks import BACKWARD, WEIGHT
 from naspipe.sequence import SubnetStream, UniformStream
 from naspipe.shared import SharedLayers
-from naspipe.sim import SimResult, simulate
+from naspipe.sim import SimOptions, SimResult, simulate
 from naspipe.sim.memory import MemoryBudgetError, MemoryConfig
 from naspipe.space import SearchSpace, preset
 from naspipe.trace import Trace, check_causal
@@ -36,8 +37,8 @@ def compare_policies(space: SearchSpace, part: Partition, stream: SubnetStream,
                      options: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, SimResult]:
     """One simulation per policy on the same stream; ``options[policy]`` are its scheduler options."""
     options = options or {}
-    return {p: simulate(space, part, stream, p, window=window, shared=shared, jitter=jitter, seed=seed,
-                        policy_options=dict(options.get(p, {})))
+    return {p: simulate(RunSpec.of(space, part, stream, p, window=window, shared=shared, seed=seed),
+                        SimOptions(jitter=jitter, policy_options=dict(options.get(p, {}))))
             for p in policies}
 
 
@@ -53,7 +54,7 @@ def compare_samplers(space: SearchSpace, part: Partition, seed: int, subnets: in
     results, rows = {}, []
     for name in samplers:
         stream = make_stream(space, seed, subnets, name)
-        r = results[name] = simulate(space, part, stream, policy)
+        r = results[name] = simulate(RunSpec.of(space, part, stream, policy))
         q = conflict_stats(space, list(stream), part.stages)
         rows.append({"sampler": name, "policy": policy, "makespan": r.makespan, "utilization": r.utilization,
                      "throughput": subnets / r.makespan if r.makespan else 0.0, "conflicts": q["conflicts"],
@@ -112,7 +113,7 @@ def memory_sweep(space: str = "naspipe-k96", stages: int = 4, budgets: Sequence[
     sp = preset(space)
     part = partition(sp, stages)
     stream = UniformStream(sp, seed, subnets)
-    base = simulate(sp, part, stream, policy)
+    base = simulate(RunSpec.of(sp, part, stream, policy))
     unlimited = subnets * sp.batch_size / base.makespan
     rows: list[dict[str, Any]] = [{"label": "unlimited", "budget": "-", "swap": "-", "pin": "-",
                                    "batch": sp.batch_size, "samples_per_s": unlimited, "retention": 1.0,
@@ -122,7 +123,7 @@ def memory_sweep(space: str = "naspipe-k96", stages: int = 4, budgets: Sequence[
         for swap in swaps:
             for pin in pins:
                 cfg = MemoryConfig(device_memory=budget, swap=swap, pin=pin, bandwidth_h2d=bandwidth)
-                r = simulate(sp, part, stream, policy, memory=cfg)
+                r = simulate(RunSpec.of(sp, part, stream, policy), SimOptions(memory=cfg))
                 m = r.memory
                 assert m is not None
                 s = m.summary()
@@ -144,16 +145,17 @@ def trend_row(k: int, stages: int, budget: str, subnets: int, seed: int = 0, bsp
     part = partition(space, stages)
     stream = UniformStream(space, seed, subnets)
     out: dict[str, Any] = {"k": k, "space": space.name, "bsp": {}}
-    r = simulate(space, part, stream, "csp",
-                 memory=MemoryConfig(device_memory=budget, swap="predictive", bandwidth_h2d=bandwidth))
+    r = simulate(RunSpec.of(space, part, stream, "csp"),
+                 SimOptions(memory=MemoryConfig(device_memory=budget, swap="predictive", bandwidth_h2d=bandwidth)))
     m = r.memory
     assert m is not None
     out["csp"] = {"batch_size": m.batch_size, "samples_per_second": subnets * m.batch_size / r.makespan,
                   "utilization": r.utilization, "hit_rate": m.hit_rate, "stall_share": m.stall_share}
     for g in bsp_groups:
         try:
-            rb = simulate(space, part, stream, f"bsp:{g}",
-                          memory=MemoryConfig(device_memory=budget, swap="resident", bandwidth_h2d=bandwidth))
+            rb = simulate(RunSpec.of(space, part, stream, f"bsp:{g}"),
+                          SimOptions(memory=MemoryConfig(device_memory=budget, swap="resident",
+                                                         bandwidth_h2d=bandwidth)))
         except MemoryBudgetError as e:
             out["bsp"][g] = {"fits": False, "why": str(e)}
             continue

@@ -103,12 +103,13 @@ def run_ddp(space: Any, subnets: Sequence[Sequence[int]], *, ranks: int, mode: s
     """Train ``subnets`` on ``ranks`` DDP processes; ``{"wall_s", "subnets", "subnets_per_s", ...}`` of rank 0."""
     import torch.multiprocessing as tmp
 
-    from naspipe.runtime.ports import free_port
+    from naspipe.runtime.transport.ports import free_port
+    from naspipe.space import replicas_error
 
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
-    if space.batch_size % ranks:
-        raise ValueError(f"{ranks} ranks must divide the batch size {space.batch_size}")
+    if (why := replicas_error(space.batch_size, ranks)) is not None:
+        raise ValueError(f"{ranks} ranks: {why}")
     out = Path(workdir) / f"ddp-{mode}-{ranks}-{time.monotonic_ns()}.json"
     ctx = tmp.get_context("spawn")
     port = free_port("127.0.0.1")

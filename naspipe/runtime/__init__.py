@@ -1,11 +1,18 @@
 """The runtime: real supernet training, one OS process per pipeline stage, on torch.distributed.
 
-The same ``StageScheduler`` objects the simulator drives decide what each stage runs; stages exchange
-activations and gradients with point-to-point ops (``comm``), execute tasks on their ``StageModel``
-(``stage_exec``; the update rule a policy's key names, behind one protocol: ``rules``, ``updates``,
-``async_rules``, ``versions``), save and resume through that protocol (``checkpoint``), record the
-simulator's trace format (``recorder``) and are started and supervised by ``launcher`` (one machine) or
-``naspipe.torchrun`` (the torchrun entry point).
+The same ``StageScheduler`` objects the simulator drives decide what each stage runs. The package is grouped
+by job:
+
+* ``processes``: the launcher (one machine; ``naspipe.torchrun`` under torchrun), the stage worker's event loop,
+  signals, the trace recorder;
+* ``transport``: activations and gradients between neighbours, the replicas' gradient exchange, ports and the
+  torchrun ranks' meeting;
+* ``update_rules``: when and how gradients become weight updates (one protocol; the asynchronous baselines);
+* ``layer_cache``: context switching (candidates in host memory, a budgeted device working set);
+* ``split_backward``: ``csp-bw``'s input-gradient ``B`` and per-layer weight-gradient ``W``;
+* at the top: ``config`` (``TrainConfig``), ``stagerun`` (one stage's place in the run, ``StageRun``),
+  ``stage_exec`` (a stage's tasks on its ``StageModel``), ``checkpoint``, ``rundir``, ``outputs`` and
+  ``replay`` (one process, a simulated order).
 
 Library API::
 
@@ -33,9 +40,9 @@ def train(config: TrainConfig | Any = None, /, **kwargs: Any) -> RunResult:
     ``TrainConfig`` is the space (a Supernet, a SearchSpace, a preset name or ``module:function``).
 
     Raises ``ConfigError`` for a bad configuration (before any process starts) and
-    ``naspipe.runtime.launcher.TrainError`` when a stage fails (naming the rank).
+    ``naspipe.runtime.processes.launcher.TrainError`` when a stage fails (naming the rank).
     """
-    from naspipe.runtime.launcher import train as _train
+    from naspipe.runtime.processes.launcher import train as _train
 
     if config is None:
         config = TrainConfig.create(**kwargs)
@@ -60,7 +67,7 @@ def __getattr__(name: str) -> Any:
 
         return RunResult
     if name == "TrainError":
-        from naspipe.runtime.launcher import TrainError
+        from naspipe.runtime.processes.launcher import TrainError
 
         return TrainError
     raise AttributeError(name)

@@ -23,7 +23,7 @@ the launcher does the same once more after the run ends or fails. Resume takes t
 position (found by scanning, so a crash between the last sidecar and ``complete.json`` loses nothing).
 
 A stage file holds: the model's ``state_dict`` (parameters and buffers), the optimizer bank's ``state_dict``
-(optimizer state, step count), the update rule's ``state_dict`` (``naspipe.runtime.rules.UpdateRule``: the
+(optimizer state, step count), the update rule's ``state_dict`` (``naspipe.runtime.update_rules.rules.UpdateRule``: the
 fixed-layer versions and pending in-order shared updates of the exact rules, 2bw's weight versions, PipeMare's
 velocities and PipeOptim's last gradients), the last stage's losses of subnets ``< c``, the torch RNG states (the
 runtime draws no random numbers today — dropout and data are keyed by seeds — but a stage's RNG is
@@ -55,6 +55,7 @@ from naspipe.runtime.rundir import ConfigError, prepare_out_dir
 
 if TYPE_CHECKING:
     from naspipe.runtime.config import TrainConfig
+    from naspipe.runtime.stagerun import StageRun
 
 CHECKPOINT_DIR = "checkpoint"
 COMPLETE = "complete.json"
@@ -131,7 +132,7 @@ def stage_state(cfg: TrainConfig, rank: int, position: int, ex: Any, fp: dict | 
     if getattr(ex, "in_flight", 0) or ex.rule.pending():
         raise RuntimeError(f"stage {rank} is not quiescent at checkpoint {position} (subnets in flight)")
     bank = _cpu(ex.bank.state_dict())
-    rule = _cpu(ex.rule.state_dict())  # the update rule's protocol (naspipe.runtime.rules.UpdateRule)
+    rule = _cpu(ex.rule.state_dict())  # the update rule's protocol (naspipe.runtime.update_rules.rules.UpdateRule)
     state: dict[str, Any] = {
         "format": FORMAT, "stage": rank, "position": position, "fingerprint": fp or fingerprint(cfg),
         "model": _cpu(ex.model.state_dict()),
@@ -235,13 +236,13 @@ def finalize(out: Path) -> int | None:
 class Checkpointer:
     """The stage loop's side of checkpoints: fences, saving at them, and (rank 0) marking completion."""
 
-    def __init__(self, cfg: TrainConfig, rank: int):
-        self.cfg, self.rank = cfg, rank
+    def __init__(self, cfg: TrainConfig, run: StageRun):
+        self.cfg, self.rank = cfg, run.stage
         self.every = getattr(cfg, "checkpoint_every", None)
         self.root = root_of(cfg.out)
         self.start = int(getattr(cfg, "start", 0) or 0)
         self.pending: list[int] = []  # saved here, not yet known complete (rank 0)
-        self.saves = True  # False on replicas > 0 of a stage: replica 0 saves the stage's (identical) state
+        self.saves = run.leader  # replica 0 of a stage saves the stage's state (its replicas hold the same)
         self._fp: dict | None = None  # computed once (it hashes the whole sequence)
 
     @property
@@ -453,7 +454,7 @@ def adopt_layout(cfg: TrainConfig, path: str | Path, *, adopt_plan: bool = False
 
 def _same_planned_order(recorded: object, policy: str) -> bool:
     """Both are ``csp-plan`` with the same ``eps``: they differ at most in the plan the costs chose."""
-    from naspipe.sim.plan import PLANNED, eps_of
+    from naspipe.sim.plan_choice import PLANNED, eps_of
 
     names = [str(p).partition(":")[0].strip() for p in (recorded, policy)]
     try:

@@ -6,7 +6,7 @@ and here what only training adds (optimizer, device, threads, output folder, rep
 bad run must be refused with one clear line before a single worker is spawned (``ConfigError``, which the
 CLI turns into exit code 2). A validated ``TrainConfig`` holds only plain, picklable data: it is what
 every stage process receives. The checks that build the model (``check_model_of``, ``measured_partition``)
-live beside it; output folders are ``naspipe.runtime.rundir``'s, ports ``naspipe.runtime.ports``'.
+live beside it; output folders are ``naspipe.runtime.rundir``'s, ports ``naspipe.runtime.transport.ports``'.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 from naspipe import runs
 from naspipe.partition import Partition
 from naspipe.partition import partition as make_partition
-from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError
-from naspipe.runtime.rundir import ConfigError, check_out_dir, check_writable, prepare_out_dir  # noqa: F401
+from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError, check_replicas
+from naspipe.runtime.rundir import ConfigError, check_out_dir, prepare_out_dir  # noqa: F401
 from naspipe.samplers import SamplerError, make_stream, parse_sampler
 from naspipe.sched.policies import PolicyError, StageSpec, make_scheduler
 from naspipe.sched.registry import Policy, get_policy, policy_names
@@ -33,7 +33,7 @@ DEVICES = ("cpu", "cuda")
 START_METHODS = ("forkserver", "spawn")
 BALANCES = ("cost", "measured")
 FAULT_ACTIONS = ("raise", "kill", "exit", "hang")
-# policies whose writes can be ordered by subnet across a stage's replicas (naspipe.runtime.replicas)
+# policies whose writes can be ordered by subnet across a stage's replicas (naspipe.runtime.transport.replica_group)
 
 
 def _online(sampler: Any) -> bool:
@@ -60,7 +60,6 @@ def _with_sampler(spec: RunSpec, sampler: Any) -> RunSpec:
 def replica_policies() -> list[str]:
     """The policies that train with data-parallel replicas (declared ``replicas=True``)."""
     return [n for n in policy_names() if get_policy(n).replicas]
-REPLICA_EXCHANGES = ("exact", "native")
 # files that mark a directory as holding a run (refused unless overwrite=True)
 RUN_FILES = runs.RUN_FILES
 
@@ -106,7 +105,7 @@ class TrainConfig:
     # ``sequence``; "evolution:LAG" leaves ``sequence`` empty and trains ``subnet_count`` generated subnets
     sampler: str = "uniform"
     subnet_count: int | None = None
-    # context switching (``naspipe.runtime.switching``): None keeps every candidate resident (the default);
+    # context switching (``naspipe.runtime.layer_cache.switching``): None keeps every candidate resident (the default);
     # a size (``2GiB``) or a share of the stage's candidate parameters (``25%``) per stage
     device_memory: str | None = None
     swap: str = "predictive"  # predictive | on-demand | resident (only with device_memory)
@@ -128,7 +127,7 @@ class TrainConfig:
         ``sequence``: a subnet stream or list of subnets to replay (its first ``subnets`` are trained);
         default: uniform sampling keyed by ``seed``. ``partition``: the stages' block ranges (it overrides
         ``stages``); by default ``stages`` ranges balanced on the space's cost model or, with
-        ``balance="measured"``, on block costs measured on this machine (``naspipe.runtime.profile``).
+        ``balance="measured"``, on block costs measured on this machine (``naspipe.measure``).
         """
         run = {k: options.pop(k) for k in ("seed", "policy", "window") if k in options}  # the RunSpec's part
         if "sampler" in options:  # also a training option (recorded); the RunSpec makes a seeded sequence of it
@@ -152,6 +151,8 @@ class TrainConfig:
         ``options`` are this class's own fields (optimizer, device, timeout, ``resume``, ...). Validates;
         raises ConfigError."""
         cls._check_options(options)
+        options.setdefault("replicas", spec.replicas)  # (the spec's replicas, unless the options name others)
+        options.setdefault("replica_exchange", spec.replica_exchange)
         resume = options.pop("resume", None)  # a run directory or checkpoint/: resolved below
         options.pop("start", None)
         spec = _with_sampler(spec, options.setdefault("sampler", spec.sampler))
@@ -171,7 +172,7 @@ class TrainConfig:
         cfg = cls(space=spec.space, out=Path(out), partition=spec.partition, sequence=subs, shared=spec.shared,
                   seed=spec.seed, policy=spec.policy, window=spec.window, **options)
         cfg.validate()
-        from naspipe.sim.plan import needs_plan
+        from naspipe.sim.plan_choice import needs_plan
 
         chosen_here = needs_plan(cfg.policy)  # plain csp-plan: the plan follows from today's costs
         cfg = cfg.planned()
@@ -190,21 +191,21 @@ class TrainConfig:
             raise ConfigError(f"unknown option(s) {sorted(unknown)}")
 
     def planned(self) -> TrainConfig:
-        """This config with its ``csp-plan`` plan chosen (``naspipe.sim.plan``), once, before any process starts:
+        """This config with its ``csp-plan`` plan chosen (``naspipe.sim.plan_choice``), once, before any process starts:
         simulated on the run's sequence with the space's cost model, then written into ``policy``
         (``csp-plan:plan=S,eps=E``), which every stage parses and the run's config and checkpoints record, so a
         resumed run plans the same. A run-time generated sequence is not known up front: it runs plan 0
         (csp-cp's order), recorded as such (a replay of the run, e.g. the report's, must not plan anew). Any
         other policy, or one naming its plan, is returned as it is."""
         from naspipe.sim import choose_plan
-        from naspipe.sim.plan import eps_of, needs_plan, plan_tries, planned_policy
+        from naspipe.sim.plan_choice import eps_of, needs_plan, plan_tries, planned_policy
 
         if not needs_plan(self.policy):
             return self
         if self.online or plan_tries(self.n) == 1:  # no sequence, or a budget for plan 0 alone: nothing to simulate
             return self.replace(policy=planned_policy(0, eps_of(self.policy)))
-        choice = choose_plan(self.space, self.partition, self.stream(), self.policy,
-                             window=self.window, shared=self.shared)
+        choice = choose_plan(RunSpec.of(self.space, self.partition, self.stream(), self.policy, window=self.window,
+                                        shared=self.shared))
         return self.replace(policy=choice.policy)
 
     def replace(self, **changes: Any) -> TrainConfig:
@@ -293,19 +294,12 @@ class TrainConfig:
         return self.stages * self.replicas
 
     def _validate_replicas(self) -> None:
-        r = self.replicas
-        if not isinstance(r, int) or isinstance(r, bool) or r < 1:
-            raise ConfigError(f"replicas must be a whole number >= 1, got {r!r}")
-        if self.replica_exchange not in REPLICA_EXCHANGES:
-            raise ConfigError(f"unknown replica exchange {self.replica_exchange!r}; choose one of "
-                              f"{', '.join(REPLICA_EXCHANGES)}")
-        if r == 1:
-            if self.replica_exchange != "exact":
-                raise ConfigError("replica exchange native only applies with replicas > 1")
+        try:  # the rules of replicas in themselves: naspipe.runspec's
+            check_replicas(self.space, self.replicas, self.replica_exchange)
+        except RunSpecError as e:
+            raise ConfigError(str(e)) from None
+        if self.replicas == 1:
             return
-        if self.space.batch_size % r:
-            raise ConfigError(f"replicas {r} must divide the batch size {self.space.batch_size} of "
-                              f"{self.space.name!r} (each replica computes an equal shard)")
         if not self.policy_spec.replicas:
             raise ConfigError(f"replicas > 1 work with the exact policies {', '.join(replica_policies())}, "
                               f"not {self.policy_name}")
@@ -357,9 +351,10 @@ class TrainConfig:
         except PolicyError as e:
             raise ConfigError(str(e)) from None
         lag = parse_sampler(self.sampler).lag
-        if online and getattr(sched, "m", None) and lag < sched.m:  # bsp: a group's forwards precede its B
+        if online and sched.micro_batches and lag < sched.micro_batches:  # bsp: a group's forwards precede its B
             raise ConfigError(f"sampler {self.sampler} with policy {self.policy}: the lag must be at least the "
-                              f"group of {sched.m} subnets (subnet j needs the loss of j - {lag}, known after B)")
+                              f"group of {sched.micro_batches} subnets"
+                              f" (subnet j needs the loss of j - {lag}, known after B)")
         if not pol.delayed_shared and self.shared.mode == "delayed" and self.shared.delay > 0:
             raise ConfigError(f"policy {self.policy_name} trains shared layers with its own synchronisation "
                               f"(bsp: at the group's flush, asp: stashed like candidates); use shared layers "
@@ -396,7 +391,7 @@ class TrainConfig:
         if self.device_memory is None:
             return
         from naspipe.memsize import SizeError, parse_budget
-        from naspipe.runtime.switching import SWAPS
+        from naspipe.runtime.layer_cache.switching import SWAPS
 
         if self.swap not in SWAPS:
             raise ConfigError(f"unknown swap {self.swap!r}; choose one of {', '.join(SWAPS)}")
@@ -418,7 +413,7 @@ class TrainConfig:
             names = ", ".join(n for n in policy_names() if get_policy(n).context_switch)
             raise ConfigError(f"device_memory (context switching) needs policy {names}, not {self.policy}")
         from naspipe.models import build_stage
-        from naspipe.runtime.switching import resident_bytes, stage_budget
+        from naspipe.runtime.layer_cache.switching import resident_bytes, stage_budget
 
         for s in range(self.stages):
             model = build_stage(self.space, self.partition.blocks(s), self.seed, self.shared)
@@ -454,7 +449,7 @@ class TrainConfig:
                                    **self.policy_options)
         except PolicyError as e:
             raise ConfigError(str(e)) from None
-        m = getattr(sched, "m", None)
+        m = sched.micro_batches
         if every is not None and m and every % m:
             raise ConfigError(f"policy {self.policy} checkpoints only at group boundaries: checkpoint_every "
                               f"must be a multiple of its {m} micro-batches, got {every}")
@@ -478,7 +473,7 @@ def check_sequence_size(space: SearchSpace, subnets: int, processes: int) -> Non
     """Refuse a fixed sequence too large to hold before anything is built: each of ``processes`` processes (a
     training run: the launcher and every stage) keeps one copy, a tuple of ``num_blocks`` small ints per subnet
     (about ``64 + 8 * num_blocks`` bytes)."""
-    from naspipe.validate import machine_memory
+    from naspipe.modelcheck import machine_memory
 
     per = 64 + 8 * space.num_blocks
     need = subnets * per * processes
@@ -492,15 +487,15 @@ def check_sequence_size(space: SearchSpace, subnets: int, processes: int) -> Non
 
 
 def check_model_of(cfg: TrainConfig) -> None:
-    """Build the run's model block by block and run every candidate on a probe batch (``naspipe.validate``);
+    """Build the run's model block by block and run every candidate on a probe batch (``naspipe.modelcheck``);
     ConfigError naming the block and candidate when it cannot be built or run."""
-    from naspipe.validate import ModelCheckError, check_messages, check_model, check_replicas
+    from naspipe.modelcheck import ModelCheckError, check_messages, check_model, check_replicas
 
     try:
         check_model(cfg.space, cfg.seed, cfg.shared)
     except ModelCheckError as e:
         raise ConfigError(str(e)) from None
-    from naspipe.runtime.comm import DTYPES
+    from naspipe.runtime.transport.comm import DTYPES
 
     try:
         check_replicas(cfg.space, cfg.replicas)  # a user supernet's shard of B/R samples runs
@@ -511,12 +506,12 @@ def check_model_of(cfg: TrainConfig) -> None:
 
 def measured_partition(space: SearchSpace, stages: int, seed: int = 0) -> Partition:
     """A partition balanced on block costs measured on this machine (builds the model: needs torch)."""
-    from naspipe.validate import ModelCheckError, check_model
+    from naspipe.modelcheck import ModelCheckError, check_model
 
     try:
         check_model(space, seed)
     except ModelCheckError as e:
         raise ConfigError(str(e)) from None
-    from naspipe.runtime.profile import measure_block_costs
+    from naspipe.measure import measure_block_costs
 
     return make_partition(space, stages, profile=measure_block_costs(space, seed))

@@ -103,7 +103,7 @@ class MergeError(RuntimeError):
     """The stages' part files could not be merged; the message is one line naming the file or the disagreement."""
 
 
-# what a part file holds (``naspipe.runtime.worker``): every field the merge reads
+# what a part file holds (``naspipe.runtime.processes.worker``): every field the merge reads
 PART_FIELDS: dict[str, type | None] = {"losses": dict, "params": dict, "events": list, "timing": dict,
                                        "decisions": None, "bytes_sent": None, "peak_in_flight": None,
                                        "peak_fixed_versions": None}
@@ -263,7 +263,7 @@ def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: floa
         raise MergeError(f"the part files in {str(out / runs.PARTS)!r} are malformed ({type(e).__name__}: {e})") \
             from None
     metrics["torch"] = torch.__version__
-    from naspipe.runtime.switching import merge_reports
+    from naspipe.runtime.layer_cache.switching import merge_reports
 
     memory = merge_reports(parts)
     if memory is not None:

@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from naspipe.runspec import RunSpec
+from naspipe.sim import SimOptions
+
 
 def replay_schedule(space: Any, stages: int, policy: str, subnets: Sequence[Sequence[int]], *, seed: int = 0,
                     shared: str = "frozen", optimizer: str = "sgd", lr: float | None = None,
@@ -21,7 +24,7 @@ def replay_schedule(space: Any, stages: int, policy: str, subnets: Sequence[Sequ
     from naspipe.models import DEFAULT_LR, build_stage
     from naspipe.partition import partition
     from naspipe.runtime.stage_exec import StageExecutor
-    from naspipe.sched.async_options import parse_async_options
+    from naspipe.runtime.stagerun import StageRun
     from naspipe.sequence import ReplayStream
     from naspipe.shared import parse_shared
     from naspipe.sim import simulate
@@ -29,15 +32,13 @@ def replay_schedule(space: Any, stages: int, policy: str, subnets: Sequence[Sequ
     sh = parse_shared(shared)
     part = partition(space, stages)
     subs = [tuple(s) for s in subnets]
-    sim = simulate(space, part, ReplayStream(space, [list(s) for s in subs]), policy, shared=sh, jitter=jitter,
-                   seed=seed)
+    sim = simulate(RunSpec.of(space, part, ReplayStream(space, [list(s) for s in subs]), policy, shared=sh,
+                              seed=seed), SimOptions(jitter=jitter))
     sched = sim.schedulers[0]
-    execs = [StageExecutor(build_stage(space, part.blocks(s), seed, sh), subs, seed=seed,
-                           policy=policy.partition(":")[0], optimizer=optimizer,
-                           lr=DEFAULT_LR[optimizer] if lr is None else lr,
+    execs = [StageExecutor(build_stage(space, part.blocks(s), seed, sh), subs, StageRun.local(s, stages, policy),
+                           seed=seed, optimizer=optimizer, lr=DEFAULT_LR[optimizer] if lr is None else lr,
                            shared_delay=sh.delay if sh.trains_shared else None, write_kind=sched.write_kind,
-                           micro_batches=getattr(sched, "m", None), stage=s, stages=stages,
-                           policy_options=parse_async_options(policy)) for s in range(stages)]
+                           micro_batches=sched.micro_batches) for s in range(stages)]
     acts: dict = {}
     grads: dict = {}
     for ev in sorted(sim.trace.compute_events(), key=lambda e: (e.start, e.stage)):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-from naspipe import runs
+from naspipe import atomic, runs
 
 T = TypeVar("T")
 
@@ -65,28 +65,10 @@ def check_out_dir(out: Path, overwrite: bool, kind: str = "train", inputs: Itera
             if os.path.realpath(f) in entries:
                 raise ConfigError(f"{str(f)!r} is an input of this run and a file of the run in {str(out)!r} that "
                                   "--overwrite would delete; copy it elsewhere first")
-    check_writable(out)
-
-
-def check_writable(out: Path) -> None:
-    """Refuse an output directory that cannot be created or written (probed with a temporary folder in
-    ``out`` or its nearest existing parent, removed again: nothing is left behind)."""
-    import tempfile
-
-    out = Path(out)
-    check_path(out)
-    probe = out
-    while not probe.exists() and probe != probe.parent:
-        if probe.is_symlink():  # a dangling link on the way (OUT/csp below a dangling OUT)
-            raise ConfigError(f"output directory {str(out)!r} cannot be created: {str(probe)!r} is a symbolic link "
-                              f"to {os.readlink(probe)!r}, which does not exist")
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ConfigError(f"output directory {str(out)!r} cannot be created: {str(probe)!r} is not a directory")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".naspipe-probe", dir=probe))
-    except OSError as e:
-        raise ConfigError(f"output directory {str(out)!r} cannot be written: {e.strerror or e}") from None
+    try:  # (the one writability check; check_path above refused a dangling link or a file)
+        atomic.check_writable(out, "output directory")
+    except atomic.NotWritable as e:
+        raise ConfigError(str(e)) from None
 
 
 def prepare_out_dir(out: Path, overwrite: bool, kind: str = "train") -> None:

@@ -11,17 +11,17 @@ tensor into the tensor to send.
   split backward also each block's output (``StageModel.capturing``).
 * ``B(j)`` without a split (write kind ``B``): one backward from the received output gradient (the loss on
   the last stage); returns the input gradient to send upstream (None when the input needs none); hands
-  the parameter gradients to the policy's update rule (``naspipe.runtime.updates``), applies the update
+  the parameter gradients to the policy's update rule (``naspipe.runtime.update_rules.updates``), applies the update
   and drops the stash.
 * ``B(j)`` with a split backward (``csp-bw``, write kind ``W``): only the input gradient, one
   ``torch.autograd.grad`` for the stage input that also hands back the output gradient of each block and
-  of each weight-owning layer call captured in ``F`` (``naspipe.runtime.splitgrad``); no weight-gradient
+  of each weight-owning layer call captured in ``F`` (``naspipe.runtime.split_backward.splitgrad``); no weight-gradient
   kernel runs; returns it at once for the upstream stage. Where the input needs no gradient (stage 0)
   ``B`` computes nothing: all of the backward is weight gradients and waits for ``W``.
 * ``W(j)`` (split backward): the weight gradients of the candidates ``j`` used and of the fixed-version
   leaves (``delayed:D``, ``serial``), per layer call from the output gradient recorded in ``B``
-  (explicitly for Linear, LayerNorm and Conv, ``naspipe.runtime.wgrad``; per block where a layer cannot be
-  used; on stage 0: one plain backward, the cheapest way to get only weight gradients); they are put on
+  (explicitly for Linear, LayerNorm and Conv, ``naspipe.runtime.split_backward.wgrad``; per block where a layer
+  cannot be used; on stage 0: one plain backward, the cheapest way to get only weight gradients); they are put on
   ``.grad`` where the update rule reads them (``rule.after_backward``), the update is applied
   (``rule.write``) and the stash, graph included, is dropped. The split gradients are bit-identical to one
   full backward (tests/test_split_backward.py), so ``csp-bw`` reproduces the sequential run.
@@ -40,9 +40,17 @@ from torch import Tensor
 from naspipe import messages
 from naspipe.models import StageModel, input_of, make_batch, target_of
 from naspipe.models.shards import input_batch_dim, shard
-from naspipe.runtime.rules import make_updates
-from naspipe.runtime.splitgrad import BlockTargets, LayerCall, LayerCapture, input_grad, input_grads, weight_grads
-from naspipe.runtime.updates import ForwardContext, OptimizerBank
+from naspipe.runtime.split_backward.splitgrad import (
+    BlockTargets,
+    LayerCall,
+    LayerCapture,
+    input_grad,
+    input_grads,
+    weight_grads,
+)
+from naspipe.runtime.stagerun import StageRun
+from naspipe.runtime.update_rules.rules import make_updates
+from naspipe.runtime.update_rules.updates import ForwardContext, OptimizerBank
 from naspipe.sched.tasks import BACKWARD, WEIGHT
 from naspipe.space import Subnet
 
@@ -60,23 +68,25 @@ class _Stash:
 
 
 class StageExecutor:
-    def __init__(self, model: StageModel, subnets: Sequence[Subnet], *, seed: int, policy: str, optimizer: str,
+    def __init__(self, model: StageModel, subnets: Sequence[Subnet], run: StageRun, *, seed: int, optimizer: str,
                  lr: float, shared_delay: int | None, write_kind: str = BACKWARD, micro_batches: int | None = None,
-                 device: torch.device | str = "cpu", stage: int = 0, stages: int = 1,
-                 policy_options: dict | None = None, replica: int = 0, replicas: int = 1, reducer: Any = None):
-        """``replica``/``replicas``: this stage computes shard ``replica`` of every batch; ``reducer``
-        (``naspipe.runtime.replicas.ReplicaGroup``) combines the replicas' gradients before each write."""
+                 reducer: Any = None):
+        """``run``: where this stage runs and under which policy (with replicas it computes shard
+        ``run.replica`` of every batch); ``reducer`` (``naspipe.runtime.transport.replica_group.ReplicaGroup``)
+        combines the replicas' gradients before each write."""
         self.model = model
-        self.replica, self.replicas, self.reducer = replica, replicas, reducer
+        self.run = run
+        self.replica, self.replicas, self.reducer = run.replica, run.replicas, reducer
         self.space = model.space
         self.subnets = subnets
         self.seed = seed
-        self.device = torch.device(device)
+        self.device = run.device
         self.first, self.last = model.holds_input, model.holds_head
         self.write_kind = write_kind
         self.bank = OptimizerBank(model, optimizer, lr)
-        self.rule = make_updates(policy, model, self.bank, shared_delay=shared_delay, n=len(subnets),
-                                 micro_batches=micro_batches, stage=stage, stages=stages, options=policy_options)
+        self.rule = make_updates(run.name, model, self.bank, shared_delay=shared_delay, n=len(subnets),
+                                 micro_batches=micro_batches, stage=run.stage, stages=run.stages,
+                                 options=run.async_options)
         self.split = write_kind == WEIGHT
         self._targets = BlockTargets(model) if self.split else None
         # (the first stage sends no input gradient: its W is one plain backward, so no layer calls are recorded
@@ -208,7 +218,7 @@ class StageExecutor:
     @contextmanager
     def _backward_output(self, j: int, st: _Stash) -> Iterator[Tensor]:
         """The output ``B(j)`` differentiates: the forward's, or (asynchronous rules without stashing,
-        ``naspipe.runtime.async_rules``) the stage recomputed at the weights the backward reads."""
+        ``naspipe.runtime.update_rules.async_rules``) the stage recomputed at the weights the backward reads."""
         scope = getattr(self.rule, "backward_weights", None)
         if scope is None:
             yield st.out
@@ -252,7 +262,7 @@ class StageExecutor:
 
     def _combine(self, j: int, st: _Stash) -> None:
         """Data-parallel replicas: ``j``'s gradients (and, on the last stage, its loss) combined over the
-        stage's replicas in replica order (``naspipe.runtime.replicas``), before the write."""
+        stage's replicas in replica order (``naspipe.runtime.transport.replica_group``), before the write."""
         if self.reducer is None:
             return
         extra = [st.out.detach().reshape(())] if self.last else []

@@ -4,7 +4,7 @@ Written in the policy string after a colon, comma separated (the grammar of ever
 ``naspipe.sched.registry.parse_policy``; these are the baselines' declared ``Policy.options``):
 ``pipemare:t1=200,t2=0.1,warmup=20``, ``pipeoptim:offset=1``, ``2bw:8`` (a bare number sets the first
 option). ``naspipe train --policy-option KEY=VALUE`` appends to it. The scheduler reads ``warmup``; the
-stage's update rule (``naspipe.runtime.async_rules``) reads the rest.
+stage's update rule (``naspipe.runtime.update_rules.async_rules``) reads the rest.
 
 * ``2bw``: ``group`` (micro-batches per update; default: the number of stages).
 * ``pipemare``: ``t1`` (T1 annealing steps K; 0 = off), ``t2`` (T2 decay D; 0 = off), ``warmup``

@@ -1,8 +1,8 @@
 """One write order for the replicas of a stage: a follower may start only the write its leader announced.
 
 Why it exists: the replicas of a stage combine their gradients with a collective before every write
-(``naspipe.runtime.replicas``), so they must reach their writes in the same order, whatever order messages
-arrive in. Replica 0 of a stage (the leader) schedules freely and announces each write (``B``, or ``W`` with
+(``naspipe.runtime.transport.replica_group``), so they must reach their writes in the same order, whatever order
+messages arrive in. Replica 0 of a stage (the leader) schedules freely and announces each write (``B``, or ``W`` with
 a split backward) as it starts it; the other replicas (followers) drive their schedulers through
 ``next_task_writing``, which lets a write start only when it is the next one announced. Every other
 choice (forwards, input-gradient ``B`` of a split backward) stays free. The leader's order is a schedule

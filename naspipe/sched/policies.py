@@ -18,7 +18,7 @@ Policies:
   conflicts may overtake ready backwards;
 * ``csp-plan`` (the default of the command line and the library): csp-cp with every priority scaled by a
   per-task factor ``1 + eps * u(plan, stage, kind, j)`` (a hash); ``plan=0`` is csp-cp; without a plan option
-  the simulator and ``TrainConfig`` first choose one by simulation (``naspipe.sim.plan``);
+  the simulator and ``TrainConfig`` first choose one by simulation (``naspipe.sim.plan_choice``);
 * ``csp-bw``: CSP with a split backward: ``B`` (input gradient) goes first, the causal rule waits on
   ``W`` (weight gradient + update); ``W`` and forwards are ordered by conflict chains, so a ``W`` that
   later forwards wait for runs early and the rest fill idle time; ``W`` tasks are bounded by
@@ -26,7 +26,7 @@ Policies:
 * ``bsp``: GPipe: groups of ``M`` subnets, all forwards, all backwards, flush;
 * ``asp``: PipeDream 1F1B: at most ``P - s`` subnets in flight on stage ``s``, no causal rule;
 * ``pipedream``, ``2bw``, ``pipemare``, ``pipeoptim``: the same 1F1B order (``AsyncScheduler``, with an
-  optional synchronous warm-up); their update semantics are in ``naspipe.runtime.async_rules``.
+  optional synchronous warm-up); their update semantics are in ``naspipe.runtime.update_rules.async_rules``.
 """
 
 from __future__ import annotations
@@ -111,6 +111,7 @@ class StageScheduler:
     # (BSP's flush: G = micro_batches); 1: a subnet's write waits for no younger subnet's forward. A memory
     # gate must admit those forwards, or the oldest subnet never finishes (naspipe.sim.memory.Gate)
     flush_group = 1
+    micro_batches: int | None = None  # the update's group of subnets (bsp); None: one subnet per update
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, *, start: int = 0,
                  fence: int | None = None):
@@ -556,7 +557,7 @@ class PlannedCriticalPathCSPScheduler(CriticalPathCSPScheduler):
     ``csp-cp``; ``naspipe.sim.choose_plan`` simulates a fixed number of plans before a run and keeps the one with
     the shortest makespan (optimal schedules hold some ready tasks back, which no fixed greedy rule does on every
     instance; a plan picks, per instance, which near-equal priorities of csp-cp to order the other way; see
-    ``naspipe.sim.plan``). A decision costs
+    ``naspipe.sim.plan_choice``). A decision costs
     what csp-cp's does plus a hash per ranked task; the order stays exact (the causal rule decides what is
     ready), so results are bit-identical to ``csp``'s whatever the plan.
     """
@@ -687,7 +688,7 @@ class BSPScheduler(StageScheduler):
             raise PolicyError("bsp needs micro_batches >= 1")
         if base.get("start", 0) % micro_batches:
             raise PolicyError(f"bsp resumes only at a group boundary (a multiple of {micro_batches})")
-        self.m = self.flush_group = micro_batches
+        self.m = self.flush_group = self.micro_batches = micro_batches
         self._f_done_in_group: dict[int, int] = {}
         self._held_b: list[int] = []
         super().__init__(spec, stream, max(window, micro_batches), **base)
@@ -717,7 +718,7 @@ class BSPScheduler(StageScheduler):
 
 
 class AsyncScheduler(ASPScheduler):
-    """1F1B for the asynchronous baselines; their update semantics live in ``naspipe.runtime.async_rules``.
+    """1F1B for the asynchronous baselines; their update semantics live in ``naspipe.runtime.update_rules.async_rules``.
 
     Options come in the policy string (``naspipe.sched.async_options``); the scheduler reads ``warmup``:
     a forward of a subnet ``j < warmup`` waits until nothing is in flight on its stage, so the first
@@ -760,7 +761,7 @@ for _policy in (
     Policy("csp-cp", CriticalPathCSPScheduler, causal=True, context_switch=True, replicas=True,
            doc="CSP ranked by critical path: the ready task heading the longest path of work runs first"),
     Policy("csp-plan", PlannedCriticalPathCSPScheduler, causal=True, context_switch=True, replicas=True,
-           doc="csp-cp with per-task priority factors chosen by a plan number (naspipe.sim.plan picks one)",
+           doc="csp-cp with per-task priority factors chosen by a plan number (naspipe.sim.plan_choice picks one)",
            options={"plan": int, "eps": float}),
     Policy("csp-bw", SplitBackwardCSPScheduler, causal=True, context_switch=True, replicas=True,
            doc="CSP with a split backward (B, then W)", options={"max_pending_w": int},
@@ -770,7 +771,7 @@ for _policy in (
     Policy("asp", ASPScheduler, causal=False, updates="stashed", in_flight="pipeline", delayed_shared=False,
            doc="PipeDream 1F1B with weight stashing"),
     *(Policy(name, cls, causal=False, updates="async", in_flight="pipeline", delayed_shared=False,
-             doc="asynchronous baseline (naspipe.runtime.async_rules)", options=ASYNC_OPTIONS[name],
+             doc="asynchronous baseline (naspipe.runtime.update_rules.async_rules)", options=ASYNC_OPTIONS[name],
              flags=ASYNC_FLAGS & set(ASYNC_OPTIONS[name]), check=check_async_options)
       for name, cls in (("pipedream", AsyncScheduler), ("2bw", TwoBWScheduler), ("pipemare", PipeMareScheduler),
                         ("pipeoptim", PipeOptimScheduler))),
@@ -781,7 +782,7 @@ POLICIES = SchedulerTable()  # {name: scheduler class}, a live view of the regis
 
 
 DEFAULT_POLICY = "csp-plan"  # what `naspipe simulate` and `naspipe train` run without --policy ("csp" is the paper's);
-# without a plan option a plan is chosen by simulation first (naspipe.sim.plan)
+# without a plan option a plan is chosen by simulation first (naspipe.sim.plan_choice)
 
 
 def policy_class(policy: str) -> type[StageScheduler]:

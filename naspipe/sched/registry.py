@@ -3,7 +3,7 @@
 Why it exists: a policy's knowledge used to be spread over string tests in half a dozen modules. Here it is
 declared once: its name, the scheduler class each stage runs, whether it follows the causal rule (so the
 causal lower bound binds it and ``naspipe verify`` must hold against the reference), the key of its update
-rule (``naspipe.runtime.rules`` maps keys to torch code, so this module stays torch-free), how many subnets
+rule (``naspipe.runtime.update_rules.rules`` maps keys to torch code, so this module stays torch-free), how many subnets
 it keeps in flight on a stage (for the memory plan), and which features it supports (checkpoints, context
 switching, delayed shared layers, data-parallel replicas).
 
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 ENV = "NASPIPE_POLICY_MODULES"
-UPDATE_RULES = ("exact", "group", "stashed", "async")  # keys understood by naspipe.runtime.rules
+UPDATE_RULES = ("exact", "group", "stashed", "async")  # keys understood by naspipe.runtime.update_rules.rules
 
 
 class PolicyError(ValueError):

@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from naspipe.search.constraints import Constraint, ConstraintError, format_cost, parse_constraints
-from naspipe.search.costs import ProfileError, SearchCosts
 from naspipe.search.result import Evaluated, SearchResult, subnet_names
 from naspipe.search.strategies import STRATEGIES, InfeasibleError, search_space
+from naspipe.search.subnet_costs import ProfileError, SearchCosts
 
 _LAZY = {"search_run": "run", "search_model": "run", "load_trained_run": "run", "cost_model": "run", "RunError": "run",
-         "make_evaluator": "run", "SEARCH_JSON": "run", "measure_profile": "profile", "accuracy_vs_cost": "plot"}
+         "make_evaluator": "run", "SEARCH_JSON": "run", "measure_profile": "naspipe.measure",
+         "accuracy_vs_cost": "plot"}
 
 __all__ = ["Constraint", "ConstraintError", "SearchCosts", "Evaluated", "InfeasibleError", "ProfileError",
            "STRATEGIES", "SearchResult", "format_cost", "parse_constraints", "search_space", "subnet_names",
@@ -31,5 +32,6 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(f"naspipe.search.{_LAZY[name]}"), name)
+        where = _LAZY[name]
+        return getattr(importlib.import_module(where if "." in where else f"naspipe.search.{where}"), name)
     raise AttributeError(f"module 'naspipe.search' has no attribute {name!r}")

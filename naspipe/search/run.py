@@ -19,9 +19,9 @@ import torch
 from naspipe import runs
 from naspipe.models import Batch, StageModel, evaluate, heldout_batches, model_kind
 from naspipe.search.constraints import Constraint
-from naspipe.search.costs import SearchCosts
 from naspipe.search.result import SearchResult
 from naspipe.search.strategies import EvaluateFn, search_space
+from naspipe.search.subnet_costs import SearchCosts
 from naspipe.shared import SharedLayers, parse_shared
 from naspipe.space import SearchSpace, SpaceError, Subnet, resolve_space
 from naspipe.supernet.load import recorded_space

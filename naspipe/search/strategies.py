@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from naspipe.samplers import make_stream, parse_sampler
 from naspipe.search.constraints import Constraint
-from naspipe.search.costs import SearchCosts
 from naspipe.search.result import Evaluated, SearchResult
+from naspipe.search.subnet_costs import SearchCosts
 from naspipe.space import SearchSpace, Subnet
 
 EvaluateFn = Callable[[Subnet], Mapping[str, float]]

@@ -14,21 +14,22 @@ share one event loop (``_Run._loop``); the memory-aware run adds its behaviour t
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from naspipe.partition import Partition
-from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW, StageScheduler, make_scheduler, stage_specs
+from naspipe.runspec import RunSpec
+from naspipe.sched.policies import StageScheduler, make_scheduler, stage_specs
 from naspipe.sched.speculate import gated_next_task
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
-from naspipe.sequence import ReplayStream, SubnetStream
+from naspipe.sequence import ReplayStream
 from naspipe.shared import SharedLayers
 from naspipe.sim.costs import CostModel
-from naspipe.sim.plan import PLAN_BUDGET, PLANNED, PlanChoice, eps_of, needs_plan, plan_tries, planned_policy
-from naspipe.space import SearchSpace
+from naspipe.sim.plan_choice import PLAN_BUDGET, PLANNED, PlanChoice, eps_of, needs_plan, plan_tries, planned_policy
 from naspipe.trace import Trace
 
 
@@ -64,50 +65,61 @@ _FINISH, _ACT, _GRAD = 0, 1, 2
 _START = -1  # the first call of each stage's ``_after``, before any event
 
 
-def simulate(space: SearchSpace, part: Partition, stream: SubnetStream, policy: str = DEFAULT_POLICY, *,
-             window: int = DEFAULT_WINDOW, shared: SharedLayers | None = None, jitter: float = 0.0,
-             seed: int = 0,
-             latency: float = 0.0, bandwidth: float = math.inf, policy_options: dict[str, int] | None = None,
-             costs: CostModel | None = None, memory: MemoryConfig | None = None) -> SimResult:
-    """Run ``policy`` over ``stream`` on ``part.stages`` simulated stages and return the trace.
+@dataclass(frozen=True)
+class SimOptions:
+    """How a run is simulated, beyond what the run is (``naspipe.runspec.RunSpec``): seeded duration
+    ``jitter`` (a fraction), a message ``latency`` (seconds) and link ``bandwidth`` (bytes/s), the scheduler
+    ``policy_options`` (``micro_batches``, ``max_pending_w``, ...), a ``costs`` model to use instead of the
+    space's (a measured trace, replicas), and ``memory`` (device memory, swapping and prefetching; off by
+    default, see ``naspipe.sim.memory``)."""
 
-    ``memory``: model device memory, swapping and prefetching (off by default); see ``naspipe.sim.memory``.
-    ``csp-plan`` (the default) without a plan first chooses one (``choose_plan``: a fixed number of plans
-    simulated with these arguments, memory-free: a memory-aware run costs tens of times more) and returns the
-    chosen plan's run (``extra["plan"]`` says which).
+    jitter: float = 0.0
+    latency: float = 0.0
+    bandwidth: float = math.inf
+    policy_options: Mapping[str, Any] | None = None
+    costs: CostModel | None = None
+    memory: MemoryConfig | None = None
+
+
+def simulate(run: RunSpec, options: SimOptions | None = None) -> SimResult:
+    """Run ``run.policy`` over ``run.stream`` on ``run.partition.stages`` simulated stages; return the trace.
+
+    ``run``: what runs (``RunSpec.create`` resolves and validates the forms people type; ``RunSpec.of`` takes
+    parts already built). ``options``: how it is simulated (``SimOptions``). ``csp-plan`` (the default)
+    without a plan first chooses one (``choose_plan``: a fixed number of plans simulated memory-free: a
+    memory-aware run costs tens of times more) and returns the chosen plan's run (``extra["plan"]`` says
+    which).
     """
-    if needs_plan(policy, policy_options):
-        choice = choose_plan(space, part, stream, policy, window=window, shared=shared, jitter=jitter, seed=seed,
-                             latency=latency, bandwidth=bandwidth, policy_options=policy_options, costs=costs)
-        if memory is None:
+    opts = options or SimOptions()
+    if needs_plan(run.policy, opts.policy_options):
+        choice = choose_plan(run, dataclasses.replace(opts, memory=None))
+        if opts.memory is None:
             return choice.result
-        result = _simulate_with_memory(space, part, stream, choice.policy, memory, window=window, shared=shared,
-                                       jitter=jitter, seed=seed, latency=latency, bandwidth=bandwidth,
-                                       policy_options=policy_options, costs=costs)
+        result = _MemoryRun(dataclasses.replace(run, policy=choice.policy), opts, opts.memory).run()
         result.extra["plan"] = choice.summary()
         return result
-    if memory is not None:
-        return _simulate_with_memory(space, part, stream, policy, memory, window=window, shared=shared,
-                                    jitter=jitter, seed=seed, latency=latency, bandwidth=bandwidth,
-                                    policy_options=policy_options, costs=costs)
-    return _Run(space, part, stream, policy, window=window, shared=shared, jitter=jitter, seed=seed,
-                latency=latency, bandwidth=bandwidth, policy_options=policy_options, costs=costs).run()
+    if opts.memory is not None:
+        return _MemoryRun(run, opts, opts.memory).run()
+    return _Run(run, opts).run()
 
 
-def choose_plan(space: SearchSpace, part: Partition, stream: SubnetStream, policy: str = PLANNED, *,
-                budget: int = PLAN_BUDGET, tries: int | None = None, **simulate_kw: Any) -> PlanChoice:
-    """Simulate ``csp-plan`` plans ``0 .. tries-1`` (default ``plan_tries(len(stream), budget)``) with
-    ``simulate``'s keyword arguments (window, shared, costs, memory, jitter, ...) and return the plan with the
-    shortest makespan, the lowest plan on ties. ``policy`` may carry ``eps`` (``csp-plan:eps=0.1``)."""
-    eps = eps_of(policy, simulate_kw.get("policy_options"))
-    options = {k: v for k, v in (simulate_kw.pop("policy_options", None) or {}).items() if k not in ("plan", "eps")}
-    private = ReplayStream.materialize(stream)
+def choose_plan(run: RunSpec, options: SimOptions | None = None, *, budget: int = PLAN_BUDGET,
+                tries: int | None = None) -> PlanChoice:
+    """Simulate ``csp-plan`` plans ``0 .. tries-1`` (default ``plan_tries(run.subnets, budget)``) of ``run``
+    with ``options`` and return the plan with the shortest makespan, the lowest plan on ties. ``run.policy``
+    may carry ``eps`` (``csp-plan:eps=0.1``); any other policy is planned as plain ``csp-plan``."""
+    opts = options or SimOptions()
+    policy = run.policy if needs_plan(run.policy, opts.policy_options) else PLANNED
+    eps = eps_of(policy, opts.policy_options)
+    kept = {k: v for k, v in (opts.policy_options or {}).items() if k not in ("plan", "eps")}
+    opts = dataclasses.replace(opts, policy_options=kept or None)
+    private = ReplayStream.materialize(run.stream)
     n = plan_tries(len(private), budget) if tries is None else max(1, tries)
     best: PlanChoice | None = None
     for plan in range(n):
-        r = simulate(space, part, private, planned_policy(plan, eps), policy_options=options or None, **simulate_kw)
-        if simulate_kw.get("costs") is None and simulate_kw.get("memory") is None:
-            simulate_kw["costs"] = r.costs  # the same durations for every plan; built once
+        r = simulate(dataclasses.replace(run, stream=private, policy=planned_policy(plan, eps)), opts)
+        if opts.costs is None and opts.memory is None:
+            opts = dataclasses.replace(opts, costs=r.costs)  # the same durations for every plan; built once
         if best is None:
             best = PlanChoice(plan, eps, r.makespan, r.makespan, n, r)
         elif r.makespan < best.makespan:
@@ -123,10 +135,12 @@ class _Run:
     ``_MemoryRun`` overrides the hooks (``_finished``, ``_send``, ``_delivered``, ``_other``, ``_after``) to add
     copy engines, stalls, the admission gate and forecasts; the loop itself is shared."""
 
-    def __init__(self, space: SearchSpace, part: Partition, stream: SubnetStream, policy: str, *, window: int,
-                 shared: SharedLayers | None, jitter: float, seed: int, latency: float, bandwidth: float,
-                 policy_options: dict[str, int] | None, costs: CostModel | None):
-        self.shared = shared = shared or SharedLayers()
+    def __init__(self, run: RunSpec, opts: SimOptions):
+        space, part, stream, policy = run.space, run.partition, run.stream, run.policy
+        window, seed = run.window, run.seed
+        jitter, latency, bandwidth, costs = opts.jitter, opts.latency, opts.bandwidth, opts.costs
+        policy_options = opts.policy_options
+        self.shared = shared = run.shared or SharedLayers()
         self.policy = policy
         P = self.P = part.stages
         specs = stage_specs(space, part, shared)
@@ -246,10 +260,11 @@ class _MemoryRun(_Run):
     """One simulation with device memory: the event loop of ``_Run`` plus copy engines, stalls, the admission
     gate and (predictive mode) per-stage forecasts that drive prefetching (through the loop's hooks)."""
 
-    def __init__(self, space: SearchSpace, part: Partition, stream: SubnetStream, policy: str,
-                 cfg: MemoryConfig, *, window: int, shared: SharedLayers | None, jitter: float, seed: int,
-                 latency: float, bandwidth: float, policy_options: dict[str, int] | None,
-                 costs: CostModel | None):
+    def __init__(self, run: RunSpec, opts: SimOptions, cfg: MemoryConfig):
+        space, part, stream, policy = run.space, run.partition, run.stream, run.policy
+        window, seed = run.window, run.seed
+        jitter, latency, bandwidth, costs = opts.jitter, opts.latency, opts.bandwidth, opts.costs
+        shared, policy_options = run.shared, opts.policy_options
         from naspipe.sched.predictor import AccuracyMeter, Predictor
         from naspipe.sim.costs import batch_time_scale
         from naspipe.sim.memory import Footprint, Gate, StageMemory, plan_memory
@@ -463,8 +478,3 @@ class _MemoryRun(_Run):
         result.extra["memory"] = result.memory.summary()
         result.extra["evictions"] = [m.evicted for m in self.mems]  # (decided, freed, candidate) per stage
         return result
-
-
-def _simulate_with_memory(space: SearchSpace, part: Partition, stream: SubnetStream, policy: str,
-                          memory: MemoryConfig, **kw: Any) -> SimResult:
-    return _MemoryRun(space, part, stream, policy, memory, **kw).run()

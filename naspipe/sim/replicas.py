@@ -31,13 +31,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from naspipe.partition import Partition, partition
+from naspipe.runspec import RunSpec
 from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW
 from naspipe.sched.registry import PolicyError, get_policy, policy_names
 from naspipe.sched.tasks import BACKWARD, WEIGHT, Task
 from naspipe.sequence import SubnetStream
 from naspipe.shared import SharedLayers
+from naspipe.sim import SimOptions
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA, CostModel, batch_time_scale
-from naspipe.space import SearchSpace, Subnet
+from naspipe.space import SearchSpace, Subnet, replicas_error
 
 
 def check_replica_policy(policy: str) -> None:
@@ -77,8 +79,8 @@ class ReplicaCostModel(CostModel):
     def __init__(self, space: SearchSpace, part: Partition, subnets: Sequence[Subnet], *, replicas: int,
                  link: LinkModel = DEFAULT_LINK, alpha: float = DEFAULT_BATCH_ALPHA,
                  shared: SharedLayers | None = None, native: bool = False, **kw: Any):
-        if replicas < 1 or space.batch_size % replicas:
-            raise ValueError(f"replicas must be >= 1 and divide the batch size {space.batch_size}, got {replicas}")
+        if (why := replicas_error(space.batch_size, replicas)) is not None:
+            raise ValueError(why)
         b = space.batch_size
         super().__init__(space, part, subnets, batch_size=b // replicas,
                          time_scale=kw.pop("time_scale", 1.0) * batch_time_scale(b // replicas, b, alpha), **kw)
@@ -165,8 +167,8 @@ def simulate_replicas(space: SearchSpace, stages: int, replicas: int, stream: Su
     costs = ReplicaCostModel(space, part, subnets, replicas=replicas, link=link, alpha=alpha, shared=shared,
                              native=native, split_backward=probe.write_kind == WEIGHT, jitter=jitter, seed=seed,
                              latency=latency, bandwidth=bandwidth)
-    result = simulate(space, part, private, policy, window=window, shared=shared, jitter=jitter, seed=seed,
-                      policy_options=policy_options, costs=costs)
+    result = simulate(RunSpec.of(space, part, private, policy, window=window, shared=shared, seed=seed),
+                      SimOptions(jitter=jitter, policy_options=policy_options, costs=costs))
     flight = peak_in_flight(result.trace, part.stages, costs.write_kind)
     busy = sum(e.end - e.start for e in result.trace.events)
     result.extra.update({
@@ -202,7 +204,7 @@ def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = 
         except PolicyError as e:
             raise PolicyError(f"{e}: a plan ranks stages x replicas splits; simulate its one split with "
                               f"naspipe simulate --stages {devices} --policy {policy}") from None
-    from naspipe.sim.plan import needs_plan, planned_policy
+    from naspipe.sim.plan_choice import needs_plan, planned_policy
 
     if needs_plan(policy):  # the default ranks every split in plan 0's order (csp-cp's): planning each split
         policy = planned_policy(0)  # would cost a planning budget per split, for a gain too small to reorder them
@@ -212,7 +214,7 @@ def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = 
     rows = []
     for r in range(1, devices + 1):
         p = devices // r
-        if devices % r or space.batch_size % r or p > space.num_blocks:
+        if devices % r or replicas_error(space.batch_size, r) or p > space.num_blocks:
             continue
         reason = refuses(r) if refuses is not None and r > 1 else None
         if reason is not None:

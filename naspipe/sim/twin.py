@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from naspipe.runspec import RunSpec
 from naspipe.sched.tasks import Task
+from naspipe.sim import SimOptions
 from naspipe.sim.engine import simulate
 from naspipe.space import Block, SearchSpace
 from naspipe.trace import Trace
@@ -30,13 +32,13 @@ def scaled_space(space: SearchSpace, fwd: float, bwd: float) -> SearchSpace:
 def simulated_twin(space: SearchSpace, part: Any, stream: Any, measured: Trace, policy: str = "csp",
                    seed: int = 0) -> Trace:
     """Simulate ``stream`` with the cost model rescaled to ``measured``'s mean F and B durations."""
-    first = simulate(space, part, stream, policy, seed=seed).trace
+    first = simulate(RunSpec.of(space, part, stream, policy, seed=seed)).trace
 
     def total(t: Trace, kind: str) -> float:
         return sum(e.end - e.start for e in t.events if e.kind == kind)
 
     scale = {k: (total(measured, k) / total(first, k)) if total(first, k) > 0 else 1.0 for k in ("F", "B")}
-    trace = simulate(scaled_space(space, scale["F"], scale["B"]), part, stream, policy, seed=seed).trace
+    trace = simulate(RunSpec.of(scaled_space(space, scale["F"], scale["B"]), part, stream, policy, seed=seed)).trace
     trace.meta.update(driver="sim", policy=policy, scale_f=scale["F"], scale_b=scale["B"])
     return trace
 
@@ -59,6 +61,7 @@ class TraceCosts:
 def replayed_schedule(space: SearchSpace, part: Any, stream: Any, measured: Trace, policy: str,
                       seed: int = 0) -> Trace:
     """The schedule ``policy`` makes of ``stream`` when every task takes exactly the time ``measured`` recorded."""
-    trace = simulate(space, part, stream, policy, seed=seed, costs=TraceCosts(measured, space.batch_size)).trace
+    trace = simulate(RunSpec.of(space, part, stream, policy, seed=seed), SimOptions(costs=TraceCosts(measured,
+                                                                                                     space.batch_size))).trace
     trace.meta.update(driver="sim", policy=policy, durations="measured")
     return trace

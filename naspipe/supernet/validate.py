@@ -23,6 +23,7 @@ import contextlib
 import sys
 from typing import Any
 
+from naspipe.space import replicas_error
 from naspipe.supernet.declare import Supernet, SupernetError
 from naspipe.supernet.usercode import first_line, user_errors
 
@@ -72,9 +73,8 @@ def _probe_shards(sn: Supernet, replicas: int) -> None:
     from naspipe.supernet.build import build_candidate, draw_batch
 
     bs = sn.batch_size
-    if bs % replicas:
-        raise SupernetError(f"--replicas {replicas} must divide batch_size {bs} (each replica computes an equal "
-                            "shard)")
+    if (why := replicas_error(bs, replicas)) is not None:
+        raise SupernetError(f"--{why}")
     x, target = draw_batch(sn.data, bs, hashed_generator("data-user", 0, 0), 0)
     _check_batch_rows(sn, x, target)
     size = bs // replicas  # replica 0's shard: rows [0, B/R) (naspipe.models.shards, not imported: it imports us)

@@ -1,6 +1,6 @@
 """The ground truth a supernet's ranking is judged against: architectures trained stand-alone.
 
-``naspipe truth`` (``naspipe.cli.truth``) trains every architecture of a space, or a seeded sample, for a
+``naspipe truth`` (``naspipe.cli.cmd_truth``) trains every architecture of a space, or a seeded sample, for a
 number of steps and seeds (``build``: a pool of workers; ``train``: one entry), and stores the records and the
 table (``records``, torch-free). ``naspipe rank`` (``naspipe.ranking``) compares a trained supernet with it.
 

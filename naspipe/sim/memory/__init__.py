@@ -3,7 +3,7 @@
 Why it exists: a supernet does not fit on one device. NASPipe keeps the whole supernet in host memory
 and holds on each stage's device only the candidates its running and soon-to-run tasks need, which
 leaves room for a large batch; a baseline that keeps its whole stage share resident must shrink its
-batch instead. This module models that trade-off for the simulator; ``naspipe.runtime.context`` is the
+batch instead. This module models that trade-off for the simulator; ``naspipe.runtime.layer_cache.context`` is the
 torch counterpart.
 
 What occupies a stage's device (``StageMemory.used``, never above the budget):
@@ -20,7 +20,7 @@ hold many subnets in flight on a small budget: between ``F(j,s)`` and its backwa
 activations; its layers are clean (CSP lets no other subnet write them in between), so they may be
 dropped and fetched again before the backward, which the forecast covers (on the runtime side this is a
 ``torch.autograd.graph.saved_tensors_hooks`` pair: the runtime offers both modes, ``pin="subnet"`` by default
-because its budget counts candidates only, and ``pin="task"`` through ``naspipe.runtime.switching``).
+because its budget counts candidates only, and ``pin="task"`` through ``naspipe.runtime.layer_cache.switching``).
 
 Host <-> device copies run on two copy engines per stage (host-to-device and device-to-host, PCIe is
 full duplex) that overlap compute. A load moves ``param_bytes`` at ``bandwidth_h2d``; evicting a candidate
@@ -45,18 +45,7 @@ subnet therefore always finds room on every stage, so no causal chain can be sta
 ``Gate.admits``); under BSP so does the rest of its group, whose forwards its backward waits for.
 """
 
-from naspipe.sim.memory.config import (
-    DEFAULT_BANDWIDTH,
-    PIN_MODES,
-    SWAP_MODES,
-    Key,
-    MemoryBudgetError,
-    MemoryConfig,
-)
-from naspipe.sim.memory.device import EVICTING, LOADING, RESIDENT, RESIDENT_MODE, StageMemory, StageStats
-from naspipe.sim.memory.footprint import Footprint
-from naspipe.sim.memory.gate import Gate
-from naspipe.sim.memory.plan import (
+from naspipe.sim.memory.budgeting import (
     CSP_SLOTS,
     CSP_SLOTS_PIN_TASK,
     MemoryPlan,
@@ -64,7 +53,18 @@ from naspipe.sim.memory.plan import (
     plan_memory,
     policy_in_flight,
 )
-from naspipe.sim.memory.report import MemoryReport
+from naspipe.sim.memory.device import EVICTING, LOADING, RESIDENT, RESIDENT_MODE, StageMemory, StageStats
+from naspipe.sim.memory.footprint import Footprint
+from naspipe.sim.memory.gate import Gate
+from naspipe.sim.memory.metrics import MemoryReport
+from naspipe.sim.memory.settings import (
+    DEFAULT_BANDWIDTH,
+    PIN_MODES,
+    SWAP_MODES,
+    Key,
+    MemoryBudgetError,
+    MemoryConfig,
+)
 
 __all__ = ["CSP_SLOTS", "CSP_SLOTS_PIN_TASK", "DEFAULT_BANDWIDTH", "EVICTING", "LOADING", "PIN_MODES", "RESIDENT",
            "RESIDENT_MODE", "SWAP_MODES", "Footprint", "Gate", "Key", "MemoryBudgetError", "MemoryConfig", "MemoryPlan",

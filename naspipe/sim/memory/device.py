@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from naspipe.memsize import format_bytes
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
-from naspipe.sim.memory.config import Key, MemoryBudgetError
+from naspipe.sim.memory.settings import Key, MemoryBudgetError
 from naspipe.trace import Trace
 
 # ---- per-stage device state -----------------------------------------------------------------------

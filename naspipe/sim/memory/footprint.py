@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from naspipe.partition import Partition
-from naspipe.sim.memory.config import Key
+from naspipe.sim.memory.settings import Key
 from naspipe.space import SearchSpace, Subnet
 
 

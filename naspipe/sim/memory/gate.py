@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from naspipe.sched.tasks import FORWARD, Task
-from naspipe.sim.memory.config import Key
 from naspipe.sim.memory.footprint import Footprint
+from naspipe.sim.memory.settings import Key
 from naspipe.space import Subnet
 
 

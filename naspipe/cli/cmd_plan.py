@@ -18,8 +18,8 @@ import argparse
 import json
 import sys
 
+from naspipe.cli.cmd_simulate import add_link_arguments, link_from_args
 from naspipe.cli.common import UsageError, positive_int
-from naspipe.cli.simulate import add_link_arguments, link_from_args
 from naspipe.runspec import DEFAULT_SHARED
 from naspipe.sched.policies import DEFAULT_POLICY
 
@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_nodes(args: argparse.Namespace) -> int:
     """``--nodes``: the torchrun line per node and the SLURM script, after checking the training options."""
-    from naspipe.cli.train import world_config
+    from naspipe.cli.cmd_train import world_config
     from naspipe.nodes import HOST_PLACEHOLDER, IFACE_PLACEHOLDER, make_plan, slurm_script
 
     train = list(args.train_args)
@@ -98,7 +98,7 @@ def _train_refuses(space: object):  # noqa: ANN202
     """``replicas -> reason or None``: train's own check that every block of a user supernet runs on a shard of
     ``batch / replicas`` samples (BatchNorm needs two), so no split train refuses is ranked."""
     def refuses(replicas: int) -> str | None:
-        from naspipe.validate import ModelCheckError, check_replicas
+        from naspipe.modelcheck import ModelCheckError, check_replicas
 
         try:
             check_replicas(space, replicas)  # type: ignore[arg-type]

@@ -12,8 +12,8 @@ from typing import Any
 from naspipe.memsize import SizeError, format_bytes
 from naspipe.partition import Partition
 from naspipe.sched.registry import parse_policy
-from naspipe.sim.memory.config import PIN_MODES, SWAP_MODES, MemoryBudgetError, MemoryConfig
 from naspipe.sim.memory.footprint import Footprint
+from naspipe.sim.memory.settings import PIN_MODES, SWAP_MODES, MemoryBudgetError, MemoryConfig
 from naspipe.space import SearchSpace
 
 

@@ -25,6 +25,7 @@ ORDER = 10
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from naspipe.cli.common import add_sampler_argument
+    from naspipe.runspec import REPLICA_EXCHANGES
 
     add_run_arguments(p)
     add_sampler_argument(p, online=False)
@@ -64,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_link_arguments(r)
     r.add_argument("--replicas", type=int, default=1, metavar="R",
                    help="R replicas of every stage: tasks at batch B/R, gradients exchanged on the link (default 1)")
-    r.add_argument("--replica-exchange", choices=("exact", "native"), default="exact",
+    r.add_argument("--replica-exchange", choices=REPLICA_EXCHANGES, default="exact",
                    help="exact: all-gather summed in replica order (default); native: the ring all-reduce")
     p.add_argument("--trace", default=None, help="write the trace JSON here")
     p.add_argument("--chrome-trace", default=None, help="write a Chrome/Perfetto trace here")
@@ -177,8 +178,9 @@ def run(args: argparse.Namespace) -> int:
     if args.jitter >= 1:
         raise UsageError(f"--jitter must lie in [0, 1), got {args.jitter}")
     from naspipe.sched.policies import PolicyError
-    from naspipe.sim import simulate
+    from naspipe.sim import SimOptions, simulate
     from naspipe.sim.memory import MemoryBudgetError
+    from naspipe.space import replicas_error
 
     mem = memory_config(args)
     for flag, path in (("--trace", args.trace), ("--chrome-trace", args.chrome_trace)):
@@ -186,9 +188,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag}: cannot write {path}: directory {str(Path(path).parent)!r} does not exist")
     opts = {"micro_batches": args.micro_batches, "max_pending_w": args.max_pending_w}
     replicas = args.replicas
-    if replicas < 1 or cfg.space.batch_size % replicas:
-        raise UsageError(f"--replicas must be >= 1 and divide the batch size {cfg.space.batch_size} of "
-                         f"{cfg.space.name!r}, got {replicas}")
+    if (why := replicas_error(cfg.space.batch_size, replicas)) is not None:
+        raise UsageError(f"--{why} of {cfg.space.name!r}")
     if replicas == 1 and args.replica_exchange != "exact":
         raise UsageError("--replica-exchange native only applies with --replicas > 1")  # as train refuses it
     if replicas > 1 and mem is not None:
@@ -209,9 +210,9 @@ def run(args: argparse.Namespace) -> int:
                                        bandwidth=args.bandwidth or float("inf"), policy_options=opts,
                                        part=cfg.partition)
         else:
-            result = simulate(cfg.space, cfg.partition, cfg.stream, cfg.policy, window=cfg.window,
-                              shared=cfg.shared, jitter=args.jitter, seed=cfg.seed, latency=args.latency,
-                              bandwidth=args.bandwidth or float("inf"), policy_options=opts, memory=mem)
+            result = simulate(cfg, SimOptions(jitter=args.jitter, latency=args.latency,
+                                              bandwidth=args.bandwidth or float("inf"), policy_options=opts,
+                                              memory=mem))
     except (PolicyError, MemoryBudgetError) as e:
         raise UsageError(str(e)) from None
     out = summarize(cfg, result)

@@ -11,7 +11,7 @@ the other (NCCL orders all operations of one communicator).
 
 Losses: a gradient message's header also carries the subnet's training loss as the bits of a float64
 (``FLAG_LOSS``), so every stage learns loss(j) bit-exactly with the gradient of ``j`` (what a run-time
-generated stream needs, ``naspipe.runtime.online``).
+generated stream needs, ``naspipe.runtime.processes.online``).
 
 One receiver thread per incoming channel blocks in ``dist.recv`` and pushes ``Message`` objects into the
 stage's inbox (a ``queue.Queue``); it knows how many messages to expect (one per subnet) and ends by
@@ -57,6 +57,7 @@ from torch import Tensor
 
 from naspipe import messages
 from naspipe.messages import WIRE_DTYPES
+from naspipe.runtime.stagerun import StageRun
 
 HEADER_LEN = 13  # kind, subnet, flags, dtype, ndim, up to 7 dims, the subnet's loss (float64 bits)
 MAX_DIMS = messages.MAX_DIMS
@@ -301,10 +302,11 @@ def make_channels(world: int, replica: int = 0, replicas: int = 1
 
 
 class Links:
-    """The two neighbours of stage ``rank``: receive threads into ``inbox``, asynchronous sends."""
+    """The two neighbours of stage ``run.stage`` (in its replica's pipeline): receive threads into ``inbox``,
+    asynchronous sends."""
 
-    def __init__(self, rank: int, world: int, device: torch.device, expected: int, inbox: queue.Queue,
-                 timeout: float, replica: int = 0, replicas: int = 1):
+    def __init__(self, run: StageRun, expected: int, inbox: queue.Queue, timeout: float):
+        rank, world, device, replica, replicas = run.stage, run.stages, run.device, run.replica, run.replicas
         self.rank, self.world, self.device = rank, world, device
         # gloo's point-to-point ops move host memory only: CUDA stages on gloo (more stages than GPUs) stage
         # their messages through host memory; on NCCL they travel device to device

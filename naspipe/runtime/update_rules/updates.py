@@ -20,7 +20,7 @@ which weights a forward reads and when the gradients are applied:
   gradient is exact for the weights the forward saw, but it is applied to newer weights. Trainable fixed
   weights (``serial``) are stashed and updated like candidates.
 
-* ``pipedream``, ``2bw``, ``pipemare``, ``pipeoptim``: ``naspipe.runtime.async_rules``.
+* ``pipedream``, ``2bw``, ``pipemare``, ``pipeoptim``: ``naspipe.runtime.update_rules.async_rules``.
 * ``delayed:D+predict`` / ``+t1=K`` shared layers: ``CorrectedFixedVersions`` (PipeOptim prediction stored
   when a version is snapshotted; PipeMare T1 on the shared step), as ``naspipe.reference`` does.
 
@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from naspipe.models import StageModel, make_optimizer
-from naspipe.runtime.versions import FixedVersions
+from naspipe.runtime.update_rules.versions import FixedVersions
 
 Key = tuple[int, int]  # (block, choice)
 
@@ -116,9 +116,9 @@ class OptimizerBank:
 
 
 class RuleState:
-    """The checkpoint half of the update-rule protocol (``naspipe.runtime.rules.UpdateRule``), for a rule whose
-    only state between subnets is the gradients it holds: ``pending`` counts them (zero at a checkpoint fence),
-    ``state_dict`` is empty. Rules with more state (fixed-layer versions, 2bw's weight versions, PipeMare's
+    """The checkpoint half of the update-rule protocol (``naspipe.runtime.update_rules.rules.UpdateRule``), for a
+    rule whose only state between subnets is the gradients it holds: ``pending`` counts them (zero at a checkpoint
+    fence), ``state_dict`` is empty. Rules with more state (fixed-layer versions, 2bw's weight versions, PipeMare's
     velocities) extend both."""
 
     def pending(self) -> int:
@@ -205,7 +205,7 @@ class ExactUpdates(RuleState):
 
     def reduce(self, j: int, fn: Any, extra: Sequence[Tensor] = ()) -> list[Tensor | None]:
         """Replace ``j``'s held gradients by ``fn(j, [*extra, *gradients], like=[*extra, *parameters])``
-        (data-parallel replicas: ``naspipe.runtime.replicas``); returns what ``fn`` made of ``extra``."""
+        (data-parallel replicas: ``naspipe.runtime.transport.replica_group``); returns what ``fn`` made of ``extra``."""
         keys, grads, fixed = self._grads[j]
         ps, names = list(grads), list(fixed)
         k = len(extra)

@@ -56,7 +56,7 @@ from naspipe.corrections.pipemare import DiscrepancyCorrector, rescheduled_lr
 from naspipe.corrections.pipeoptim import predicted_weights, version_gap
 from naspipe.corrections.stashing import two_bw_delay
 from naspipe.models import StageModel
-from naspipe.runtime.updates import (
+from naspipe.runtime.update_rules.updates import (
     ForwardContext,
     Key,
     OptimizerBank,

@@ -1,7 +1,7 @@
 """Device memory in the simulator: the configuration, its modes and the budget error.
 
 Why it exists: the one list of swap and pin modes (the runtime and the CLI import it) and ``MemoryConfig``,
-what ``simulate(..., memory=...)`` and ``naspipe simulate --device-memory`` set.
+what ``simulate(run, SimOptions(memory=...))`` and ``naspipe simulate --device-memory`` set.
 """
 
 from __future__ import annotations

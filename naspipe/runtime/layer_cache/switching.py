@@ -1,11 +1,11 @@
 """Context switching in the runtime: a stage's candidates in host memory, a byte-budgeted device cache.
 
 Why it exists: ``naspipe train --device-memory SIZE|P%`` runs each stage with its candidates' parameters
-in a host store and only a working set on the "device" (``naspipe.runtime.context.ContextCache``; on CPU a
+in a host store and only a working set on the "device" (``naspipe.runtime.layer_cache.context.ContextCache``; on CPU a
 separate buffer pool, so every load and write-back is a real copy). Off by default: without
 ``device_memory`` none of this is built.
 
-Wiring (``naspipe.runtime.worker``): before each task ``before(task)``: a forward ``acquire``s the
+Wiring (``naspipe.runtime.processes.worker``): before each task ``before(task)``: a forward ``acquire``s the
 candidates its subnet uses on this stage (a miss loads them synchronously and records a ``stall`` event);
 a backward (and ``W``) finds them still pinned. After the subnet's write (``B``, or ``W`` with a split
 backward) ``after(task)`` releases them (dirty: the weights changed). With ``pin="task"`` every task
@@ -136,7 +136,7 @@ class ContextSwitch:
     def __init__(self, model: Any, bank: Any, subnets: Any, n: int, *, device_memory: str, swap: str,
                  depth: int, optimizer: str, write_kind: str, clock: Any, timeout: float, start: int = 0,
                  pin: str = "subnet"):
-        from naspipe.runtime.context import ContextCache
+        from naspipe.runtime.layer_cache.context import ContextCache
 
         self.model, self.subnets, self.n = model, subnets, n
         self.swap, self.depth, self.write_kind = swap, depth, write_kind
@@ -199,7 +199,7 @@ class ContextSwitch:
             self.forwarded.add(j)
             while self.next_unforwarded in self.forwarded:
                 self.next_unforwarded += 1
-        from naspipe.runtime.context import CacheError
+        from naspipe.runtime.layer_cache.context import CacheError
 
         try:
             stall = self.cache.acquire(keys, tag=j) if keys else 0.0

@@ -12,7 +12,7 @@ the sequence such a sampler produced is also written to ``sequence.json`` (repla
 (``naspipe.runs``, threads included: compare ``train --threads N`` with ``reference --threads N``); a folder holding
 a train run, or files no naspipe run wrote, is refused unless ``--overwrite``, which clears it first; a reference
 replaces an earlier reference, deleting only its files and never the ``--sequence`` it reads, under the folder's
-lock (``naspipe.runlock``; docs/run-folders.md). The model is checked before training (``naspipe.validate``).
+lock (``naspipe.runlock``; docs/run-folders.md). The model is checked before training (``naspipe.modelcheck``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from naspipe.cli.common import UsageError, add_run_arguments, positive_float, positive_int, resolve_run
+from naspipe.cli.common import (
+    UsageError,
+    add_optimizer_arguments,
+    add_run_arguments,
+    add_sampler_argument,
+    positive_int,
+    resolve_run,
+    sampler_from_args,
+)
 
 if TYPE_CHECKING:
     from naspipe.samplers import SamplerSpec
@@ -31,37 +39,6 @@ if TYPE_CHECKING:
 COMMAND = "reference"
 HELP = "train subnets one at a time (the sequential oracle) and write losses and parameter hashes"
 ORDER = 40
-
-
-def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
-    """``--optimizer`` and ``--lr``, shared with ``naspipe train``."""
-    from naspipe.optim_names import DEFAULT_LR, OPTIMIZERS
-
-    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
-                   help="per-parameter optimizer (default %(default)s)")
-    defaults = ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items())
-    p.add_argument("--lr", type=positive_float("--lr"), default=None,
-                   help=f"learning rate (default per optimizer: {defaults})")
-
-
-def add_sampler_argument(p: argparse.ArgumentParser) -> None:
-    """``--sampler``, for ``naspipe reference`` and ``naspipe train`` (``naspipe.cli.common``'s)."""
-    from naspipe.cli.common import add_sampler_argument as add
-
-    add(p)
-
-
-def sampler_from_args(args: argparse.Namespace) -> SamplerSpec:
-    """The parsed ``--sampler``; UsageError for a bad value or together with ``--sequence``."""
-    from naspipe.samplers import SamplerError, parse_sampler
-
-    try:
-        spec = parse_sampler(args.sampler)
-    except SamplerError as e:
-        raise UsageError(str(e)) from None
-    if spec.kind != "uniform" and getattr(args, "sequence", None):
-        raise UsageError(f"--sampler {args.sampler} generates the sequence; it cannot be combined with --sequence")
-    return spec
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -87,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     spec = sampler_from_args(args)
     args.stages = 1  # accepted and ignored: the reference has one stage (a supernet of few blocks needs no --stages)
     cfg = resolve_run(args)
-    from naspipe.validate import ModelCheckError, check_model
+    from naspipe.modelcheck import ModelCheckError, check_model
 
     try:
         check_model(cfg.space, cfg.seed, cfg.shared)
@@ -98,17 +75,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {str(out)!r} exists and is not a directory")
     _check_out(out, args.overwrite)
     from naspipe.runtime.config import ConfigError, check_sequence_size
+    from naspipe.space import replicas_error
 
     try:
         check_sequence_size(cfg.space, len(cfg.stream), 1)
     except ConfigError as e:
         raise UsageError(str(e)) from None
-    if args.replicas > 1 and cfg.space.batch_size % args.replicas:
-        raise UsageError(f"--replicas {args.replicas} must divide the batch size {cfg.space.batch_size} of "
-                         f"{cfg.space.name!r} (each replica computes an equal shard)")
+    if (why := replicas_error(cfg.space.batch_size, args.replicas)) is not None:
+        raise UsageError(f"--{why} of {cfg.space.name!r}")
     if args.replicas > 1 and spec.online:
         raise UsageError(f"--replicas > 1 needs a fixed sequence; --sampler {spec} generates it at run time")
-    from naspipe.validate import ModelCheckError, check_replicas
+    from naspipe.modelcheck import ModelCheckError, check_replicas
 
     try:
         check_replicas(cfg.space, args.replicas)  # a user supernet's shard of B/R samples runs
@@ -136,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         fixed = [cfg.stream[j] for j in range(len(cfg.stream))]
         identity = ident(digest() if digest else None, subnets_digest(fixed))
-    from naspipe.runtime.signals import terminate_raises
+    from naspipe.runtime.processes.signals import terminate_raises
 
     with terminate_raises():  # SIGTERM ends the reference as Ctrl-C does (status.json says which)
         result = _train_locked(args, cfg, spec, out, identity, digest)
@@ -156,7 +133,7 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
     from naspipe.reference import ReferenceFailed, train_reference
     from naspipe.runlock import RunLocked, acquire, release
     from naspipe.runtime.outputs import write_status
-    from naspipe.runtime.signals import Terminated, deferred
+    from naspipe.runtime.processes.signals import Terminated, deferred
     from naspipe.sequence import save_sequence
 
     try:  # the folder is this run's until its last file is written (a second writer is refused)

@@ -37,14 +37,14 @@ from naspipe.atomic import disk_full_message, is_disk_full, write_atomic, write_
 from naspipe.models import build_stage
 from naspipe.results import param_hashes
 from naspipe.runtime.checkpoint import Checkpointer
-from naspipe.runtime.comm import ACTIVATION, GRADIENT, ChannelFailure, Links, Message, TransportError
 from naspipe.runtime.config import TrainConfig
-from naspipe.runtime.jitter import jitter_seconds
-from naspipe.runtime.online import LossBook
-from naspipe.runtime.recorder import EventLog
-from naspipe.runtime.replicas import ReplicaGroup, WriteOrder, next_task_writing, stage_and_replica
+from naspipe.runtime.processes.jitter import jitter_seconds
+from naspipe.runtime.processes.online import LossBook
+from naspipe.runtime.processes.recorder import EventLog
 from naspipe.runtime.stage_exec import StageExecutor
-from naspipe.sched.async_options import parse_async_options
+from naspipe.runtime.stagerun import StageRun
+from naspipe.runtime.transport.comm import ACTIVATION, GRADIENT, ChannelFailure, Links, Message, TransportError
+from naspipe.runtime.transport.replica_group import ReplicaGroup, WriteOrder, next_task_writing
 from naspipe.sched.policies import make_scheduler, stage_specs
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.supernet.usercode import first_line, origin
@@ -126,32 +126,28 @@ def run_stage(rank: int, world: int, cfg: TrainConfig, report: Report | None = N
 
 
 def _run(grank: int, world: int, cfg: TrainConfig, device: torch.device, report: Report) -> dict[str, Any]:
-    # with data-parallel replicas global rank ``grank`` runs replica ``replica`` of stage ``rank``
-    rank, replica = stage_and_replica(grank, cfg.stages)
+    run = StageRun.of(cfg, grank, device)  # this stage's place in the run, its policy parsed once
+    rank, replica = run.stage, run.replica
     spec = stage_specs(cfg.space, cfg.partition, cfg.shared)[rank]
     stream = cfg.stream()
-    ckpt = Checkpointer(cfg, rank)  # resume at ckpt.start; fences at the checkpoints
-    ckpt.saves = replica == 0  # the replicas of a stage hold the same state: replica 0 saves it
+    ckpt = Checkpointer(cfg, run)  # resume at ckpt.start; fences at the checkpoints (replica 0 saves)
     sched = make_scheduler(cfg.policy, spec, stream, cfg.window, start=ckpt.start, fence=ckpt.fence,
                            **cfg.policy_options)
     model = build_stage(cfg.space, cfg.partition.blocks(rank), cfg.seed, cfg.shared).to(device)
     delay = cfg.shared.delay if cfg.shared.trains_shared else None
-    ex = StageExecutor(model, stream, seed=cfg.seed, policy=cfg.policy_name, optimizer=cfg.optimizer,
-                       lr=cfg.learning_rate(), shared_delay=delay, write_kind=sched.write_kind,
-                       micro_batches=getattr(sched, "m", None), device=device, stage=rank, stages=cfg.stages,
-                       policy_options=parse_async_options(cfg.policy), replica=replica, replicas=cfg.replicas)
+    ex = StageExecutor(model, stream, run, seed=cfg.seed, optimizer=cfg.optimizer, lr=cfg.learning_rate(),
+                       shared_delay=delay, write_kind=sched.write_kind, micro_batches=sched.micro_batches)
     ckpt.restore(ex)
     inbox: queue.Queue = queue.Queue()
-    links = Links(rank, cfg.stages, device, cfg.n - ckpt.start, inbox, cfg.timeout, replica, cfg.replicas)
+    links = Links(run, cfg.n - ckpt.start, inbox, cfg.timeout)
     if cfg.replicas > 1:  # (collective: after the links' groups, in the same order on every rank)
-        ex.reducer = ReplicaGroup(rank, cfg.stages, replica, cfg.replicas, device, cfg.timeout,
-                                  native=cfg.replica_exchange == "native")
+        ex.reducer = ReplicaGroup(run, cfg.timeout, native=cfg.replica_exchange == "native")
     cfg.out.mkdir(parents=True, exist_ok=True)  # (another machine's view of the run directory)
     log = EventLog(rank, cfg.out / runs.EVENTS if replica == 0 else None)
     mem = None
     try:  # from here on the event log (and the cache's copy thread) are closed whatever happens
-        if cfg.device_memory is not None:  # context switching (naspipe.runtime.switching); off by default
-            from naspipe.runtime.switching import ContextSwitch
+        if cfg.device_memory is not None:  # context switching (naspipe.runtime.layer_cache.switching); off by default
+            from naspipe.runtime.layer_cache.switching import ContextSwitch
 
             mem = ContextSwitch(model, ex.bank, stream, cfg.n, device_memory=cfg.device_memory, swap=cfg.swap,
                               depth=cfg.prefetch_depth, optimizer=cfg.optimizer, write_kind=sched.write_kind,
@@ -239,7 +235,7 @@ def _loop(rank: int, cfg: TrainConfig, sched: Any, ex: Any, links: Links, inbox:
         t = clock()
         if mem is not None:  # (memory: the admission gate)
             task = mem.next_task(sched)
-        elif follower:  # a replica writes in its leader's order (naspipe.runtime.replicas)
+        elif follower:  # a replica writes in its leader's order (naspipe.runtime.transport.replica_group)
             task = next_task_writing(sched, announced[0] if announced else None)
         else:
             task = sched.next_task()
@@ -312,7 +308,7 @@ def _execute(task: Task, ex: Any, links: Links, acts: dict, grads: dict, book: L
         def send(gin: torch.Tensor | None) -> None:  # (before this stage's update: upstream need not wait)
             loss = book.take(j)
             if not ex.first:
-                links.send_gradient(j, gin, loss)  # the loss rides in the header (naspipe.runtime.online)
+                links.send_gradient(j, gin, loss)  # the loss rides in the header (naspipe.runtime.processes.online)
 
         ex.backward(j, g, send=send)
     elif task.kind == WEIGHT:

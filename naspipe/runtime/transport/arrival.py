@@ -1,7 +1,7 @@
 """The torchrun ranks' meeting before the process group: each arrives at the master's store with its host.
 
 Why it exists: ``init_process_group`` waits for missing ranks until its timeout and then names a store key,
-not a rank, a host or a setting. Here every rank first runs the network checks (``naspipe.runtime.netcheck``)
+not a rank, a host or a setting. Here every rank first runs the network checks (``naspipe.runtime.transport.netcheck``)
 and posts the result to the master's store: one rank's failed check ends every rank within a second, with
 that rank's line; a rank that never arrives ends the others after ``--connect-timeout`` seconds with a line
 naming the missing ranks and the settings to check. The roster (rank -> host) names the lost host when a
@@ -21,7 +21,7 @@ from typing import Any
 
 from torch.distributed import DistError, TCPStore
 
-from naspipe.runtime.netcheck import IFNAME_VAR, Endpoint, NetworkError, check_master, own_endpoint
+from naspipe.runtime.transport.netcheck import IFNAME_VAR, Endpoint, NetworkError, check_master, own_endpoint
 
 SETTINGS = f"check each node's {IFNAME_VAR} and node 0's --local-addr"
 

@@ -38,10 +38,11 @@ import torch.distributed as dist
 from torch import Tensor
 
 from naspipe.models.shards import combine
-from naspipe.runtime.comm import ChannelFailure, TransportError
+from naspipe.runtime.stagerun import StageRun
+from naspipe.runtime.transport.comm import ChannelFailure, TransportError
 from naspipe.sched.ordered import next_task_writing
 
-__all__ = ["ReplicaGroup", "ReplicaMismatch", "WriteOrder", "next_task_writing", "stage_and_replica"]
+__all__ = ["ReplicaGroup", "ReplicaMismatch", "WriteOrder", "next_task_writing"]
 
 
 @dataclass
@@ -55,17 +56,12 @@ class ReplicaMismatch(RuntimeError):
     """The replicas of a stage reached different subnets' writes (or different gradient sizes)."""
 
 
-def stage_and_replica(rank: int, stages: int) -> tuple[int, int]:
-    """``(stage, replica)`` of global rank ``rank``."""
-    return rank % stages, rank // stages
-
-
 class ReplicaGroup:
     """The replicas of one stage: the exact gradient combination (collective construction: every rank calls
     it once, in the same order, and creates every stage's group)."""
 
-    def __init__(self, stage: int, stages: int, replica: int, replicas: int, device: torch.device, timeout: float,
-                 native: bool = False):
+    def __init__(self, run: StageRun, timeout: float, native: bool = False):
+        stage, stages, replica, replicas, device = run.stage, run.stages, run.replica, run.replicas, run.device
         self.stage, self.replica, self.replicas = stage, replica, replicas
         self.native = native  # the backend's all-reduce (its own summation order) instead of the exact gather
         self.device = device

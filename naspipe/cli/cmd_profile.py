@@ -19,8 +19,10 @@ ORDER = 15
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from naspipe.runtime.config import DEVICES  # (torch-free)
+
     p.add_argument("--space", required=True, help="module:function (your supernet) or a trainable preset")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="device to measure on (default cpu)")
+    p.add_argument("--device", choices=DEVICES, default="cpu", help="device to measure on (default cpu)")
     p.add_argument("--repeats", type=positive_int("--repeats"), default=5, help="timed runs per candidate")
     p.add_argument("--threads", type=positive_int("--threads"), default=1, help="intra-op threads (default 1)")
     p.add_argument("--out", default=None, help="profile JSON (default: next to the module of module:function)")
@@ -50,13 +52,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda was asked for, but torch sees no CUDA device; use --device cpu")
-    from naspipe.measure import check_writable, measure_costs, save_costs
+    from naspipe.atomic import check_writable
+    from naspipe.measure import measure_costs, save_costs
 
     def refuse(e: OSError) -> UsageError:
         return UsageError(f"--out: {e}" if args.out is not None else f"{e}; pass --out FILE somewhere writable")
 
     try:  # before measuring: minutes of measurement must not end in a write error
-        check_writable(out)
+        check_writable(out, "profile", file=True)
     except OSError as e:
         raise refuse(e) from None
 

@@ -20,8 +20,10 @@ ORDER = 60
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from naspipe.search.strategies import STRATEGIES
+
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory with metrics.json and weights.pt")
-    p.add_argument("--strategy", choices=("random", "evolution"), default="evolution",
+    p.add_argument("--strategy", choices=STRATEGIES, default="evolution",
                    help="search strategy (default %(default)s)")
     p.add_argument("--budget", type=positive_int("--budget"), default=100,
                    help="distinct subnets to evaluate (default %(default)s)")

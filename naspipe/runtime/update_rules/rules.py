@@ -2,11 +2,11 @@
 
 Why it exists: the scheduling core names a policy's update rule by a key (``exact``, ``group``, ``stashed``,
 ``async``) so it stays torch-free; this table maps each key to the torch code that implements it
-(``naspipe.runtime.updates`` for the synchronous rules and weight stashing, ``naspipe.runtime.async_rules``
-for the asynchronous baselines). Every rule offers the same protocol (``UpdateRule``): what it does before a
-forward (``forward``), after a backward (``after_backward``) and at the write (``write``), and for checkpoints
-``pending``, ``state_dict`` and ``load_state_dict`` (so every policy can be checkpointed; bit-exactness of a
-resumed run is promised for the exact policies only).
+(``naspipe.runtime.update_rules.updates`` for the synchronous rules and weight stashing,
+``naspipe.runtime.update_rules.async_rules`` for the asynchronous baselines). Every rule offers the same protocol
+(``UpdateRule``): what it does before a forward (``forward``), after a backward (``after_backward``) and at the
+write (``write``), and for checkpoints ``pending``, ``state_dict`` and ``load_state_dict`` (so every policy can be
+checkpointed; bit-exactness of a resumed run is promised for the exact policies only).
 """
 
 from __future__ import annotations
@@ -15,8 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from naspipe.models import StageModel
-from naspipe.runtime.async_rules import make_async_updates
-from naspipe.runtime.updates import ExactUpdates, ForwardContext, GroupUpdates, OptimizerBank, StashedUpdates
+from naspipe.runtime.update_rules.async_rules import make_async_updates
+from naspipe.runtime.update_rules.updates import (
+    ExactUpdates,
+    ForwardContext,
+    GroupUpdates,
+    OptimizerBank,
+    StashedUpdates,
+)
 from naspipe.sched.registry import get_policy
 
 

@@ -9,7 +9,7 @@ Protocol:
 
 * the last stage computes loss(j) in ``F(j)`` and reports it to its stream right after ``F(j)``;
 * every gradient message of ``j`` (sent by ``B(j)`` from stage ``s`` to ``s - 1``) carries loss(j) as the
-  bits of a float64 in its header (``naspipe.runtime.comm.FLAG_LOSS``), also when the gradient itself is
+  bits of a float64 in its header (``naspipe.runtime.transport.comm.FLAG_LOSS``), also when the gradient itself is
   empty; stage ``s - 1`` reports it to its stream when the message arrives, before ``B(j)`` can run.
   So stage ``s`` knows loss(j) no later than ``B(j)``, and always exactly the float the last stage computed;
 * after each report the stage calls ``StageScheduler.on_results()``, which admits the subnets that became

@@ -1,7 +1,7 @@
 """Explicit weight gradients of the dominant layer types, computed from their autograd node's saved tensors.
 
-Why it exists: the split backward (``naspipe.runtime.splitgrad``) wants ``B`` to cost the input-gradient half
-of a backward and ``W`` the weight-gradient half, as zero-bubble pipelines do. ``B`` is one
+Why it exists: the split backward (``naspipe.runtime.split_backward.splitgrad``) wants ``B`` to cost the
+input-gradient half of a backward and ``W`` the weight-gradient half, as zero-bubble pipelines do. ``B`` is one
 ``torch.autograd.grad`` for the stage input, which runs no weight-gradient kernel (autograd skips the edges
 no requested input needs). ``W`` then needs, per layer call, the kernels autograd would have run for the
 weights; this module calls exactly those kernels, with the tensors the call's autograd node saved, so each

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
 
-    from naspipe.truth.build import build_truth
+    from naspipe.truth.workers import build_truth
 
     t0 = time.perf_counter()
     truth = build_truth(space, args.space, out, settings, workers=args.workers, progress=not args.no_progress)

@@ -15,7 +15,7 @@ granularity of the *layers that own weights* (Linear, Conv, LayerNorm, ...):
   output received (fully accumulated, what its node gets in a full backward);
 * ``weight_grads`` (``W``) computes each layer call's weight gradients from that output gradient: for
   ``nn.Linear``, ``nn.LayerNorm`` and ``nn.Conv1d/2d/3d`` explicitly, with the very kernels autograd would
-  call on the tensors their nodes saved (``naspipe.runtime.wgrad``); for any other layer by
+  call on the tensors their nodes saved (``naspipe.runtime.split_backward.wgrad``); for any other layer by
   ``torch.autograd.grad(layer_out, weights)`` (exact, but it walks the graph behind the output). Weights a
   layer call cannot cover (a module called twice, a weight used outside its module's ``forward`` such as a
   position table sliced directly, an output that got no gradient in ``B``) fall back to
@@ -43,7 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from naspipe.models import StageModel
-from naspipe.runtime.wgrad import recipe
+from naspipe.runtime.split_backward.wgrad import recipe
 
 
 class BlockTargets:
@@ -82,7 +82,7 @@ class BlockTargets:
 
 class LayerCall(NamedTuple):
     """One call of a weight-owning layer recorded in ``F``: the module, its input, its output and the weights it used
-    (those needing a gradient); ``W`` asks ``naspipe.runtime.wgrad`` how to compute their gradients."""
+    (those needing a gradient); ``W`` asks ``naspipe.runtime.split_backward.wgrad`` how to compute their gradients."""
 
     module: nn.Module
     input: object  # the call's first argument

@@ -40,7 +40,7 @@ def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: Tru
                    unit="entry", file=sys.stderr)
     try:
         if workers <= 1:
-            from naspipe.truth.train import init_worker, work
+            from naspipe.truth.standalone import init_worker, work
 
             init_worker()
             for job in jobs:
@@ -50,7 +50,7 @@ def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: Tru
         elif jobs:
             import torch.multiprocessing as mp
 
-            from naspipe.truth.train import init_worker, work
+            from naspipe.truth.standalone import init_worker, work
 
             with mp.get_context("spawn").Pool(min(workers, len(jobs)), initializer=init_worker,
                                                   initargs=(os.getpid(),)) as pool:

@@ -37,7 +37,9 @@ ORDER = 30
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     # no torch import here: building the parser must stay cheap for every subcommand
-    from naspipe.cli.reference import add_optimizer_arguments, add_sampler_argument  # as the reference's
+    from naspipe.cli.common import add_optimizer_arguments, add_sampler_argument  # as the reference's
+    from naspipe.runspec import REPLICA_EXCHANGES
+    from naspipe.runtime.config import BALANCES, DEVICES, START_METHODS  # (torch-free)
 
     add_run_arguments(p, default_space="tiny-transformer", default_subnets=200)
     add_optimizer_arguments(p)
@@ -54,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seeded random delay of 0..X ms before every task (results must not change)")
     p.add_argument("--threads", type=positive_int("--threads"), default=1,
                    help="intra-op threads per stage process (default %(default)s, as the reference)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+    p.add_argument("--device", choices=DEVICES, default="cpu",
                    help="cpu (gloo) or cuda (NCCL, one GPU per stage); default %(default)s")
     p.add_argument("--timeout", type=positive_float("--timeout", "seconds"), default=120.0,
                    help="seconds any wait may last before the run fails (default %(default)s)")
@@ -67,9 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "csp-plan plan=S (no planning) eps=E")
     p.add_argument("--port", type=positive_int("--port"), default=None,
                    help="rendezvous port on 127.0.0.1 (default: a free one)")
-    p.add_argument("--balance", choices=("cost", "measured"), default="cost",
+    p.add_argument("--balance", choices=BALANCES, default="cost",
                    help="partition blocks by the space's cost model or by costs measured here (default %(default)s)")
-    p.add_argument("--start-method", choices=("forkserver", "spawn"), default="forkserver",
+    p.add_argument("--start-method", choices=START_METHODS, default="forkserver",
                    help="how stage processes start (default %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="print metrics.json to stdout")
@@ -92,7 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=positive_int("--replicas"), default=1, metavar="R",
                    help="data-parallel replicas of every stage: stages x R processes, each batch split into R "
                         "shards, gradients combined in replica order (default %(default)s)")
-    p.add_argument("--replica-exchange", choices=("exact", "native"), default="exact",
+    p.add_argument("--replica-exchange", choices=REPLICA_EXCHANGES, default="exact",
                    help="exact: gather and sum in replica order, bit-identical to reference --replicas R (default); "
                         "native: the backend's all-reduce, reproducible run to run but not comparable")
     p.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # ACTION:STAGE:SUBNET, for tests
@@ -129,15 +131,15 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
     ``check_out``: also refuse an output directory that holds another run (unless ``--overwrite``).
     """
 
-    from naspipe.cli.reference import sampler_from_args
+    from naspipe.cli.common import sampler_from_args
 
     spec = sampler_from_args(args)
-    swapping = {f"--{k.replace('_', '-')}": getattr(args, k, None) for k in ("swap", "prefetch_depth", "pin")}
-    if getattr(args, "device_memory", None) is None and any(v is not None for v in swapping.values()):
+    swapping = {"--swap": args.swap, "--prefetch-depth": args.prefetch_depth, "--pin": args.pin}
+    if args.device_memory is None and any(v is not None for v in swapping.values()):
         given = ", ".join(k for k, v in swapping.items() if v is not None)
         raise UsageError(f"{given} only apply with --device-memory SIZE|P%")
-    if getattr(args, "out", None) is None:
-        if not getattr(args, "resume", None):
+    if args.out is None:
+        if not args.resume:
             raise UsageError("--out is required (or --resume DIR to continue the run in DIR)")
         from naspipe.runtime.checkpoint import locate
         from naspipe.runtime.config import ConfigError as _CE
@@ -166,15 +168,15 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             threads=args.threads, device=args.device, timeout=args.timeout, micro_batches=args.micro_batches,
             max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,
             progress=not args.no_progress, fault=args.fault, start_method=args.start_method,
-            checkpoint_every=getattr(args, "checkpoint_every", None),
-            device_memory=getattr(args, "device_memory", None),
-            replicas=getattr(args, "replicas", 1), replica_exchange=getattr(args, "replica_exchange", "exact"),
+            checkpoint_every=args.checkpoint_every, device_memory=args.device_memory,
+            replicas=args.replicas, replica_exchange=args.replica_exchange,
             # options not given keep TrainConfig's defaults (declared once, there)
-            **{k: v for k in ("swap", "prefetch_depth", "pin") if (v := getattr(args, k, None)) is not None})
+            **{k: v for k, v in (("swap", args.swap), ("prefetch_depth", args.prefetch_depth), ("pin", args.pin))
+               if v is not None})
         check_model_of(cfg)
-        if getattr(args, "resume", None):
+        if args.resume:
             from naspipe.runtime.checkpoint import apply_resume, resumes_in_place
-            from naspipe.sim.plan import needs_plan
+            from naspipe.sim.plan_choice import needs_plan
 
             cfg = apply_resume(cfg, args.resume, adopt_plan=needs_plan(policy))  # plain csp-plan: the checkpoint's
             check_out = check_out and not resumes_in_place(cfg)
@@ -197,7 +199,7 @@ def world_config(argv: Sequence[str] | None, world: int, check_out: bool = False
     add_arguments(parser)
     parser.add_argument("--connect-timeout", type=positive_float("--connect-timeout", "seconds"), default=60.0,
                         help="seconds every rank waits for the others to arrive (default %(default)s)")
-    parser.set_defaults(stages=None)
+    parser.set_defaults(stages=None, _argv=None)
     args = parser.parse_args(argv)
     replicas = args.replicas
     if args.stages is None:
@@ -231,9 +233,9 @@ def _memory_line(m: dict[str, Any]) -> str:
 def resume_hint(saved: int, args: argparse.Namespace) -> str:
     """How to continue a failed or stopped run from checkpoint ``saved``: this command line, without an injected
     ``--fault`` (it would fire again) or an earlier ``--resume``, with ``--resume OUT``."""
-    from naspipe.runtime.launcher import resume_hint as hint
+    from naspipe.runtime.processes.launcher import resume_hint as hint
 
-    argv = getattr(args, "_argv", None)
+    argv = args._argv  # (set by naspipe.cli.main; None under the torchrun entry point)
     if argv is None:
         return hint(saved, args.out)
     kept, skip = [], False
@@ -251,7 +253,7 @@ def resume_hint(saved: int, args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     from naspipe.runtime.config import ConfigError
-    from naspipe.runtime.launcher import TrainError, train
+    from naspipe.runtime.processes.launcher import TrainError, train
     from naspipe.shared import announce
 
     if cfg.progress:  # what the fixed blocks do, before any process starts (with the bar: --no-progress is quiet)

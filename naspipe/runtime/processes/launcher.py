@@ -22,7 +22,7 @@ orphans is worse than none. The launcher
 * merges the stages' part files into the run's outputs (``naspipe.runtime.outputs``) once every stage
   reported done: a stage leaves with ``os._exit`` then, and one that a stray user thread keeps alive is stopped
   after ``EXIT_GRACE_S`` (at most ``--timeout``), never failing a finished run. SIGTERM ends a run as Ctrl-C
-  does, and a second signal waits until ``status.json`` is written (``naspipe.runtime.signals``).
+  does, and a second signal waits until ``status.json`` is written (``naspipe.runtime.processes.signals``).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from typing import Any
 from naspipe.runtime import checkpoint
 from naspipe.runtime.config import ConfigError, TrainConfig, check_model_of
 from naspipe.runtime.outputs import MergeError, RunResult, merge_failed, merge_outputs, write_status
-from naspipe.runtime.ports import free_port, port_free
-from naspipe.runtime.signals import Terminated, deferred, terminate_raises
+from naspipe.runtime.processes.signals import Terminated, deferred, terminate_raises
+from naspipe.runtime.transport.ports import free_port, port_free
 
 HOST = "127.0.0.1"
 KILL_GRACE_S = 3.0  # SIGTERM, then SIGKILL after this long
@@ -66,7 +66,7 @@ def _context(method: str) -> Any:
     if method == "forkserver":
         # torch._dynamo is imported by the first torch.optim optimizer and sklearn.datasets by the digits
         # data (seconds each): load them once, in the server
-        ctx.set_forkserver_preload(["torch._dynamo", "sklearn.datasets", "naspipe.runtime.worker"])
+        ctx.set_forkserver_preload(["torch._dynamo", "sklearn.datasets", "naspipe.runtime.processes.worker"])
     return ctx
 
 
@@ -131,7 +131,7 @@ def _run(config: TrainConfig, port: int | None) -> RunResult:
     stages: list[_Stage] = []
     bar = _bar(config)
     try:
-        from naspipe.runtime.worker import spawn_entry
+        from naspipe.runtime.processes.worker import spawn_entry
 
         for rank in range(config.world):  # stages x replicas (replica r of stage s: rank r * stages + s)
             recv_end, send_end = ctx.Pipe(duplex=False)
@@ -241,7 +241,7 @@ def _supervise(cfg: TrainConfig, stages: list[_Stage], bar: Any, t_start: float)
 def _stall_limit(cfg: TrainConfig, started: bool) -> float:
     """How long the launcher waits without a word from any stage: ``--timeout`` (each stage gives up waiting
     after it and reports that first) and a margin; before every stage is ready, the process group's rendezvous
-    timeout (``naspipe.runtime.worker``: twice ``--timeout``, at least 60 s: stages import and build)."""
+    timeout (``naspipe.runtime.processes.worker``: twice ``--timeout``, at least 60 s: stages import and build)."""
     return cfg.timeout + STALL_MARGIN_S if started else max(2 * cfg.timeout, 60.0) + STALL_MARGIN_S
 
 
