@@ -236,6 +236,10 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
         if bar is not None:
             bar.close()  # (the error goes on a line of its own)
         raise ReferenceFailed(f"subnet {j} of {n}: {type(e).__name__}: {first_line(e)}") from e
+    except BaseException:  # Ctrl-C, SIGTERM: the bar ends before the command's one line is printed
+        if bar is not None:
+            bar.close()
+        raise
     wall = time.perf_counter() - start
     if bar is not None:
         bar.close()

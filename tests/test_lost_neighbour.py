@@ -22,6 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from naspipe.runtime.processes.worker import PeerLost
+from naspipe.runtime.stagerun import StageRun
 from naspipe.runtime.transport.arrival import Roster
 from naspipe.runtime.transport.comm import Links, SendFailure, TransportError
 from naspipe.torchrun import lost_host
@@ -36,7 +37,7 @@ def _survivor(rank: int, port: int, out: mp.Queue) -> None:  # (a spawned proces
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     inbox: queue.Queue = queue.Queue()
-    links = Links(rank, 2, torch.device("cpu"), 4, inbox, 30.0)
+    links = Links(StageRun.local(rank, 2, "csp"), 4, inbox, 30.0)
     if rank == 1:  # the neighbour: takes one message, then goes away at once (a lost host)
         links.start()
         inbox.get(timeout=30)
