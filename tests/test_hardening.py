@@ -8,7 +8,7 @@
    digest does not match are errors;
 7. ``--policy-option KEY`` without a value, absurd ``delayed:D``, a stopped stage blamed correctly.
 
-(Hole 2, the spawn start method, is ``test_start_methods.py``.)
+(Hole 2, the spawn start method, is ``tests/runtime/test_start_methods.py``.)
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import descendants
 
 from naspipe.cli import main
 from naspipe.space import preset
+from tests.helpers.processes import descendants
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 

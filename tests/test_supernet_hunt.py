@@ -1,4 +1,4 @@
-"""Findings of a hostile-user bug hunt on user supernets (``tests/hunt_supernets.py``): what used to crash,
+"""Findings of a hostile-user bug hunt on user supernets (``tests/helpers/hunt_supernets.py``): what used to crash,
 differ silently or pass the probe and fail in a stage is now either done right or refused in one line up front.
 """
 
