@@ -16,6 +16,8 @@ import pytest
 
 from tests.helpers.processes import leftovers
 
+pytest_plugins = ["tests.helpers.runs"]  # trained runs shared by several modules (session fixtures)
+
 HELPERS = Path(__file__).resolve().parent / "helpers"
 if str(HELPERS) not in sys.path:
     sys.path.insert(0, str(HELPERS))

@@ -1,5 +1,6 @@
-"""Small user supernets for ``tests/test_supernet_hunt.py`` (findings of a hostile-user bug hunt), imported by
-``--space hunt_supernets:NAME`` as a user's module would be: each declares one thing a user may write."""
+"""Small user supernets for ``tests/supernet/test_probe.py`` and a few runtime and reference tests (findings of a
+hostile-user bug hunt), imported by ``--space hunt_supernets:NAME`` as a user's module would be: each declares
+one thing a user may write."""
 
 from __future__ import annotations
 

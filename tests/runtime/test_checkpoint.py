@@ -29,6 +29,7 @@ from naspipe.runtime.launcher import TrainError
 from naspipe.sched.shared import parse_shared
 from naspipe.sequence import UniformStream
 from naspipe.space import preset
+from tests.helpers.refusals import refused
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -141,3 +142,16 @@ def test_asynchronous_baselines_checkpoint_and_their_resumed_run_continues(tmp_p
         full = train(TrainConfig.create(sp, tmp_path / "full", **{**kw, "checkpoint_every": None}))
         ok, msg = verify(result.out, full.out)
         assert ok, msg
+
+
+# issue 13, hole 1: threads are part of a run's identity
+def test_resume_with_another_thread_count_is_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", "--space", "digits-cnn", "--stages", "2", "--subnets", "12", "--no-progress",
+            "--checkpoint-every", "4"]
+    assert main([*args, "--out", str(out)]) == 0
+    before = sorted(p.name for p in out.iterdir())
+    refused(capsys, [*args, "--threads", "2", "--resume", str(out)],
+             "was taken with threads 1, but the arguments give threads 2; resume with the arguments of the "
+             "interrupted run")
+    assert sorted(p.name for p in out.iterdir()) == before

@@ -13,6 +13,7 @@ import torch.multiprocessing as mp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from naspipe.cli import main
 from naspipe.runtime.comm import ACTIVATION, DTYPES, GRADIENT, HEADER_BYTES, PACK_LIMIT, Links, Packing, encode_header
 
 SHAPES = st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple)
@@ -156,3 +157,19 @@ def test_messages_of_changing_shapes_and_dtypes_cross_gloo_intact():
     assert [p.exitcode for p in procs] == [0, 0]
     assert res[1] == [(ACTIVATION, j, _wire(t), None) for j, t in enumerate(ACTS)]
     assert res[0] == [(GRADIENT, j, _wire(t), float(j)) for j, t in enumerate(GRADS)]
+
+
+# ---- integer messages between stages (tests/helpers/hunt_supernets.py) ----
+def _hunt(function: str, n: int = 6, *extra: str) -> list[str]:
+    """``--space hunt_supernets:FUNCTION`` (``tests/helpers/hunt_supernets.py``) with ``n`` subnets."""
+    return ["--space", f"hunt_supernets:{function}", "--subnets", str(n), "--no-progress", *extra]
+
+
+@pytest.mark.usefixtures("no_process_left_behind")
+@pytest.mark.parametrize("policy", ["csp", "csp-bw"])
+def test_integer_messages_between_stages_carry_no_gradient_and_match_the_reference(tmp_path, capsys, policy):
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert main(["reference", *_hunt("int_message", 10), "--out", str(ref)]) == 0, capsys.readouterr().err
+    assert main(["train", *_hunt("int_message", 10), "--stages", "4", "--policy", policy, "--out", str(run)]) == 0, \
+        capsys.readouterr().err
+    assert main(["verify", str(run), str(ref)]) == 0

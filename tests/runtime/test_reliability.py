@@ -113,3 +113,47 @@ def test_a_killed_launcher_leaves_no_stage_behind(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+# issue 13, hole 7: a stopped stage is blamed correctly
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="stopped processes are seen through /proc")
+@pytest.mark.parametrize("victim", [0, 2])
+def test_a_stopped_stage_is_named_not_the_peers_that_timed_out(tmp_path, victim):
+    from naspipe.runtime import TrainConfig, train
+
+    cfg = TrainConfig.create("digits-cnn", tmp_path / "run", stages=3, subnets=400, jitter_ms=3.0, progress=False,
+                             timeout=5.0)
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            train(cfg)
+        except BaseException as e:  # noqa: BLE001
+            box["error"] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 120
+    while not (cfg.out / "events.jsonl").exists() or len((cfg.out / "events.jsonl").read_bytes().splitlines()) < 20:
+        assert time.monotonic() < deadline and t.is_alive()
+        time.sleep(0.05)
+    procs = descendants(psutil.Process())
+    assert len(procs) == 3
+    pid = procs[victim].pid
+    rank = _rank_of(procs, pid)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t.join(60)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert not t.is_alive()
+    msg = str(box["error"])
+    assert msg.startswith(f"stage {rank} (rank {rank}, pid {pid}) was stopped (e.g. SIGSTOP) and did not answer"), msg
+
+
+def _rank_of(procs: list, pid: int) -> int:
+    """Stages are started in rank order: the oldest is rank 0."""
+    return [p.pid for p in procs].index(pid)

@@ -47,3 +47,18 @@ def test_a_notebook_reference_of_a_replicated_run_has_its_replicas(tmp_path):
     ref = start_reference(cfg, tmp_path / "ref")
     same, summary = job.wait(120).verify(ref.wait(120))
     assert same, summary
+
+
+# ---- batch norm on shards (tests/helpers/hunt_supernets.py) ----
+def _hunt(function: str, n: int = 6, *extra: str) -> list[str]:
+    """``--space hunt_supernets:FUNCTION`` (``tests/helpers/hunt_supernets.py``) with ``n`` subnets."""
+    return ["--space", f"hunt_supernets:{function}", "--subnets", str(n), "--no-progress", *extra]
+
+
+@pytest.mark.usefixtures("no_process_left_behind")
+def test_batchnorm_shards_of_two_match_the_reference(tmp_path, capsys):
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert main(["reference", *_hunt("batchnorm", 8, "--replicas", "2"), "--out", str(ref)]) == 0, \
+        capsys.readouterr().err
+    assert main(["train", *_hunt("batchnorm", 8, "--stages", "2", "--replicas", "2"), "--out", str(run)]) == 0
+    assert main(["verify", str(run), str(ref)]) == 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import pytest
 from naspipe import runs
 from naspipe.cli import main
 from naspipe.runtime.rundir import ConfigError, prepare_out_dir
+from tests.helpers.refusals import refused
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -326,3 +328,19 @@ def test_write_reference_refuses_a_train_run_before_training(monkeypatch, tmp_pa
     with pytest.raises(ConfigError, match="holds a train run"):
         write_reference(cfg, out)
     assert _snapshot(out) == before
+
+
+# issue 13, hole 5: run kinds
+def test_reference_refuses_a_train_run_and_overwrite_clears_it(two_thread_runs, tmp_path, capsys):
+    run = Path(shutil.copytree(two_thread_runs["train2"], tmp_path / "run"))
+    before = {p.name: p.stat().st_mtime_ns for p in run.iterdir()}
+    refused(capsys, ["reference", *TINY, "--out", str(run)],
+             f"output directory {str(run)!r} holds a train run (losses.csv); choose another directory or pass "
+             "--overwrite (which clears it first)")
+    assert {p.name: p.stat().st_mtime_ns for p in run.iterdir()} == before
+    assert main(["reference", *TINY, "--out", str(run), "--overwrite"]) == 0
+    assert json.loads((run / "run.json").read_text())["kind"] == "reference"
+    left = {p.name for p in run.iterdir()}
+    assert not left & {"status.json", "trace.json", "events.jsonl", "parts", "weights-stage0.pt"}, left
+    # and a train run refuses the reference's folder
+    refused(capsys, ["train", *TINY, "--out", str(run)], "holds a reference run (losses.csv)")

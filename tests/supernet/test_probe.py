@@ -1,6 +1,8 @@
-"""Findings of a hostile-user bug hunt on user supernets (``tests/helpers/hunt_supernets.py``): what used to crash,
-differ silently or pass the probe and fail in a stage is now either done right or refused in one line up front.
-"""
+"""The probe of a user supernet (``naspipe.supernet.validate``), found by a hostile-user bug hunt
+(``tests/helpers/hunt_supernets.py``): what a pipeline cannot reproduce (global randomness, state a fixed block's
+forward changes, lazy parameters, unseeded initial weights, a dataset too small, a target that is not one tensor),
+a shard of the batch a replica cannot run and a message the transport cannot send are refused in one line before
+start; state a forward changes is accepted where runs stay reproducible."""
 
 from __future__ import annotations
 
@@ -13,28 +15,6 @@ pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
 def _args(function: str, n: int = 6, *extra: str) -> list[str]:
     return ["--space", f"hunt_supernets:{function}", "--subnets", str(n), "--no-progress", *extra]
-
-
-def test_the_reference_ignores_stages_so_a_supernet_of_three_blocks_needs_none(tmp_path, capsys):
-    assert main(["reference", *_args("three_blocks"), "--out", str(tmp_path / "r")]) == 0, capsys.readouterr().err
-
-
-def test_the_reference_trains_subnets_without_a_trainable_parameter_as_train_does(tmp_path, capsys):
-    ref, rep, run = tmp_path / "ref", tmp_path / "rep", tmp_path / "run"
-    assert main(["reference", *_args("no_params", 12), "--out", str(ref)]) == 0, capsys.readouterr().err
-    assert main(["reference", *_args("no_params", 12), "--replicas", "2", "--out", str(rep)]) == 0
-    assert main(["train", *_args("no_params", 12), "--stages", "2", "--out", str(run)]) == 0
-    assert main(["verify", str(run), str(ref)]) == 0
-    assert main(["train", *_args("no_params", 12), "--stages", "2", "--replicas", "2", "--out", str(run),
-                 "--overwrite"]) == 0
-    assert main(["verify", str(run), str(rep)]) == 0
-
-
-def test_a_user_error_partway_through_the_reference_is_one_line(tmp_path, capsys):
-    rc = main(["reference", *_args("fails_late", 8), "--out", str(tmp_path / "r")])
-    err = capsys.readouterr().err.strip()
-    assert rc == 1 and "\n" not in err, err
-    assert err == "naspipe: error: subnet 5 of 8: KeyError: 'sample 5 missing'", err
 
 
 REFUSED = [
@@ -76,15 +56,6 @@ def test_state_a_forward_changes_is_accepted_where_runs_stay_reproducible(tmp_pa
     assert main(["verify", str(run), str(ref)]) == 0
 
 
-@pytest.mark.parametrize("policy", ["csp", "csp-bw"])
-def test_integer_messages_between_stages_carry_no_gradient_and_match_the_reference(tmp_path, capsys, policy):
-    ref, run = tmp_path / "ref", tmp_path / "run"
-    assert main(["reference", *_args("int_message", 10), "--out", str(ref)]) == 0, capsys.readouterr().err
-    assert main(["train", *_args("int_message", 10), "--stages", "4", "--policy", policy, "--out", str(run)]) == 0, \
-        capsys.readouterr().err
-    assert main(["verify", str(run), str(ref)]) == 0
-
-
 SHARDS = [
     ("wrong_batch", "2", "data's input (4, 8) does not hold batch_size 2 samples along dim 0"),
     ("batchnorm", "4", "block 'bn', candidate 'bn': forward on the previous block's output (1, 8) (a shard of 1 of "
@@ -101,14 +72,6 @@ def test_replicas_probe_a_shard_of_the_batch_before_start(tmp_path, capsys, comm
     assert rc == 2 and "\n" not in err, err
     assert err.startswith(f"naspipe: error: space 'hunt_supernets:{function}': ") and message in err, err
     assert not out.exists()
-
-
-def test_batchnorm_shards_of_two_match_the_reference(tmp_path, capsys):
-    ref, run = tmp_path / "ref", tmp_path / "run"
-    assert main(["reference", *_args("batchnorm", 8, "--replicas", "2"), "--out", str(ref)]) == 0, \
-        capsys.readouterr().err
-    assert main(["train", *_args("batchnorm", 8, "--stages", "2", "--replicas", "2"), "--out", str(run)]) == 0
-    assert main(["verify", str(run), str(ref)]) == 0
 
 
 def test_a_message_the_transport_cannot_send_is_refused_for_the_chosen_partition(tmp_path, capsys):
