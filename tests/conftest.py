@@ -44,11 +44,14 @@ _MERGE_XFAIL = {
 
 # `make test` runs the suite on two pytest-xdist workers, one test module at a time per worker (`--dist loadfile`:
 # a module's trained runs are made once, and the two modules that hold fixed resources, network namespaces and
-# JupyterLab, are one file each). A worker takes the next module when it is done, in this order: the slow
-# folders (stage processes, kernels, a browser) first, so the many short torch-free modules fill in at the end
-# instead of one long module running alone (longest-first). Order only: every test runs, in any order.
-SLOW_FIRST = ("tests/browser/", "tests/notebooks/", "tests/runtime/", "tests/supernet/", "tests/cli/",
-              "tests/test_reference.py", "tests/truth/", "tests/search/", "tests/ranking/")
+# JupyterLab, are one file each). A worker takes the next module when it is done, in this order: the longest
+# modules first (the files named here were the slowest of a whole serial run), then the folders whose tests
+# start stage processes or kernels, so the many short torch-free modules fill in at the end instead of one long
+# module running alone at the end (longest first). Order only: every test runs, in any order.
+SLOW_FIRST = ("tests/browser/", "tests/runtime/test_multihost.py", "tests/supernet/test_runs.py",
+              "tests/benchmarks/", "tests/sched/test_properties.py", "tests/sim/test_replicas.py", "tests/truth/",
+              "tests/peers/", "tests/notebooks/", "tests/runtime/", "tests/supernet/", "tests/cli/",
+              "tests/test_reference.py", "tests/search/", "tests/ranking/")
 
 
 def _slow_first(item) -> int:  # noqa: ANN001
