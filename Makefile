@@ -16,10 +16,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/naspipe demo
 
+# two pytest-xdist workers, a test module per worker at a time, slow folders first (tests/conftest.py says why);
+# `make test TEST_WORKERS=0` runs the suite in this process alone
+TEST_WORKERS ?= 2
 test: $(STAMP) chromium
 	$(BIN)/ruff check naspipe tests benchmarks
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q tests --durations=15
+	$(BIN)/python -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 # JupyterLab from the project's environment (widgets and figures work there), on 127.0.0.1 with a token.
 # Its settings live in $(LAB_SETTINGS) (git-ignored), seeded by lab-settings: no "get notified about

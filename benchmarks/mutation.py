@@ -28,8 +28,11 @@ from _common import ROOT, write_result
 
 FILES = ("naspipe/sched/causal.py", "naspipe/sched/policies.py", "naspipe/sched/chains.py",
          "naspipe/sched/critical.py", "naspipe/shared.py", "naspipe/bound.py")  # shared.py: the layer policies
-TESTS = ("tests/test_shared_layers.py", "tests/test_sched_tables.py", "tests/test_sched_choices.py",
-         "tests/test_bound.py", "tests/test_sched_properties.py")  # fastest first: most mutants die early (-x)
+TESTS = ("tests/test_shared_layers.py", "tests/sched/test_tables.py", "tests/sched/test_choices.py",
+         "tests/test_bound.py", "tests/sched/test_properties.py")  # fastest first: most mutants die early (-x)
+# where those tests were before tests/ mirrored the package, for a --baseline revision of that time
+FLAT = {"tests/sched/test_tables.py": "tests/test_sched_tables.py", "tests/sched/test_choices.py":
+        "tests/test_sched_choices.py", "tests/sched/test_properties.py": "tests/test_sched_properties.py"}
 SWAP_CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
             ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
 SWAP_BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.FloorDiv: ast.Mult}
@@ -119,13 +122,17 @@ def main() -> None:
                 shutil.copytree(ROOT / "tests", d)
             else:
                 d.mkdir()
-                listing = subprocess.run(["git", "ls-tree", "--name-only", rev, "tests/"], cwd=ROOT,
+                listing = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "tests/"], cwd=ROOT,
                                          capture_output=True, text=True, check=True).stdout.split()
                 for path in listing:
                     blob = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True,
                                           check=True).stdout
-                    (d / Path(path).name).write_bytes(blob)
-            test_dirs[name] = [str(d / Path(t).name) for t in TESTS if (d / Path(t).name).exists()]
+                    (d / Path(path).relative_to("tests")).parent.mkdir(parents=True, exist_ok=True)
+                    (d / Path(path).relative_to("tests")).write_bytes(blob)
+            found = [d / Path(t).relative_to("tests") for t in TESTS]
+            found = [f if f.exists() else d / Path(FLAT.get(t, t)).relative_to("tests")
+                     for f, t in zip(found, TESTS, strict=True)]
+            test_dirs[name] = [str(f) for f in found if f.exists()]
         for name, tests in test_dirs.items():
             if not run_tests(work, tests, args.timeout):
                 raise SystemExit(f"the {name} tests fail on the unmutated code; fix them first")

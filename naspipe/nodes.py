@@ -4,7 +4,7 @@ Why it exists: torchrun's c10d rendezvous across hosts needs four settings that 
 hosts with several interfaces or one shared host name: which node hosts the rendezvous store (``is_host``),
 each node's own address (``--local-addr``, which torchrun also hands the workers as the master address),
 the interface gloo binds (``GLOO_SOCKET_IFNAME``), and a join timeout shorter than torchrun's 600 s.
-``naspipe plan --nodes N`` prints them filled in (tests/test_multihost.py runs exactly these lines).
+``naspipe plan --nodes N`` prints them filled in (tests/runtime/test_multihost.py runs exactly these lines).
 No torch here.
 """
 

@@ -122,3 +122,50 @@ def test_cli_reference_bad_input_exits_2(tmp_path, capsys, args, message):
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not (tmp_path / "x").exists()
+
+
+# issue 13, hole 1: the library's reference records its identity as the command's does
+def test_the_python_reference_records_its_identity_too(tmp_path):
+    from naspipe.reference import train_reference
+    from naspipe.sequence import UniformStream
+    from naspipe.shared import SharedLayers
+
+    space = preset("digits-cnn")
+    stream = UniformStream(space, 0, 3)
+    train_reference(space, stream, 0, SharedLayers(), threads=2).save(tmp_path / "r")
+    data = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert data["kind"] == "reference"
+    ident = data["identity"]
+    assert ident["threads"] == 2 and ident["subnets"] == 3 and ident["sequence_sha256"] == stream.digest()
+
+
+# ---- user supernets from a hostile-user bug hunt (tests/helpers/hunt_supernets.py) ----
+def _hunt(function: str, n: int = 6, *extra: str) -> list[str]:
+    """``--space hunt_supernets:FUNCTION`` (``tests/helpers/hunt_supernets.py``) with ``n`` subnets."""
+    return ["--space", f"hunt_supernets:{function}", "--subnets", str(n), "--no-progress", *extra]
+
+
+@pytest.mark.usefixtures("no_process_left_behind")
+def test_the_reference_ignores_stages_so_a_supernet_of_three_blocks_needs_none(tmp_path, capsys):
+    assert main(["reference", *_hunt("three_blocks"), "--out", str(tmp_path / "r")]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_process_left_behind")
+def test_the_reference_trains_subnets_without_a_trainable_parameter_as_train_does(tmp_path, capsys):
+    ref, rep, run = tmp_path / "ref", tmp_path / "rep", tmp_path / "run"
+    args = _hunt("no_params", 12, "--shared-layers", "frozen")  # a frozen head: some subnets train nothing
+    assert main(["reference", *args, "--out", str(ref)]) == 0, capsys.readouterr().err
+    assert main(["reference", *args, "--replicas", "2", "--out", str(rep)]) == 0
+    assert main(["train", *args, "--stages", "2", "--out", str(run)]) == 0
+    assert main(["verify", str(run), str(ref)]) == 0
+    assert main(["train", *args, "--stages", "2", "--replicas", "2", "--out", str(run),
+                 "--overwrite"]) == 0
+    assert main(["verify", str(run), str(rep)]) == 0
+
+
+@pytest.mark.usefixtures("no_process_left_behind")
+def test_a_user_error_partway_through_the_reference_is_one_line(tmp_path, capsys):
+    rc = main(["reference", *_hunt("fails_late", 8), "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and "\n" not in err, err
+    assert err == "naspipe: error: subnet 5 of 8: KeyError: 'sample 5 missing'", err

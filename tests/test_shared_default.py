@@ -16,7 +16,7 @@ from naspipe.cli import main
 from naspipe.runspec import DEFAULT_SHARED
 from naspipe.shared import start_line
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parent / "helpers"  # user_supernets
 
 
 def test_the_default_trains_the_fixed_blocks():

@@ -24,7 +24,7 @@ tensor into the tensor to send.
   cannot be used; on stage 0: one plain backward, the cheapest way to get only weight gradients); they are put on
   ``.grad`` where the update rule reads them (``rule.after_backward``), the update is applied
   (``rule.write``) and the stash, graph included, is dropped. The split gradients are bit-identical to one
-  full backward (tests/test_split_backward.py), so ``csp-bw`` reproduces the sequential run.
+  full backward (tests/runtime/test_split_backward.py), so ``csp-bw`` reproduces the sequential run.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The notebooks and the report in a real browser (JupyterLab and chromium)."""

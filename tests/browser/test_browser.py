@@ -1,0 +1,451 @@
+"""The notebooks and the report in a real browser: JupyterLab on 127.0.0.1, Debian's chromium via Playwright.
+
+Headless notebook runs (``test_notebooks*.py``) check outputs as data; only a browser shows whether the
+widgets draw, the live monitor moves while training runs, the slider moves the Gantt and the figures render.
+A JupyterLab server (this interpreter's, so its kernel is this environment's) serves copies of
+``01_quickstart``, ``02_csp_explained``, ``03_reproducibility``, ``04_async_corrections``, ``05_scaling``,
+``07_context_switching`` and ``08_your_own_supernet`` with small parameters;
+Playwright drives chromium (``executable_path``: Playwright's own browser download is not used) to run all
+cells and checks:
+
+* every notebook: JupyterLab started with ``make lab``'s settings shows no "Jupyter news" pop-up;
+* 01: the monitor cell holds one widget view, whose Gantt changes while training runs (two samples of its
+  bars differ), and which says what happens while the stage processes start; the status bar says Busy while
+  it trains; the verification cell reports REPRODUCIBLE; the report link opens the server's ``/files/`` URL in
+  a new tab (not JupyterLab's sandboxed viewer), every figure and the Gantt's bars drawn, no console error;
+* 08: Busy while its monitor trains, the best subnet shown once, its report link as 01's;
+* 03 and 04 (and 02, 05, 07): every table row visible and no more than 70 px blank under a table;
+* 02: the slider changes the Gantt and the legend stays at step 0, every figure's legend lists every drawn
+  trace, every table row fits its figure, no error output;
+* 05 and 07: every legend entry present (05's ninth), every table row visible (07's ninth), no ``{k}``;
+* the report written by 01, opened from ``file://`` with every network request blocked: every figure renders,
+  and the headline (verdict) is on the first screen;
+* no browser console errors. Screenshots go to ``out/browser/`` (git-ignored) as test artifacts.
+
+Skipped where chromium is missing (``make test`` installs it: ``make chromium``), unless ``CI`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.helpers.notebook_runner import ROOT, inject_parameters, kernel_env
+from tests.helpers.processes import leftovers
+
+pytestmark = pytest.mark.slow  # the module's server fixture checks that no process outlives it
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = ROOT / "out" / "browser"
+NOTEBOOKS = ROOT / "notebooks"
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in front (JupyterLab may restore other tabs)
+
+if CHROMIUM is None and not os.environ.get("CI"):
+    pytest.skip("chromium is not installed (make chromium installs Debian's)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _prepare(root: Path) -> None:
+    """Copies of the notebooks with small parameters (runs land under ``root/runs``), outputs cleared."""
+    params = {
+        "01_quickstart.ipynb": {"STAGES": 2, "SUBNETS": 160, "JITTER_MS": 4.0, "OUT": "runs/quickstart"},
+        "02_csp_explained.ipynb": {"SUBNETS": 10, "STEPS": 10},
+        "05_scaling.ipynb": {"KS": [12, 48], "STAGES": [4, 8], "SUBNETS": 30},  # 8 curves + the paper: 9 entries
+        "07_context_switching.ipynb": {"SUBNETS": 40, "TREND_KS": [12, 96], "TREND_SUBNETS": 30},  # 9 table rows
+        "03_reproducibility.ipynb": {"SUBNETS": 6, "STAGE_COUNTS": [1, 2], "REPEATS": 2, "JITTER_MS": [2.0],
+                                     "HAZARD_STAGES": 2},
+        "04_async_corrections.ipynb": {"SUBNETS": 12, "EVAL_SUBNETS": 3, "STAGES": 2},
+        "08_your_own_supernet.ipynb": {"SUBNETS": 8, "LAYERS": 3, "BUDGET": 4, "REPEATS": 1},
+        "09_trust_your_search.ipynb": {"TRUTH": str(ROOT / "data" / "truth" / "digits-truth"),
+                                       "SPACE": str(ROOT / "data" / "spaces" / "digits-truth.json"),
+                                       "SUBNETS": 24, "STAGES": 2, "FLOOR_SEEDS": 1},
+    }
+    for name, p in params.items():
+        nb = inject_parameters(nbformat.read(NOTEBOOKS / name, as_version=4), p)
+        nbformat.write(nb, root / name)
+    # the settings `make lab` starts JupyterLab with (its lab-settings target): no news pop-up
+    subprocess.run(["make", "-s", "-C", str(ROOT), "lab-settings", f"LAB_SETTINGS={root.parent / '.settings'}"],
+                   check=True, timeout=60)
+    tracker = root.parent / ".settings" / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True)
+    (tracker / "tracker.jupyterlab-settings").write_text('{"autoStartDefaultKernel": true}')
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> Iterator[tuple[str, Path]]:
+    """A JupyterLab server on 127.0.0.1 with a token, on a free port; always shut down."""
+    root = tmp_path_factory.mktemp("lab") / "notebooks"
+    root.mkdir()
+    _prepare(root)
+    port, token = _free_port(), secrets.token_hex(16)
+    aside = root.parent  # server state and log, outside the notebooks folder
+    env = {**kernel_env(), "JUPYTERLAB_SETTINGS_DIR": str(aside / ".settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(aside / ".workspaces"), "JUPYTER_RUNTIME_DIR": str(aside / ".runtime"),
+           "JUPYTER_CONFIG_DIR": str(aside / ".config")}
+    log = open(root.parent / "lab.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False",
+         "--ServerApp.port_retries=0", *(["--allow-root"] if os.geteuid() == 0 else [])],
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"JupyterLab did not start: {(aside / 'lab.log').read_text()[-2000:]}") from None
+                time.sleep(0.3)
+        # a workspace per notebook: JupyterLab restores no tab of an earlier test
+        yield f"{base}/lab/workspaces/{{0}}/tree/{{0}}.ipynb?token={token}", root, f"{base}/api/{{}}?token={token}"
+    finally:
+        proc.terminate()  # the server shuts its kernels down on SIGTERM
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        log.close()
+        deadline = time.monotonic() + 10
+        while leftovers() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [p for p in leftovers() if p.is_running() and p.status() != "zombie"]
+        for p in left:  # a kernel or stage process the server left: ours, ended by its pid
+            p.kill()
+        assert not left, [p.pid for p in left]
+
+
+@pytest.fixture(scope="module")
+def browser(lab) -> Iterator[object]:  # after the server, so it closes before the server's process check
+    args = ["--no-sandbox"] if os.geteuid() == 0 else []
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=args, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+class Console:
+    """Browser console errors and page errors of one page."""
+
+    def __init__(self, page: object) -> None:
+        self.errors: list[str] = []
+        page.on("console", lambda m: self.errors.append(f"console: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+
+
+def _open_notebook(browser: object, url: str) -> tuple[object, Console]:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    console = Console(page)
+    page.set_default_timeout(60_000)
+    page.goto(url)
+    page.wait_for_selector(f"{PANEL} .jp-Cell", timeout=90_000)
+    page.wait_for_timeout(1500)
+    _accept_kernel(page)
+    # the kernel is ready when the toolbar's kernel status says idle
+    page.wait_for_function("() => document.querySelector('.jp-Notebook-ExecutionIndicator') !== null"
+                           " && document.querySelector('.jp-Notebook-ExecutionIndicator')"
+                           ".getAttribute('data-status') === 'idle'", timeout=90_000)
+    page.wait_for_timeout(1000)  # JupyterLab asks about news once the application is restored
+    assert page.get_by_text("notified about official Jupyter news").count() == 0, "the news pop-up is shown"
+    return page, console
+
+
+def _accept_kernel(page: object) -> None:
+    """Answer JupyterLab's "Select Kernel" dialog, if it shows, with the notebook's own kernel."""
+    select = page.locator(".jp-Dialog button", has_text=re.compile(r"^Select$"))
+    if select.count():
+        select.first.click()
+
+
+def _run_all(page: object) -> None:
+    _accept_kernel(page)
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click(timeout=30_000)
+    item = page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$"))
+    try:
+        item.click(timeout=15_000)
+    except Exception:
+        page.screenshot(path=str(ARTIFACTS / "run_menu.png"))
+        raise
+
+
+def _wait_done(page: object, timeout_s: float, name: str) -> None:
+    """All code cells executed: every input prompt holds a number, none a star (screenshot on a timeout)."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(
+            """() => { const ps = [...document.querySelectorAll(
+                           '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')];
+                       return ps.length > 0 && ps.every(p => /\\[\\d+\\]/.test(p.textContent)); }"""):
+        if time.monotonic() > deadline:
+            page.screenshot(path=str(ARTIFACTS / f"{name}_timeout.png"))
+            raise TimeoutError(f"{name}: cells still running after {timeout_s} s")
+        _accept_kernel(page)
+        page.wait_for_timeout(500)
+
+
+def _shutdown_kernels(api: str) -> None:
+    """End every kernel of the server (REST API): the next notebook starts on an idle machine."""
+    with urllib.request.urlopen(api.format("sessions"), timeout=10) as r:
+        sessions = json.loads(r.read())
+    for sess in sessions:
+        req = urllib.request.Request(api.format(f"sessions/{sess['id']}"), method="DELETE")
+        urllib.request.urlopen(req, timeout=30).close()
+
+
+def _cell(page: object, text: str) -> object:
+    """The code cell whose source contains ``text``."""
+    return page.locator(f"{PANEL} .jp-CodeCell", has=page.locator(".jp-InputArea", has_text=text)).first
+
+
+def _kernel_status(page: object) -> str:
+    """What JupyterLab shows of the kernel: the toolbar indicator's state and the status bar's text."""
+    return page.evaluate("""() => {
+        const ind = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');
+        const bar = [...document.querySelectorAll('.jp-StatusBar-TextItem')].map(t => t.textContent)
+            .find(t => /Idle|Busy/.test(t)) || '';
+        return (ind ? ind.getAttribute('data-status') : '?') + ' | ' + bar; }""")
+
+
+def _legends_complete(page: object) -> list[str]:
+    """Names of drawn traces missing from their figure's legend (plotly omits a legend entry carried by an
+    empty trace, so bars drawn by another trace of its group go unexplained)."""
+    return page.evaluate("""() => {
+        const bad = [];
+        for (const el of document.querySelectorAll('.js-plotly-plot')) {
+            if (!el._fullLayout || el._fullLayout.showlegend === false) continue;
+            const shown = new Set([...el.querySelectorAll('.legend .legendtext')].map(t => t.textContent));
+            if (shown.size === 0) continue;
+            const drawn = t => t.visible !== false && ((t.x && t.x.length) || (t.y && t.y.length));
+            const want = new Set((el.data || []).filter(t => t.name && drawn(t)).map(t => t.name));
+            const title = (el._fullLayout.title && el._fullLayout.title.text) || '?';
+            for (const n of want) if (!shown.has(n)) bad.push(title + ': ' + n);
+        }
+        return bad; }""")
+
+
+def _legends_cut(page: object) -> int:
+    """Legends too tall for their figure: plotly hides the entries that do not fit behind a scrollbar."""
+    return page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot .legend rect.scrollbar')]
+        .filter(r => parseFloat(r.getAttribute('height') || '0') > 0).length""")
+
+
+def _tables_fit(page: object) -> list[str]:
+    """Plotly tables that clip a row (plotly's scrollbar has room to scroll) or leave more than 70 px blank
+    under their last row (the figure taller than its rows)."""
+    return page.evaluate("""() => [...document.querySelectorAll(
+            '.jp-NotebookPanel:not(.lm-mod-hidden) .js-plotly-plot')].filter(el => el.querySelector('.table'))
+        .map(el => {
+            const title = (el._fullLayout && el._fullLayout.title && el._fullLayout.title.text) || '?';
+            const cut = [...el.querySelectorAll('.scrollbar-glyph')].some(g => g.__data__ && g.__data__.scrollbarState
+                && g.__data__.scrollbarState.wiggleRoom > 0);
+            const bottom = Math.max(...[...el.querySelectorAll('.table .cell-rect')]
+                .map(c => c.getBoundingClientRect().bottom));
+            const blank = el.querySelector('.main-svg').getBoundingClientRect().bottom - bottom;
+            return cut ? title + ': a row cut off' : blank > 70 ? title + `: ${Math.round(blank)} px blank` : '';
+        }).filter(t => t)""")
+
+
+def _kernel_busy_while_running(page: object, cell: object, seconds: float) -> list[str]:
+    """The status bar's kernel state, sampled while ``cell`` runs (its prompt shows ``[*]``)."""
+    samples, deadline = [], time.monotonic() + seconds
+    while time.monotonic() < deadline and "*" in (cell.locator(".jp-InputPrompt").text_content() or ""):
+        samples.append(_kernel_status(page))
+        time.sleep(0.25)
+    return samples
+
+
+def _open_report(page: object, name: str) -> None:
+    """Click the notebook's report link: a new full browser tab (not JupyterLab's sandboxed viewer, where the
+    report's scripts are blocked) with every figure drawn, the Gantt's bars among them, and no console error."""
+    link = page.locator(f"{PANEL} a[id^='naspipe-report-']").first
+    assert "/files/" in link.get_attribute("href")
+    with page.context.expect_page(timeout=30_000) as opened:
+        link.click()
+    tab = opened.value
+    errors = Console(tab).errors
+    tab.wait_for_function("() => { const d = [...document.querySelectorAll('.plotly-graph-div')];"
+                          " return d.length > 0 && d.every(x => x.querySelector('.main-svg')); }", timeout=60_000)
+    tab.wait_for_timeout(500)
+    tab.screenshot(path=str(ARTIFACTS / f"{name}_report_from_link.png"))
+    gantt_bars = tab.evaluate("() => [...document.querySelectorAll('.plotly-graph-div')].filter(d => "
+                              "(d.layout && d.layout.title && /gantt|stage|CSP/i.test(JSON.stringify(d.layout.title)))"
+                              " || d.querySelector('.barlayer path')).map(d => d.querySelectorAll('.barlayer path')"
+                              ".length)")
+    assert gantt_bars and max(gantt_bars) > 0, f"{name}: no Gantt bars in the report"
+    assert not errors, errors
+    tab.close()
+
+
+@pytest.mark.timeout(480)
+def test_quickstart_and_its_report_in_a_browser(browser, lab):
+    url, root, api = lab
+    page, console = _open_notebook(browser, url.format("01_quickstart"))
+    _run_all(page)
+    monitor = _cell(page, "LiveMonitor(")
+    try:
+        monitor.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
+    except Exception:
+        page.screenshot(path=str(ARTIFACTS / "01_no_monitor.png"), full_page=True)
+        raise
+    samples, deadline = [], time.monotonic() + 240
+    while time.monotonic() < deadline:  # sample the monitor's Gantt while training runs
+        label = monitor.locator(".widget-html-content").first.text_content(timeout=5_000) or ""
+        bars = monitor.locator(".js-plotly-plot").first.locator(".barlayer path").count()
+        samples.append((round(time.monotonic(), 2), bars, label[:60], _kernel_status(page)))
+        if "starting" in label and not any("starting" in s[2] for s in samples[:-1]):
+            monitor.screenshot(path=str(ARTIFACTS / "01_monitor_starting.png"))
+        if bars and len({s[1] for s in samples if s[1]}) >= 2:
+            monitor.screenshot(path=str(ARTIFACTS / "01_monitor_running.png"))
+            break
+        time.sleep(0.25)
+    # the kernel's state as JupyterLab shows it while the cell trains: Busy (a control request JupyterLab sends
+    # when the widget shows flips it to Idle for a moment, until the monitor announces busy again)
+    idle = [x for x in samples if "Busy" not in x[3] or x[3].startswith("idle")]
+    assert len(idle) <= 5 and "Busy" in samples[-1][3], f"the status bar says Idle while training: {samples}"
+    assert len({s[1] for s in samples if s[1]}) >= 2, f"the monitor never moved: {samples}"
+    _wait_done(page, 240, "01")
+    monitor.screenshot(path=str(ARTIFACTS / "01_monitor_done.png"))
+    for i, cell in enumerate(page.locator(f"{PANEL} .jp-CodeCell").all()):  # every output as a user sees it
+        if cell.locator(".jp-OutputArea-child").count():
+            cell.screenshot(path=str(ARTIFACTS / f"01_cell{i:02d}.png"))
+    assert monitor.locator(".jp-OutputArea-child").count() == 1  # one monitor, not two
+    assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+                        has_text="Traceback").count() == 0
+    assert "REPRODUCIBLE: identical" in _cell(page, "result.verify(").locator(".jp-OutputArea").text_content()
+    link = page.locator("a[id^='naspipe-report-']").first
+    assert "/files/runs/quickstart/csp/report.html" in link.get_attribute("href")
+    _open_report(page, "01")
+    assert not _legends_complete(page), _legends_complete(page)
+    assert not console.errors, console.errors
+    page.close()
+    _shutdown_kernels(api)
+
+    # the report, offline: from file:// with every network request refused
+    report = root / "runs" / "quickstart" / "csp" / "report.html"
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    ctx.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://") else route.abort())
+    rpage = ctx.new_page()
+    rconsole = Console(rpage)
+    rpage.goto(report.as_uri())
+    rpage.wait_for_function("() => { const d = [...document.querySelectorAll('.plotly-graph-div')];"
+                            " return d.length > 0 && d.every(x => x.querySelector('.main-svg')); }", timeout=60_000)
+    rpage.screenshot(path=str(ARTIFACTS / "report_first_screen.png"))
+    assert rpage.locator(".headline .verdict").is_visible()
+    assert rpage.locator(".headline .verdict").bounding_box()["y"] < 900  # the answer on the first screen
+    assert "Identical to the reference" in rpage.locator(".headline .verdict").text_content()
+    figs = rpage.evaluate("() => [...document.querySelectorAll('.plotly-graph-div')].map(d => "
+                          "d.querySelectorAll('.main-svg path, .main-svg rect').length)")
+    assert len(figs) >= 2 and all(n > 0 for n in figs), figs
+    rpage.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+    assert not rconsole.errors, rconsole.errors
+    ctx.close()
+
+
+@pytest.mark.timeout(480)
+def test_csp_explained_in_a_browser(browser, lab):
+    url, _, api = lab
+    page, console = _open_notebook(browser, url.format("02_csp_explained"))
+    _run_all(page)
+    _wait_done(page, 240, "02")
+    player = _cell(page, "schedule_player(")
+    plot = player.locator(".js-plotly-plot").first
+    plot.wait_for(timeout=30_000)
+    player.scroll_into_view_if_needed()
+    bars = lambda: plot.locator(".main-svg").first.inner_html()  # noqa: E731
+    before = bars()
+    page.screenshot(path=str(ARTIFACTS / "02_player_end.png"))
+    handle = player.locator(".widget-slider .noUi-handle, .widget-slider input").first
+    handle.focus()
+    page.keyboard.press("Home")  # the slider to step 0: an empty schedule
+    page.wait_for_timeout(800)
+    zero = bars()
+    assert plot.locator(".legend .legendtext").count() >= 2, "the legend vanished at step 0"
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_timeout(800)
+    two = bars()
+    page.screenshot(path=str(ARTIFACTS / "02_player_step2.png"))
+    assert before != zero and zero != two, "the slider does not move the Gantt"
+    for i, cell in enumerate(page.locator(f"{PANEL} .jp-CodeCell").all()):
+        if cell.locator(".jp-OutputArea-child").count():
+            cell.screenshot(path=str(ARTIFACTS / f"02_cell{i:02d}.png"))
+    assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+                        has_text="Traceback").count() == 0
+    assert not _legends_complete(page), _legends_complete(page)
+    assert page.locator(f"{PANEL} .js-plotly-plot .table").count() >= 1 and not _tables_fit(page), _tables_fit(page)
+    assert not console.errors, console.errors
+    page.close()
+    _shutdown_kernels(api)
+
+
+@pytest.mark.timeout(480)
+@pytest.mark.parametrize("name", ["03_reproducibility", "04_async_corrections", "05_scaling",
+                                  "07_context_switching"])
+def test_figure_notebooks_in_a_browser(browser, lab, name):
+    url, _, api = lab
+    page, console = _open_notebook(browser, url.format(name))
+    _run_all(page)
+    _wait_done(page, 240, name[:2])
+    for i, cell in enumerate(page.locator(f"{PANEL} .jp-CodeCell").all()):
+        if cell.locator(".jp-OutputArea-child").count():
+            cell.screenshot(path=str(ARTIFACTS / f"{name[:2]}_cell{i:02d}.png"))
+    outputs = page.locator(f"{PANEL} .jp-OutputArea").all_text_contents()
+    assert not any("{k}" in t for t in outputs), "a literal {k} placeholder in the output"
+    assert page.locator(f"{PANEL} .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+                        has_text="Traceback").count() == 0
+    assert not _legends_complete(page), _legends_complete(page)
+    assert _legends_cut(page) == 0 and not _tables_fit(page), _tables_fit(page)
+    assert page.locator(f"{PANEL} .js-plotly-plot .table").count() >= 1
+    assert not console.errors, console.errors
+    page.close()
+    _shutdown_kernels(api)
+
+
+@pytest.mark.timeout(480)
+def test_your_own_supernet_and_its_report_in_a_browser(browser, lab):
+    """08: the kernel shows Busy while the monitor cell trains, the best subnet is shown once, the report link
+    opens a full tab whose Gantt is drawn (it used to open the sandboxed viewer: empty Gantt, blocked scripts)."""
+    url, _, api = lab
+    page, console = _open_notebook(browser, url.format("08_your_own_supernet"))
+    _run_all(page)
+    monitor = _cell(page, "LiveMonitor(")
+    monitor.locator(".js-plotly-plot").first.wait_for(timeout=180_000)
+    busy = _kernel_busy_while_running(page, monitor, 120)
+    idle = [x for x in busy if "Busy" not in x]
+    assert busy and len(idle) <= 5, f"the status bar says Idle while the monitor cell trains: {busy}"
+    _wait_done(page, 300, "08")
+    for i, cell in enumerate(page.locator(f"{PANEL} .jp-CodeCell").all()):
+        if cell.locator(".jp-OutputArea-child").count():
+            cell.screenshot(path=str(ARTIFACTS / f"08_cell{i:02d}.png"))
+    assert page.locator(f"{PANEL} .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+                        has_text="Traceback").count() == 0
+    search = _cell(page, "search_run(")
+    assert search.locator(".jp-OutputArea-child").count() == 1  # the summary, no second copy of the best subnet
+    _open_report(page, "08")
+    assert not console.errors, console.errors
+    page.close()
+    _shutdown_kernels(api)

@@ -1,0 +1,1 @@
+"""Tests of ``naspipe.cli``: the ``naspipe`` commands, their output and their one-line refusals."""

@@ -1,0 +1,139 @@
+"""Bad input to ``train`` and ``reference`` is one line and exit 2 before any process starts (issue 13, holes
+3, 4 and 7): a space whose model cannot be built, an ``--out`` that cannot be written, sequence files that are not
+UTF-8, nested too deeply, malformed, too large for memory or not matching their digest, a policy option without a
+value, an absurd ``delayed:D``."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from naspipe.space import preset
+from tests.helpers.processes import descendants
+from tests.helpers.refusals import TINY, refused
+
+pytestmark = pytest.mark.usefixtures("no_process_left_behind")
+
+
+def _space(tmp_path: Path, name: str, base: str, edit) -> str:  # noqa: ANN001
+    d = preset(base).to_dict()
+    d["name"] = name
+    edit(d)
+    p = tmp_path / f"{name}.json"
+    p.write_text(json.dumps(d))
+    return str(p)
+
+
+def _set(path: list, value):  # noqa: ANN001, ANN202
+    def edit(d: dict) -> None:
+        node = d
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+    return edit
+
+
+def _middle(d: dict) -> None:
+    d["blocks"].insert(3, d["blocks"].pop(0))
+
+
+UNBUILDABLE = [
+    ("heads", "tiny-transformer", _set(["blocks", 1, "candidates", 0, "args", "heads"], 3),
+     "block 1 ('enc0'), candidate 0 ('attn1', op 'attention', args {\"heads\": 3}): cannot be built: attention: "
+     "d_model 32 is not divisible by heads 3"),
+    ("unknown-op", "tiny-transformer", _set(["blocks", 1, "candidates", 0, "op"], "lstm"),
+     "candidate 0 ('attn1', op 'lstm', args {\"heads\": 1}): cannot be built: candidate 'attn1': transformer op "
+     "'lstm' is not one of attention, conv, glu"),
+    ("unknown-mlp-op", "sparse-mlp", _set(["blocks", 1, "candidates", 0, "op"], "attention"),
+     "cannot be built: candidate 'h256_0': mlp op 'attention' is not 'mlp'"),
+    ("zero-kernel", "digits-cnn", _set(["blocks", 1, "candidates", 0, "args", "kernel"], 0),
+     "block 1 ('cell0'), candidate 0 ('conv3', op 'conv', args {\"kernel\": 0}): cannot be built"),
+    ("zero-vocab", "tiny-transformer", _set(["model", "vocab"], 0), "vocab must be >= 3"),
+    ("fixed-middle", "tiny-transformer", _middle,
+     "block 0 ('enc0'), candidate 0 ('attn1', op 'attention', args {\"heads\": 1}): fails on a probe batch"),
+    ("huge-batch", "digits-cnn", _set(["batch_size"], 10**12),
+     "field 'batch_size' 1000000000000 needs about"),
+]
+
+
+@pytest.mark.parametrize("command", ["train", "reference"])
+@pytest.mark.parametrize("name,base,edit,message", UNBUILDABLE, ids=[u[0] for u in UNBUILDABLE])
+def test_a_space_whose_model_cannot_be_built_is_refused_before_start(tmp_path, capsys, command, name, base, edit,
+                                                                     message):
+    space = _space(tmp_path, name, base, edit)
+    out = tmp_path / "out"
+    err = refused(capsys, [command, "--space", space, "--subnets", "4", "--stages", "2", "--no-progress",
+                            "--out", str(out)], message, never=out)
+    assert f"space {name!r}" in err
+    assert not descendants(psutil.Process())
+
+
+@pytest.mark.parametrize("command", ["train", "reference"])
+def test_an_out_that_cannot_be_written_is_one_line(tmp_path, capsys, command):
+    (tmp_path / "file").write_text("x")
+    refused(capsys, [command, *TINY, "--out", str(tmp_path / "file" / "run")],
+             f"output directory {str(tmp_path / 'file' / 'run')!r} cannot be created: "
+             f"{str(tmp_path / 'file')!r} is not a directory")
+    if Path("/proc/self").exists():  # a pseudo file system takes no folders, even from root
+        refused(capsys, [command, *TINY, "--out", "/proc/naspipe-run"],
+                 "output directory '/proc/naspipe-run' cannot be written: ")
+
+
+def test_a_sequence_file_that_is_not_utf8_or_nested_too_deeply_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "latin.json"
+    bad.write_bytes(b'\xff\xfe{"subnets": []}')
+    refused(capsys, ["reference", *TINY, "--sequence", str(bad), "--out", str(tmp_path / "o")],
+             f"sequence file {str(bad)!r}: not a UTF-8 text file (byte 0)", never=tmp_path / "o")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    refused(capsys, ["train", *TINY, "--sequence", str(deep), "--out", str(tmp_path / "o")],
+             "JSON nested more than 32 levels deep", never=tmp_path / "o")
+    refused(capsys, ["train", "--space", str(deep), "--out", str(tmp_path / "o")],
+             "deep.json: JSON nested more than 32 levels deep", never=tmp_path / "o")
+
+
+@pytest.mark.parametrize("content,message", [
+    ('{"subnets": [5]}', "subnet 0 must be a list of choices or a {label: candidate} object, got 5"),
+    ('{"subnets": [null]}', "subnet 0 must be a list of choices or a {label: candidate} object, got None"),
+    ('{"subnets": [[0, 1]]}', "subnet 0: subnet has 2 choices, space 'tiny-transformer' has 10 blocks"),
+])
+def test_a_sequence_file_with_malformed_subnets_is_one_line(tmp_path, capsys, content, message):
+    p = tmp_path / "seq.json"
+    p.write_text(content)
+    refused(capsys, ["train", *TINY, "--sequence", str(p), "--out", str(tmp_path / "o")], f"{p}: {message}",
+             never=tmp_path / "o")
+
+
+@pytest.mark.parametrize("command,processes", [("train", "5 processes"), ("reference", "1 process")])
+def test_a_sequence_too_large_for_memory_is_refused_at_once(tmp_path, capsys, monkeypatch, command, processes):
+    import naspipe.modelcheck
+
+    monkeypatch.setattr(naspipe.modelcheck, "machine_memory", lambda: 16 * 2**30)  # the same answer on any machine
+    t0 = time.monotonic()
+    err = refused(capsys, [command, "--subnets", "100000000", "--out", str(tmp_path / "o"), "--no-progress"],
+                   "100000000 subnets would need about", never=tmp_path / "o")
+    assert f"to hold the sequence in {processes}, more than 25% of this machine's 16.0 GiB" in err
+    assert time.monotonic() - t0 < 30  # it used to build the whole sequence first (minutes, 4 GB)
+
+
+def test_a_sequence_file_whose_digest_does_not_match_is_refused(two_thread_runs, tmp_path, capsys):
+    data = json.loads((two_thread_runs["train2"] / "sequence.json").read_text())
+    data["subnets"][3][1] = (data["subnets"][3][1] + 1) % 6
+    p = tmp_path / "seq.json"
+    p.write_text(json.dumps(data))
+    refused(capsys, ["reference", *TINY, "--sequence", str(p), "--out", str(tmp_path / "o")],
+             "does not match its subnets", never=tmp_path / "o")
+
+
+def test_a_policy_option_without_a_value_is_refused(tmp_path, capsys):
+    refused(capsys, ["train", *TINY, "--policy", "pipemare", "--policy-option", "t1", "--out", str(tmp_path / "o")],
+             "pipemare option 't1' needs a value: t1=VALUE", never=tmp_path / "o")
+
+
+def test_an_absurd_delay_is_refused(tmp_path, capsys):
+    refused(capsys, ["reference", *TINY, "--shared-layers", "delayed:99999999999", "--out", str(tmp_path / "o")],
+             "the delay D must lie in 0..100000", never=tmp_path / "o")

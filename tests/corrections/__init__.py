@@ -1,0 +1,1 @@
+"""Tests of ``naspipe.corrections``: weight versions, PipeMare, PipeOptim and delayed SGD."""

@@ -1,0 +1,1 @@
+"""Tests of ``naspipe.models``: supernet modules per stage and split training."""

@@ -1,0 +1,1 @@
+"""The notebooks in ``notebooks/`` run headless with small parameters and are committed clean."""

@@ -1,0 +1,29 @@
+"""notebooks/09_trust_your_search.ipynb runs headless: the shipped truth, a live supernet, its rank with floors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers.notebook_runner import PLOTLY_MIME, WIDGET_MIME, output_mime_types, plotly_titles, run_notebook
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "notebooks" / "09_trust_your_search.ipynb"
+TRUTH = ROOT / "data" / "truth" / "digits-truth"
+
+
+def test_09_trust_your_search(tmp_path):
+    params = {"TRUTH": str(TRUTH), "SPACE": str(ROOT / "data" / "spaces" / "digits-truth.json"), "SUBNETS": 24,
+              "STAGES": 2, "FLOOR_SEEDS": 1, "OUT": str(tmp_path / "runs")}
+    nb = run_notebook(NOTEBOOK, params, timeout=240, cwd=tmp_path)
+    print(f"\n09_trust_your_search: {nb.metadata['naspipe_test']['seconds']:.1f} s")
+    mimes = output_mime_types(nb)
+    assert mimes["error"] == 0
+    assert mimes[WIDGET_MIME] >= 1  # the live monitor
+    titles = plotly_titles(nb)
+    assert any(t.startswith("supernet (24 subnets") for t in titles)
+    assert any(t.startswith("Kendall tau vs the truth") for t in titles)
+    assert mimes[PLOTLY_MIME] == 2
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "floor (a), truth seed vs seed Kendall tau" in text
+    assert "(b) supernet seed vs seed" in text and "regret of the pick" in text
+    assert "the search picks " in text

@@ -1,0 +1,1 @@
+"""Tests of ``naspipe.peers``: the DDP peer."""

@@ -1,0 +1,1 @@
+"""Tests of ``naspipe.ranking`` and ``naspipe rank``."""

@@ -1,0 +1,1 @@
+"""Tests of ``naspipe.runtime``: multi-process training bit for bit against the reference, and its failures."""

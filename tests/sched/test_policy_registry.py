@@ -1,0 +1,152 @@
+"""The ``Policy`` object and ``naspipe.register_policy``: one place per policy, user policies end to end.
+
+A policy registered from a module outside ``naspipe/`` (``tests/helpers/user_policies.py``, CSP with the newest ready
+forward first) runs in ``naspipe simulate`` and ``naspipe train`` (stage processes import the module
+themselves) and, being causal, verifies bit for bit against the reference. Unknown names fail loudly.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import naspipe
+from naspipe.partition import partition
+from naspipe.runspec import RunSpec
+from naspipe.sched.policies import CSPScheduler, follows_causal_rule, make_scheduler, stage_specs
+from naspipe.sched.registry import (
+    ENV,
+    Policy,
+    PolicyError,
+    get_policy,
+    load_policy_spec,
+    register_policy,
+    unregister_policy,
+)
+from naspipe.sequence import UniformStream
+from naspipe.sim import simulate
+from naspipe.space import preset
+from naspipe.trace import check_causal
+
+BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
+HELPERS = TESTS / "helpers"  # the user modules, found by name
+
+
+def test_builtin_policies_declare_their_features():
+    csp, bsp, asp, pm = (get_policy(n) for n in ("csp", "bsp:8", "asp", "pipemare:t1=4"))
+    assert csp.causal and csp.updates == "exact" and csp.in_flight == "one" and csp.context_switch
+    assert not bsp.causal and bsp.updates == "group" and bsp.in_flight == "group"
+    assert asp.updates == "stashed" and asp.in_flight == "pipeline" and not asp.delayed_shared
+    assert pm.updates == "async" and pm.checkpoints and not pm.delayed_shared
+    assert {"sequential", "csp", "csp-chain", "csp-bw"} <= {n for n in naspipe.policy_names() if get_policy(n).causal}
+    assert all(get_policy(n).causal == issubclass(get_policy(n).scheduler, CSPScheduler)
+               for n in ("sequential", "csp", "csp-chain", "csp-bw", "bsp", "asp", "pipedream", "2bw"))
+
+
+def test_unknown_policies_and_bad_declarations_fail_loudly():
+    with pytest.raises(PolicyError, match="unknown policy 'nope'"):
+        get_policy("nope")
+    with pytest.raises(PolicyError, match="unknown update rule"):
+        Policy("x", CSPScheduler, causal=False, updates="magic")
+    with pytest.raises(PolicyError, match="a causal policy writes exactly"):
+        Policy("x", CSPScheduler, causal=True, updates="stashed")
+    with pytest.raises(PolicyError, match="bad policy name"):
+        Policy("a:b", CSPScheduler, causal=True)
+    with pytest.raises(PolicyError, match="StageScheduler subclass"):
+        register_policy(Policy("x-bad", int, causal=False))
+    with pytest.raises(PolicyError, match="already registered"):
+        register_policy(Policy("csp", CSPScheduler, causal=True))
+    with pytest.raises(PolicyError, match="neither a policy nor an importable module"):
+        load_policy_spec("no_such_module_xyz:csp")
+
+
+@pytest.fixture
+def user_policy(monkeypatch):
+    """``tests/helpers/user_policies.py`` imported (it registers csp-newest), and everything undone afterwards."""
+    monkeypatch.setenv(ENV, os.environ.get(ENV, ""))  # register_policy records the module here; restored
+    import user_policies
+
+    yield user_policies
+    unregister_policy("csp-newest")
+    sys.modules.pop("user_policies", None)
+
+
+def test_a_registered_policy_runs_in_the_simulator_and_keeps_the_causal_rule(user_policy):
+    assert os.environ[ENV].split(",")[-1] == "user_policies"  # what stage processes import on a miss
+    assert load_policy_spec("user_policies:csp-newest") == "csp-newest" and follows_causal_rule("csp-newest")
+    sp = preset("naspipe-k12")
+    part = partition(sp, 4)
+    stream = UniformStream(sp, 0, 40)
+    mine = simulate(RunSpec.of(sp, part, stream, "csp-newest")).trace
+    base = simulate(RunSpec.of(sp, part, stream, "csp")).trace
+    blocks = [[b for b in part.blocks(s) if not sp.blocks[b].fixed] for s in range(part.stages)]
+    assert check_causal(mine, [tuple(stream[j]) for j in range(40)], blocks) == []
+    order = lambda t: [(e.stage, e.subnet) for e in sorted(t.compute_events(), key=lambda e: (e.start, e.stage))
+                       if e.kind == "F"]
+    assert order(mine) != order(base)  # the tie-break is really the user's
+    assert type(make_scheduler("csp-newest", stage_specs(sp, part)[0], stream)).__name__ == "NewestFirstCSP"
+
+
+@pytest.mark.slow
+def test_a_user_policy_trains_in_stage_processes_and_verifies_against_the_reference(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS), str(ROOT)])}
+    env.pop("PYTEST_CURRENT_TEST", None)
+    env.pop("NASPIPE_POLICY_MODULES", None)
+
+    def naspipe_cli(*args: str, ok: int = 0) -> str:
+        p = subprocess.run([str(BIN / "naspipe"), *args], capture_output=True, text=True, timeout=240, env=env,
+                           cwd=tmp_path)
+        assert p.returncode == ok, (args, p.stdout[-2000:], p.stderr[-2000:])
+        return p.stdout
+
+    common = ["--space", "tiny-transformer", "--subnets", "16", "--seed", "3", "--shared-layers", "serial"]
+    out = naspipe_cli("simulate", *common, "--stages", "3", "--policy", "user_policies:csp-newest")
+    assert "csp-newest" in out
+    naspipe_cli("train", *common, "--stages", "3", "--policy", "user_policies:csp-newest", "--jitter-ms", "1",
+                "--no-progress", "--out", "mine")
+    naspipe_cli("reference", *common, "--no-progress", "--out", "ref")
+    assert naspipe_cli("verify", "mine", "ref").startswith("identical: 16 subnets")
+    bad = subprocess.run([str(BIN / "naspipe"), "train", *common, "--policy", "nope", "--out", "x"],
+                         capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    assert bad.returncode == 2 and "unknown policy 'nope'" in bad.stderr and not (tmp_path / "x").exists()
+
+
+def test_a_policy_defined_in_main_is_refused_before_any_process_starts(tmp_path):
+    from naspipe.runtime import ConfigError, TrainConfig
+
+    class MainCSP(CSPScheduler):
+        name = "csp-main"
+
+    MainCSP.__module__ = "__main__"  # as if defined in a notebook cell
+    register_policy(Policy("csp-main", MainCSP, causal=True), replace=True)
+    try:
+        with pytest.raises(ConfigError, match="defined in __main__"):
+            TrainConfig.create("digits-cnn", tmp_path / "o", stages=2, subnets=4, policy="csp-main")
+        assert not (tmp_path / "o").exists()
+    finally:
+        unregister_policy("csp-main")
+    with pytest.raises(PolicyError, match="unknown policy 'csp-main'"):
+        get_policy("csp-main")
+
+
+def test_options_a_scheduler_would_drop_are_refused_at_registration():
+    with pytest.raises(PolicyError, match=r"options \['depth'\] are declared but its scheduler CSPScheduler"):
+        register_policy(Policy("csp-depth", CSPScheduler, causal=True, options={"depth": int}))
+    with pytest.raises(PolicyError):
+        get_policy("csp-depth")
+
+
+def test_a_policy_module_that_raises_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    (tmp_path / "broken_policy_module.py").write_text("1 / 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from naspipe.cli import main
+
+    rc = main(["simulate", "--space", "naspipe-k12", "--subnets", "4", "--policy", "broken_policy_module:x"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and "raised ZeroDivisionError" in err, err

@@ -1,0 +1,1 @@
+"""Tests of ``naspipe.search``: architecture search on a trained supernet."""

@@ -1,0 +1,1 @@
+"""Tests of ``naspipe.sim``: the discrete-event simulator, its memory model and replicas."""

@@ -1,0 +1,1 @@
+"""Tests of ``naspipe.supernet``: your own supernet, its probe, identity and refusals of bad user code."""

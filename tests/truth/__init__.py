@@ -1,0 +1,1 @@
+"""Tests of ``naspipe.truth``: stand-alone training of every architecture."""

@@ -1,0 +1,1 @@
+"""Tests of ``naspipe.viz``: figures, reports and run digests."""
