@@ -12,6 +12,9 @@ object, printed and written to ``benchmarks/results/gpu_check.json``:
   deterministic algorithms on (``CUBLAS_WORKSPACE_CONFIG`` set before CUDA starts);
 * ``context_cache_cuda``: the cache on ``cuda:0`` with its copy stream, pinned host memory and prefetch under
   a budget, against the resident loop on the GPU, bit for bit;
+* ``cell_space_cpu`` (CPU half) and ``cuda_cell_space_vs_cuda_reference``: the NAS-Bench-201-style cell space
+  (``data/supernets/nb201_digits.py``: structured messages, a tuple of node states) with ``csp-bw`` on 2 stages
+  against the ``sequential`` policy on 1 stage, on the CPU and on one GPU, bit for bit;
 * ``nccl_two_gpus``: CSP on 2 stages, one GPU each (NCCL), against the CUDA reference: only with >= 2 GPUs.
 
 On a machine without CUDA the CUDA checks are skipped (listed under ``skipped``) and the script exits 0 when
@@ -39,16 +42,18 @@ from torch import nn  # noqa: E402
 
 SPACE = "digits-cnn"
 SUBNETS = 24
+CELL_SPACE = "nb201_digits:supernet"  # data/supernets/nb201_digits.py: tuple messages
+SUPERNETS = Path(__file__).resolve().parents[1] / "data" / "supernets"
 
 
 class Skip(Exception):
     """This check cannot run here (the reason is the message)."""
 
 
-def _train(out: Path, device: str, stages: int, policy: str) -> Any:
+def _train(out: Path, device: str, stages: int, policy: str, space: str = SPACE) -> Any:
     from naspipe.runtime import TrainConfig, train
 
-    cfg = TrainConfig.create(SPACE, out, stages=stages, subnets=SUBNETS, seed=0, policy=policy, device=device,
+    cfg = TrainConfig.create(space, out, stages=stages, subnets=SUBNETS, seed=0, policy=policy, device=device,
                              progress=False, overwrite=True, timeout=120.0)
     return train(cfg)
 
@@ -143,6 +148,22 @@ def check_cuda_cache(tmp: Path) -> str:
     return _check_cache("cuda:0")
 
 
+def _check_cell_space(tmp: Path, device: str) -> str:
+    if str(SUPERNETS) not in sys.path:
+        sys.path.insert(0, str(SUPERNETS))  # (spawned stage processes inherit sys.path)
+    ref = _train(tmp / f"cell-ref-{device}", device, 1, "sequential", CELL_SPACE)
+    run = _train(tmp / f"cell-csp-bw-{device}", device, 2, "csp-bw", CELL_SPACE)
+    ok, msg = run.verify(ref.out)
+    assert ok, f"the cell space (tuple messages), csp-bw on 2 stages, on {device}: {msg}"
+    return f"{msg} (tuple messages, csp-bw, 2 stages on {device}, backend {run.trace.meta.get('backend')})"
+
+
+def check_cuda_cell_space(tmp: Path) -> str:
+    _need_cuda()
+    torch.use_deterministic_algorithms(True)
+    return _check_cell_space(tmp, "cuda")
+
+
 def check_nccl(tmp: Path) -> str:
     _need_cuda(2)
     ref = tmp / "cuda-ref"
@@ -161,6 +182,8 @@ CHECKS: dict[str, Callable[[Path], str]] = {
     "context_cache_cpu": lambda tmp: _check_cache("cpu"),
     "cuda_runtime_vs_cuda_reference": check_cuda_runtime,
     "context_cache_cuda": check_cuda_cache,
+    "cell_space_cpu": lambda tmp: _check_cell_space(tmp, "cpu"),
+    "cuda_cell_space_vs_cuda_reference": check_cuda_cell_space,
     "nccl_two_gpus": check_nccl,
 }
 

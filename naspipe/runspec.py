@@ -25,12 +25,13 @@ from naspipe.samplers import SamplerError, make_stream, parse_sampler
 from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW, PolicyError
 from naspipe.sched.registry import get_policy, load_policy_spec
 from naspipe.sequence import ReplayStream, SubnetStream
-from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
+from naspipe.shared import SharedLayers, SharedPolicyError, resolve_shared
 from naspipe.space import SearchSpace, SpaceError, replicas_error, resolve_space
 
-# the user's fixed blocks (stem, head) train by default, exactly as the reference does them (in sequence order);
-# chosen by measurement (benchmarks/shared_layers.py): frozen leaves a user's random head in place
-DEFAULT_SHARED = "serial"
+# auto: a user's own supernet trains its fixed blocks (stem, head) exactly as the reference does (serial): frozen
+# left a user's random head in place; the presets stay frozen, the paper's setting, under which CSP pipelines
+# (with serial every subnet writes the stem; measured in benchmarks/shared_layers.py); naspipe.shared.default_for
+DEFAULT_SHARED = "auto"
 REPLICA_EXCHANGES = ("exact", "native")  # how replicas combine gradients: a fixed order, or the backend's
 
 __all__ = ["DEFAULT_POLICY", "DEFAULT_SHARED", "DEFAULT_WINDOW", "REPLICA_EXCHANGES", "RunSpec", "RunSpecError",
@@ -125,7 +126,7 @@ class RunSpec:
             raise RunSpecError(str(e)) from None
         try:
             part = partition if partition is not None else make_partition(sp, stages)
-            shared = parse_shared(shared_layers)
+            shared = resolve_shared(shared_layers, sp)
             spec = parse_sampler(sampler)
             stream = _stream(sp, seed, subnets, sequence, str(spec) if not spec.online else "uniform")
         except SamplerError as e:

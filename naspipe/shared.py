@@ -23,6 +23,7 @@ the run a function of ``j`` alone, so ``verify`` still holds against the referen
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 class SharedPolicyError(ValueError):
@@ -56,7 +57,25 @@ class SharedLayers:
         return base + ("+predict" if self.predict else "") + (f"+t1={self.t1}" if self.t1 else "")
 
 
-SHARED_MODES: tuple[str, ...] = ("frozen", "serial", "delayed:D")  # the forms parse_shared takes (+ corrections)
+SHARED_MODES: tuple[str, ...] = ("auto", "frozen", "serial", "delayed:D")  # the forms people type (+ corrections)
+AUTO = "auto"  # the default: the space's own (``default_for``)
+USER_SUPERNET_KIND = "supernet"  # a space's ``model.kind`` for a user's naspipe.Supernet (naspipe.models.stage)
+
+
+def default_for(space: Any) -> str:
+    """What ``auto`` means for ``space``: ``serial`` for a user's own ``naspipe.Supernet`` (its Fixed stem and
+    head train, exactly as the reference trains them), ``frozen`` for the presets (the NASPipe paper's setting:
+    with every subnet writing the stem, ``serial`` serialises the whole pipeline; ``benchmarks/shared_layers.py``,
+    ``docs/your-supernet-notes.md``)."""
+    model = getattr(space, "model", None) or {}
+    return "serial" if model.get("kind") == USER_SUPERNET_KIND else "frozen"
+
+
+def resolve_shared(text: str | SharedLayers, space: Any) -> SharedLayers:
+    """``parse_shared``, with ``auto`` resolved for ``space`` (``default_for``)."""
+    if isinstance(text, str) and text.strip().lower() == AUTO:
+        return parse_shared(default_for(space))
+    return parse_shared(text)
 MAX_DELAY = 100_000  # far beyond any window; a larger D is a typo, not a policy
 
 

@@ -23,7 +23,8 @@ def test_the_command_line_and_the_library_share_one_set_of_defaults(tmp_path):
     cli = resolve_run(args)
     lib = RunSpec.create("digits-cnn", stages=2, subnets=6)
     assert (cli.policy, cli.window, str(cli.shared), cli.seed) == (lib.policy, lib.window, str(lib.shared), lib.seed)
-    assert (lib.policy, lib.window, str(lib.shared)) == (DEFAULT_POLICY, DEFAULT_WINDOW, DEFAULT_SHARED)
+    assert (lib.policy, lib.window, str(lib.shared), DEFAULT_SHARED) == (DEFAULT_POLICY, DEFAULT_WINDOW, "frozen",
+                                                                          "auto")  # (a preset: auto is frozen)
     cfg = TrainConfig.create("digits-cnn", tmp_path / "run", stages=2, subnets=6)
     assert (cfg.policy_name, cfg.window, str(cfg.shared), cfg.seed) == (lib.policy, lib.window, str(lib.shared), 0)
     # the default, csp-plan, has its plan chosen once, on the run's own sequence, and recorded in the policy

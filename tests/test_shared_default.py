@@ -1,8 +1,9 @@
 """Issue 27, item 2: a user's ``Fixed`` blocks (stem, head) train by default, and every run says in one line at
 start what they do and how to change it.
 
-The default is ``serial`` (measured: ``benchmarks/shared_layers.py``): exact, so every exact policy still
-verifies bit for bit against the reference, which follows the same default.
+The default is ``auto``: ``serial`` for a user's own supernet (measured: ``benchmarks/shared_layers.py``), exact,
+so every exact policy still verifies bit for bit against the reference, which follows the same default;
+``frozen`` for the presets (the paper's setting, under which CSP pipelines).
 """
 
 from __future__ import annotations
@@ -13,14 +14,20 @@ from pathlib import Path
 import pytest
 
 from naspipe.cli import main
-from naspipe.runspec import DEFAULT_SHARED
+from naspipe.runspec import DEFAULT_SHARED, RunSpec
 from naspipe.shared import start_line
+from naspipe.space import resolve_space
 
 TESTS = Path(__file__).resolve().parent / "helpers"  # user_supernets
 
 
-def test_the_default_trains_the_fixed_blocks():
-    assert DEFAULT_SHARED == "serial"
+def test_the_default_trains_a_user_supernets_fixed_blocks_and_keeps_the_presets_frozen():
+    from naspipe.shared import default_for
+
+    assert DEFAULT_SHARED == "auto"
+    assert default_for(resolve_space("digits-cnn")) == "frozen"
+    assert str(RunSpec.create("digits-cnn", subnets=2).shared) == "frozen"
+    assert str(RunSpec.create("user_supernets:good", subnets=2).shared) == "serial"
 
 
 @pytest.mark.parametrize("shared,says", [("serial", "serial - trained in sequence order"),

@@ -116,14 +116,14 @@ def run(args: argparse.Namespace) -> int:
     if args.train_args:
         raise UsageError(f"unexpected arguments {' '.join(args.train_args)} (training options go with --nodes)")
     from naspipe.sched.registry import PolicyError, get_policy
-    from naspipe.shared import SharedPolicyError, parse_shared
+    from naspipe.shared import SharedPolicyError, resolve_shared
     from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
     from naspipe.sim.replicas import plan
     from naspipe.space import SpaceError, resolve_space
 
     try:
         space = resolve_space(args.space)
-        shared = parse_shared(args.shared_layers)
+        shared = resolve_shared(args.shared_layers, space)
     except (SpaceError, SharedPolicyError) as e:
         raise UsageError(str(e)) from None
     try:

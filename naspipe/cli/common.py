@@ -82,7 +82,7 @@ def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-
                    help=f"what the fixed blocks (a supernet's Fixed stem and head) do, one of "
                         f"{', '.join(SHARED_MODES)}: serial (trained in sequence order, exact), frozen (never "
                         "trained) or delayed:D[+predict] (trained, read D subnets late: faster pipelines); "
-                        "default %(default)s")
+                        "default %(default)s: serial for your own naspipe.Supernet, frozen for the presets")
     p.set_defaults(sampler="uniform")  # (commands without --sampler sample uniformly)
 
 

@@ -85,7 +85,7 @@ def _probe_shards(sn: Supernet, replicas: int) -> None:
             outs = []
             for c, name in enumerate(blk.candidates):
                 mod = build_candidate(sn, b, c, 0)
-                outs.append(_forward(blk, name, mod, x, what, sendable=b < len(sn.blocks) - 1))
+                outs.append(_forward(blk, name, mod, x, what, sendable=False))
             x = outs[0]
         try:
             sn.loss(x, target)
@@ -145,7 +145,7 @@ def _probe(sn: Supernet) -> dict[str, str]:
                 _refuse_lazy(blk, name, mod)
                 _same_twice(blk, name, mod, build_candidate(sn, b, c, 0))
                 weights.add(name, mod)  # as built, before a forward changes a buffer
-                out = _forward_twice(blk, name, mod, x, sendable=b < len(sn.blocks) - 1)
+                out = _forward_twice(blk, name, mod, x, sendable=False)
                 del mod
                 if first is None:
                     first_name, first = name, out
@@ -227,9 +227,10 @@ def _same_twice(blk: Any, name: str, mod: Any, again: Any) -> None:
                         "torch's random functions (seeded per candidate) or pass Supernet(init=...)")
 
 
-def _forward(blk: Any, name: str, mod: Any, x: Any, what: str = "", sendable: bool = True) -> Any:
+def _forward(blk: Any, name: str, mod: Any, x: Any, what: str = "", sendable: bool = False) -> Any:
     """``mod(x)``; SupernetError naming the block and candidate when it raises or returns no message: a tensor or
-    a tuple, list or dict of tensors (``naspipe.messages``); with ``sendable`` (a block that is not the last, so its
+    a tuple, list or dict of tensors (``naspipe.messages``; what may cross the chosen partition's stage boundaries
+    is ``naspipe.modelcheck.check_messages``'s); with ``sendable`` (a block that is not the last, so its
     output may cross a stage boundary), also one the transport cannot send (dtype, rank)."""
     from naspipe import messages
 
@@ -275,7 +276,7 @@ def _same_message(a: Any, b: Any) -> bool:
     return messages.identical(a, b)
 
 
-def _forward_twice(blk: Any, name: str, mod: Any, x: Any, sendable: bool = True) -> Any:
+def _forward_twice(blk: Any, name: str, mod: Any, x: Any, sendable: bool = False) -> Any:
     """The output of ``mod`` on ``x``; SupernetError when a second forward from the same state differs (it draws
     randomness, e.g. dropout) or, for a fixed block, when a forward changes what the next one computes."""
     import torch

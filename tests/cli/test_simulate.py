@@ -43,7 +43,7 @@ def test_json_summary_has_the_required_fields(capsys) -> None:
     assert 0 < out["efficiency"] <= 1
     assert out["efficiency"] == pytest.approx(out["lower_bound"] / out["makespan"])
     assert out["throughput"] == pytest.approx(200 / out["makespan"])
-    assert out["shared_layers"] == "serial" and out["window"] == 200  # the default: fixed blocks train
+    assert out["shared_layers"] == "frozen" and out["window"] == 200  # a preset: auto is frozen
 
 
 def test_json_matches_the_library(capsys) -> None:

@@ -36,7 +36,7 @@ def _copy(src: Path, dst: Path) -> Path:
     ("seed", 3, "seed 0 vs 3"),
     ("optimizer", "adam", "optimizer 'sgd' vs 'adam'"),
     ("lr", 0.1, "lr 0.2 vs 0.1"),
-    ("shared_layers", "frozen", "shared-layer policy 'serial' vs 'frozen'"),  # the default is serial
+    ("shared_layers", "serial", "shared-layer policy 'frozen' vs 'serial'"),  # (a preset: auto is frozen)
     ("sequence_sha256", "f" * 64, "sequence digest"),
 ])
 def test_verify_says_which_configuration_differs(two_thread_runs, tmp_path, capsys, key, value, words):

@@ -15,7 +15,6 @@ from naspipe.cli import main
 from naspipe.fair import FairStream, SpreadStream
 from naspipe.reference import train_reference
 from naspipe.results import param_hashes, verify, write_losses, write_params
-from naspipe.runspec import DEFAULT_SHARED
 from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.processes.launcher import TrainError
 from naspipe.shared import parse_shared
@@ -28,7 +27,7 @@ SPACE, SEED, N = "digits-cnn", 4, 20  # 6 candidates per block: 3 full fair grou
 
 def _reference(tmp_path, stream, name="ref", **kw):
     sp = stream.space
-    ref = train_reference(sp, stream, SEED, parse_shared(kw.pop("shared", DEFAULT_SHARED)), **kw)
+    ref = train_reference(sp, stream, SEED, parse_shared(kw.pop("shared", "frozen")), **kw)
     out = tmp_path / name
     out.mkdir()
     write_losses(out / "losses.csv", ref.losses)

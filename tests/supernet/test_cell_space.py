@@ -120,7 +120,7 @@ class Pair(nn.Module):
         self.extra = extra
 
     def forward(self, x):
-        return (self.lin(x), self.extra)
+        return (self.lin(x[0] if isinstance(x, tuple) else x), self.extra)
 
 
 class Head(nn.Module):
@@ -169,7 +169,7 @@ def no_message():
     ("float_leaf", "block 'stem', candidate 'stem': forward returned a tuple element [1] that is a float, not a "
                    "tensor; every leaf of a message must be a tensor"),
     ("string_leaf", "block 'stem', candidate 'stem': forward returned a tuple element [1] that is a str, not a tensor"),
-    ("complex_leaf", "forward returned a tensor of dtype torch.complex64 (tuple element [1]), which cannot be sent"),
+    ("complex_leaf", "its output (torch.complex64) ends a stage"),  # (inside a stage it may stay)
     ("no_message", "block 'stem', candidate 'stem': forward returned NoneType, not a tensor nor a tuple, list or "
                    "dict of tensors"),
 ])

@@ -11,7 +11,6 @@ import json
 import pytest
 
 from naspipe.cli import main
-from naspipe.runspec import DEFAULT_SHARED
 from naspipe.sched.policies import POLICIES
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_process_left_behind")]
@@ -39,7 +38,7 @@ def reference(tmp_path_factory) -> dict:
 def test_every_policy_trains_a_user_supernet(tmp_path, reference, policy):
     out = tmp_path / "run"
     assert main(["train", *_common(), "--policy", policy, "--stages", "2", "--out", str(out)]) == 0
-    rc = main(["verify", str(out), str(reference[DEFAULT_SHARED])])
+    rc = main(["verify", str(out), str(reference["serial"])])
     if policy in REPRODUCIBLE:
         assert rc == 0
 
@@ -55,12 +54,12 @@ def test_shared_layer_policies_match_their_reference(tmp_path, reference, shared
 def test_context_switching_checkpoints_and_resume(tmp_path, reference):
     mem = tmp_path / "mem"
     assert main(["train", *_common(), "--stages", "2", "--device-memory", "60%", "--out", str(mem)]) == 0
-    assert main(["verify", str(mem), str(reference[DEFAULT_SHARED])]) == 0
+    assert main(["verify", str(mem), str(reference["serial"])]) == 0
     run = tmp_path / "run"
     assert main(["train", *_common(), "--stages", "2", "--checkpoint-every", "4", "--fault", "kill:1:7",
                  "--out", str(run)]) == 1
     assert main(["train", *_common(), "--stages", "2", "--checkpoint-every", "4", "--resume", str(run)]) == 0
-    assert main(["verify", str(run), str(reference[DEFAULT_SHARED])]) == 0
+    assert main(["verify", str(run), str(reference["serial"])]) == 0
 
 
 def test_run_time_generated_sequences(tmp_path):
