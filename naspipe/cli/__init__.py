@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -98,6 +99,11 @@ _AS_COMMAND = False  # the ``naspipe`` command itself, whose process ends with m
 def entry() -> None:
     global _AS_COMMAND
     _AS_COMMAND = True
-    rc = main()
+    try:
+        rc = main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # `naspipe simulate --json | head`: the reader left early; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python's recipe: the exit flush is quiet)
+        rc = 1
     leave_despite_threads(rc)
     sys.exit(rc)

@@ -180,3 +180,20 @@ def test_simulate_never_imports_torch(tmp_path) -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
     assert p.returncode == 0, p.stderr
     assert p.stderr.strip().splitlines()[-1] == "NO-TORCH 0"
+
+
+def test_output_piped_into_a_reader_that_leaves_early_ends_without_a_traceback(tmp_path):
+    """``naspipe simulate --json | true``: the reader is gone before the JSON is written; no traceback."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    naspipe = Path(sys.executable).parent / "naspipe"
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    if shutil.which("true") is None:
+        pytest.skip("no true here")
+    p = subprocess.run(f"'{naspipe}' simulate --space digits-cnn --subnets 40 --json | true",
+                       shell=True, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert "Traceback" not in p.stderr and "BrokenPipeError" not in p.stderr, p.stderr
