@@ -107,11 +107,11 @@ DIGITS_MEAN, DIGITS_STD = 0.3, 0.4  # of load_digits / 16, rounded: inputs are s
 
 @lru_cache(maxsize=2)
 def digits_split(train: bool) -> tuple[Tensor, Tensor]:
-    """scikit-learn's ``load_digits`` (ships with the package), standardised, split once into a fixed train
-    and held-out part. Input ``(N, 1, 8, 8)`` float32, target ``(N,)`` int64."""
-    from sklearn.datasets import load_digits
+    """scikit-learn's digits (ships with the package; read by ``naspipe.digits``), standardised, split once into
+    a fixed train and held-out part. Input ``(N, 1, 8, 8)`` float32, target ``(N,)`` int64."""
+    from naspipe.digits import load_digits
 
-    data, labels = load_digits(return_X_y=True)
+    data, labels = load_digits()
     x = torch.tensor(data, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
     x = (x - DIGITS_MEAN) / DIGITS_STD
     y = torch.tensor(labels, dtype=torch.int64)

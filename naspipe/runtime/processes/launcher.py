@@ -64,9 +64,9 @@ def _context(method: str) -> Any:
         method = "spawn"
     ctx = tmp.get_context(method)
     if method == "forkserver":
-        # torch._dynamo is imported by the first torch.optim optimizer and sklearn.datasets by the digits
-        # data (seconds each): load them once, in the server
-        ctx.set_forkserver_preload(["torch._dynamo", "sklearn.datasets", "naspipe.runtime.processes.worker"])
+        # torch._dynamo is imported by the first torch.optim optimizer (a second of CPU): load it once, in the
+        # server
+        ctx.set_forkserver_preload(["torch._dynamo", "naspipe.runtime.processes.worker"])
     return ctx
 
 
