@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/naspipe demo
 
-# two pytest-xdist workers, a test module per worker at a time, slow folders first (tests/conftest.py says why);
+# pytest-xdist workers, a test module (or a share of one) per worker at a time, slow units first (tests/conftest.py
+# says why);
 # `make test TEST_WORKERS=0` runs the suite in this process alone
 TEST_WORKERS ?= 2
 test: $(STAMP) chromium

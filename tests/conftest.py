@@ -34,16 +34,22 @@ def no_process_left_behind():
     assert not leftovers(), [p.cmdline() for p in leftovers()]
 
 
-# `make test` runs the suite on two pytest-xdist workers, one test module at a time per worker (`--dist loadfile`:
-# a module's trained runs are made once, and the two modules that hold fixed resources, network namespaces and
-# JupyterLab, are one file each). A worker takes the next module when it is done, in this order: the longest
-# modules first (the files named here were the slowest of a whole serial run), then the folders whose tests
-# start stage processes or kernels, so the many short torch-free modules fill in at the end instead of one long
-# module running alone at the end (longest first). Order only: every test runs, in any order.
-SLOW_FIRST = ("tests/browser/", "tests/runtime/test_multihost.py", "tests/supernet/test_runs.py",
-              "tests/benchmarks/", "tests/sched/test_properties.py", "tests/sim/test_replicas.py", "tests/truth/",
-              "tests/peers/", "tests/notebooks/", "tests/runtime/", "tests/supernet/", "tests/cli/",
-              "tests/test_reference.py", "tests/search/", "tests/ranking/")
+# `make test` runs the suite on pytest-xdist workers with `--dist loadfile`, refined here (the scheduler below):
+# a worker runs a unit of work at a time and takes the next when it is done. A unit is a whole test module (its
+# trained runs, module-scoped fixtures, are made once) unless the module is named in SPLIT: the docs pages' code
+# blocks are independent tests (each its own unit, so pages run side by side), and the browser module is two units
+# (each starts its own JupyterLab and chromium on a free port). Modules that hold fixed resources keep one unit
+# per set of them (the network namespaces of tests/runtime/test_multihost.py are named after the worker's pid).
+# Units go out in this order: the slowest first (the prefixes in SLOW_FIRST, measured on whole runs), then the
+# folders whose tests start stage processes or kernels, then the many short torch-free modules, so the workers end
+# together instead of one long module running alone at the end (longest first). Order only: every test runs, in
+# any order.
+SLOW_FIRST = ("tests/browser/", "tests/docs/test_docs_code.py::test_every_code_block_of_the_page_runs[README.md]",
+              "tests/runtime/test_multihost.py", "tests/supernet/test_runs.py", "tests/docs/",
+              "tests/runtime/test_run_endings.py", "tests/benchmarks/", "tests/sched/test_properties.py",
+              "tests/sim/test_replicas.py", "tests/truth/", "tests/peers/", "tests/notebooks/", "tests/runtime/",
+              "tests/supernet/", "tests/cli/", "tests/test_reference.py", "tests/search/", "tests/ranking/")
+SPLIT = {"tests/docs/test_docs_code.py": 0, "tests/browser/test_browser.py": 2}  # module -> units (0: one per test)
 
 
 def _slow_first(item) -> int:  # noqa: ANN001
@@ -53,3 +59,29 @@ def _slow_first(item) -> int:  # noqa: ANN001
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: every worker sorts alike (a stable sort)
         items.sort(key=_slow_first)
+
+
+def units(nodeids: list[str]) -> dict[str, str]:
+    """Each test's unit of work: its module, a share of the module (``module#k``), or the test itself."""
+    out, seen = {}, {}
+    for nodeid in nodeids:
+        module = nodeid.split("::", 1)[0]
+        parts = SPLIT.get(module)
+        index = seen[module] = seen.get(module, -1) + 1
+        out[nodeid] = module if parts is None else nodeid if parts == 0 else f"{module}#{index % parts}"
+    return out
+
+
+def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201
+    """``--dist loadfile`` with the units above (None: pytest-xdist's own scheduler for any other ``--dist``)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if not hasattr(self, "unit_of"):  # every worker collected the same tests (checked by pytest-xdist)
+                self.unit_of = units(next(iter(self.registered_collections.values())))
+            return self.unit_of[nodeid]
+
+    return UnitScheduling(config, log)
