@@ -104,6 +104,7 @@ def _record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) -
     if rank != 0 and lost is None:
         return
     from naspipe.runtime.outputs import write_status
+    from naspipe.runtime.processes.signals import Terminated
     from naspipe.runtime.processes.worker import is_root_cause
 
     if lost is not None:
@@ -120,13 +121,37 @@ def _record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) -
             without = " without --fault" if cfg.fault else ""  # (an injected fault would fire again)
             print(f"naspipe: the last complete checkpoint is at subnet {saved}: to continue, run the same command"
                   f"{without} with --resume {cfg.out}", file=sys.stderr)
-    primary = is_root_cause(e)
+    primary = is_root_cause(e) and not isinstance(e, Terminated)
     if lost is not None:
         write_status(cfg.out, False, f"lost host {lost['host']} (rank(s) {', '.join(map(str, lost['ranks']))}): "
                      f"rank {rank} saw: {e}", lost["neighbour"], checkpoint=saved, lost=lost)
+    elif isinstance(e, Terminated) and not _names_a_lost_host(cfg.out):
+        failed = _failed_ranks(cfg.out, rank)
+        why = f"after rank(s) {', '.join(map(str, failed))} failed (error-stage<rank>.txt)" if failed else \
+            "(torchrun stops every rank when one fails, or the job was cancelled)"
+        write_status(cfg.out, False, f"rank 0 was stopped by SIGTERM {why}", failed[0] if failed else None,
+                     checkpoint=saved)
     elif not _names_a_lost_host(cfg.out):
         write_status(cfg.out, False, f"stage 0 (rank 0) failed: {type(e).__name__}: {e}", 0 if primary else None,
                      checkpoint=saved)
+
+
+def _failed_ranks(out: Any, me: int) -> list[int]:
+    """The other ranks whose ``error-stage<rank>.txt`` (the run folder is shared) holds a failure of their own:
+    not a SIGTERM from torchrun, not a lost neighbour or a broken transport (what another's failure causes)."""
+    from naspipe.runtime.processes.worker import consequence_names
+
+    not_own = consequence_names() | {"Terminated"}
+    ranks = []
+    for p in out.glob("error-stage*.txt"):
+        tail = p.stem.removeprefix("error-stage")
+        try:
+            first = p.read_text().partition("\n")[0]
+        except OSError:
+            continue
+        if tail.isdigit() and int(tail) != me and first.split(":")[0].split(" ")[0] not in not_own:
+            ranks.append(int(tail))
+    return sorted(ranks)
 
 
 def _names_a_lost_host(out: Any) -> bool:
@@ -179,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_status(cfg.out, False, f"the ranks did not meet: {e}")
         return 2
     from naspipe.runtime.outputs import MergeError, merge_failed, merge_outputs
+    from naspipe.runtime.processes.signals import Terminated, terminate_raises
     from naspipe.runtime.processes.worker import failure_line, run_stage
     from naspipe.runtime.progress import for_config
 
@@ -197,10 +223,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             except MergeError as e:  # what is true (the stages finished, their parts kept) and what to do
                 raise MergeError(merge_failed(cfg.out, e)) from None
 
-    try:
-        run_stage(rank, world, cfg, bar, local_rank=local_rank, after_barrier=merge)
-    except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 - one line (sys.exit in user code too);
-        bar.close()  # torchrun reports the failed rank and stops the others
+    try:  # torchrun stops the other ranks with SIGTERM when one fails: each still records how it ended
+        with terminate_raises():
+            run_stage(rank, world, cfg, bar, local_rank=local_rank, after_barrier=merge)
+    except (Exception, SystemExit, KeyboardInterrupt, Terminated) as e:  # noqa: BLE001 - one line (sys.exit in
+        bar.close()  # user code too); torchrun reports the failed rank and stops the others
         _record_failure(cfg, rank, e, roster)
         print(f"naspipe: error: stage {rank} (rank {rank}) failed: {failure_line(e)}", file=sys.stderr)
         return 1

@@ -322,9 +322,23 @@ def failure_line(e: BaseException) -> str:
     return f"{type(e).__name__}{origin(e)}: {first_line(e)}"
 
 
+CONSEQUENCES = (PeerLost, TransportError, dist.DistError)  # errors that report another stage's failure
+
+
 def is_root_cause(e: BaseException) -> bool:
     """False for errors that only report another stage's failure (a lost peer, a broken transport)."""
-    return not isinstance(e, (PeerLost, TransportError, dist.DistError))
+    return not isinstance(e, CONSEQUENCES)
+
+
+def consequence_names() -> set[str]:
+    """The class names of ``CONSEQUENCES`` and their subclasses: how an ``error-stage<rank>.txt`` written by
+    another process (its first line starts with the name) is told apart from a root cause."""
+    names, todo = set(), list(CONSEQUENCES)
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return names
 
 
 def _stuck(rank: int, cfg: TrainConfig, sched: Any, links: Links) -> str:
