@@ -39,13 +39,22 @@ from torch import Tensor
 
 from naspipe.models.shards import combine
 from naspipe.runtime.stagerun import StageRun
-from naspipe.runtime.transport.comm import ChannelFailure, TransportError
+from naspipe.runtime.transport.comm import ChannelFailure, SendFailure, TransportError
 from naspipe.sched.ordered import next_task_writing
 
 __all__ = ["ReplicaGroup", "ReplicaMismatch", "WriteOrder", "next_task_writing"]
 
 
 @dataclass
+
+class ExchangeFailure(TransportError):
+    """The replicas' gradient exchange failed (a replica went away): names the other replica's global rank when
+    there is one other (2 replicas), so a lost host on the replica side is named as on the pipeline side."""
+
+    def __init__(self, text: str, peer: int | None):
+        super().__init__(text)
+        self.peer = peer
+
 class WriteOrder:
     """The leader of a follower's stage started the write of ``subnet``: the follower's next write."""
 
@@ -84,7 +93,8 @@ class ReplicaGroup:
                 elif s == stage and r == replica:
                     self._channel = g
         self.bytes_gathered = 0
-        self._pending: deque[tuple[Any, Tensor]] = deque()
+        self._pending: deque[tuple[Any, Tensor, int]] = deque()  # (work, tensor, destination rank)
+        self._members = [r * stages + stage for r in range(replicas)]  # this stage's replicas' global ranks
         self._thread: threading.Thread | None = None
 
     # ---- the write order ---------------------------------------------------------------------------------
@@ -105,7 +115,8 @@ class ReplicaGroup:
                     inbox.put(WriteOrder(int(buf.item())))
             except Exception as e:  # noqa: BLE001 - reported to the stage loop, which fails the run
                 inbox.put(ChannelFailure(f"stage {self.stage} replica {self.replica}: receiving the write order "
-                                         f"failed after {got} of {expected}: {type(e).__name__}: {e}"))
+                                         f"from rank {self.leader} failed after {got} of {expected}: "
+                                         f"{type(e).__name__}: {e}", self.leader))
 
         self._thread = threading.Thread(target=receive, daemon=True, name="naspipe-recv-write-order")
         self._thread.start()
@@ -113,31 +124,49 @@ class ReplicaGroup:
     def announce(self, j: int) -> None:
         """Leader: tell every follower that the next write is subnet ``j``'s."""
         while self._pending and self._pending[0][0].is_completed():
-            self._pending.popleft()[0].wait()
+            work, _, dst = self._pending.popleft()
+            self._waited(work, None, dst)
         for dst, g in self._followers:
             t = torch.tensor([j], dtype=torch.int64, device=self._order_device)
-            self._pending.append((dist.isend(t, dst=dst, group=g), t))
+            try:  # gloo raises here once the follower's connection closed
+                self._pending.append((dist.isend(t, dst=dst, group=g), t, dst))
+            except Exception as e:
+                raise SendFailure(f"stage {self.stage}: announcing subnet {j}'s write to replica rank {dst} failed: "
+                                  f"{type(e).__name__}: {e}", dst) from e
+
+    def _waited(self, work: Any, timeout: float | None, dst: int) -> None:
+        try:
+            work.wait() if timeout is None else work.wait(datetime.timedelta(seconds=timeout))
+        except Exception as e:
+            within = "" if timeout is None else f" within {timeout:g} s"
+            raise SendFailure(f"stage {self.stage}: a write announcement to replica rank {dst} was not sent"
+                              f"{within}: {type(e).__name__}: {e}", dst) from e
 
     def close(self, timeout: float) -> None:
         """Wait for the announcements to be sent and the receiver to end: ``timeout`` seconds in all."""
         deadline = time.monotonic() + timeout
         while self._pending:
-            work = self._pending.popleft()[0]
-            try:
-                work.wait(datetime.timedelta(seconds=max(0.001, deadline - time.monotonic())))
-            except Exception as e:
-                raise TransportError(f"stage {self.stage}: a write announcement was not sent within "
-                                     f"{timeout:g} s: {e}") from e
+            work, _, dst = self._pending.popleft()
+            self._waited(work, max(0.001, deadline - time.monotonic()), dst)
         if self._thread is not None:
             self._thread.join(max(0.0, deadline - time.monotonic()))
             if self._thread.is_alive():
                 raise TransportError(f"stage {self.stage} replica {self.replica}: the write-order receiver "
                                      f"still runs after {timeout:g} s")
 
+    def _exchange_failed(self, e: Exception) -> ExchangeFailure:
+        others = [r for r in self._members if r != self._members[self.replica]]
+        return ExchangeFailure(f"stage {self.stage} replica {self.replica}: the gradient exchange with replica "
+                               f"rank(s) {', '.join(map(str, others))} failed: {type(e).__name__}: {e}",
+                               others[0] if len(others) == 1 else None)
+
     def _gather(self, t: Tensor) -> list[Tensor]:
         out = [torch.empty_like(t) for _ in range(self.replicas)]
-        work = dist.all_gather(out, t, group=self.group, async_op=True)
-        work.wait(self.timeout)
+        try:
+            work = dist.all_gather(out, t, group=self.group, async_op=True)
+            work.wait(self.timeout)
+        except Exception as e:
+            raise self._exchange_failed(e) from e
         return out
 
     def __call__(self, j: int, tensors: Sequence[Tensor | None],
@@ -185,8 +214,11 @@ class ReplicaGroup:
         for k, flat in enumerate(flats):
             size = flat.numel() - (len(shapes) if k == 0 else 0)
             if self.native:
-                work = dist.all_reduce(flat, group=self.group, async_op=True)
-                work.wait(self.timeout)
+                try:
+                    work = dist.all_reduce(flat, group=self.group, async_op=True)
+                    work.wait(self.timeout)
+                except Exception as e:
+                    raise self._exchange_failed(e) from e
                 if k == 0:
                     present = flat[size:].ne(0).tolist()
                 totals.append(flat[:size].div_(self.replicas))
