@@ -50,8 +50,15 @@ def _naspipe(args: list[str], env: dict[str, str], cwd: Path, ok: tuple[int, ...
     return p.stdout
 
 
+def _verify(a: Path, b: Path, capsys, rc: int = 0) -> str:  # noqa: ANN001
+    """``naspipe verify`` in this process: it reads the two run folders only, never the user's module."""
+    capsys.readouterr()
+    assert main(["verify", str(a), str(b)]) == rc
+    return capsys.readouterr().out
+
+
 @pytest.mark.slow
-def test_your_own_supernet_from_a_module_on_pythonpath(tmp_path):
+def test_your_own_supernet_from_a_module_on_pythonpath(tmp_path, capsys):
     user = tmp_path / "mycode"
     user.mkdir()
     shutil.copy(ROOT / "data" / "supernets" / "spos_digits.py", user)
@@ -65,9 +72,9 @@ def test_your_own_supernet_from_a_module_on_pythonpath(tmp_path):
     _naspipe(["train", *common, "--policy", "csp-bw", "--stages", "2", "--jitter-ms", "2", "--out", "bw2"], env,
              tmp_path)
     _naspipe(["train", *common, "--policy", "asp", "--stages", "3", "--out", "asp3"], env, tmp_path)
-    assert _naspipe(["verify", "csp3", "ref"], env, tmp_path).startswith("identical: 12 subnets")
-    assert _naspipe(["verify", "bw2", "ref"], env, tmp_path).startswith("identical: 12 subnets")
-    assert _naspipe(["verify", "asp3", "ref"], env, tmp_path, ok=(1,)).startswith("differ")
+    assert _verify(tmp_path / "csp3", tmp_path / "ref", capsys).startswith("identical: 12 subnets")
+    assert _verify(tmp_path / "bw2", tmp_path / "ref", capsys).startswith("identical: 12 subnets")
+    assert _verify(tmp_path / "asp3", tmp_path / "ref", capsys, rc=1).startswith("differ")
     # torchrun: every rank imports the module itself
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -76,7 +83,7 @@ def test_your_own_supernet_from_a_module_on_pythonpath(tmp_path):
                         "--master-port", str(port), "-m", "naspipe.torchrun", *common, "--out", "torchrun"],
                        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert _naspipe(["verify", "torchrun", "ref"], env, tmp_path).startswith("identical: 12 subnets")
+    assert _verify(tmp_path / "torchrun", tmp_path / "ref", capsys).startswith("identical: 12 subnets")
     _naspipe(["report", "csp3"], env, tmp_path)
     html = (tmp_path / "csp3" / "report.html").read_text()
     assert SPEC in html and "DAG excerpt unavailable" not in html
