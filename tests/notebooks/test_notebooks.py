@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import importlib
 import os
 import re
@@ -51,12 +52,18 @@ _DOTTED = re.compile(r"\b(naspipe(?:\.[A-Za-z_]\w*)+)")
 _WRITTEN = ("runs/", "RUN_DIR/", "OUT/", "docs/figures/")  # what a run writes, not what the repository holds
 
 
+@functools.cache
+def _tracked() -> frozenset[Path]:
+    """The repository's files (``git ls-files``, asked once a process)."""
+    return frozenset(Path(p) for p in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                                                     check=True).stdout.split())
+
+
 def _exists(name: str) -> bool:
     name = name.rstrip(".,:;)")
     if name.startswith(_WRITTEN) or "/" not in name and "." not in name:
         return True
-    tracked = {Path(p) for p in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                                               check=True).stdout.split()}
+    tracked = _tracked()
     if "/" not in name:
         return any(p.name == name for p in tracked)
     for base in (ROOT, NOTEBOOKS):
