@@ -4,9 +4,10 @@ Headless notebook runs (``test_notebooks*.py``) check outputs as data; only a br
 widgets draw, the live monitor moves while training runs, the slider moves the Gantt and the figures render.
 A JupyterLab server (this interpreter's, so its kernel is this environment's) serves copies of
 ``01_quickstart``, ``02_csp_explained``, ``03_reproducibility``, ``04_async_corrections``, ``05_scaling``,
-``07_context_switching`` and ``08_your_own_supernet`` with small parameters;
+``07_context_switching``, ``08_your_own_supernet`` and ``09_trust_your_search`` with small parameters;
 Playwright drives chromium (``executable_path``: Playwright's own browser download is not used) to run all
-cells and checks:
+cells of 01, 02 and 08 (the live ones: a monitor, a slider) and to open 03, 04, 05, 07 and 09 as executed once a
+session for the headless tests (``tests/helpers/runs.py``: every stored figure must draw), and checks:
 
 * every notebook: JupyterLab started with ``make lab``'s settings shows no "Jupyter news" pop-up;
 * 01: the monitor cell holds one widget view, whose Gantt changes while training runs (two samples of its
