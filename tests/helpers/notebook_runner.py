@@ -3,7 +3,7 @@
 ``run_notebook(path, params, timeout)`` executes a copy of the notebook with nbclient in a kernel that runs
 *this* interpreter (``sys.executable -m ipykernel_launcher``, through a throw-away kernelspec), so the
 venv's packages are used whatever kernels are installed. The kernel's environment drops
-``PYTEST_CURRENT_TEST`` and puts the repository root first on ``PYTHONPATH``; widget state is not stored.
+``PYTEST_CURRENT_TEST`` and puts the repository root first on ``PYTHONPATH``; widget state is not stored unless asked.
 
 Parameters: the first code cell tagged ``parameters`` (papermill's convention), else the first code cell,
 holds the defaults; a new cell tagged ``injected-parameters`` is inserted right after it with
@@ -95,10 +95,11 @@ def kernel_env() -> dict[str, str]:
 
 
 def run_notebook(path: str | Path, params: Mapping[str, Any] | None = None, timeout: int = 120,
-                 cwd: str | Path | None = None) -> Any:
+                 cwd: str | Path | None = None, store_widget_state: bool = False) -> Any:
     """Execute the notebook at ``path`` with ``params`` overridden; returns the executed notebook.
 
     ``timeout``: seconds per cell. ``cwd``: the kernel's working directory (default: the notebook's folder).
+    ``store_widget_state``: keep the widgets' state in the notebook's metadata (a browser can then draw them).
     The executed notebook carries ``metadata["naspipe_test"]["seconds"]`` (wall time). Raises
     ``nbclient.exceptions.CellExecutionError`` with the failing cell's traceback.
     """
@@ -107,7 +108,7 @@ def run_notebook(path: str | Path, params: Mapping[str, Any] | None = None, time
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="naspipe-kernel-") as spec_dir:
         client = NotebookClient(nb, kernel_manager_class=_kernel_manager_class(Path(spec_dir)), timeout=timeout,
-                                kernel_name=KERNEL_NAME, store_widget_state=False, allow_errors=False,
+                                kernel_name=KERNEL_NAME, store_widget_state=store_widget_state, allow_errors=False,
                                 shutdown_kernel="immediate",
                                 resources={"metadata": {"path": str(cwd or path.parent)}})
         client.execute(env=kernel_env())

@@ -12,6 +12,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import nbformat
 import pytest
 from filelock import FileLock
 
@@ -45,3 +46,41 @@ def two_thread_runs(tmp_path_factory) -> dict[str, Path]:  # noqa: ANN001
 
     d = _shared(tmp_path_factory, "two_thread_runs", make)
     return {"train2": d / "train2", "ref2": d / "ref2", "ref1": d / "ref1"}
+
+
+# The figure notebooks the headless tests (tests/notebooks) check as data and the browser test
+# (tests/browser) only shows: executed once per session with these parameters, the executed copy read by both.
+FIGURE_NOTEBOOKS = {
+    "03_reproducibility": {"SUBNETS": 6, "STAGE_COUNTS": [1, 2], "REPEATS": 2, "JITTER_MS": [2.0],
+                           "HAZARD_STAGES": 2},
+    "04_async_corrections": {"SUBNETS": 12, "EVAL_SUBNETS": 3, "STAGES": 2},
+    "05_scaling": {"KS": [12, 48], "STAGES": [4, 8], "SUBNETS": 30},  # 8 curves + the paper: 9 legend entries
+    "07_context_switching": {"SUBNETS": 40, "BUDGETS": ["25%", "10%"], "TREND_KS": [12, 96],
+                             "TREND_SUBNETS": 30},  # 9 table rows
+    "09_trust_your_search": {"SUBNETS": 24, "STAGES": 2, "FLOOR_SEEDS": 1},
+}
+
+
+@pytest.fixture(scope="session")
+def executed_notebook(tmp_path_factory) -> Callable[[str], Path]:  # noqa: ANN001
+    """``executed_notebook("05_scaling")``: the path of ``05_scaling.ipynb`` run headless (outputs kept, widget
+    state stored) with ``FIGURE_NOTEBOOKS``' parameters; what it writes under ``runs/`` beside it."""
+    from tests.helpers.notebook_runner import ROOT, parameter_names, parameters_cell, run_notebook
+
+    def get(stem: str) -> Path:
+        def make(d: Path) -> None:
+            params = dict(FIGURE_NOTEBOOKS[stem])
+            if stem.startswith("09"):
+                params = {"TRUTH": str(ROOT / "data" / "truth" / "digits-truth"),
+                          "SPACE": str(ROOT / "data" / "spaces" / "digits-truth.json"), **params}
+            path = ROOT / "notebooks" / f"{stem}.ipynb"
+            clean = nbformat.read(path, as_version=4)
+            if "OUT" in parameter_names(clean.cells[parameters_cell(clean)].source):
+                params["OUT"] = str(d / "runs")
+            nb = run_notebook(path, params, timeout=240, cwd=d,
+                              store_widget_state=True)
+            nbformat.write(nb, d / f"{stem}.ipynb")
+
+        return _shared(tmp_path_factory, f"notebook_{stem}", make) / f"{stem}.ipynb"
+
+    return get
