@@ -43,6 +43,7 @@ def test_one_replica_is_the_plain_simulation():
     assert one.makespan == plain.makespan and one.extra["exchange_share"] == 0.0
 
 
+@few_plans()  # a slow link against a free one, whichever plan each chooses
 def test_tasks_run_at_the_replica_batch_and_writes_pay_the_exchange():
     stream = UniformStream(K96, 0, 4)
     part = partition(K96, 2)
