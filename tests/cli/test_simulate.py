@@ -17,6 +17,7 @@ from naspipe.sequence import UniformStream, save_sequence
 from naspipe.sim import simulate
 from naspipe.space import preset
 from naspipe.trace import Trace
+from tests.helpers.plans import few_plans
 
 REQUIRED = ("policy", "stages", "subnets", "makespan", "utilization", "lower_bound", "efficiency", "throughput")
 VOLATILE = ("sim_seconds", "decision_us_mean")  # wall-clock measurements
@@ -78,6 +79,7 @@ def test_text_summary(capsys) -> None:
     assert "utilization" in out and "efficiency" in out
 
 
+@few_plans()  # which plan wins is not the point here
 def test_trace_files_and_replay(tmp_path, capsys) -> None:
     sp = preset("naspipe-k12")
     seq = tmp_path / "seq.json"

@@ -19,9 +19,9 @@ import pytest
 
 import naspipe
 from naspipe import runs
+from naspipe.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-c", "import sys; from naspipe.cli import main; sys.exit(main())"]
 
 DEFINITION = textwrap.dedent('''
     import torch
@@ -71,18 +71,18 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
 
 
-def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *argv], env=_env(tmp_path), capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path)
-
-
 @pytest.mark.usefixtures("no_process_left_behind")
-def test_a_main_supernet_trained_from_python_verifies_against_the_commands_reference_of_its_module(tmp_path):
+def test_a_main_supernet_trained_from_python_verifies_against_the_commands_reference_of_its_module(
+        tmp_path, monkeypatch, capsys):
     (tmp_path / "cellmod.py").write_text(DEFINITION)
     (tmp_path / "train_main.py").write_text(SCRIPT)
-    ref = _cli(tmp_path, "reference", "--space", "cellmod:supernet", "--subnets", "12", "--seed", "3",
-               "--out", "ref", "--no-progress")
-    assert ref.returncode == 0, ref.stderr
+    # the command's reference and verify run in this process (cellmod found on sys.path, as on PYTHONPATH);
+    # the script, whose __main__ supernet is the point, runs in a fresh interpreter
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "cellmod", raising=False)
+    assert main(["reference", "--space", "cellmod:supernet", "--subnets", "12", "--seed", "3", "--out", "ref",
+                 "--no-progress"]) == 0
     script = subprocess.run([sys.executable, "train_main.py", "run", "api_ref"], env=_env(tmp_path),
                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert script.returncode == 0, script.stderr
@@ -90,9 +90,11 @@ def test_a_main_supernet_trained_from_python_verifies_against_the_commands_refer
     assert (a["space"], b["space"]) == ("cellnet", "cellmod:supernet")  # two names, one structure
     assert a["structure_sha256"] == b["structure_sha256"] and a["subnets_sha256"] == b["subnets_sha256"]
     for other in ("ref", "api_ref"):
-        done = _cli(tmp_path, "verify", "run", other)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "identical" in done.stdout
+        capsys.readouterr()
+        rc = main(["verify", "run", other])
+        out = capsys.readouterr()
+        assert rc == 0, out.out + out.err
+        assert "identical" in out.out
     assert runs.read_run(tmp_path / "api_ref")["kind"] == "reference"  # naspipe.reference wrote what the command does
     files = [sorted(p.name for p in (tmp_path / d).iterdir()) for d in ("api_ref", "ref")]
     assert files[0] == files[1]

@@ -27,6 +27,13 @@ ROOT = Path(__file__).resolve().parents[2]
 SPACE = str(ROOT / "data" / "spaces" / "digits-truth.json")
 
 
+@pytest.fixture(autouse=True)
+def _fewer_resamples(monkeypatch):  # noqa: ANN001, ANN202
+    """200 bootstrap resamples, not 1000: the tests check an interval's shape and what holds whatever its width,
+    never its digits (as tests/benchmarks/test_sampler_quality.py does)."""
+    monkeypatch.setattr("naspipe.ranking.stats.RESAMPLES", 200)
+
+
 # ---- statistics on hand-made cases ------------------------------------------------------------------
 def test_tau_and_rho_agree_with_hand_counts_and_scipy():
     x, y = [1, 2, 3, 4, 5], [1, 3, 2, 5, 4]

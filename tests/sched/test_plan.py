@@ -20,6 +20,7 @@ from naspipe.sequence import UniformStream
 from naspipe.sim import SimOptions, choose_plan, simulate
 from naspipe.sim.plan_choice import needs_plan, plan_tries, planned_policy
 from naspipe.space import preset
+from tests.helpers.plans import few_plans
 
 
 def _instance(seed: int = 2, n: int = 30):
@@ -110,6 +111,7 @@ def test_needs_plan_and_bad_options():
         make_scheduler("csp-plan", spec, stream, plan=-2)
 
 
+@few_plans()  # the same choice twice, memory-free, among 8 plans (the 200 are the test above)
 def test_a_memory_aware_default_plans_memory_free_then_runs_its_plan_with_memory():
     from naspipe.sim import MemoryConfig
 

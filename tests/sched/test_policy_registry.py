@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import naspipe
+from naspipe.cli import main
 from naspipe.partition import partition
 from naspipe.runspec import RunSpec
 from naspipe.sched.policies import CSPScheduler, follows_causal_rule, make_scheduler, stage_specs
@@ -94,7 +95,7 @@ def test_a_registered_policy_runs_in_the_simulator_and_keeps_the_causal_rule(use
 
 
 @pytest.mark.slow
-def test_a_user_policy_trains_in_stage_processes_and_verifies_against_the_reference(tmp_path):
+def test_a_user_policy_trains_in_stage_processes_and_verifies_against_the_reference(tmp_path, capsys):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS), str(ROOT)])}
     env.pop("PYTEST_CURRENT_TEST", None)
     env.pop("NASPIPE_POLICY_MODULES", None)
@@ -110,8 +111,11 @@ def test_a_user_policy_trains_in_stage_processes_and_verifies_against_the_refere
     assert "csp-newest" in out
     naspipe_cli("train", *common, "--stages", "3", "--policy", "user_policies:csp-newest", "--jitter-ms", "1",
                 "--no-progress", "--out", "mine")
-    naspipe_cli("reference", *common, "--no-progress", "--out", "ref")
-    assert naspipe_cli("verify", "mine", "ref").startswith("identical: 16 subnets")
+    # the reference and verify hold no user policy: in this process
+    assert main(["reference", *common, "--no-progress", "--out", str(tmp_path / "ref")]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "mine"), str(tmp_path / "ref")]) == 0
+    assert capsys.readouterr().out.startswith("identical: 16 subnets")
     bad = subprocess.run([str(BIN / "naspipe"), "train", *common, "--policy", "nope", "--out", "x"],
                          capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
     assert bad.returncode == 2 and "unknown policy 'nope'" in bad.stderr and not (tmp_path / "x").exists()

@@ -33,6 +33,7 @@ from naspipe.sim.memory import (
     policy_in_flight,
 )
 from naspipe.space import Block, Candidate, SearchSpace, preset
+from tests.helpers.plans import few_plans
 
 MB = 10**6
 
@@ -413,6 +414,7 @@ def test_predictive_moves_no_more_bytes_than_on_demand(args) -> None:
 
 
 # ---- the CLI --------------------------------------------------------------------------------------
+@few_plans()  # which plan wins is not the point here
 def test_cli_memory_json(capsys) -> None:
     rc = main(["simulate", "--space", "naspipe-k48", "--subnets", "40", "--device-memory", "25%", "--json"])
     out = json.loads(capsys.readouterr().out)
@@ -426,6 +428,7 @@ def test_cli_memory_json(capsys) -> None:
     assert plain["hit_rate"] is None and plain["batch_size"] == 32
 
 
+@few_plans()  # which plan wins is not the point here
 def test_cli_memory_text(capsys) -> None:
     assert main(["simulate", "--space", "naspipe-k24", "--subnets", "30", "--device-memory", "8GiB",
                  "--swap", "on-demand", "--bandwidth-h2d", "12GB"]) == 0

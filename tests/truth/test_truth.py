@@ -58,9 +58,10 @@ def test_killed_truth_continues_to_the_same_bits(whole, tmp_path, no_process_lef
     """The build process killed (SIGKILL) partway: its workers die with it, and started again it ends with
     the same table and records as one uninterrupted run; records finished before the kill are not retrained."""
     d = tmp_path / "killed"
-    cmd = [str(BIN / "naspipe"), *_truth(d, "--workers", "2", "--steps", "60")]
-    uninterrupted = tmp_path / "whole60"
-    assert main(_truth(uninterrupted, "--workers", "1", "--steps", "60")) == 0  # in-process: the same bits
+    longer = ("--sample", "4", "--steps", "40")  # 8 records of 40 steps: time to kill the build between them
+    cmd = [str(BIN / "naspipe"), *_truth(d, "--workers", "2", *longer)]
+    uninterrupted = tmp_path / "whole40"
+    assert main(_truth(uninterrupted, "--workers", "1", *longer)) == 0  # in-process: the same bits
     p = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 240
@@ -75,9 +76,9 @@ def test_killed_truth_continues_to_the_same_bits(whole, tmp_path, no_process_lef
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
     before = {q.name: q.stat().st_mtime_ns for q in (d / ENTRIES).glob("*.json")}
-    assert 2 <= len(before) < 12, "the kill came too late to test a resume"
+    assert 2 <= len(before) < 8, "the kill came too late to test a resume"
     assert not (d / TABLE).exists()
-    assert main(_truth(d, "--workers", "2", "--steps", "60")) == 0
+    assert main(_truth(d, "--workers", "2", *longer)) == 0
     assert {q.name: q.stat().st_mtime_ns for q in (d / ENTRIES).glob("*.json") if q.name in before} == before
     assert (d / TABLE).read_bytes() == (uninterrupted / TABLE).read_bytes()
     assert _entries(d).keys() == _entries(uninterrupted).keys()
@@ -155,8 +156,10 @@ def test_standalone_entry_is_a_model_of_only_its_candidates():
             assert moved == (bool(params) and c == arch[b]), (b, c)
 
 
-def test_shipped_truth_is_complete_and_ranks():
+def test_shipped_truth_is_complete_and_ranks(monkeypatch):
     from naspipe.ranking.stats import seed_floor
+
+    monkeypatch.setattr("naspipe.ranking.stats.RESAMPLES", 200)  # the floor's value is not resampled; its interval is
 
     t = load(SHIPPED)
     sp = resolve_space(SPACE)
