@@ -205,7 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from naspipe.runtime.outputs import MergeError, merge_failed, merge_outputs
     from naspipe.runtime.processes.signals import Terminated, terminate_raises
-    from naspipe.runtime.processes.worker import failure_line, run_stage
+    from naspipe.runtime.processes.worker import failure_line, fresh_process, run_stage
+
+    fresh_process()  # this rank's imports are not garbage: its collections walk only what the run makes
     from naspipe.runtime.progress import for_config
 
     if rank == 0 and cfg.progress:

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from naspipe.cli import main
+from naspipe.runtime.processes.launcher import process_context
 from naspipe.runtime.stagerun import StageRun
 from naspipe.runtime.transport.comm import (
     ACTIVATION,
@@ -112,7 +113,7 @@ def test_a_message_that_does_not_match_its_header_is_refused():
 
 
 # ---- through gloo, two processes -------------------------------------------------------------------------
-_G = torch.Generator().manual_seed(0)  # (the spawned processes import this module again: the same tensors)
+_G = torch.Generator().manual_seed(0)  # (the started processes import this module again: the same tensors)
 ACTS = [torch.randn(4, 3, generator=_G) for _ in range(4)] + [
     torch.arange(5), torch.tensor([True, False, True]), torch.randn(2, 2, dtype=torch.float64, generator=_G),
     torch.randn(2, 2, dtype=torch.float64, generator=_G), torch.randn(2, 2, dtype=torch.float64, generator=_G),
@@ -125,7 +126,7 @@ def _wire(t: torch.Tensor | None) -> tuple | None:
     return None if t is None else (str(t.dtype), tuple(t.shape), bytes(_bits(t).tolist()))
 
 
-def _pair(rank: int, port: int, out: mp.Queue) -> None:  # (a spawned process: module level)
+def _pair(rank: int, port: int, out: mp.Queue) -> None:  # (a process of the fork server: module level)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
@@ -152,7 +153,7 @@ def test_messages_of_changing_shapes_and_dtypes_cross_gloo_intact():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
+    ctx = process_context("forkserver")  # the session's fork server: torch is imported there once, not twice here
     out = ctx.Queue()
     procs = [ctx.Process(target=_pair, args=(r, port, out), daemon=True) for r in range(2)]
     for p in procs:

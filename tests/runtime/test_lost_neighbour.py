@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from naspipe.runtime.processes.launcher import process_context
 from naspipe.runtime.processes.worker import PeerLost
 from naspipe.runtime.stagerun import StageRun
 from naspipe.runtime.transport.arrival import Roster
@@ -33,7 +34,7 @@ ROSTER = Roster({0: {"address": "10.0.0.1"}, 1: {"address": "10.0.0.1"}, 2: {"ad
                  3: {"address": "10.0.0.2"}})
 
 
-def _survivor(rank: int, port: int, out: mp.Queue) -> None:  # (a spawned process: module level)
+def _survivor(rank: int, port: int, out: mp.Queue) -> None:  # (a process of the fork server: module level)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     inbox: queue.Queue = queue.Queue()
@@ -60,7 +61,7 @@ def test_a_send_to_a_neighbour_that_went_away_names_it():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
+    ctx = process_context("forkserver")  # the session's fork server: torch is imported there once, not twice here
     out = ctx.Queue()
     procs = [ctx.Process(target=_survivor, args=(r, port, out), daemon=True) for r in range(2)]
     for p in procs:

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from naspipe.runtime.processes.launcher import process_context
 from naspipe.runtime.stagerun import StageRun
 from naspipe.runtime.transport.comm import ChannelFailure
 from naspipe.runtime.transport.replica_group import ReplicaGroup
@@ -27,7 +28,7 @@ from naspipe.runtime.transport.replica_group import ReplicaGroup
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
 
-def _replica(rank: int, port: int, leaves: int, how: str, out: mp.Queue) -> None:  # (spawned: module level)
+def _replica(rank: int, port: int, leaves: int, how: str, out: mp.Queue) -> None:  # (fork server child: module level)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     run = StageRun(stage=0, stages=1, policy="csp", replica=rank, replicas=2)
@@ -70,7 +71,7 @@ def test_a_replica_that_went_away_is_named(how, leaves, kind, peer, said):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
+    ctx = process_context("forkserver")  # the session's fork server: torch is imported there once
     out = ctx.Queue()
     procs = [ctx.Process(target=_replica, args=(r, port, leaves, how, out), daemon=True) for r in range(2)]
     for p in procs:

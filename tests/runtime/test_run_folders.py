@@ -18,9 +18,7 @@ import errno
 import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -151,25 +149,47 @@ def test_demo_refuses_a_train_run_in_its_reference_folder(tmp_path, capsys):
 
 # ---- item 5: one writer per run folder ---------------------------------------------------------------------
 def test_a_second_writer_into_a_running_folder_is_refused_and_changes_nothing(tmp_path, capsys):
+    """The first run goes on in a thread of this process (the lock is per open file, so a second open here is
+    refused as another process's would be): no second interpreter and fork server to start."""
+    import threading
+
+    import psutil
+
+    from naspipe.runtime import TrainConfig, train
+    from naspipe.runtime.processes.launcher import TrainError
+    from tests.helpers.processes import descendants
+
     out = tmp_path / "run"
-    first = subprocess.Popen(  # a slow run: still going while the others try
-        [sys.executable, "-c", "import sys; from naspipe.cli import main; sys.exit(main())", "train", "--space",
-         "tiny-transformer", "--subnets", "2000", "--stages", "2", "--jitter-ms", "40", "--no-progress",
-         "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cfg = TrainConfig.create("tiny-transformer", out, stages=2, subnets=2000, jitter_ms=40.0, progress=False)
+    box: dict = {}
+
+    def first_run() -> None:  # a slow run: still going while the others try
+        try:
+            train(cfg)
+        except BaseException as e:  # noqa: BLE001
+            box["error"] = e
+
+    first = threading.Thread(target=first_run, daemon=True)
+    first.start()
     try:
         deadline = time.monotonic() + 180
         while not ((out / "parts").is_dir() and (out / "run.json").is_file()):
-            assert first.poll() is None and time.monotonic() < deadline, "the first run ended or never started"
+            assert first.is_alive() and time.monotonic() < deadline, f"the first run ended or never started {box}"
             time.sleep(0.2)
-        held = f"output directory {str(out)!r} is in use by another naspipe run (process {first.pid})"
+        held = f"output directory {str(out)!r} is in use by another naspipe run (process {os.getpid()})"
         _refused(capsys, ["train", *TINY, "--stages", "2", "--out", str(out), "--overwrite"], held)
         _refused(capsys, ["reference", *TINY, "--out", str(out), "--overwrite"], held)
-        assert first.poll() is None, "the first run must still be going (else the test proves nothing)"
+        assert first.is_alive(), "the first run must still be going (else the test proves nothing)"
         assert not (out / "status.json").exists()  # nobody wrote the first run's status
         assert runs.read_run(out)["identity"]["subnets"] == 2000  # nor its run.json
-    finally:
-        first.send_signal(signal.SIGINT)
-        first.wait(60)
+    finally:  # end the first run: its stages killed (once started), it fails as such a run does
+        deadline = time.monotonic() + 120
+        while first.is_alive() and len(descendants(psutil.Process())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for p in descendants(psutil.Process()):
+            p.kill()
+        first.join(60)
+    assert not first.is_alive() and isinstance(box.get("error"), TrainError), box
 
 
 def test_a_resume_into_a_folder_another_process_holds_is_refused(tmp_path, capsys):

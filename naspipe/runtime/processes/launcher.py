@@ -57,7 +57,9 @@ class TrainError(RuntimeError):
         self.base = message
 
 
-def _context(method: str) -> Any:
+def process_context(method: str) -> Any:
+    """torch.multiprocessing's context for ``method`` (spawn where the platform has no fork server); the fork
+    server loads torch._dynamo and the stage worker once, for every process it starts (tests use it too)."""
     import torch.multiprocessing as tmp
 
     if method not in tmp.get_all_start_methods():  # e.g. no fork server on Windows
@@ -126,7 +128,7 @@ def _run(config: TrainConfig, port: int | None) -> RunResult:
     checkpoint.verify_resume(config)  # a resumed run: its checkpoint is still there and intact
     checkpoint.prepare_run_dir(config)
     t_start = time.perf_counter()
-    ctx = _context(config.start_method)
+    ctx = process_context(config.start_method)
     port = port or free_port(HOST)
     stages: list[_Stage] = []
     bar = _bar(config)
