@@ -45,8 +45,6 @@ from naspipe.sched.ordered import next_task_writing
 __all__ = ["ReplicaGroup", "ReplicaMismatch", "WriteOrder", "next_task_writing"]
 
 
-@dataclass
-
 class ExchangeFailure(TransportError):
     """The replicas' gradient exchange failed (a replica went away): names the other replica's global rank when
     there is one other (2 replicas), so a lost host on the replica side is named as on the pipeline side."""
@@ -55,6 +53,8 @@ class ExchangeFailure(TransportError):
         super().__init__(text)
         self.peer = peer
 
+
+@dataclass
 class WriteOrder:
     """The leader of a follower's stage started the write of ``subnet``: the follower's next write."""
 
