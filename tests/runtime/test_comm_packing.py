@@ -4,7 +4,6 @@ every transfer's size, payloads arrive bit for bit, and a message whose payload 
 from __future__ import annotations
 
 import queue
-import socket
 
 import pytest
 import torch
@@ -14,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from naspipe.cli import main
-from naspipe.runtime.processes.launcher import process_context
 from naspipe.runtime.stagerun import StageRun
 from naspipe.runtime.transport.comm import (
     ACTIVATION,
@@ -26,6 +24,7 @@ from naspipe.runtime.transport.comm import (
     Packing,
     encode_header,
 )
+from tests.helpers.gloo_pair import run_pair
 
 SHAPES = st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple)
 MESSAGES = st.lists(st.one_of(st.none(), st.tuples(st.sampled_from(DTYPES), SHAPES)), min_size=1, max_size=12)
@@ -150,22 +149,9 @@ def _pair(rank: int, port: int, out: mp.Queue) -> None:  # (a process of the for
 
 
 def test_messages_of_changing_shapes_and_dtypes_cross_gloo_intact():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = process_context("forkserver")  # the session's fork server: torch is imported there once, not twice here
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_pair, args=(r, port, out), daemon=True) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        res = dict(out.get(timeout=120) for _ in procs)
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-    assert [p.exitcode for p in procs] == [0, 0]
+    got, codes = run_pair(_pair, results=2)
+    res = dict(got)
+    assert codes == [0, 0]
     assert res[1] == [(ACTIVATION, j, _wire(t), None) for j, t in enumerate(ACTS)]
     assert res[0] == [(GRADIENT, j, _wire(t), float(j)) for j, t in enumerate(GRADS)]
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 import time
 from pathlib import Path
 
@@ -21,12 +20,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from naspipe.runtime.processes.launcher import process_context
 from naspipe.runtime.processes.worker import PeerLost
 from naspipe.runtime.stagerun import StageRun
 from naspipe.runtime.transport.arrival import Roster
 from naspipe.runtime.transport.comm import Links, SendFailure, TransportError
 from naspipe.torchrun import lost_host
+from tests.helpers.gloo_pair import run_pair
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -58,22 +57,7 @@ def _survivor(rank: int, port: int, out: mp.Queue) -> None:  # (a process of the
 
 
 def test_a_send_to_a_neighbour_that_went_away_names_it():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = process_context("forkserver")  # the session's fork server: torch is imported there once, not twice here
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_survivor, args=(r, port, out), daemon=True) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        kind, peer, text = out.get(timeout=120)
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join(10)
+    [(kind, peer, text)], _ = run_pair(_survivor)
     assert (kind, peer) == ("SendFailure", 1), text
     assert "to stage 1 failed" in text
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 import time
 
 import pytest
@@ -20,10 +19,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from naspipe.runtime.processes.launcher import process_context
 from naspipe.runtime.stagerun import StageRun
 from naspipe.runtime.transport.comm import ChannelFailure
 from naspipe.runtime.transport.replica_group import ReplicaGroup
+from tests.helpers.gloo_pair import run_pair
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -68,21 +67,6 @@ def _replica(rank: int, port: int, leaves: int, how: str, out: mp.Queue) -> None
     ("exchange", 1, "ExchangeFailure", 1, "with replica rank(s) 1 failed"),
 ], ids=["leader-announces", "follower-receives", "gradient-exchange"])
 def test_a_replica_that_went_away_is_named(how, leaves, kind, peer, said):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = process_context("forkserver")  # the session's fork server: torch is imported there once
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_replica, args=(r, port, leaves, how, out), daemon=True) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        got_kind, got_peer, text = out.get(timeout=120)
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join(10)
+    [(got_kind, got_peer, text)], _ = run_pair(_replica, leaves, how)
     assert (got_kind, got_peer) == (kind, peer), text
     assert said in text, text
