@@ -85,7 +85,7 @@ def _peer(e: BaseException) -> int | None:
     return None
 
 
-def _record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) -> None:
+def record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) -> None:
     """Keep what was written, mark the run incomplete: every rank leaves ``error-stage<rank>.txt``; rank 0
     writes ``status.json`` (naming itself only when its failure is not a lost neighbour) and, with
     checkpoints, marks the newest complete one and says how to resume. A rank that lost a neighbour on
@@ -125,33 +125,41 @@ def _record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) -
     if lost is not None:
         write_status(cfg.out, False, f"lost host {lost['host']} (rank(s) {', '.join(map(str, lost['ranks']))}): "
                      f"rank {rank} saw: {e}", lost["neighbour"], checkpoint=saved, lost=lost)
-    elif isinstance(e, Terminated) and not _names_a_lost_host(cfg.out):
-        failed = _failed_ranks(cfg.out, rank)
-        why = f"after rank(s) {', '.join(map(str, failed))} failed (error-stage<rank>.txt)" if failed else \
-            "(torchrun stops every rank when one fails, or the job was cancelled)"
-        write_status(cfg.out, False, f"rank 0 was stopped by SIGTERM {why}", failed[0] if failed else None,
-                     checkpoint=saved)
     elif not _names_a_lost_host(cfg.out):
-        write_status(cfg.out, False, f"stage 0 (rank 0) failed: {type(e).__name__}: {e}", 0 if primary else None,
-                     checkpoint=saved)
+        # rank 0 is stopped by torchrun's SIGTERM or meets the failure first as a broken neighbour (whichever
+        # comes first): either way the rank whose failure was its own is named, when its report is readable
+        failed = [] if primary else failed_ranks(cfg.out, rank)
+        after = f"after rank(s) {', '.join(map(str, failed))} failed (error-stage<rank>.txt)" if failed else ""
+        if isinstance(e, Terminated):
+            why = "rank 0 was stopped by SIGTERM " + (
+                after or "(torchrun stops every rank when one fails, or the job was cancelled)")
+        else:
+            why = f"stage 0 (rank 0) failed{' ' + after if after else ''}: {type(e).__name__}: {e}"
+        write_status(cfg.out, False, why, 0 if primary else (failed[0] if failed else None), checkpoint=saved)
 
 
-def _failed_ranks(out: Any, me: int) -> list[int]:
+def failed_ranks(out: Any, me: int, wait_s: float = 3.0) -> list[int]:
     """The other ranks whose ``error-stage<rank>.txt`` (the run folder is shared) holds a failure of their own:
-    not a SIGTERM from torchrun, not a lost neighbour or a broken transport (what another's failure causes)."""
+    not a SIGTERM from torchrun, not a lost neighbour or a broken transport (what another's failure causes).
+    Waits up to ``wait_s`` for one to appear: the failing rank's connections can close before its report is
+    written (where the run folder is not shared, none ever appears and the failure is not named)."""
     from naspipe.runtime.processes.worker import consequence_names
 
     not_own = consequence_names() | {"Terminated"}
-    ranks = []
-    for p in out.glob("error-stage*.txt"):
-        tail = p.stem.removeprefix("error-stage")
-        try:
-            first = p.read_text().partition("\n")[0]
-        except OSError:
-            continue
-        if tail.isdigit() and int(tail) != me and first.split(":")[0].split(" ")[0] not in not_own:
-            ranks.append(int(tail))
-    return sorted(ranks)
+    deadline = time.monotonic() + wait_s
+    while True:
+        ranks = []
+        for p in out.glob("error-stage*.txt"):
+            tail = p.stem.removeprefix("error-stage")
+            try:
+                first = p.read_text().partition("\n")[0]
+            except OSError:
+                continue
+            if tail.isdigit() and int(tail) != me and first.split(":")[0].split(" ")[0] not in not_own:
+                ranks.append(int(tail))
+        if ranks or time.monotonic() >= deadline:
+            return sorted(ranks)
+        time.sleep(0.1)
 
 
 def _names_a_lost_host(out: Any) -> bool:
@@ -204,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_status(cfg.out, False, f"the ranks did not meet: {e}")
         return 2
     from naspipe.runtime.outputs import MergeError, merge_failed, merge_outputs
-    from naspipe.runtime.processes.signals import Terminated, terminate_raises
+    from naspipe.runtime.processes.signals import Terminated, deferred, terminate_raises
     from naspipe.runtime.processes.worker import failure_line, fresh_process, run_stage
 
     fresh_process()  # this rank's imports are not garbage: its collections walk only what the run makes
@@ -230,7 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_stage(rank, world, cfg, bar, local_rank=local_rank, after_barrier=merge)
     except (Exception, SystemExit, KeyboardInterrupt, Terminated) as e:  # noqa: BLE001 - one line (sys.exit in
         bar.close()  # user code too); torchrun reports the failed rank and stops the others
-        _record_failure(cfg, rank, e, roster)
+        with deferred():  # torchrun's SIGTERM, arriving while this rank writes how it ended, waits for it
+            record_failure(cfg, rank, e, roster)
         print(f"naspipe: error: stage {rank} (rank {rank}) failed: {failure_line(e)}", file=sys.stderr)
         return 1
     bar.close()

@@ -10,21 +10,25 @@ either into the lost host.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from naspipe.runtime.processes.signals import Terminated
 from naspipe.runtime.processes.worker import PeerLost
 from naspipe.runtime.stagerun import StageRun
 from naspipe.runtime.transport.arrival import Roster
 from naspipe.runtime.transport.comm import Links, SendFailure, TransportError
-from naspipe.torchrun import lost_host
+from naspipe.torchrun import failed_ranks, lost_host, record_failure
 from tests.helpers.gloo_pair import run_pair
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
@@ -85,3 +89,27 @@ def test_a_neighbour_that_recorded_its_own_error_or_a_send_that_timed_out_is_no_
     (tmp_path / "error-stage2.txt").write_text("InjectedFault: injected\n")
     assert lost_host(1, SendFailure("to stage 2", 2), ROSTER, tmp_path) is None
     assert lost_host(1, TransportError("a send to rank 2 did not complete within 30 s"), ROSTER, tmp_path / "x") is None
+
+
+@pytest.mark.parametrize("ending,starts", [
+    (Terminated("terminated by SIGTERM"), "rank 0 was stopped by SIGTERM after rank(s) 2 failed"),
+    (PeerLost("stage 0: receiving gradients from stage 1 failed", 1), "stage 0 (rank 0) failed after rank(s) 2 failed"),
+], ids=["sigterm", "neighbour-first"])
+def test_rank_0_names_the_rank_whose_failure_was_its_own_however_it_met_it(ending, starts, tmp_path: Path):
+    """Rank 2 (host b) fails; rank 1 then loses it; rank 0 is stopped by torchrun or meets rank 1's end first
+    (a race under load, seen in a fresh-clone run): either way ``status.json`` names rank 2, not rank 1."""
+    (tmp_path / "error-stage1.txt").write_text("PeerLost: stage 1: receiving gradients from stage 2 failed\n")
+    (tmp_path / "error-stage2.txt").write_text("InjectedFault: injected at subnet 5\n")
+    record_failure(SimpleNamespace(out=tmp_path, checkpoint_every=0, fault=None), 0, ending, ROSTER)
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["rank"] == 2 and status["error"].startswith(starts) and "lost" not in status, status
+
+
+def test_rank_0_waits_briefly_for_the_failing_rank_s_report(tmp_path: Path):
+    (tmp_path / "error-stage1.txt").write_text("PeerLost: stage 1: receiving gradients from stage 2 failed\n")
+    late = threading.Timer(0.5, lambda: (tmp_path / "error-stage2.txt").write_text("InjectedFault: injected\n"))
+    late.start()
+    t0 = time.monotonic()
+    assert failed_ranks(tmp_path, 0) == [2] and time.monotonic() - t0 < 2.5
+    late.join()
+    assert failed_ranks(tmp_path / "none", 0, wait_s=0.2) == []  # no shared folder: nothing named, no hang

@@ -135,10 +135,12 @@ def test_a_rank_that_fails_on_another_host_is_not_a_lost_host(hosts, tmp_path, c
     lines = plan_lines(capsys, "--ifname", IFACE, "--", *COMMON, "--fault", "raise:2:5", "--out", str(run))
     assert all(c != 0 for c in run_nodes(hosts, lines, tmp_path / "logs", 240)), _tail(tmp_path / "logs")
     assert "InjectedFault" in (run / "error-stage2.txt").read_text()
-    # rank 0, stopped by torchrun's SIGTERM, still says how the run ended and which rank failed (no lost host)
+    # rank 0, stopped by torchrun's SIGTERM or meeting rank 1's end first (whichever wins the race), still says
+    # how the run ended and which rank failed (no lost host)
     status = json.loads((run / "status.json").read_text())
     assert status["complete"] is False and "lost" not in status and status["rank"] == 2, status
-    assert status["error"].startswith("rank 0 was stopped by SIGTERM after rank(s) 2 failed"), status
+    assert status["error"].startswith(("rank 0 was stopped by SIGTERM after rank(s) 2 failed",
+                                       "stage 0 (rank 0) failed after rank(s) 2 failed")), status
     assert not any("lost host" in e for e in _errors(tmp_path / "logs"))
 
 
