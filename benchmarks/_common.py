@@ -23,10 +23,22 @@ if str(ROOT) not in sys.path:  # run as `python benchmarks/X.py`: use this check
     sys.path.insert(0, str(ROOT))
 
 
+def _cpu_model() -> str | None:
+    """The CPU's model name (speeds, and bits, differ between kinds of CPU: docs/reproducibility.md)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() == "model name":
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def environment() -> dict[str, Any]:
     """Where the numbers were measured; a high load average means wall-clock numbers are inflated."""
-    return {"python": platform.python_version(), "machine": platform.machine(), "system": platform.system(),
-            "cpus": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2),
+    return {"python": platform.python_version(), "machine": platform.machine(), "cpu": _cpu_model(),
+            "system": platform.system(), "cpus": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2),
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 

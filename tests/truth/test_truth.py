@@ -20,6 +20,7 @@ from naspipe.space import resolve_space
 from naspipe.truth import load
 from naspipe.truth.records import ENTRIES, TABLE, choose_archs, entry_name, space_size
 from naspipe.truth.standalone import train_entry
+from tests.helpers.per_cpu import EARLIER, cpu_key, same_cpu
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -172,14 +173,24 @@ def test_shipped_truth_is_complete_and_ranks(monkeypatch):
 
 
 def test_shipped_truth_recheck_three_random_entries():
-    """Three random entries of the committed truth, trained again here, match their records bit for bit."""
+    """Three random entries of the committed truth, trained again here, match their records bit for bit on the
+    kind of CPU that built it; on another (tests/helpers/per_cpu.py) the same held-out accuracy within one
+    image and losses within float rounding (measured on an AMD EPYC: accuracy equal, losses within 6e-6)."""
     t = load(SHIPPED)
     sp = resolve_space(SPACE)
-    rng = random.Random()
+    seed_of_choice = random.randrange(2**32)
+    rng = random.Random(seed_of_choice)
+    bitwise = same_cpu(EARLIER)  # (the shipped truth was built there)
     for _ in range(3):
         arch, seed = rng.choice(t.archs), rng.choice(t.settings.seeds)
+        where = (arch, seed, f"random.Random({seed_of_choice})", cpu_key())
         rec = json.loads((SHIPPED / ENTRIES / entry_name(arch, seed)).read_text())
         again = train_entry(sp, arch, seed, t.settings.steps, t.settings.optimizer, t.settings.lr)
-        for k in ("accuracy", "loss", "train_loss", "params_sha256"):
-            assert again[k] == rec[k], (arch, seed, k)
+        if bitwise:
+            for k in ("accuracy", "loss", "train_loss", "params_sha256"):
+                assert again[k] == rec[k], (*where, k)
+        else:
+            assert again["accuracy"] == pytest.approx(rec["accuracy"], abs=1 / 359), where
+            for k in ("loss", "train_loss"):
+                assert again[k] == pytest.approx(rec[k], rel=1e-4), (*where, k)
         assert t.accuracy[arch][t.settings.seeds.index(seed)] == rec["accuracy"]
