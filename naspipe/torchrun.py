@@ -129,6 +129,8 @@ def record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) ->
         # rank 0 is stopped by torchrun's SIGTERM or meets the failure first as a broken neighbour (whichever
         # comes first): either way the rank whose failure was its own is named, when its report is readable
         failed = [] if primary else failed_ranks(cfg.out, rank)
+        if _names_a_lost_host(cfg.out):  # another rank named a lost host while this one waited: that stands
+            return
         after = f"after rank(s) {', '.join(map(str, failed))} failed (error-stage<rank>.txt)" if failed else ""
         if isinstance(e, Terminated):
             why = "rank 0 was stopped by SIGTERM " + (
@@ -141,8 +143,9 @@ def record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) ->
 def failed_ranks(out: Any, me: int, wait_s: float = 3.0) -> list[int]:
     """The other ranks whose ``error-stage<rank>.txt`` (the run folder is shared) holds a failure of their own:
     not a SIGTERM from torchrun, not a lost neighbour or a broken transport (what another's failure causes).
-    Waits up to ``wait_s`` for one to appear: the failing rank's connections can close before its report is
-    written (where the run folder is not shared, none ever appears and the failure is not named)."""
+    Waits up to ``wait_s`` for one to appear, or until another rank has named a lost host: the failing rank's
+    connections can close before its report is written (where the run folder is not shared, none ever appears
+    and the failure is not named)."""
     from naspipe.runtime.processes.worker import consequence_names
 
     not_own = consequence_names() | {"Terminated"}
@@ -157,7 +160,7 @@ def failed_ranks(out: Any, me: int, wait_s: float = 3.0) -> list[int]:
                 continue
             if tail.isdigit() and int(tail) != me and first.split(":")[0].split(" ")[0] not in not_own:
                 ranks.append(int(tail))
-        if ranks or time.monotonic() >= deadline:
+        if ranks or time.monotonic() >= deadline or _names_a_lost_host(out):
             return sorted(ranks)
         time.sleep(0.1)
 

@@ -113,3 +113,18 @@ def test_rank_0_waits_briefly_for_the_failing_rank_s_report(tmp_path: Path):
     assert failed_ranks(tmp_path, 0) == [2] and time.monotonic() - t0 < 2.5
     late.join()
     assert failed_ranks(tmp_path / "none", 0, wait_s=0.2) == []  # no shared folder: nothing named, no hang
+
+
+def test_rank_0_leaves_a_lost_host_named_by_another_rank_while_it_waited(tmp_path: Path):
+    """Host b is lost: rank 1 names it while rank 0, stopped by SIGTERM, waits for a report of an own failure
+    (none comes: a killed host writes nothing); rank 0 stops waiting and keeps rank 1's status.json."""
+    (tmp_path / "error-stage1.txt").write_text("PeerLost: stage 1: receiving gradients from stage 2 failed\n")
+    lost = {"complete": False, "error": "lost host 10.0.0.2 (rank(s) 2, 3)", "rank": 2,
+            "lost": {"ranks": [2, 3], "host": "10.0.0.2", "neighbour": 2}}
+    named = threading.Timer(0.5, lambda: (tmp_path / "status.json").write_text(json.dumps(lost)))
+    named.start()
+    t0 = time.monotonic()
+    record_failure(SimpleNamespace(out=tmp_path, checkpoint_every=0, fault=None), 0, Terminated("SIGTERM"), ROSTER)
+    named.join()
+    assert time.monotonic() - t0 < 2.5
+    assert json.loads((tmp_path / "status.json").read_text()) == lost
