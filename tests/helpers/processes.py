@@ -1,6 +1,11 @@
-"""Which processes a test session started and left alive: the checks behind ``no_process_left_behind``."""
+"""Which processes a test session started and left alive: the checks behind ``no_process_left_behind``; and a
+run going on in a thread of the test process, for tests that act on it while it trains."""
 
 from __future__ import annotations
+
+import threading
+import time
+from typing import Any
 
 import psutil
 
@@ -31,3 +36,22 @@ def descendants(parent: psutil.Process) -> list[psutil.Process]:
 
 def leftovers() -> list[psutil.Process]:
     return descendants(psutil.Process())
+
+
+def train_in_thread(cfg: Any) -> tuple[threading.Thread, dict]:
+    """``naspipe.runtime.train(cfg)`` in a daemon thread; the box gets ``result`` or ``error``, then ``end``
+    (its ``time.monotonic()``)."""
+    from naspipe.runtime import train
+
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["result"] = train(cfg)
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            box["error"] = e
+        box["end"] = time.monotonic()
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t, box

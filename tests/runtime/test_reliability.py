@@ -15,16 +15,15 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from naspipe.runtime import TrainConfig, train
+from naspipe.runtime import TrainConfig
 from naspipe.runtime.checkpoint import newest_complete, root_of
-from tests.helpers.processes import alive, descendants
+from tests.helpers.processes import alive, descendants, train_in_thread
 
 BIN = Path(sys.executable).parent
 
@@ -39,28 +38,13 @@ def _lines(path: Path) -> int:
         return 0
 
 
-def _run_in_thread(cfg: TrainConfig) -> tuple[threading.Thread, dict]:
-    box: dict = {}
-
-    def target() -> None:
-        try:
-            box["result"] = train(cfg)
-        except BaseException as e:  # noqa: BLE001
-            box["error"] = e
-        box["end"] = time.monotonic()
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    return t, box
-
-
 @pytest.mark.parametrize("checkpoints", [False, True])
 def test_sigkill_of_a_random_stage_mid_run_ends_the_run_naming_it(tmp_path, checkpoints):
     stages = 3
     cfg = TrainConfig.create("digits-cnn", tmp_path / "run", stages=stages, subnets=400, jitter_ms=3.0,
                              progress=False, timeout=60, checkpoint_every=20 if checkpoints else None)
     me = psutil.Process()
-    t, box = _run_in_thread(cfg)
+    t, box = train_in_thread(cfg)
     deadline = time.monotonic() + 120
     want = 60 if checkpoints else 20  # trace lines: mid-run (and, with checkpoints, past the first one)
     while _lines(cfg.out / "events.jsonl") < want and "error" not in box and time.monotonic() < deadline:
@@ -119,20 +103,11 @@ def test_a_killed_launcher_leaves_no_stage_behind(tmp_path):
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="stopped processes are seen through /proc")
 @pytest.mark.parametrize("victim", [0, 2])
 def test_a_stopped_stage_is_named_not_the_peers_that_timed_out(tmp_path, victim):
-    from naspipe.runtime import TrainConfig, train
+    from naspipe.runtime import TrainConfig
 
     cfg = TrainConfig.create("digits-cnn", tmp_path / "run", stages=3, subnets=400, jitter_ms=3.0, progress=False,
                              timeout=5.0)
-    box: dict = {}
-
-    def target() -> None:
-        try:
-            train(cfg)
-        except BaseException as e:  # noqa: BLE001
-            box["error"] = e
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
+    t, box = train_in_thread(cfg)
     deadline = time.monotonic() + 120
     while not (cfg.out / "events.jsonl").exists() or len((cfg.out / "events.jsonl").read_bytes().splitlines()) < 20:
         assert time.monotonic() < deadline and t.is_alive()

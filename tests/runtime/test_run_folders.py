@@ -151,26 +151,15 @@ def test_demo_refuses_a_train_run_in_its_reference_folder(tmp_path, capsys):
 def test_a_second_writer_into_a_running_folder_is_refused_and_changes_nothing(tmp_path, capsys):
     """The first run goes on in a thread of this process (the lock is per open file, so a second open here is
     refused as another process's would be): no second interpreter and fork server to start."""
-    import threading
-
     import psutil
 
-    from naspipe.runtime import TrainConfig, train
+    from naspipe.runtime import TrainConfig
     from naspipe.runtime.processes.launcher import TrainError
-    from tests.helpers.processes import descendants
+    from tests.helpers.processes import descendants, train_in_thread
 
     out = tmp_path / "run"
     cfg = TrainConfig.create("tiny-transformer", out, stages=2, subnets=2000, jitter_ms=40.0, progress=False)
-    box: dict = {}
-
-    def first_run() -> None:  # a slow run: still going while the others try
-        try:
-            train(cfg)
-        except BaseException as e:  # noqa: BLE001
-            box["error"] = e
-
-    first = threading.Thread(target=first_run, daemon=True)
-    first.start()
+    first, box = train_in_thread(cfg)  # a slow run: still going while the others try
     try:
         deadline = time.monotonic() + 180
         while not ((out / "parts").is_dir() and (out / "run.json").is_file()):
