@@ -5,7 +5,8 @@ replicas talk too: the leader announces each write to its followers and the repl
 Those errors named no rank, so a host lost on the replica side was reported as a bare transport error. Here a
 real gloo pair (one stage, two replicas) loses one replica; the other names its global rank whichever way it
 meets the loss: the leader's announcement (``SendFailure``), the follower's write-order receiver
-(``ChannelFailure`` -> ``PeerLost``) or the gradient exchange (``ExchangeFailure``).
+(``ChannelFailure`` -> ``PeerLost``) or the gradient exchange (``ExchangeFailure``). A replica that is only
+slow (the exchange outlasts its timeout) is named by nobody: slow or hung is not lost.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ def _replica(rank: int, port: int, leaves: int, how: str, out: mp.Queue) -> None
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     run = StageRun(stage=0, stages=1, policy="csp", replica=rank, replicas=2)
-    group = ReplicaGroup(run, 30.0)
+    group = ReplicaGroup(run, 2.0 if how == "exchange-slow" else 30.0)
     inbox: queue.Queue = queue.Queue()
     group.start(100, inbox)
     group(0, [torch.ones(3)])  # one exchange that works: both replicas are up
-    if rank == leaves:  # this replica's host goes away at once
+    if rank == leaves:  # this replica's host goes away at once (or, slow, is still there but does not answer)
+        time.sleep(6 if how == "exchange-slow" else 0)
         os._exit(0)
     try:
         deadline = time.monotonic() + 30
@@ -43,7 +45,7 @@ def _replica(rank: int, port: int, leaves: int, how: str, out: mp.Queue) -> None
         while time.monotonic() < deadline:
             if how == "announce":
                 group.announce(j)
-            elif how == "exchange":
+            elif how in ("exchange", "exchange-slow"):
                 group(j, [torch.ones(3)])
             else:  # "receive": the follower's receiver thread reports the loss into the inbox
                 item = inbox.get(timeout=30)
@@ -65,7 +67,8 @@ def _replica(rank: int, port: int, leaves: int, how: str, out: mp.Queue) -> None
     ("announce", 1, "SendFailure", 1, "to replica rank 1"),
     ("receive", 0, "ChannelFailure", 0, "from rank 0"),
     ("exchange", 1, "ExchangeFailure", 1, "with replica rank(s) 1 failed"),
-], ids=["leader-announces", "follower-receives", "gradient-exchange"])
+    ("exchange-slow", 1, "TransportError", None, "with replica rank(s) 1 did not complete within 2 s"),
+], ids=["leader-announces", "follower-receives", "gradient-exchange", "slow-exchange-names-nobody"])
 def test_a_replica_that_went_away_is_named(how, leaves, kind, peer, said):
     [(got_kind, got_peer, text)], _ = run_pair(_replica, leaves, how)
     assert (got_kind, got_peer) == (kind, peer), text

@@ -135,12 +135,16 @@ class ReplicaGroup:
                                   f"{type(e).__name__}: {e}", dst) from e
 
     def _waited(self, work: Any, timeout: float | None, dst: int) -> None:
+        """A completed announcement's failure names its follower; one that did not complete within ``timeout``
+        names nobody (slow or hung is not lost, as ``comm.Links.flush``)."""
         try:
             work.wait() if timeout is None else work.wait(datetime.timedelta(seconds=timeout))
         except Exception as e:
-            within = "" if timeout is None else f" within {timeout:g} s"
-            raise SendFailure(f"stage {self.stage}: a write announcement to replica rank {dst} was not sent"
-                              f"{within}: {type(e).__name__}: {e}", dst) from e
+            if timeout is None:
+                raise SendFailure(f"stage {self.stage}: a write announcement to replica rank {dst} was not sent: "
+                                  f"{type(e).__name__}: {e}", dst) from e
+            raise TransportError(f"stage {self.stage}: a write announcement to replica rank {dst} was not sent "
+                                 f"within {timeout:g} s: {type(e).__name__}: {e}") from e
 
     def close(self, timeout: float) -> None:
         """Wait for the announcements to be sent and the receiver to end: ``timeout`` seconds in all."""
@@ -154,19 +158,26 @@ class ReplicaGroup:
                 raise TransportError(f"stage {self.stage} replica {self.replica}: the write-order receiver "
                                      f"still runs after {timeout:g} s")
 
-    def _exchange_failed(self, e: Exception) -> ExchangeFailure:
-        others = [r for r in self._members if r != self._members[self.replica]]
-        return ExchangeFailure(f"stage {self.stage} replica {self.replica}: the gradient exchange with replica "
-                               f"rank(s) {', '.join(map(str, others))} failed: {type(e).__name__}: {e}",
-                               others[0] if len(others) == 1 else None)
+    def _exchange(self, start: Any) -> None:
+        """Run one collective of the gradient exchange (``start()`` returns its work) and wait for it. One that
+        fails before the timeout (a replica's connection closed) names the other replica; one that outlasts
+        it names nobody (slow or hung is not lost, as ``comm.Links.flush``)."""
+        t0 = time.monotonic()
+        try:
+            start().wait(self.timeout)
+        except Exception as e:
+            others = [r for r in self._members if r != self._members[self.replica]]
+            what = (f"stage {self.stage} replica {self.replica}: the gradient exchange with replica rank(s) "
+                    f"{', '.join(map(str, others))}")
+            if time.monotonic() - t0 >= 0.9 * self.timeout.total_seconds():
+                raise TransportError(f"{what} did not complete within {self.timeout.total_seconds():g} s: "
+                                     f"{type(e).__name__}: {e}") from e
+            raise ExchangeFailure(f"{what} failed: {type(e).__name__}: {e}",
+                                  others[0] if len(others) == 1 else None) from e
 
     def _gather(self, t: Tensor) -> list[Tensor]:
         out = [torch.empty_like(t) for _ in range(self.replicas)]
-        try:
-            work = dist.all_gather(out, t, group=self.group, async_op=True)
-            work.wait(self.timeout)
-        except Exception as e:
-            raise self._exchange_failed(e) from e
+        self._exchange(lambda: dist.all_gather(out, t, group=self.group, async_op=True))
         return out
 
     def __call__(self, j: int, tensors: Sequence[Tensor | None],
@@ -214,11 +225,7 @@ class ReplicaGroup:
         for k, flat in enumerate(flats):
             size = flat.numel() - (len(shapes) if k == 0 else 0)
             if self.native:
-                try:
-                    work = dist.all_reduce(flat, group=self.group, async_op=True)
-                    work.wait(self.timeout)
-                except Exception as e:
-                    raise self._exchange_failed(e) from e
+                self._exchange(lambda flat=flat: dist.all_reduce(flat, group=self.group, async_op=True))
                 if k == 0:
                     present = flat[size:].ne(0).tolist()
                 totals.append(flat[:size].div_(self.replicas))
