@@ -33,7 +33,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -44,6 +43,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from naspipe.runtime.transport.ports import free_port
 from tests.helpers.notebook_runner import PLOTLY_MIME, ROOT, inject_parameters, kernel_env, output_mime_types
 from tests.helpers.processes import leftovers
 
@@ -58,12 +58,6 @@ PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in front (Jupyte
 if CHROMIUM is None and not os.environ.get("CI"):
     pytest.skip("chromium is not installed (make chromium installs Debian's)", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _prepare(root: Path) -> None:
@@ -90,7 +84,7 @@ def lab(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     root = tmp_path_factory.mktemp("lab") / "notebooks"
     root.mkdir()
     _prepare(root)
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     aside = root.parent  # server state and log, outside the notebooks folder
     env = {**kernel_env(), "JUPYTERLAB_SETTINGS_DIR": str(aside / ".settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(aside / ".workspaces"), "JUPYTER_RUNTIME_DIR": str(aside / ".runtime"),

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from naspipe.cli import main
+from naspipe.runtime.transport.ports import free_port
 from naspipe.trace import Trace
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
@@ -247,9 +248,7 @@ def test_a_crashed_stage_exits_1_naming_the_rank(tmp_path, capsys):
 
 def test_torchrun_entry_point_matches_the_reference(tmp_path):
     run, ref = tmp_path / "run", tmp_path / "ref"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # (below the ephemeral range: naspipe.runtime.transport.ports)
     common = ["--space", "digits-cnn", "--subnets", "12", "--shared-layers", "serial"]
     p = subprocess.run([str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
                         "--master-port", str(port), "-m", "naspipe.torchrun", *common, "--out", str(run),

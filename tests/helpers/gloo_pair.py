@@ -7,18 +7,16 @@ most); both processes are joined, or killed, before it returns.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from typing import Any
 
 from naspipe.runtime.processes.launcher import process_context
+from naspipe.runtime.transport.ports import free_port
 
 
 def run_pair(target: Callable[..., None], *args: Any, results: int = 1) -> tuple[list[Any], list[int | None]]:
     """``(what the pair reported, their exit codes)``."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # (below the ephemeral range: naspipe.runtime.transport.ports)
     ctx = process_context("forkserver")
     out = ctx.Queue()
     procs = [ctx.Process(target=target, args=(r, port, *args, out), daemon=True) for r in range(2)]

@@ -10,6 +10,7 @@ import torch
 from naspipe.cli import main
 from naspipe.models.shards import combine, shard, shard_batch
 from naspipe.reference import train_reference
+from naspipe.runtime.transport.ports import free_port
 from naspipe.sequence import UniformStream
 from naspipe.shared import SharedLayers
 from naspipe.space import resolve_space
@@ -154,15 +155,12 @@ def test_replicas_checkpoint_die_and_resume_to_the_reference(tmp_path, capsys):
 
 @pytest.mark.usefixtures("no_process_left_behind")
 def test_torchrun_world_is_stages_times_replicas(tmp_path):
-    import socket
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # (below the ephemeral range: naspipe.runtime.transport.ports)
     common = ["--space", "tiny-transformer", "--subnets", "6", "--replicas", "2"]
     run, ref = tmp_path / "run", tmp_path / "ref"
     p = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", "4", "--master-addr",

@@ -32,6 +32,7 @@ from naspipe.cli import main
 from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.checkpoint import newest_complete, root_of
 from naspipe.runtime.processes.launcher import TrainError
+from naspipe.runtime.transport.ports import free_port
 from tests.helpers.processes import alive, descendants
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
@@ -184,11 +185,8 @@ def test_the_resume_hint_is_a_command_that_works_and_the_error_file_leads_with_i
 ], ids=["stray-thread", "sys-exit"])
 def test_under_torchrun_a_stray_thread_or_sys_exit_in_user_code_neither_hangs_nor_passes(tmp_path, function, rc,
                                                                                           said):
-    import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # (below the ephemeral range: naspipe.runtime.transport.ports)
     out = tmp_path / "run"
     proc = subprocess.Popen([str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
                              "--master-port", str(port), "-m", "naspipe.torchrun", "--space",

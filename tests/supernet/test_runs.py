@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from naspipe.cli import main
+from naspipe.runtime.transport.ports import free_port
 from tests.helpers.per_cpu import AMD_EPYC_AVX2, EARLIER, cpu_key, for_this_cpu
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
@@ -86,9 +86,7 @@ def test_your_own_supernet_from_a_module_on_pythonpath(tmp_path, capsys):
     assert _verify(tmp_path / "bw2", tmp_path / "ref", capsys).startswith("identical: 12 subnets")
     assert _verify(tmp_path / "asp3", tmp_path / "ref", capsys, rc=1).startswith("differ")
     # torchrun: every rank imports the module itself
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # (below the ephemeral range: naspipe.runtime.transport.ports)
     p = subprocess.run([str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
                         "--master-port", str(port), "-m", "naspipe.torchrun", *common, "--out", "torchrun"],
                        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
