@@ -240,8 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with terminate_raises():
             run_stage(rank, world, cfg, bar, local_rank=local_rank, after_barrier=merge)
     except (Exception, SystemExit, KeyboardInterrupt, Terminated) as e:  # noqa: BLE001 - one line (sys.exit in
-        bar.close()  # user code too); torchrun reports the failed rank and stops the others
-        with deferred():  # torchrun's SIGTERM, arriving while this rank writes how it ended, waits for it
+        with deferred():  # (user code too); torchrun's SIGTERM, arriving while this rank writes how it ended,
+            bar.close()  # waits for it (a Ctrl-C too: the run is ending anyway)
             record_failure(cfg, rank, e, roster)
         print(f"naspipe: error: stage {rank} (rank {rank}) failed: {failure_line(e)}", file=sys.stderr)
         return 1
