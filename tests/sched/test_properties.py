@@ -30,10 +30,10 @@ from naspipe.shared import parse_shared
 from naspipe.sim import SimOptions, simulate
 from naspipe.space import Block, Candidate, SearchSpace
 from naspipe.trace import Trace, check_causal
+from tests.helpers.plans import few_plans
 
 EPS = 1e-9
 CAUSAL = ("csp", "sequential", "csp-bw", "csp-chain", "csp-cp", "csp-plan:plan=5,eps=0.5")
-PLANS_HERE = 8  # plans a bare csp-plan chooses among in these properties (see the first property)
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # ---- recording: which subnets a window handed out, and when it moved --------------------------------
@@ -255,9 +255,9 @@ def check_backward_first(sc: Scenario, ev: dict, hop: float) -> None:
 @given(sc=scenarios())
 def test_every_policy_completes_in_data_order_within_its_window(policy: str, sc: Scenario) -> None:
     # bare csp-plan first simulates up to MAX_PLANS (200) plans of each example's few subnets to choose one; the
-    # properties hold for whichever plan is chosen, so a choice among PLANS_HERE plans checks the same (the
+    # properties hold for whichever plan is chosen, so a choice among few_plans()'s 8 plans checks the same (the
     # choice itself is tested in test_plan.py, any plan number in the causal property below) at 1/25 the cost
-    with mock.patch("naspipe.sim.plan_choice.MAX_PLANS", PLANS_HERE):
+    with few_plans():
         part, r = sc.run(policy)
     split = r.schedulers[0].write_kind == "W"
     write = "W" if split else "B"
