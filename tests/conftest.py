@@ -8,6 +8,7 @@ first on ``sys.path`` so the user modules there are found by name, as a user's w
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,14 @@ pytest_plugins = ["tests.helpers.runs"]  # trained runs shared by several module
 HELPERS = Path(__file__).resolve().parent / "helpers"
 if str(HELPERS) not in sys.path:
     sys.path.insert(0, str(HELPERS))
+
+
+def pytest_configure(config):  # noqa: ANN001, ANN201
+    """A suite started in the background (``make test &``) inherits SIGINT ignored, and so would every command it
+    starts: the Ctrl-C tests would see a run that never notices Ctrl-C. The tests are of what a terminal's user
+    gets: SIGINT handled here, so started processes begin with its default."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ The convention (also in ``docs/README.md``, for whoever writes a page):
 * each page runs in a fresh temporary folder holding a copy of ``data/``, its blocks in page order (a later
   block may use what an earlier one wrote), with this checkout's ``naspipe`` first on ``PATH`` and
   ``PYTHONPATH``;
-* ```` ```python ````: run by a fresh interpreter in that folder; a block whose first line is a comment naming
+* ```` ```python ````: run by ``python -c`` in that folder; a block whose first line is a comment naming
   a Python file (``# mycode/my_supernet.py ...``) is written to that file instead (and compiled), for later
   blocks to import;
 * ```` ```sh ```` or ```` ```bash ````: run by ``bash -e`` in that folder; commands, no ``$ `` prompts; extend
@@ -14,6 +14,10 @@ The convention (also in ``docs/README.md``, for whoever writes a page):
 * any other fence, or none, fails ``test_every_block_has_a_known_language``.
 
 Blocks keep small arguments (a few subnets, 2 stages): a long run is rewritten small, never skipped.
+
+The blocks' ``naspipe`` and ``python -c`` are served by a warm interpreter (``tests/helpers/warm_naspipe.py``:
+torch imported once, a forked process per command, with the block's folder, environment and streams): what a
+command does is real, its start is not (the console script is run by every other test that starts ``naspipe``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.warm_naspipe import WarmNaspipe
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -101,9 +107,9 @@ def test_relative_links_resolve(page):
     assert not missing, f"{page} links to missing files: {missing}"
 
 
-def _env(folder: Path) -> dict[str, str]:
+def _env(folder: Path, warm: WarmNaspipe | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_CURRENT_TEST", "NASPIPE_POLICY_MODULES")}
-    env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
+    env["PATH"] = os.pathsep.join([*([str(warm.bin)] if warm else []), str(BIN), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     (folder / "home").mkdir(exist_ok=True)
     env["HOME"] = str(folder / "home")  # nothing a block writes lands outside its folder
@@ -121,7 +127,7 @@ def _run(block: Block, folder: Path, env: dict[str, str]) -> None:
             target.write_text(block.code, encoding="utf-8")
             compile(block.code, str(target), "exec")
             return
-        cmd = [sys.executable, "-c", block.code]
+        cmd = ["python", "-c", block.code]  # (the first python on the block's PATH: this venv's, or warm)
     else:
         cmd = ["bash", "-e", "-c", block.code]
     try:
@@ -147,13 +153,36 @@ def test_a_failing_block_fails_and_a_named_python_file_is_written(tmp_path):
     assert (tmp_path / "pkg" / "mod.py").read_text().endswith("X = 1\n")
 
 
+def test_the_warm_naspipe_runs_a_command_as_its_own_process_would(tmp_path, warm):
+    """Exit codes, the folder, the environment, PYTHONPATH (relative, as a block exports it), stdin and both
+    streams reach and leave the forked command; a usage error is one line and exit 2; ``python`` without ``-c``
+    is the real interpreter."""
+    env = _env(tmp_path, warm)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("X = 7\n")
+    env["PYTHONPATH"] = os.pathsep.join(["pkg", env["PYTHONPATH"]])
+    env["WARM_PROBE"] = "seen"
+    code = ("import os, sys, mod; print(os.getcwd(), os.environ['WARM_PROBE'], mod.X, sys.stdin.read()); "
+            "print('to stderr', file=sys.stderr); raise SystemExit(5)")
+    p = subprocess.run(["bash", "-c", f'python -c "{code}"'], input="piped", cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stdout, p.stderr) == (5, f"{tmp_path} seen 7 piped\n", "to stderr\n")
+    p = warm.run("naspipe", ["simulate", "--space", "nope"], tmp_path, env, timeout=60)
+    assert p.returncode == 2 and p.stderr.startswith("naspipe: error:") and len(p.stderr.splitlines()) == 1
+    p = warm.run("python", ["-c", "1/0"], tmp_path, env, timeout=60)
+    assert p.returncode == 1 and p.stderr.rstrip().endswith("ZeroDivisionError: division by zero")
+    p = subprocess.run(["bash", "-c", "python -V"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("Python 3")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # a page's blocks together (README: about a dozen commands) on a loaded machine
 @pytest.mark.parametrize("page", _RUNNABLE)
-def test_every_code_block_of_the_page_runs(page, tmp_path):
+def test_every_code_block_of_the_page_runs(page, tmp_path, warm):
     """The page's python and shell blocks, in order, in one folder (they may chain)."""
     shutil.copytree(ROOT / "data", tmp_path / "data")
-    env = _env(tmp_path)
+    env = _env(tmp_path, warm)
     for block in blocks(ROOT / page):
         if block.lang in RUN:
             _run(block, tmp_path, env)

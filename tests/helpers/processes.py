@@ -18,16 +18,16 @@ def alive(p: psutil.Process) -> bool:
 
 
 def descendants(parent: psutil.Process) -> list[psutil.Process]:
-    """Live processes below ``parent`` except multiprocessing's long-lived helpers (the session's fork
-    server and resource tracker, which end with the session), oldest first: a run's stages."""
+    """Live processes below ``parent`` except the session's long-lived helpers (multiprocessing's fork server and
+    resource tracker, the warm naspipe: they end with the session), oldest first: a run's stages, a command."""
     out = []
     for p in parent.children(recursive=True):
         try:
             cmd = " ".join(p.cmdline())
             if not alive(p) or "resource_tracker" in cmd:
                 continue
-            if "multiprocessing.forkserver" in cmd and p.ppid() == parent.pid:
-                continue  # the session's fork server (its children are the stages)
+            if ("multiprocessing.forkserver" in cmd or "warm_naspipe.py serve" in cmd) and p.ppid() == parent.pid:
+                continue  # the session's fork server or warm naspipe (their children are the stages, the commands)
         except psutil.NoSuchProcess:
             continue
         out.append(p)

@@ -1,4 +1,5 @@
-"""Trained runs several test modules read, made once per session (a pytest plugin loaded by tests/conftest.py).
+"""Trained runs several test modules read, made once per session (a pytest plugin loaded by tests/conftest.py),
+and each worker's warm ``naspipe`` for tests that run many commands.
 
 A fixture here only trains and returns folders; tests that change a run copy it first. Under pytest-xdist the
 workers of one session share the folders: the first to ask trains them under a file lock, the others wait for it
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import nbformat
@@ -18,6 +19,15 @@ from filelock import FileLock
 
 from naspipe.cli import main
 from tests.helpers.refusals import TINY
+from tests.helpers.warm_naspipe import WarmNaspipe
+
+
+@pytest.fixture(scope="session")
+def warm(tmp_path_factory) -> Iterator[WarmNaspipe]:  # noqa: ANN001
+    """This worker's warm ``naspipe`` (tests/helpers/warm_naspipe.py): commands without a fresh torch import."""
+    w = WarmNaspipe(tmp_path_factory.mktemp("warm"))
+    yield w
+    w.close()
 
 
 def _shared(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:  # noqa: ANN001

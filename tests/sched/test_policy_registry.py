@@ -8,7 +8,6 @@ themselves) and, being causal, verifies bit for bit against the reference. Unkno
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -33,7 +32,6 @@ from naspipe.sim import simulate
 from naspipe.space import preset
 from naspipe.trace import check_causal
 
-BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parents[1]
 HELPERS = TESTS / "helpers"  # the user modules, found by name
@@ -95,14 +93,13 @@ def test_a_registered_policy_runs_in_the_simulator_and_keeps_the_causal_rule(use
 
 
 @pytest.mark.slow
-def test_a_user_policy_trains_in_stage_processes_and_verifies_against_the_reference(tmp_path, capsys):
+def test_a_user_policy_trains_in_stage_processes_and_verifies_against_the_reference(tmp_path, capsys, warm):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS), str(ROOT)])}
     env.pop("PYTEST_CURRENT_TEST", None)
     env.pop("NASPIPE_POLICY_MODULES", None)
 
-    def naspipe_cli(*args: str, ok: int = 0) -> str:
-        p = subprocess.run([str(BIN / "naspipe"), *args], capture_output=True, text=True, timeout=240, env=env,
-                           cwd=tmp_path)
+    def naspipe_cli(*args: str, ok: int = 0) -> str:  # a process of its own (forked warm), fresh stage processes
+        p = warm.run("naspipe", list(args), tmp_path, env, timeout=240)
         assert p.returncode == ok, (args, p.stdout[-2000:], p.stderr[-2000:])
         return p.stdout
 
@@ -116,8 +113,7 @@ def test_a_user_policy_trains_in_stage_processes_and_verifies_against_the_refere
     capsys.readouterr()
     assert main(["verify", str(tmp_path / "mine"), str(tmp_path / "ref")]) == 0
     assert capsys.readouterr().out.startswith("identical: 16 subnets")
-    bad = subprocess.run([str(BIN / "naspipe"), "train", *common, "--policy", "nope", "--out", "x"],
-                         capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    bad = warm.run("naspipe", ["train", *common, "--policy", "nope", "--out", "x"], tmp_path, env, timeout=60)
     assert bad.returncode == 2 and "unknown policy 'nope'" in bad.stderr and not (tmp_path / "x").exists()
 
 
