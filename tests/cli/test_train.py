@@ -10,32 +10,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
 from naspipe.cli import main
 from naspipe.runtime.transport.ports import free_port
 from naspipe.trace import Trace
+from tests.helpers.processes import leftovers
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _children() -> list[psutil.Process]:
-    out = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            cmd = " ".join(p.cmdline())
-            if p.status() == psutil.STATUS_ZOMBIE or "resource_tracker" in cmd:
-                continue
-            if "multiprocessing.forkserver" in cmd and p.ppid() == psutil.Process().pid:
-                continue  # the session's fork server (ends with this process)
-        except psutil.NoSuchProcess:
-            continue
-        out.append(p)
-    return out
 
 
 def test_train_writes_a_run_that_verifies_against_the_reference(tmp_path):
@@ -66,7 +51,7 @@ def test_train_writes_a_run_that_verifies_against_the_reference(tmp_path):
     assert main(["train", *common, "--out", str(run), "--no-progress"]) == 2
     assert main(["train", *common, "--stages", "3", "--out", str(run), "--no-progress", "--overwrite"]) == 0
     assert main(["verify", str(run), str(ref)]) == 0
-    assert not _children()
+    assert not leftovers()
 
 
 def _bad_space(tmp_path: Path) -> str:
@@ -105,7 +90,7 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path, capsys, args,
     assert rc == 2
     assert err.startswith("naspipe: error:") and "\n" not in err and message in err, err
     assert not (tmp_path / "out").exists()
-    assert not _children()
+    assert not leftovers()
 
 
 def _refused(capsys, argv: list[str], message: str, never: Path | None = None) -> str:
@@ -116,7 +101,7 @@ def _refused(capsys, argv: list[str], message: str, never: Path | None = None) -
     assert err.startswith("naspipe: error:") and "\n" not in err and message in err, err
     if never is not None:
         assert not never.exists()
-    assert not _children()
+    assert not leftovers()
     return err
 
 
@@ -243,7 +228,7 @@ def test_a_crashed_stage_exits_1_naming_the_rank(tmp_path, capsys):
     assert rc == 1
     assert err.startswith("naspipe: error: stage 2 (rank 2") and "injected fault at" in err, err
     assert json.loads((tmp_path / "o" / "status.json").read_text())["complete"] is False
-    assert not _children()
+    assert not leftovers()
 
 
 def test_torchrun_entry_point_matches_the_reference(tmp_path):
@@ -264,7 +249,7 @@ def test_torchrun_entry_point_matches_the_reference(tmp_path):
     assert main(["train", *common, "--stages", "2", "--resume", str(run), "--out", str(tmp_path / "resumed"),
                  "--no-progress"]) == 0
     assert main(["verify", str(tmp_path / "resumed"), str(ref)]) == 0
-    assert not _children()
+    assert not leftovers()
 
 
 @pytest.mark.parametrize("module", ["naspipe.torchrun"])

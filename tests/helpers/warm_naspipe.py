@@ -79,7 +79,11 @@ def serve(path: str) -> None:
     sys.stdout.flush()
     while True:
         conn, _ = listener.accept()
-        header, fds = _receive(conn)
+        try:
+            header, fds = _receive(conn)
+        except (OSError, EOFError, ValueError):  # a caller that went away before it said what to run
+            conn.close()
+            continue
         sys.stdout.flush()
         sys.stderr.flush()
         if os.fork() == 0:
