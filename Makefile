@@ -23,10 +23,11 @@ demo: $(STAMP)
 # pytest-xdist workers, a test module (or a share of one) per worker at a time, slow units first (tests/conftest.py
 # says why);
 # `make test TEST_WORKERS=0` runs the suite in this process alone
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 test: $(STAMP) chromium
 	$(BIN)/ruff check naspipe tests benchmarks
 	$(BIN)/lint-imports
+	$(BIN)/python -m compileall -q naspipe tests  # (where PYTHONDONTWRITEBYTECODE is set, no process writes it)
 	$(BIN)/python -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 # JupyterLab from the project's environment (widgets and figures work there), on 127.0.0.1 with a token.
