@@ -23,7 +23,7 @@ demo: $(STAMP)
 # pytest-xdist workers, a test module (or a share of one) per worker at a time, slow units first (tests/conftest.py
 # says why);
 # `make test TEST_WORKERS=0` runs the suite in this process alone
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 test: $(STAMP) chromium
 	$(BIN)/ruff check naspipe tests benchmarks
 	$(BIN)/lint-imports
