@@ -7,14 +7,16 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test lint figures clean lab lab-settings chromium
 
 # torch from the machine's CPU wheel with pip (uv does not look there); everything else with uv: parallel
-# downloads, bytecode compiled on both cores, much faster than pip here (pip where uv cannot reach the index).
+# downloads, bytecode compiled on both cores, much faster than pip here (pip where uv cannot be installed).
 # Bytecode is compiled at install, not left to the first import: where PYTHONDONTWRITEBYTECODE is set (this
 # machine sets it), every process would compile torch from source again.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0 uv
-	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -e '.[dev]' || $(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q uv || true
+	if test -x $(BIN)/uv; then $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -e '.[dev]'; \
+	  else $(BIN)/pip install -q -e '.[dev]'; fi
 	touch $(STAMP)
 
 demo: $(STAMP)

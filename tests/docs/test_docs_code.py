@@ -5,7 +5,7 @@ The convention (also in ``docs/README.md``, for whoever writes a page):
 * each page runs in a fresh temporary folder holding a copy of ``data/``, its blocks in page order (a later
   block may use what an earlier one wrote), with this checkout's ``naspipe`` first on ``PATH`` and
   ``PYTHONPATH``;
-* ```` ```python ````: run by ``python -c`` in that folder; a block whose first line is a comment naming
+* ```` ```python ````: run by a fresh interpreter in that folder; a block whose first line is a comment naming
   a Python file (``# mycode/my_supernet.py ...``) is written to that file instead (and compiled), for later
   blocks to import;
 * ```` ```sh ```` or ```` ```bash ````: run by ``bash -e`` in that folder; commands, no ``$ `` prompts; extend
@@ -15,9 +15,10 @@ The convention (also in ``docs/README.md``, for whoever writes a page):
 
 Blocks keep small arguments (a few subnets, 2 stages): a long run is rewritten small, never skipped.
 
-The blocks' ``naspipe`` and ``python -c`` are served by a warm interpreter (``tests/helpers/warm_naspipe.py``:
-torch imported once, a forked process per command, with the block's folder, environment and streams): what a
-command does is real, its start is not (the console script is run by every other test that starts ``naspipe``).
+The blocks' ``naspipe`` is served by a warm interpreter (``tests/helpers/warm_naspipe.py``: torch imported once,
+a forked process per command, with the block's folder, environment, streams and fresh random state, its real exit
+status): what a command does is real, its start is not (the console script is run by the tests that start
+``naspipe`` themselves, and by one command of the your-own-supernet test).
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def _run(block: Block, folder: Path, env: dict[str, str]) -> None:
             target.write_text(block.code, encoding="utf-8")
             compile(block.code, str(target), "exec")
             return
-        cmd = ["python", "-c", block.code]  # (the first python on the block's PATH: this venv's, or warm)
+        cmd = [sys.executable, "-c", block.code]
     else:
         cmd = ["bash", "-e", "-c", block.code]
     try:
@@ -154,26 +155,42 @@ def test_a_failing_block_fails_and_a_named_python_file_is_written(tmp_path):
 
 
 def test_the_warm_naspipe_runs_a_command_as_its_own_process_would(tmp_path, warm):
-    """Exit codes, the folder, the environment, PYTHONPATH (relative, as a block exports it), stdin and both
-    streams reach and leave the forked command; a usage error is one line and exit 2; ``python`` without ``-c``
-    is the real interpreter."""
+    """Beside the real console script: the same exit status (a usage error, an exit handler's ``os._exit``, a
+    signal) and the same last line, with the folder, the environment, PYTHONPATH (relative, as a block exports it)
+    and stdin reaching the forked command (its user module, imported there, writes what it saw); two commands do
+    not share their global random state."""
     env = _env(tmp_path, warm)
     (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "mod.py").write_text("X = 7\n")
+    (tmp_path / "pkg" / "probe_mod.py").write_text(
+        "import atexit, os, signal, sys, numpy, torch\n"
+        "with open(os.environ['WARM_OUT'], 'w') as f:\n"
+        "    print(os.getcwd(), sys.stdin.read(), f'{numpy.random.random()},{torch.rand(1).item()}', file=f)\n"
+        "if os.environ['WARM_END'] == 'atexit':\n"
+        "    atexit.register(os._exit, 7)\n"
+        "elif os.environ['WARM_END'] == 'signal':\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "def supernet():\n"
+        "    raise SystemExit(5)\n")
     env["PYTHONPATH"] = os.pathsep.join(["pkg", env["PYTHONPATH"]])
-    env["WARM_PROBE"] = "seen"
-    code = ("import os, sys, mod; print(os.getcwd(), os.environ['WARM_PROBE'], mod.X, sys.stdin.read()); "
-            "print('to stderr', file=sys.stderr); raise SystemExit(5)")
-    p = subprocess.run(["bash", "-c", f'python -c "{code}"'], input="piped", cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=60)
-    assert (p.returncode, p.stdout, p.stderr) == (5, f"{tmp_path} seen 7 piped\n", "to stderr\n")
-    p = warm.run("naspipe", ["simulate", "--space", "nope"], tmp_path, env, timeout=60)
+
+    def run(naspipe: str, how: str) -> tuple[int, str, str]:
+        seen = tmp_path / f"seen-{how}-{naspipe == 'naspipe'}"
+        p = subprocess.run([naspipe, "simulate", "--space", "probe_mod:supernet"], input="piped", cwd=tmp_path,
+                           env={**env, "WARM_OUT": str(seen), "WARM_END": how}, capture_output=True, text=True,
+                           timeout=60)
+        where, piped, draw = seen.read_text().split()
+        assert (where, piped) == (str(tmp_path), "piped")
+        return p.returncode, (p.stderr.splitlines() or [""])[-1], draw
+
+    draws = []
+    for how, code in (("exit", 2), ("atexit", 7), ("signal", -9)):
+        real, warmed = run(str(BIN / "naspipe"), how), run("naspipe", how)
+        assert warmed[:2] == real[:2] and real[0] == code, (how, real, warmed)
+        assert how != "exit" or "supernet() raised SystemExit" in real[1], real
+        draws.append(warmed[2])
+    assert len({d.split(',')[0] for d in draws}) == len({d.split(',')[1] for d in draws}) == 3
+    p = warm.run(["simulate", "--space", "nope"], tmp_path, env, timeout=60)
     assert p.returncode == 2 and p.stderr.startswith("naspipe: error:") and len(p.stderr.splitlines()) == 1
-    p = warm.run("python", ["-c", "1/0"], tmp_path, env, timeout=60)
-    assert p.returncode == 1 and p.stderr.rstrip().endswith("ZeroDivisionError: division by zero")
-    p = subprocess.run(["bash", "-c", "python -V"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                       timeout=60)
-    assert p.returncode == 0 and p.stdout.startswith("Python 3")
 
 
 @pytest.mark.slow

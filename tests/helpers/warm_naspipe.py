@@ -1,29 +1,37 @@
-"""A warm ``naspipe`` for tests that run many commands: one interpreter imports torch, torch._dynamo and naspipe
-once, then forks a child per command, instead of a fresh interpreter importing them again each time.
+"""A warm ``naspipe`` for tests that run many commands: one interpreter imports torch, torch._dynamo and the
+command line once, then forks a process per command, instead of a fresh interpreter importing them again.
 
 Why it exists: on the 2-core test machine a fresh ``naspipe`` spends 3-4 s of CPU importing torch and
 torch._dynamo (the first torch.optim optimizer imports it) before it does anything; the docs' code blocks and
 the your-own-supernet test run dozens of commands, and ``make test`` is CPU-bound. What a command then does is
-the real thing: ``naspipe.cli.entry`` in a process of its own (the fork), with the caller's arguments, folder,
-environment, ``PYTHONPATH`` (put first on ``sys.path``, as the interpreter does at start) and standard streams
-(passed over the socket), its stage processes started by the launcher as always (the fork server and torchrun
-ranks are fresh interpreters that import the user's module themselves), and its exit code returned. Not
-covered: the interpreter's own start (``python -X``, ``PYTHON*`` variables other than ``PYTHONPATH``) and the
-console script; tests of signals and process endings start the real ``naspipe`` (tests/runtime, tests/cli).
+the real thing: ``naspipe.cli.entry`` in a process of its own, with the caller's arguments, folder, environment,
+``PYTHONPATH`` (put first on ``sys.path``, as the interpreter does at start), standard streams (passed over the
+socket) and fresh random state; its stage processes are started by the launcher as always (the fork server and
+torchrun's ranks are fresh interpreters that import the user's module themselves); the caller gets the
+command's real exit status (a waiter process between the server and the command ``waitpid``s it: exit handlers,
+``os._exit`` and signals included).
 
-One file, stdlib only at the top, three roles: ``serve SOCKET`` (the warm interpreter), ``client SOCKET MODE
-ARG...`` (what the shims on ``PATH`` run: ``naspipe`` and ``python``, modes ``naspipe`` and ``python``), and
-``WarmNaspipe`` (the tests' handle: starts the server, writes the shims, ends both).
+Not the same as a fresh process, so not used where it matters: the interpreter's own start (the console script,
+``python -X``), variables read at import (``OMP_NUM_THREADS``, ``PYTHON*``, ``TORCH*`` take the server's values),
+the string hash seed (shared by a worker's commands), the process group, and torch and the command line already
+imported. Tests of signals, endings and the console script start the real ``naspipe`` (tests/runtime, tests/cli).
+
+One file, stdlib only at the top, three roles: ``serve SOCKET ROOT PARENT`` (the warm interpreter), ``client
+SOCKET ARG...`` (what the ``naspipe`` shim runs), and ``WarmNaspipe`` (the tests' handle: starts the server,
+writes the shim, ends both).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
+import shlex
 import signal
 import socket
 import struct
 import sys
+import tempfile
 from pathlib import Path
 
 _INT = struct.Struct("!i")
@@ -42,36 +50,26 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
 
 # --- the warm interpreter -------------------------------------------------------------------------------------
 
-def serve(path: str) -> None:
-    """Import what every command needs, listen on ``path``, fork a child per connection (never returns)."""
-    sys.path[0] = str(Path(sys.executable).parent)  # as the console script's (not this folder of test helpers)
+def serve(path: str, root: str, parent: int) -> None:
+    """Import what every command needs, listen on ``path``, fork a waiter per connection (never returns)."""
     import ctypes
-    import importlib
 
     ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: it ends with the test process that started it
-    if os.getppid() == 1:
+    if os.getppid() != parent:
         return
-    import pkgutil
-
+    # as the console script's path (its folder first), with the checkout under test before the installed one
+    sys.path[0:1] = [str(Path(sys.executable).parent), root]
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401
 
-    import naspipe
     import naspipe.cli
 
-    naspipe.cli.build_parser()  # every command's module
-    for info in pkgutil.walk_packages(naspipe.__path__, "naspipe."):
-        if not info.name.endswith("__main__") and info.name != "naspipe.torchrun":
-            try:
-                importlib.import_module(info.name)
-            except Exception:  # noqa: BLE001,S112 - an optional extra; the command imports what it needs itself
-                continue
+    naspipe.cli.build_parser()  # every command's module, as the console script imports them at start
     import gc
 
     gc.collect()
     gc.freeze()  # what the children inherit stays out of their collections (and unwritten: no copy of its pages)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children are reaped by the kernel (reset in each child)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped by the kernel (reset in each)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -79,16 +77,19 @@ def serve(path: str) -> None:
     sys.stdout.flush()
     while True:
         conn, _ = listener.accept()
+        fds: list[int] = []
         try:
             header, fds = _receive(conn)
         except (OSError, EOFError, ValueError):  # a caller that went away before it said what to run
+            for fd in fds:
+                os.close(fd)
             conn.close()
             continue
         sys.stdout.flush()
         sys.stderr.flush()
         if os.fork() == 0:
             listener.close()
-            _child(conn, header, fds)  # ends the process
+            _wait_for_command(conn, header, fds)  # ends the process
         conn.close()
         for fd in fds:
             os.close(fd)
@@ -96,119 +97,139 @@ def serve(path: str) -> None:
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     msg, fds, _flags, _addr = socket.recv_fds(conn, _INT.size, 3)
-    while len(msg) < _INT.size:
-        msg += _recv_exact(conn, _INT.size - len(msg))
-    (n,) = _INT.unpack(msg)
-    return json.loads(_recv_exact(conn, n)), list(fds)
+    fds = list(fds)
+    try:
+        while len(msg) < _INT.size:
+            msg += _recv_exact(conn, _INT.size - len(msg))
+        (n,) = _INT.unpack(msg)
+        return json.loads(_recv_exact(conn, n)), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
-def _child(conn: socket.socket, header: dict, fds: list[int]) -> None:
+def _wait_for_command(conn: socket.socket, header: dict, fds: list[int]) -> None:
+    """The waiter: fork the command, tell the caller its pid, then its exit status (-N: signal N)."""
     import threading
-    import traceback
-    import types
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    pid = os.fork()
+    if pid == 0:
+        conn.close()
+        _command(header, fds)  # ends the process
+    for fd in fds:
+        os.close(fd)
+    code = 1
+    try:
+        conn.sendall(_INT.pack(pid))
+
+        def client_gone() -> None:  # the caller was killed (a test's timeout): end the command as SIGTERM would
+            try:
+                conn.recv(1)
+            except OSError:
+                pass
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+        threading.Thread(target=client_gone, daemon=True).start()
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        conn.sendall(_INT.pack(code))
+    finally:
+        os._exit(0)
+
+
+def _command(header: dict, fds: list[int]) -> None:
+    import types
+
+    import numpy
+    import torch
+
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(header["cwd"])
     os.environ.clear()
     os.environ.update(header["env"])
-    extra = [os.path.abspath(p) for p in header["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-    conn.sendall(_INT.pack(os.getpid()))
-
-    def client_gone() -> None:  # the caller was killed (a test's timeout): end this command as SIGTERM would
-        try:
-            conn.recv(1)
-        except OSError:
-            pass
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=client_gone, daemon=True, name="warm-naspipe-client").start()
+    sys.path[1:1] = [os.path.abspath(p) for p in header["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    numpy.random.seed()  # each command's own global random state, as a fresh process has (random reseeds itself
+    torch.seed()  # after a fork)
     main = types.ModuleType("__main__")
+    main.__file__ = sys.argv[0] = str(Path(sys.executable).parent / "naspipe")
     sys.modules["__main__"] = main
-    code = 0
-    try:
-        if header["mode"] == "naspipe":
-            sys.path[1:1] = extra
-            main.__file__ = sys.argv[0] = str(Path(sys.executable).parent / "naspipe")
-            sys.argv[1:] = header["argv"]
-            from naspipe.cli import entry
+    sys.argv[1:] = header["argv"]
+    from naspipe.cli import entry
 
-            entry()
-        else:  # python -c CODE
-            sys.path[0:1] = ["", *extra]
-            sys.argv[:] = ["-c"]
-            exec(compile(header["argv"][0], "<string>", "exec"), main.__dict__)  # noqa: S102
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if e.code is not None and not isinstance(e.code, int):
-            print(e.code, file=sys.stderr)
-    except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback, exit 1
-        traceback.print_exc()
-        code = 1
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    conn.sendall(_INT.pack(code))
-    sys.exit(code)  # the exit handlers run (multiprocessing's among them); the caller waits for the socket's end
+    entry()  # its SystemExit ends the process as the console script's would: exit handlers, then the status
+    sys.exit(0)
 
 
-# --- the shims' side ----------------------------------------------------------------------------------------
+# --- the shim's side ----------------------------------------------------------------------------------------
 
-def client(path: str, mode: str, argv: list[str]) -> int:
-    """Run ``argv`` in a child of the server at ``path`` with this process's folder, environment and streams."""
+def client(path: str, argv: list[str]) -> int:
+    """Run ``naspipe ARGV`` as a grandchild of the server at ``path`` with this process's folder, environment and
+    streams; its exit status becomes this process's (a signal is raised again here)."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
-    body = json.dumps({"mode": mode, "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+    body = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
     socket.send_fds(conn, [_INT.pack(len(body))], [0, 1, 2])
     conn.sendall(body)
-    (pid,) = _INT.unpack(_recv_exact(conn, _INT.size))
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda n, _f: os.kill(pid, n))
     try:
+        (pid,) = _INT.unpack(_recv_exact(conn, _INT.size))
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda n, _f: os.kill(pid, n))
         (code,) = _INT.unpack(_recv_exact(conn, _INT.size))
     except EOFError:
-        return 1  # the child died before it could say (a signal)
-    while conn.recv(4096):  # the child's exit handlers
-        pass
+        print("warm naspipe: the server ended before the command did", file=sys.stderr)
+        return 1
+    if code < 0:  # killed by signal -code: end the same way
+        try:
+            signal.signal(-code, signal.SIG_DFL)
+        except (OSError, ValueError):  # (SIGKILL, SIGSTOP: always their default)
+            pass
+        os.kill(os.getpid(), -code)
     return code
 
 
 # --- the tests' handle --------------------------------------------------------------------------------------
 
 class WarmNaspipe:
-    """The server in a process of its own, and a folder of shims (``naspipe``, ``python``) to put first on ``PATH``."""
+    """The server in a process of its own, and a folder with a ``naspipe`` shim to put first on ``PATH``."""
 
     def __init__(self, folder: Path) -> None:
         import subprocess
 
         folder.mkdir(parents=True, exist_ok=True)
-        self.socket = str(folder / "warm.sock")
+        self._sockdir = tempfile.mkdtemp(prefix="warm-")  # short: a Unix socket's path has at most 107 bytes
+        self.socket = os.path.join(self._sockdir, "s")
         self.bin = folder / "bin"
         self.bin.mkdir(exist_ok=True)
+        root = str(Path(__file__).resolve().parents[2])
         env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_CURRENT_TEST", "PYTHONPATH")}
-        self._server = subprocess.Popen([sys.executable, __file__, "serve", self.socket], env=env,
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
-        ready = self._server.stdout.readline()  # (the server prints "ready" once it listens)
-        if ready.strip() != "ready":
+        self._server = subprocess.Popen([sys.executable, __file__, "serve", self.socket, root, str(os.getpid())],
+                                        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+        ready, _, _ = select.select([self._server.stdout], [], [], READY_TIMEOUT_S)
+        if not ready or self._server.stdout.readline().strip() != "ready":
             self.close()
-            raise RuntimeError(f"the warm naspipe did not start (exit {self._server.poll()})")
-        for mode in ("naspipe", "python"):
-            shim = self.bin / mode
-            shim.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S {__file__} client {self.socket} {mode} "$@"\n')
-            shim.chmod(0o755)
+            raise RuntimeError(f"the warm naspipe did not start within {READY_TIMEOUT_S} s")
+        shim = self.bin / "naspipe"
+        cmd = " ".join(shlex.quote(x) for x in (sys.executable, "-I", "-S", __file__, "client", self.socket))
+        shim.write_text(f'#!/bin/sh\nexec {cmd} "$@"\n')
+        shim.chmod(0o755)
 
-    def run(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], timeout: float):  # noqa: ANN201
-        """``subprocess.run`` of a shim, output captured as text."""
+    def run(self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float):  # noqa: ANN201
+        """``subprocess.run`` of the shim, output captured as text."""
         import subprocess
 
-        return subprocess.run([str(self.bin / mode), *argv], cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run([str(self.bin / "naspipe"), *argv], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=timeout)
 
     def close(self) -> None:
+        import shutil
+
         self._server.terminate()
         try:
             self._server.wait(timeout=10)
@@ -216,13 +237,11 @@ class WarmNaspipe:
             self._server.kill()
             self._server.wait(timeout=10)
         self._server.stdout.close()
-        Path(self.socket).unlink(missing_ok=True)
+        shutil.rmtree(self._sockdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
-        serve(sys.argv[2])
+        serve(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif sys.argv[1] == "client":
-        if sys.argv[3] == "python" and sys.argv[4:5] != ["-c"]:
-            os.execv(sys.executable, [sys.executable, *sys.argv[4:]])  # only ``python -c CODE`` is served warm
-        sys.exit(client(sys.argv[2], sys.argv[3], sys.argv[5:] if sys.argv[3] == "python" else sys.argv[4:]))
+        sys.exit(client(sys.argv[2], sys.argv[3:]))

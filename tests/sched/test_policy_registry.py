@@ -99,7 +99,7 @@ def test_a_user_policy_trains_in_stage_processes_and_verifies_against_the_refere
     env.pop("NASPIPE_POLICY_MODULES", None)
 
     def naspipe_cli(*args: str, ok: int = 0) -> str:  # a process of its own (forked warm), fresh stage processes
-        p = warm.run("naspipe", list(args), tmp_path, env, timeout=240)
+        p = warm.run(list(args), tmp_path, env, timeout=240)
         assert p.returncode == ok, (args, p.stdout[-2000:], p.stderr[-2000:])
         return p.stdout
 
@@ -113,7 +113,7 @@ def test_a_user_policy_trains_in_stage_processes_and_verifies_against_the_refere
     capsys.readouterr()
     assert main(["verify", str(tmp_path / "mine"), str(tmp_path / "ref")]) == 0
     assert capsys.readouterr().out.startswith("identical: 16 subnets")
-    bad = warm.run("naspipe", ["train", *common, "--policy", "nope", "--out", "x"], tmp_path, env, timeout=60)
+    bad = warm.run(["train", *common, "--policy", "nope", "--out", "x"], tmp_path, env, timeout=60)
     assert bad.returncode == 2 and "unknown policy 'nope'" in bad.stderr and not (tmp_path / "x").exists()
 
 

@@ -58,7 +58,7 @@ def test_presets_train_bit_for_bit_as_before(tmp_path, preset):
 def _naspipe(warm: WarmNaspipe, args: list[str], env: dict[str, str], cwd: Path, ok: tuple[int, ...] = (0,)) -> str:
     """``naspipe ARGS`` in a process of its own, forked by the warm naspipe (its stage processes and torchrun's
     ranks are fresh interpreters that import the user's module from PYTHONPATH themselves)."""
-    p = warm.run("naspipe", args, cwd, env, timeout=240)
+    p = warm.run(args, cwd, env, timeout=240)
     assert p.returncode in ok, (args, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
     return p.stdout
 
