@@ -164,7 +164,7 @@ def _command(header: dict, fds: list[int]) -> None:
     from naspipe.cli import entry
 
     entry()  # its SystemExit ends the process as the console script's would: exit handlers, then the status
-    sys.exit(0)
+    sys.exit(0)  # (never reached: entry() always exits; were it not, this keeps the command out of the server loop)
 
 
 # --- the shim's side ----------------------------------------------------------------------------------------
@@ -226,6 +226,12 @@ class WarmNaspipe:
 
         return subprocess.run([str(self.bin / "naspipe"), *argv], cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=timeout)
+
+    def stdout_of(self, argv: list[str], cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> str:
+        """The command's standard output, once it ended with a status in ``ok`` (else an assertion naming it)."""
+        p = self.run(argv, cwd, env, timeout=240)
+        assert p.returncode in ok, (argv, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+        return p.stdout
 
     def close(self) -> None:
         import shutil

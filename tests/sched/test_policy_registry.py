@@ -98,10 +98,8 @@ def test_a_user_policy_trains_in_stage_processes_and_verifies_against_the_refere
     env.pop("PYTEST_CURRENT_TEST", None)
     env.pop("NASPIPE_POLICY_MODULES", None)
 
-    def naspipe_cli(*args: str, ok: int = 0) -> str:  # a process of its own (forked warm), fresh stage processes
-        p = warm.run(list(args), tmp_path, env, timeout=240)
-        assert p.returncode == ok, (args, p.stdout[-2000:], p.stderr[-2000:])
-        return p.stdout
+    def naspipe_cli(*args: str) -> str:  # a process of its own (forked warm), fresh stage processes
+        return warm.stdout_of(list(args), tmp_path, env)
 
     common = ["--space", "tiny-transformer", "--subnets", "16", "--seed", "3", "--shared-layers", "serial"]
     out = naspipe_cli("simulate", *common, "--stages", "3", "--policy", "user_policies:csp-newest")

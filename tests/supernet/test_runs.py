@@ -21,7 +21,6 @@ import pytest
 from naspipe.cli import main
 from naspipe.runtime.transport.ports import free_port
 from tests.helpers.per_cpu import AMD_EPYC_AVX2, EARLIER, cpu_key, for_this_cpu
-from tests.helpers.warm_naspipe import WarmNaspipe
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -55,14 +54,6 @@ def test_presets_train_bit_for_bit_as_before(tmp_path, preset):
     assert digest == for_this_cpu(PRESET_DIGESTS)[preset], f"on {cpu_key()}"
 
 
-def _naspipe(warm: WarmNaspipe, args: list[str], env: dict[str, str], cwd: Path, ok: tuple[int, ...] = (0,)) -> str:
-    """``naspipe ARGS`` in a process of its own, forked by the warm naspipe (its stage processes and torchrun's
-    ranks are fresh interpreters that import the user's module from PYTHONPATH themselves)."""
-    p = warm.run(args, cwd, env, timeout=240)
-    assert p.returncode in ok, (args, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
-    return p.stdout
-
-
 def _verify(a: Path, b: Path, capsys, rc: int = 0) -> str:  # noqa: ANN001
     """``naspipe verify`` in this process: it reads the two run folders only, never the user's module."""
     capsys.readouterr()
@@ -82,11 +73,13 @@ def test_your_own_supernet_from_a_module_on_pythonpath(tmp_path, capsys, warm):
     ref = subprocess.run([str(BIN / "naspipe"), "reference", *common, "--out", "ref"], capture_output=True, text=True,
                          timeout=240, env=env, cwd=tmp_path)  # the console script itself, once
     assert ref.returncode == 0, ref.stderr[-2000:]
-    _naspipe(warm, ["train", *common, "--policy", "csp", "--stages", "3", "--jitter-ms", "2", "--out", "csp3"], env,
-             tmp_path)
-    _naspipe(warm, ["train", *common, "--policy", "csp-bw", "--stages", "2", "--jitter-ms", "2", "--out", "bw2"], env,
-             tmp_path)
-    _naspipe(warm, ["train", *common, "--policy", "asp", "--stages", "3", "--out", "asp3"], env, tmp_path)
+
+    def naspipe(*args: str) -> str:  # a process of its own, forked warm; its stage processes and torchrun's ranks
+        return warm.stdout_of(list(args), tmp_path, env)  # are fresh interpreters importing the module themselves
+
+    naspipe("train", *common, "--policy", "csp", "--stages", "3", "--jitter-ms", "2", "--out", "csp3")
+    naspipe("train", *common, "--policy", "csp-bw", "--stages", "2", "--jitter-ms", "2", "--out", "bw2")
+    naspipe("train", *common, "--policy", "asp", "--stages", "3", "--out", "asp3")
     assert _verify(tmp_path / "csp3", tmp_path / "ref", capsys).startswith("identical: 12 subnets")
     assert _verify(tmp_path / "bw2", tmp_path / "ref", capsys).startswith("identical: 12 subnets")
     assert _verify(tmp_path / "asp3", tmp_path / "ref", capsys, rc=1).startswith("differ")
@@ -97,18 +90,16 @@ def test_your_own_supernet_from_a_module_on_pythonpath(tmp_path, capsys, warm):
                        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert _verify(tmp_path / "torchrun", tmp_path / "ref", capsys).startswith("identical: 12 subnets")
-    _naspipe(warm, ["report", "csp3"], env, tmp_path)
+    naspipe("report", "csp3")
     html = (tmp_path / "csp3" / "report.html").read_text()
     assert SPEC in html and "DAG excerpt unavailable" not in html
-    res = json.loads(_naspipe(warm, ["search", "csp3", "--space", SPEC, "--json", "--budget", "5", "--heldout", "2"],
-                              env, tmp_path))
+    res = json.loads(naspipe("search", "csp3", "--space", SPEC, "--json", "--budget", "5", "--heldout", "2"))
     best = res["best"]["subnet"]
     assert res["space"] == SPEC and set(best) == {f"layer{i}" for i in range(4)}
     assert set(best.values()) <= {"shuffle3", "shuffle5", "shuffle7", "xception"}
     # costs: unit costs until profiled; the profile lands next to the module and simulate reads it
-    unit = json.loads(_naspipe(warm, ["simulate", "--space", SPEC, "--stages", "2", "--subnets", "40", "--json"], env,
-                               tmp_path))
-    out = _naspipe(warm, ["profile", "--space", SPEC, "--repeats", "2"], env, tmp_path)
+    unit = json.loads(naspipe("simulate", "--space", SPEC, "--stages", "2", "--subnets", "40", "--json"))
+    out = naspipe("profile", "--space", SPEC, "--repeats", "2")
     prof_file = user / "spos_digits.supernet.costs.json"
     assert f"wrote {prof_file}" in out and prof_file.is_file()
     prof = json.loads(prof_file.read_text())
@@ -117,6 +108,5 @@ def test_your_own_supernet_from_a_module_on_pythonpath(tmp_path, capsys, warm):
     assert all(0 < c["fwd"] < 1 and 0 < c["bwd"] < 1 and c["param_bytes"] > 0 and c["act_bytes"] > 0
                for blk in cands.values() for c in blk.values())
     assert prof["message_bytes"] == 16 * 8 * 8 * 4
-    sim = json.loads(_naspipe(warm, ["simulate", "--space", SPEC, "--stages", "2", "--subnets", "40", "--json"], env,
-                              tmp_path))
+    sim = json.loads(naspipe("simulate", "--space", SPEC, "--stages", "2", "--subnets", "40", "--json"))
     assert sim["makespan"] < unit["makespan"] / 100  # seconds measured, not unit costs
