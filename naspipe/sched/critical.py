@@ -30,9 +30,9 @@ class CriticalPaths:
         self.P = len(blocks_per_stage)
         # the space's own candidate tuples (read per admitted subnet): no per-scheduler table of every candidate,
         # which cost O(K) per scheduler and block (csp-plan makes hundreds of schedulers)
-        self._cost = [[(b, space.blocks[b].candidates, not space.blocks[b].fixed)
+        # per stage: (block, its candidates, its candidates' newest admitted users or None for a fixed block)
+        self._cost = [[(b, space.blocks[b].candidates, None if space.blocks[b].fixed else {})
                        for b in blocks] for blocks in blocks_per_stage]
-        self._last: dict[tuple[int, int], int] = {}  # candidate -> newest admitted user
         # k -> (i, t, b_t(i) + ... + b_{P-1}(i)): k next uses i's candidate on stage t (the lowest such t)
         self._preds: dict[int, list[tuple[int, int, float]]] = {}
         self.links: dict[int, list[tuple[int, int]]] = {}  # i -> (t, k)
@@ -48,17 +48,16 @@ class CriticalPaths:
         x = self.x
         for t, blocks in enumerate(self._cost):
             ft = bt = 0.0
-            for blk, cands, choice in blocks:
+            for blk, cands, last in blocks:
                 c = subnet[blk]
                 cand = cands[c]
                 ft += cand.fwd
                 bt += cand.bwd
-                if choice:
-                    key = (blk, c)
-                    i = self._last.get(key)
-                    if i is not None and i in x and i not in preds:
+                if last is not None:
+                    i = last.get(c)
+                    if i is not None and i not in preds and i in x:
                         preds[i] = t  # stages come in increasing order: the first link is the lowest
-                    self._last[key] = k
+                    last[c] = k
             f[t], b[t] = ft, bt
         ft_ = [0.0] * (P + 1)
         for t in range(P - 1, -1, -1):
@@ -115,7 +114,8 @@ class CriticalPaths:
     def clone(self) -> CriticalPaths:
         other = CriticalPaths.__new__(CriticalPaths)
         other.__dict__.update(self.__dict__)
-        other._last = self._last.copy()
+        other._cost = [[(b, cands, None if last is None else last.copy()) for b, cands, last in blocks]
+                       for blocks in self._cost]
         other._preds = self._preds.copy()
         other.links = {j: v.copy() for j, v in self.links.items()}
         other.fwd_tail = self.fwd_tail.copy()

@@ -435,12 +435,14 @@ def test_your_own_supernet_and_its_report_in_a_browser(browser, lab):
     _run_all(page)
     monitor = _cell(page, "LiveMonitor(")
     # the monitor's cell shows the monitor, starts the training in the background and returns; the next cell
-    # (job.wait()) holds the kernel while the stages train: the status bar is sampled from the moment the monitor
-    # shows until the waiting cell is done (a short run is over before the monitor's first figure is drawn)
-    waiting, busy = _cell(page, "result = job.wait()"), []
+    # (job.wait()) holds the kernel while the stages train: the status bar is sampled from the moment the cell before
+    # the monitor's is done (its prompt numbered) until the waiting cell is. (Not from when the monitor's output
+    # shows: on a loaded machine a short run can end before JupyterLab draws it; nor from the monitor cell's own
+    # number, which JupyterLab shows only after the run.)
+    before, waiting, busy = _cell(page, "naspipe.simulate("), _cell(page, "result = job.wait()"), []
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not re.search(r"\[\d+\]", _prompt(waiting)):
-        if monitor.locator(".jp-OutputArea-child").count():
+        if re.search(r"\[\d+\]", _prompt(before)):
             busy.append(_kernel_status(page))
         time.sleep(0.05)
     idle = [x for x in busy if "Busy" not in x]
