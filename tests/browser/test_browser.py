@@ -136,6 +136,17 @@ def browser(lab) -> Iterator[object]:  # after the server, so it closes before t
             b.close()
 
 
+@pytest.fixture(scope="module")
+def tabs(browser) -> Iterator[object]:
+    """One browser profile for the notebooks' tabs, as a reader's: JupyterLab's scripts are fetched and compiled
+    once (its HTTP and code caches), not once per notebook. (Each notebook still opens in a workspace of its own.)"""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        yield ctx
+    finally:
+        ctx.close()
+
+
 class Console:
     """Browser console errors and page errors of one page."""
 
@@ -145,9 +156,9 @@ class Console:
         page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
 
 
-def _open_notebook(browser: object, url: str) -> tuple[object, Console]:
+def _open_notebook(tabs: object, url: str) -> tuple[object, Console]:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = tabs.new_page()
     console = Console(page)
     page.set_default_timeout(60_000)
     page.goto(url)
@@ -285,9 +296,9 @@ def _open_report(page: object, name: str) -> None:
 
 
 @pytest.mark.timeout(480)
-def test_quickstart_and_its_report_in_a_browser(browser, lab):
+def test_quickstart_and_its_report_in_a_browser(browser, tabs, lab):
     url, root, api = lab
-    page, console = _open_notebook(browser, url.format("01_quickstart"))
+    page, console = _open_notebook(tabs, url.format("01_quickstart"))
     _run_all(page)
     monitor = _cell(page, "LiveMonitor(")
     try:
@@ -350,9 +361,9 @@ def test_quickstart_and_its_report_in_a_browser(browser, lab):
 
 
 @pytest.mark.timeout(480)
-def test_csp_explained_in_a_browser(browser, lab):
+def test_csp_explained_in_a_browser(tabs, lab):
     url, _, api = lab
-    page, console = _open_notebook(browser, url.format("02_csp_explained"))
+    page, console = _open_notebook(tabs, url.format("02_csp_explained"))
     _run_all(page)
     _wait_done(page, 240, "02")
     player = _cell(page, "schedule_player(")
@@ -389,7 +400,7 @@ def test_csp_explained_in_a_browser(browser, lab):
 @pytest.mark.timeout(480)
 @pytest.mark.parametrize("name", ["03_reproducibility", "04_async_corrections", "05_scaling",
                                   "07_context_switching", "09_trust_your_search"])
-def test_figure_notebooks_in_a_browser(browser, lab, executed_notebook, name):
+def test_figure_notebooks_in_a_browser(tabs, lab, executed_notebook, name):
     """The run that tests/notebooks checks as data (executed once a session, its widget state stored), opened in
     JupyterLab as a reader opens a run notebook: every output drawn, every check of the module's docstring."""
     url, root, api = lab
@@ -401,7 +412,7 @@ def test_figure_notebooks_in_a_browser(browser, lab, executed_notebook, name):
     nb.metadata.pop("widgets", None)
     nbformat.write(nb, root / f"{name}.ipynb")
     plots = output_mime_types(nbformat.read(executed, as_version=4))[PLOTLY_MIME]
-    page, console = _open_notebook(browser, url.format(name))
+    page, console = _open_notebook(tabs, url.format(name))
     _wait_done(page, 30, name[:2])  # every code cell shows its execution count: the whole notebook ran
     for cell in page.locator(f"{PANEL} .jp-CodeCell").all():
         if cell.locator(".jp-OutputArea-child").count():
@@ -426,12 +437,12 @@ def test_figure_notebooks_in_a_browser(browser, lab, executed_notebook, name):
 
 
 @pytest.mark.timeout(480)
-def test_your_own_supernet_and_its_report_in_a_browser(browser, lab):
+def test_your_own_supernet_and_its_report_in_a_browser(tabs, lab):
     """08: the kernel shows Busy while the stages train (the cell that waits for them), the best subnet is shown
     once, the report link opens a full tab whose Gantt is drawn (it used to open the sandboxed viewer: empty
     Gantt, blocked scripts)."""
     url, _, api = lab
-    page, console = _open_notebook(browser, url.format("08_your_own_supernet"))
+    page, console = _open_notebook(tabs, url.format("08_your_own_supernet"))
     _run_all(page)
     monitor = _cell(page, "LiveMonitor(")
     # the monitor's cell shows the monitor, starts the training in the background and returns; the next cell
