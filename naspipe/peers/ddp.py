@@ -10,8 +10,9 @@ combine the gradients, as users run them:
 * ``wrapper``: torch's ``DistributedDataParallel`` with ``find_unused_parameters=True`` (what a supernet
   needs to run under DDP at all): it all-reduces the buckets of the whole supernet every step.
 
-``run_ddp`` starts the ranks (spawned processes, gloo on CPU, NCCL on GPU, every wait with a timeout, no
-process left behind) and returns the loop's wall time; ``benchmarks/vs_ddp.py`` measures it beside CSP.
+``run_ddp`` starts the ranks (processes of the stages' fork server, spawned where there is none; gloo on CPU,
+NCCL on GPU, every wait with a timeout, no process left behind) and returns the loop's wall time;
+``benchmarks/vs_ddp.py`` measures it beside CSP.
 With one rank there is nothing to combine: the single-process baseline, on the same code path.
 """
 
@@ -47,7 +48,7 @@ def worker(rank: int, world: int, space: Any, subnets: Sequence[Sequence[int]], 
         raise
     finally:
         # torch's DDP wrapper holds the process group; it must be gone before the group is destroyed, or the
-        # group's gloo threads are torn down at interpreter exit under spawn ("terminate called", SIGABRT)
+        # group's gloo threads are torn down at interpreter exit ("terminate called", SIGABRT; seen under spawn)
         gc.collect()
         dist.destroy_process_group()
 
@@ -101,8 +102,7 @@ def _train(rank: int, world: int, space: Any, subnets: Sequence[Sequence[int]], 
 def run_ddp(space: Any, subnets: Sequence[Sequence[int]], *, ranks: int, mode: str = "used", seed: int = 0,
             threads: int = 1, timeout: float = 600.0, workdir: str | Path) -> dict[str, Any]:
     """Train ``subnets`` on ``ranks`` DDP processes; ``{"wall_s", "subnets", "subnets_per_s", ...}`` of rank 0."""
-    import torch.multiprocessing as tmp
-
+    from naspipe.runtime.processes.launcher import process_context
     from naspipe.runtime.transport.ports import free_port
     from naspipe.space import replicas_error
 
@@ -111,7 +111,7 @@ def run_ddp(space: Any, subnets: Sequence[Sequence[int]], *, ranks: int, mode: s
     if (why := replicas_error(space.batch_size, ranks)) is not None:
         raise ValueError(f"{ranks} ranks: {why}")
     out = Path(workdir) / f"ddp-{mode}-{ranks}-{time.monotonic_ns()}.json"
-    ctx = tmp.get_context("spawn")
+    ctx = process_context("forkserver")  # torch and torch._dynamo loaded once, not once per rank
     port = free_port("127.0.0.1")
     procs = [ctx.Process(target=worker, daemon=True, name=f"naspipe-ddp{r}",
                          args=(r, ranks, space, [list(s) for s in subnets], seed, mode, port, threads, timeout,
