@@ -74,7 +74,7 @@ def main() -> None:
         m = train(csp.replace(out=root / f"{name}-{r}", replicas=reps, overwrite=True)).metrics
         return {k: m[k] for k in ("subnets_per_s", "makespan_s", "utilization", "wall_s", "startup_s")}
 
-    # warm-up: the fork server and the spawn path import torch once before anything is timed
+    # warm-up: the fork server (the stages' and the DDP ranks') imports torch once before anything is timed
     train(csp.replace(out=root / "warm", sequence=csp.sequence[:4], overwrite=True))
     run_ddp(space, subnets[:2], ranks=1, seed=args.seed, workdir=root, timeout=args.timeout)
     names = list(devices)

@@ -10,9 +10,9 @@ combine the gradients, as users run them:
 * ``wrapper``: torch's ``DistributedDataParallel`` with ``find_unused_parameters=True`` (what a supernet
   needs to run under DDP at all): it all-reduces the buckets of the whole supernet every step.
 
-``run_ddp`` starts the ranks (processes of the stages' fork server, spawned where there is none; gloo on CPU,
-NCCL on GPU, every wait with a timeout, no process left behind) and returns the loop's wall time;
-``benchmarks/vs_ddp.py`` measures it beside CSP.
+``run_ddp`` starts the ranks (processes of the stages' fork server, spawned where there is none, so they start
+with the environment the server started with; gloo on the CPU, every wait with a timeout, no process left
+behind) and returns the loop's wall time; ``benchmarks/vs_ddp.py`` measures it beside CSP.
 With one rank there is nothing to combine: the single-process baseline, on the same code path.
 """
 

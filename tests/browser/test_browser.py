@@ -438,18 +438,17 @@ def test_figure_notebooks_in_a_browser(tabs, lab, executed_notebook, name):
 
 @pytest.mark.timeout(480)
 def test_your_own_supernet_and_its_report_in_a_browser(tabs, lab):
-    """08: the kernel shows Busy while the stages train (the cell that waits for them), the best subnet is shown
+    """08: the kernel shows Busy while the stages train (the monitor's cell follows the run), the best subnet is shown
     once, the report link opens a full tab whose Gantt is drawn (it used to open the sandboxed viewer: empty
     Gantt, blocked scripts)."""
     url, _, api = lab
     page, console = _open_notebook(tabs, url.format("08_your_own_supernet"))
     _run_all(page)
     monitor = _cell(page, "LiveMonitor(")
-    # the monitor's cell shows the monitor, starts the training in the background and returns; the next cell
-    # (job.wait()) holds the kernel while the stages train: the status bar is sampled from the moment the cell before
-    # the monitor's is done (its prompt numbered) until the waiting cell is. (Not from when the monitor's output
-    # shows: on a loaded machine a short run can end before JupyterLab draws it; nor from the monitor cell's own
-    # number, which JupyterLab shows only after the run.)
+    # the monitor's cell shows the monitor, starts the training and follows it (block=True) until the run ends; the
+    # next cell (job.wait()) collects it: the status bar is sampled from the moment the cell before the monitor's is
+    # done (its prompt numbered) until the waiting cell is, which spans the whole run. (Not from when the monitor's
+    # output shows: on a loaded machine a short run can end before JupyterLab draws it.)
     before, waiting, busy = _cell(page, "naspipe.simulate("), _cell(page, "result = job.wait()"), []
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not re.search(r"\[\d+\]", _prompt(waiting)):
