@@ -35,6 +35,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -86,14 +87,19 @@ def lab(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     _prepare(root)
     port, token = free_port(), secrets.token_hex(16)
     aside = root.parent  # server state and log, outside the notebooks folder
+    # the kernels talk over Unix sockets beside their connection files, not TCP ports (a port chosen free can be
+    # taken by another test's process before the kernel binds it): a short runtime folder keeps the socket paths
+    # within the 107 characters a Unix socket's path may have
+    runtime = tempfile.mkdtemp(prefix="lab-")
     env = {**kernel_env(), "JUPYTERLAB_SETTINGS_DIR": str(aside / ".settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(aside / ".workspaces"), "JUPYTER_RUNTIME_DIR": str(aside / ".runtime"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(aside / ".workspaces"), "JUPYTER_RUNTIME_DIR": runtime,
            "JUPYTER_CONFIG_DIR": str(aside / ".config")}
     log = open(root.parent / "lab.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False",
-         "--ServerApp.port_retries=0", *(["--allow-root"] if os.geteuid() == 0 else [])],
+         "--ServerApp.port_retries=0", "--KernelManager.transport=ipc",
+         *(["--allow-root"] if os.geteuid() == 0 else [])],
         cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -116,6 +122,7 @@ def lab(tmp_path_factory) -> Iterator[tuple[str, Path]]:
             proc.kill()
             proc.wait(timeout=5)
         log.close()
+        shutil.rmtree(runtime, ignore_errors=True)
         deadline = time.monotonic() + 10
         while leftovers() and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -84,6 +84,16 @@ def _kernel_manager_class(spec_dir: Path) -> type[AsyncKernelManager]:
         def _only_ours(self) -> KernelSpecManager:
             return KernelSpecManager(kernel_dirs=[str(spec_dir / "kernels")])
 
+        # Unix sockets, not TCP ports: a port chosen free can be taken by another test's process (a store, a
+        # rank, another kernel) before the kernel binds it ("Address already in use", then no reply for 60 s)
+        @default("transport")
+        def _ipc(self) -> str:
+            return "ipc"
+
+        @default("ip")
+        def _socket_prefix(self) -> str:
+            return str(spec_dir / "kernel")
+
     return ThisInterpreterKernelManager
 
 
