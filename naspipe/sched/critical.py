@@ -28,11 +28,14 @@ class CriticalPaths:
     def __init__(self, space: SearchSpace, blocks_per_stage: Sequence[Sequence[int]]):
         """``blocks_per_stage[t]``: every block of stage ``t`` (its cost counts); choice blocks make links."""
         self.P = len(blocks_per_stage)
-        # the space's own candidate tuples (read per admitted subnet): no per-scheduler table of every candidate,
-        # which cost O(K) per scheduler and block (csp-plan makes hundreds of schedulers)
-        # per stage: (block, its candidates, its candidates' newest admitted users or None for a fixed block)
-        self._cost = [[(b, space.blocks[b].candidates, None if space.blocks[b].fixed else {})
-                       for b in blocks] for blocks in blocks_per_stage]
+        # per stage: (block, its candidates, {candidate: newest admitted user} or None for a fixed block). The space's
+        # own candidate tuples are read per admitted subnet and a block's users hold only the candidates admitted
+        # subnets chose: no per-scheduler table of every candidate, which cost O(K) per scheduler and block
+        # (csp-plan makes hundreds of schedulers). A block belongs to one stage: its users are that stage's links.
+        blocks = [b for stage in blocks_per_stage for b in stage]
+        assert len(blocks) == len(set(blocks)), f"a block on two stages: {blocks_per_stage}"
+        self._stage_blocks = [[(b, space.blocks[b].candidates, None if space.blocks[b].fixed else {})
+                               for b in stage] for stage in blocks_per_stage]
         # k -> (i, t, b_t(i) + ... + b_{P-1}(i)): k next uses i's candidate on stage t (the lowest such t)
         self._preds: dict[int, list[tuple[int, int, float]]] = {}
         self.links: dict[int, list[tuple[int, int]]] = {}  # i -> (t, k)
@@ -46,7 +49,7 @@ class CriticalPaths:
         b = [0.0] * P
         preds: dict[int, int] = {}  # i -> lowest stage of a link i -> k (it dominates: longer on both sides)
         x = self.x
-        for t, blocks in enumerate(self._cost):
+        for t, blocks in enumerate(self._stage_blocks):
             ft = bt = 0.0
             for blk, cands, last in blocks:
                 c = subnet[blk]
@@ -114,8 +117,8 @@ class CriticalPaths:
     def clone(self) -> CriticalPaths:
         other = CriticalPaths.__new__(CriticalPaths)
         other.__dict__.update(self.__dict__)
-        other._cost = [[(b, cands, None if last is None else last.copy()) for b, cands, last in blocks]
-                       for blocks in self._cost]
+        other._stage_blocks = [[(b, cands, None if last is None else last.copy()) for b, cands, last in blocks]
+                               for blocks in self._stage_blocks]
         other._preds = self._preds.copy()
         other.links = {j: v.copy() for j, v in self.links.items()}
         other.fwd_tail = self.fwd_tail.copy()
