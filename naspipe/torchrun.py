@@ -205,10 +205,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from naspipe.runtime.transport.arrival import meet
     from naspipe.runtime.transport.netcheck import NetworkError
 
+    said: list[NetworkError] = []
+
+    def say(e: NetworkError) -> None:  # this rank's line before the others are told (torchrun may stop it then)
+        print(f"naspipe: error: rank {rank}: {e}", file=sys.stderr, flush=True)
+        said.append(e)
+
     try:
-        roster = meet(rank, world, connect_timeout)
+        roster = meet(rank, world, connect_timeout, say=say)
     except NetworkError as e:
-        print(f"naspipe: error: rank {rank}: {e}", file=sys.stderr)
+        if e not in said:
+            print(f"naspipe: error: rank {rank}: {e}", file=sys.stderr)
         if rank == 0:
             from naspipe.runtime.outputs import write_status
 

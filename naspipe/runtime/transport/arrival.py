@@ -15,7 +15,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,13 +76,19 @@ def tell_others(rank: int, world: int, line: str, env: Mapping[str, str] | None 
 
 
 def meet(rank: int, world: int, timeout: float, env: Mapping[str, str] | None = None,
-         poll: float = 0.2) -> Roster:
-    """Check this rank's network, post the result, wait (at most ``timeout`` s) for every rank; NetworkError."""
+         poll: float = 0.2, say: Callable[[NetworkError], None] | None = None) -> Roster:
+    """Check this rank's network, post the result, wait (at most ``timeout`` s) for every rank; NetworkError.
+
+    ``say``: called with this rank's own network error before the others are told of it (telling them can wait
+    for the master's store, and a launcher may stop this rank once a sibling ends: the rank's line comes first).
+    """
     env = os.environ if env is None else env
     prefix = _prefix(env)
     try:
         ep = own_endpoint(env)
     except NetworkError as e:
+        if say is not None:
+            say(e)
         tell_others(rank, world, f"rank {rank} on {socket.gethostname()}: {e}", env)
         raise
     check_master(ep, min(timeout, 20.0))  # unreachable: there is nobody to tell
