@@ -221,6 +221,27 @@ def test_resume_with_other_arguments_is_refused(tmp_path, capsys, checkpointed, 
              tmp_path / "o")
 
 
+def test_a_second_ctrl_c_after_the_status_is_written_keeps_the_resume_hint(tmp_path, capsys, monkeypatch):
+    """The first Ctrl-C's exception names the checkpoint; a second one that lands while it unwinds (after
+    ``status.json``, before the command ignores signals) is a fresh KeyboardInterrupt: the hint stays."""
+    from naspipe.runtime.processes import launcher
+
+    def interrupted_twice(cfg):
+        first = KeyboardInterrupt()
+        first.checkpoint = 10
+        try:
+            raise first
+        finally:
+            raise KeyboardInterrupt  # (the second Ctrl-C, in a cleanup's finally)
+
+    monkeypatch.setattr(launcher, "train", interrupted_twice)
+    out = tmp_path / "o"
+    assert main(["train", *CKPT, "--checkpoint-every", "5", "--out", str(out)]) == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == ("naspipe: interrupted; the last complete checkpoint is at subnet 10: to continue, run "
+                    f"naspipe train {' '.join(CKPT)} --checkpoint-every 5 --out {out} --resume {out}"), last
+
+
 def test_a_crashed_stage_exits_1_naming_the_rank(tmp_path, capsys):
     rc = main(["train", "--space", "digits-cnn", "--stages", "3", "--subnets", "20", "--out", str(tmp_path / "o"),
                "--no-progress", "--fault", "raise:2:4"])
