@@ -176,7 +176,27 @@ def _names_a_lost_host(out: Any) -> bool:
         return False
 
 
+def _said_first() -> str | None:
+    """This rank's own network mistake (a missing or wrong ``GLOO_SOCKET_IFNAME``, a loopback master), printed at
+    once: the check needs no torch, and torchrun stops a rank as soon as a sibling ends, so a rank still importing
+    torch when its sibling had told the others would end without its line. Returns the line (None: no mistake,
+    or not under a launcher)."""
+    rank = os.environ.get("RANK", "")
+    if not (rank.isdigit() and os.environ.get("WORLD_SIZE", "").isdigit() and "MASTER_ADDR" in os.environ):
+        return None
+    from naspipe.runtime.transport.netcheck import NetworkError, own_endpoint
+
+    try:
+        own_endpoint(os.environ)
+    except NetworkError as e:
+        line = f"naspipe: error: rank {rank}: {e}"
+        print(line, file=sys.stderr, flush=True)
+        return line
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    said = [line] if (line := _said_first()) is not None else []  # (meet finds the same mistake: not said twice)
     try:
         rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
         cfg, connect_timeout = _config(argv, world, rank)
@@ -205,17 +225,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from naspipe.runtime.transport.arrival import meet
     from naspipe.runtime.transport.netcheck import NetworkError
 
-    said: list[NetworkError] = []
-
     def say(e: NetworkError) -> None:  # this rank's line before the others are told (torchrun may stop it then)
-        print(f"naspipe: error: rank {rank}: {e}", file=sys.stderr, flush=True)
-        said.append(e)
+        if (line := f"naspipe: error: rank {rank}: {e}") not in said:
+            print(line, file=sys.stderr, flush=True)
+            said.append(line)
 
     try:
         roster = meet(rank, world, connect_timeout, say=say)
     except NetworkError as e:
-        if e not in said:
-            print(f"naspipe: error: rank {rank}: {e}", file=sys.stderr)
+        say(e)
         if rank == 0:
             from naspipe.runtime.outputs import write_status
 
