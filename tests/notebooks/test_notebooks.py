@@ -117,12 +117,15 @@ def test_runner_injects_parameters_and_uses_this_interpreter(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("A = 1\nB: int = 2", metadata={"tags": ["parameters"]}),
         nbformat.v4.new_code_cell("import os, sys\nprint(A, B, sys.executable, os.environ.get('PYTEST_CURRENT_TEST'))"),
+        nbformat.v4.new_code_cell("import json\nfrom ipykernel.connect import get_connection_info\n"
+                                  "print(json.loads(get_connection_info())['transport'])"),
     ])
     path = tmp_path / "t.ipynb"
     nbformat.write(nb, path)
     out = run_notebook(path, {"A": 5}, timeout=60)
     text = out.cells[2].outputs[0].text.split()
     assert text == ["5", "2", sys.executable, "None"]
+    assert out.cells[3].outputs[0].text.split() == ["ipc"]  # Unix sockets: no TCP port another test can take
     assert out.cells[1].metadata["tags"] == ["injected-parameters"]
     with pytest.raises(KeyError, match="unknown notebook parameter"):
         inject_parameters(nbformat.read(path, as_version=4), {"C": 1})
