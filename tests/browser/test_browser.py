@@ -95,12 +95,17 @@ def lab(tmp_path_factory) -> Iterator[tuple[str, Path]]:
            "JUPYTERLAB_WORKSPACES_DIR": str(aside / ".workspaces"), "JUPYTER_RUNTIME_DIR": runtime,
            "JUPYTER_CONFIG_DIR": str(aside / ".config")}
     log = open(root.parent / "lab.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False",
-         "--ServerApp.port_retries=0", "--KernelManager.transport=ipc",
-         *(["--allow-root"] if os.geteuid() == 0 else [])],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False",
+             "--ServerApp.port_retries=0", "--KernelManager.transport=ipc",
+             *(["--allow-root"] if os.geteuid() == 0 else [])],
+            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    except BaseException:  # (no server: nothing to stop, but the log and the runtime folder are ours)
+        log.close()
+        shutil.rmtree(runtime, ignore_errors=True)
+        raise
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -152,6 +157,16 @@ def tabs(browser) -> Iterator[object]:
         yield ctx
     finally:
         ctx.close()
+
+
+@pytest.fixture(autouse=True)
+def _pages_end_with_their_test(request) -> Iterator[None]:
+    """A test's pages close when it ends, passed or failed: a failed test's page would otherwise go on running
+    its notebook beside the next test's in the shared profile."""
+    yield
+    if "tabs" in request.fixturenames:
+        for page in request.getfixturevalue("tabs").pages:
+            page.close()
 
 
 class Console:
