@@ -11,7 +11,8 @@ into the run's outputs, which therefore needs ``--out`` on a filesystem all mach
 ``--checkpoint-every N`` and ``--resume DIR`` work as in ``naspipe train`` (checkpoint files are written
 by each rank into ``OUT/checkpoint/``, so ``--out`` must be shared; rank 0 marks a checkpoint complete).
 
-Before the process group forms, every rank checks its network and meets the others at the master's store
+Before the process group forms, every rank checks its network (its own interface first, before torch is imported,
+so its line comes at once) and meets the others at the master's store
 (``naspipe.runtime.transport.arrival``): a wrong ``GLOO_SOCKET_IFNAME``, a loopback or unreachable master, or a rank
 that does not arrive within ``--connect-timeout`` seconds (default 60) ends every rank with one line naming
 the setting. When a neighbour on another host goes away mid-run, ``status.json`` names the lost rank and host.
