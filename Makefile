@@ -9,17 +9,18 @@ STAMP := $(VENV)/.installed
 # Everything with uv: parallel downloads, bytecode compiled on both cores (about 25 s here, against 49 s with
 # pip for torch and `python -m venv`'s own pip). uv does not read pip's configuration, so pip's find-links (where
 # this machine keeps its CPU torch wheel; without it both would fetch the CUDA build) are handed on. Where uv
-# cannot be installed, pip does it all. Bytecode is compiled at install, not left to the first import: where
-# PYTHONDONTWRITEBYTECODE is set (this machine sets it), every process would compile torch from source again.
+# cannot be installed or fails (an index only pip's configuration names, say), pip does it all. Bytecode is
+# compiled at install, not left to the first import: where PYTHONDONTWRITEBYTECODE is set (this machine sets it),
+# every process would compile torch from source again.
 FIND_LINKS = $(foreach d,$(sort $(PIP_FIND_LINKS) $(shell $(PY) -m pip config get global.find-links 2>/dev/null)),\
   --find-links $(d))
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv --without-pip $(VENV)
 	test -x $(BIN)/uv || $(PY) -m pip --python $(BIN)/python install -q uv || true
-	if test -x $(BIN)/uv; then \
-	  $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python $(FIND_LINKS) pip torch==2.13.0 -e '.[dev]'; \
-	else $(BIN)/python -m ensurepip --upgrade >/dev/null && $(BIN)/python -m pip install -q torch==2.13.0 && \
-	  $(BIN)/python -m pip install -q -e '.[dev]'; fi
+	test -x $(BIN)/uv && $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python $(FIND_LINKS) \
+	  pip torch==2.13.0 -e '.[dev]' || { $(BIN)/python -m ensurepip --upgrade >/dev/null && \
+	  $(BIN)/python -m pip install -q --upgrade pip && $(BIN)/python -m pip install -q torch==2.13.0 && \
+	  $(BIN)/python -m pip install -q -e '.[dev]'; }
 	touch $(STAMP)
 
 demo: $(STAMP)

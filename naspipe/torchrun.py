@@ -190,9 +190,11 @@ def _said_first() -> str | None:
     try:
         own_endpoint(os.environ)
     except NetworkError as e:
-        line = f"naspipe: error: rank {rank}: {e}"
+        line = f"naspipe: error: rank {int(rank)}: {e}"  # (as meet's line reads: said once)
         print(line, file=sys.stderr, flush=True)
         return line
+    except Exception:  # noqa: BLE001 - anything else (a malformed variable) is met where it was before: in meet
+        return None
     return None
 
 

@@ -161,12 +161,14 @@ def tabs(browser) -> Iterator[object]:
 
 @pytest.fixture(autouse=True)
 def _pages_end_with_their_test(request) -> Iterator[None]:
-    """A test's pages close when it ends, passed or failed: a failed test's page would otherwise go on running
-    its notebook beside the next test's in the shared profile."""
+    """A test's pages close and the server's kernels end when it ends, passed or failed: a failed test's notebook
+    would otherwise go on running beside the next test's (the kernel runs the cells it was sent)."""
     yield
     if "tabs" in request.fixturenames:
         for page in request.getfixturevalue("tabs").pages:
             page.close()
+    if "lab" in request.fixturenames:
+        _shutdown_kernels(request.getfixturevalue("lab")[2])
 
 
 class Console:
