@@ -8,6 +8,7 @@ first on ``sys.path`` so the user modules there are found by name, as a user's w
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import sys
 import time
@@ -30,6 +31,21 @@ def pytest_configure(config):  # noqa: ANN001, ANN201
     gets: SIGINT handled here, so started processes begin with its default."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_folders_stay_in_the_session(tmp_path_factory):  # noqa: ANN001, ANN202
+    """The processes the tests start make temporary folders of their own (torchrun's ``torchelastic_*``, a fork
+    server's ``pymp-*``), and a process that is killed (a kernel the runner ends at once) leaves its folder: with
+    ``TMPDIR`` here they stay under pytest's base folder, which pytest rotates, not in /tmp. (This process's own
+    ``tempfile`` keeps the folder it chose first.)"""
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmp", numbered=False))
+    yield
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
 
 
 @pytest.fixture
