@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,8 +38,10 @@ def pytest_configure(config):  # noqa: ANN001, ANN201
 def _temporary_folders_stay_in_the_session(tmp_path_factory):  # noqa: ANN001, ANN202
     """The processes the tests start make temporary folders of their own (torchrun's ``torchelastic_*``, a fork
     server's ``pymp-*``), and a process that is killed (a kernel the runner ends at once) leaves its folder: with
-    ``TMPDIR`` here they stay under pytest's base folder, which pytest rotates, not in /tmp. (This process's own
-    ``tempfile`` keeps the folder it chose first.)"""
+    ``TMPDIR`` here they stay under pytest's base folder, which pytest rotates, not in /tmp. This process's own
+    ``tempfile`` keeps its folder (fixed below, before the change): the Unix sockets made there (kernels', the
+    warm naspipe's) need short paths."""
+    tempfile.gettempdir()  # (chosen once per process, then kept)
     before = os.environ.get("TMPDIR")
     os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmp", numbered=False))
     yield
