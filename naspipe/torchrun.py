@@ -75,15 +75,9 @@ def lost_host(rank: int, e: BaseException, roster: Any, out: Any) -> dict[str, A
 def _peer(e: BaseException) -> int | None:
     """The neighbour an error names (``PeerLost`` from a receive, ``SendFailure`` from a send), also where a
     later error in the stage's cleanup (``destroy_process_group`` with a neighbour gone) replaced it."""
-    seen: set[int] = set()
-    cur: BaseException | None = e
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        peer = getattr(cur, "peer", None)
-        if isinstance(peer, int):
-            return peer
-        cur = cur.__cause__ or cur.__context__
-    return None
+    from naspipe.exception_chain import chain
+
+    return next((peer for x in chain(e) if isinstance(peer := getattr(x, "peer", None), int)), None)
 
 
 def record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) -> None:

@@ -93,18 +93,13 @@ def _resume_hint(e: BaseException, args: argparse.Namespace | None) -> str:
     return f"; {resume_hint(saved, args)}"
 
 
-def _checkpoint_named(e: BaseException | None) -> int | None:
+def _checkpoint_named(e: BaseException) -> int | None:
     """The checkpoint the launcher attached to the signal's exception. A second Ctrl-C that lands after the run
     wrote ``status.json`` and before ``_stopping`` raises a KeyboardInterrupt of its own while the first one
     unwinds: the first (which names the checkpoint) is its ``__context__``."""
-    seen: set[int] = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        saved = getattr(e, "checkpoint", None)
-        if saved is not None:
-            return saved
-        e = e.__context__
-    return None
+    from naspipe.exception_chain import chain
+
+    return next((saved for x in chain(e) if (saved := getattr(x, "checkpoint", None)) is not None), None)
 
 
 _AS_COMMAND = False  # the ``naspipe`` command itself, whose process ends with main
