@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from naspipe.cli.common import UsageError
+from naspipe.startup import TRAINER, collector_paused, import_at_start
 
 
 def _env_int(name: str) -> int:
@@ -196,7 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     said = [line] if (line := _said_first()) is not None else []  # (meet finds the same mistake: not said twice)
     try:
         rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
-        cfg, connect_timeout = _config(argv, world, rank)
+        with collector_paused():  # a rank's start-up imports: torch (the model's check) and its optimizer's dynamo
+            cfg, connect_timeout = _config(argv, world, rank)
+            import_at_start(*TRAINER)
         if rank == 0:
             from naspipe.runlock import RunLocked, acquire, release
             from naspipe.runtime.checkpoint import prepare_run_dir, verify_resume

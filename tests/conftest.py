@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from naspipe.startup import collector_paused
 from tests.helpers.processes import leftovers
 
 pytest_plugins = ["tests.helpers.runs"]  # trained runs shared by several modules (session fixtures)
@@ -32,6 +33,15 @@ def pytest_configure(config):  # noqa: ANN001, ANN201
     gets: SIGINT handled here, so started processes begin with its default."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):  # noqa: ANN001, ANN201
+    """Collection imports torch, hypothesis, nbformat and every test module: made with the garbage collector paused,
+    then frozen, as naspipe's own processes start (``naspipe.startup``), so no collection during the tests walks
+    them again."""
+    with collector_paused():
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -59,16 +59,13 @@ def serve(path: str, root: str, parent: int) -> None:
         return
     # as the console script's path (its folder first), with the checkout under test before the installed one
     sys.path[0:1] = [str(Path(sys.executable).parent), root]
-    import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401
+    from naspipe.startup import TRAINER, collector_paused, import_at_start
 
-    import naspipe.cli
+    with collector_paused():  # frozen: what the children inherit stays out of their collections (and unwritten)
+        import_at_start(*TRAINER)
+        import naspipe.cli
 
-    naspipe.cli.build_parser()  # every command's module, as the console script imports them at start
-    import gc
-
-    gc.collect()
-    gc.freeze()  # what the children inherit stays out of their collections (and unwritten: no copy of its pages)
+        naspipe.cli.build_parser()  # every command's module, as the console script imports them at start
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped by the kernel (reset in each)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)

@@ -59,16 +59,15 @@ class TrainError(RuntimeError):
 
 def process_context(method: str) -> Any:
     """torch.multiprocessing's context for ``method`` (spawn where the platform has no fork server); the fork
-    server loads torch._dynamo and the stage worker once, for every process it starts (tests use it too)."""
+    server loads torch, torch._dynamo and the stage worker once (``server_preload``), for every process it starts
+    (tests use it too)."""
     import torch.multiprocessing as tmp
 
     if method not in tmp.get_all_start_methods():  # e.g. no fork server on Windows
         method = "spawn"
     ctx = tmp.get_context(method)
-    if method == "forkserver":
-        # torch._dynamo is imported by the first torch.optim optimizer (a second of CPU): load it once, in the
-        # server
-        ctx.set_forkserver_preload(["torch._dynamo", "naspipe.runtime.processes.worker"])
+    if method == "forkserver":  # torch._dynamo is imported by the first torch.optim optimizer: once, in the server
+        ctx.set_forkserver_preload(["naspipe.runtime.processes.server_preload"])
     return ctx
 
 
