@@ -50,9 +50,9 @@ def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: Tru
         elif jobs:
             import torch.multiprocessing as mp
 
-            from naspipe.truth.standalone import init_worker, work
+            from naspipe.truth.standalone import work
 
-            with mp.get_context("spawn").Pool(min(workers, len(jobs)), initializer=init_worker,
+            with mp.get_context("spawn").Pool(min(workers, len(jobs)), initializer=start_worker,
                                                   initargs=(os.getpid(),)) as pool:
                 for _ in pool.imap_unordered(work, jobs):
                     if bar is not None:
@@ -66,3 +66,16 @@ def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: Tru
     if jobs or not (d / TABLE).exists():
         write_table(d, truth)
     return truth
+
+
+def start_worker(parent: int) -> None:
+    """A pool worker's start: torch and torch._dynamo imported as start-up imports (``naspipe.startup``: this
+    module, which the spawned worker imports first to find this function, imports no torch), then
+    ``standalone.init_worker``."""
+    from naspipe.startup import TRAINER, import_at_start
+
+    import_at_start(*TRAINER)
+    from naspipe.truth.standalone import init_worker
+
+    init_worker(parent)
+

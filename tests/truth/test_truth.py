@@ -210,3 +210,16 @@ def test_shipped_truth_recheck_three_random_entries():
         again = train_entry(sp, arch, seed, t.settings.steps, t.settings.optimizer, t.settings.lr)
         for k in ("accuracy", "loss", "train_loss", "params_sha256"):
             assert again[k] == rec[k], (arch, seed, k, f"random.Random({seed_of_choice})", cpu_key())
+
+
+def test_a_pool_worker_imports_torch_as_a_start_up_import():
+    """A spawned worker finds ``start_worker`` in a module without torch, and imports torch and torch._dynamo with
+    the collector paused and then frozen (``naspipe.startup``)."""
+    import gc
+
+    import torch.multiprocessing as mp
+
+    from naspipe.truth.workers import start_worker
+
+    with mp.get_context("spawn").Pool(1, initializer=start_worker, initargs=(os.getpid(),)) as pool:
+        assert pool.apply(gc.get_freeze_count) > 100_000
