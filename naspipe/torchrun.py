@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from naspipe.cli.common import UsageError
-from naspipe.startup import TRAINER, collector_paused, import_at_start
 
 
 def _env_int(name: str) -> int:
@@ -197,9 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     said = [line] if (line := _said_first()) is not None else []  # (meet finds the same mistake: not said twice)
     try:
         rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
-        with collector_paused():  # a rank's start-up imports: torch (the model's check) and its optimizer's dynamo
-            cfg, connect_timeout = _config(argv, world, rank)
-            import_at_start(*TRAINER)
+        cfg, connect_timeout = _config(argv, world, rank)
         if rank == 0:
             from naspipe.runlock import RunLocked, acquire, release
             from naspipe.runtime.checkpoint import prepare_run_dir, verify_resume
@@ -281,7 +278,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     from naspipe.cli.shutdown import leave_despite_threads
+    from naspipe.startup import pause_at_first_import
 
+    pause_at_first_import("torch")  # (for its model's check, after its own network check: naspipe.startup)
     code = main()
     leave_despite_threads(code)  # a non-daemon thread from user code must not keep a finished rank alive
     sys.exit(code)

@@ -35,13 +35,13 @@ def pytest_configure(config):  # noqa: ANN001, ANN201
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_collection(session):  # noqa: ANN001, ANN201
     """Collection imports torch, hypothesis, nbformat and every test module: made with the garbage collector paused,
     then frozen, as naspipe's own processes start (``naspipe.startup``), so no collection during the tests walks
     them again."""
     with collector_paused():
-        yield
+        return (yield)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from naspipe.cli.common import UsageError
 from naspipe.cli.shutdown import leave_despite_threads
 from naspipe.runtime.processes.signals import EXIT_TERMINATED, Terminated
-from naspipe.startup import TRAINER, pause_at_first_import
+from naspipe.startup import pause_at_first_import
 
 
 class _Parser(argparse.ArgumentParser):
@@ -109,7 +109,7 @@ _AS_COMMAND = False  # the ``naspipe`` command itself, whose process ends with m
 def entry() -> None:
     global _AS_COMMAND
     _AS_COMMAND = True
-    pause_at_first_import(*TRAINER)  # a command's process: torch (and a trainer's dynamo) the quick way
+    pause_at_first_import("torch")  # the command's process: torch, where first needed, the quick way
     try:
         rc = main()
         sys.stdout.flush()

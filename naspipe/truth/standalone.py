@@ -12,8 +12,6 @@ worker process with one intra-op thread (``set_num_threads(1)`` first), so the b
 from __future__ import annotations
 
 import hashlib
-import os
-import sys
 from typing import Any
 
 import torch
@@ -37,18 +35,10 @@ class _Repeat:
         return self.arch
 
 
-def init_worker(parent: int | None = None) -> None:
-    """Pool initializer: one intra-op thread before any torch work; on Linux, the worker is killed when the
-    build process that started it (``parent``) dies, however it dies, so a killed build leaves no worker."""
+def init_worker() -> None:
+    """A worker's start (a pool's, or the build process itself with one worker): one intra-op thread before any
+    torch work."""
     torch.set_num_threads(1)
-    if parent is None or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-    import signal
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the build died before the line above
-        os._exit(1)
 
 
 def _space(spec: str, digest: str) -> SearchSpace:

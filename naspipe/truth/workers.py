@@ -69,13 +69,20 @@ def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: Tru
 
 
 def start_worker(parent: int) -> None:
-    """A pool worker's start: torch and torch._dynamo imported as start-up imports (``naspipe.startup``: this
-    module, which the spawned worker imports first to find this function, imports no torch), then
-    ``standalone.init_worker``."""
+    """A pool worker's start (this module, which the spawned worker imports to find this function, imports no
+    torch): on Linux, first, the worker is killed when the build process that started it (``parent``) dies,
+    however it dies, so a killed build leaves no worker; then torch and torch._dynamo as start-up imports
+    (``naspipe.startup``) and ``standalone.init_worker``."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the build died before the line above
+            os._exit(1)
     from naspipe.startup import TRAINER, import_at_start
 
     import_at_start(*TRAINER)
     from naspipe.truth.standalone import init_worker
 
-    init_worker(parent)
-
+    init_worker()

@@ -59,10 +59,12 @@ def serve(path: str, root: str, parent: int) -> None:
         return
     # as the console script's path (its folder first), with the checkout under test before the installed one
     sys.path[0:1] = [str(Path(sys.executable).parent), root]
-    from naspipe.startup import TRAINER, collector_paused, import_at_start
+    from naspipe.startup import collector_paused
 
     with collector_paused():  # frozen: what the children inherit stays out of their collections (and unwritten)
-        import_at_start(*TRAINER)
+        import torch  # noqa: F401
+        import torch._dynamo  # noqa: F401
+
         import naspipe.cli
 
         naspipe.cli.build_parser()  # every command's module, as the console script imports them at start

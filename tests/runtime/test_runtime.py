@@ -151,6 +151,20 @@ def test_a_stage_process_freezes_what_it_inherited_and_still_collects_its_own_cy
     assert seen == ["collected"]
 
 
+def test_a_stage_without_a_fork_server_imports_dynamo_at_its_start_paused():
+    """A torchrun rank (or a spawned stage) has torch but not torch._dynamo when its stage starts: it comes in
+    ``fresh_process`` as a start-up import (one collection, at its end), not at the first optimizer."""
+    import subprocess
+    import sys
+
+    code = ("import gc, sys\nimport torch\nfrom naspipe.runtime.processes.worker import fresh_process\n"
+            "runs = []\ngc.callbacks.append(lambda phase, info: runs.append(phase))\nfresh_process()\n"
+            "print('torch._dynamo' in sys.modules, len(runs), file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert p.stderr.strip().splitlines()[-1] == "True 2", p.stderr[-2000:]  # (a collection's start and stop)
+
+
 def _replay(space, stages: int, policy: str, shared: str, subnets, *, seed: int = 0, optimizer: str = "sgd",
             jitter: float = 0.5):
     """Run the real executors in the order of a simulated schedule (one process, tensors by hand)."""

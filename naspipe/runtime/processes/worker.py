@@ -47,6 +47,7 @@ from naspipe.runtime.transport.comm import ACTIVATION, GRADIENT, ChannelFailure,
 from naspipe.runtime.transport.replica_group import ReplicaGroup, WriteOrder, next_task_writing
 from naspipe.sched.policies import make_scheduler, stage_specs
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
+from naspipe.startup import import_at_start
 from naspipe.supernet.usercode import first_line, origin
 from naspipe.weights import save_weights
 
@@ -365,10 +366,13 @@ def _watch_lifeline(conn: Any) -> None:
 
 
 def fresh_process() -> None:
-    """At the start of a stage process: move every object it inherited (torch, torch._dynamo and naspipe, imported
-    by the fork server or the spawned interpreter) to the garbage collector's permanent generation. Those are not
-    garbage; without this the collection at the end of ``run_stage`` (and every full collection during the run)
-    walked all of them: about half of a short stage's CPU. Objects made by the run are collected as before."""
+    """At the start of a stage process: torch._dynamo imported as a start-up import (``naspipe.startup``; the
+    stage's optimizers import it: a fork server's stage has it already, a torchrun rank or a spawned stage not),
+    and every object it inherited (torch, torch._dynamo and naspipe, imported by the fork server, the rank or the
+    spawned interpreter) moved to the garbage collector's permanent generation. Those are not garbage; without
+    this the collection at the end of ``run_stage`` (and every full collection during the run) walked all of
+    them: about half of a short stage's CPU. Objects made by the run are collected as before."""
+    import_at_start("torch._dynamo")
     gc.freeze()
 
 
