@@ -15,13 +15,13 @@ import io
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from naspipe.atomic import write_text_atomic
 from naspipe.runs import LOSSES, METRICS, PARAMS  # the run-directory names live in naspipe.runs
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 STAGE_PARAMS_GLOB = "params-stage*.json"
 
@@ -72,6 +72,8 @@ def read_losses(path: str | Path) -> dict[int, float]:
 
 def tensor_hash(t: Tensor) -> str:
     """SHA-256 over dtype, shape and the contiguous CPU bytes of ``t``."""
+    import torch  # (here only: reading and comparing runs, ``naspipe verify``, needs no torch)
+
     t = t.detach().cpu().contiguous()
     h = hashlib.sha256(f"{t.dtype}:{tuple(t.shape)}:".encode())
     h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")

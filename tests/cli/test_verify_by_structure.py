@@ -139,3 +139,21 @@ def test_naspipe_reference_refuses_bad_input_in_one_line(tmp_path):
         naspipe.reference("tiny-transformer", tmp_path / "r", subnets=2, shared_layers="sometimes")
     with pytest.raises(TypeError, match="stagez"):
         naspipe.reference("tiny-transformer", tmp_path / "r", stagez=2)
+
+
+def test_verify_needs_no_torch(tmp_path):
+    """Comparing two runs reads CSV and JSON: ``naspipe verify`` answers in a fraction of a second, without the
+    seconds of a torch import."""
+    from naspipe.results import write_losses, write_params
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        write_losses(tmp_path / name / "losses.csv", {0: 0.5, 1: 0.25})
+        write_params(tmp_path / name / "params.json", {"w": "00"})
+    code = ("import sys; from naspipe.cli import main; rc = main(['verify', 'a', 'b']); "
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', rc, file=sys.stderr)")
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    assert p.stdout.strip() == "identical: 2 subnets, 1 tensors", p.stderr[-2000:]
+    assert p.stderr.strip().splitlines()[-1] == "NO-TORCH 0"
