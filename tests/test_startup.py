@@ -1,6 +1,6 @@
 """naspipe.startup: a process's start-up imports run without cyclic collections (one at the end) and are frozen
-afterwards; the processes naspipe starts for itself (a command, a stage's fork server, a torchrun rank, a truth
-worker) import torch that way, and a torch-free command still imports no torch."""
+afterwards; a command and a torchrun rank import torch that way, and a torch-free command still imports no torch
+(a stage's fork server and start: tests/runtime/test_runtime.py; a truth worker: tests/truth)."""
 
 from __future__ import annotations
 
@@ -110,26 +110,6 @@ def test_without_the_hook_torchs_import_collects_hundreds_of_times():
     rc, _, err = _run(_REPORT + "import torch")
     torch_, dynamo, during, frozen = err[-1].split()
     assert rc == 0 and (torch_, dynamo, frozen) == ("True", "False", "False") and int(during) >= 100, err[-1]
-
-
-def _inherited(out) -> None:  # noqa: ANN001 - (a process of the fork server: module level)
-    out.put((gc.get_freeze_count(), sum(s["collections"] for s in gc.get_stats())))
-
-
-def test_a_stage_fork_server_imports_paused_and_frozen():
-    """Every stage inherits torch, torch._dynamo and the worker frozen from the server (before it freezes anything
-    itself), and the server's collection counts: a handful, not the hundreds of a plain import."""
-    from naspipe.runtime.processes.launcher import process_context
-
-    ctx = process_context("forkserver")
-    out = ctx.Queue()
-    p = ctx.Process(target=_inherited, args=(out,), daemon=True)
-    p.start()
-    try:
-        frozen, collections = out.get(timeout=120)
-    finally:
-        p.join(30)
-    assert frozen > 100_000 and collections < 50, (frozen, collections)
 
 
 def test_a_torchrun_rank_imports_torch_paused(tmp_path):
