@@ -13,7 +13,6 @@ import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import nbformat
 import pytest
 from filelock import FileLock
 
@@ -75,6 +74,8 @@ FIGURE_NOTEBOOKS = {
 def executed_notebook(tmp_path_factory) -> Callable[[str], Path]:  # noqa: ANN001
     """``executed_notebook("05_scaling")``: the path of ``05_scaling.ipynb`` run headless (outputs kept, widget
     state stored) with ``FIGURE_NOTEBOOKS``' parameters; what it writes under ``runs/`` beside it."""
+    import nbformat  # (here: the suite's controller loads this plugin too, and needs no notebook)
+
     from tests.helpers.notebook_runner import ROOT, parameter_names, parameters_cell, run_notebook
 
     def get(stem: str) -> Path:
