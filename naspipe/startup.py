@@ -3,11 +3,11 @@
 Why it exists: the processes naspipe starts for itself (a stage's fork server, a torchrun rank, a truth worker, a
 ``naspipe`` command) import torch, and those that train torch._dynamo too (the first torch.optim optimizer imports
 it): several hundred thousand objects that live as long as the process. While they are made, the collector runs
-about a thousand times, and each time the survivors outgrow the old generation by a quarter it walks all of them
-again; at exit it walks them once more. Here the collector is paused while the imports run; one collection at the
-end frees what they left as garbage, and everything then alive is moved to the permanent generation
-(``gc.freeze``, which CPython's documentation advises for a server that forks children: the fork server's stages
-inherit it), so no later collection walks it. On the 2-core test machine a process importing torch and
+about 700 times (a fork server's preload), and each time the survivors outgrow the old generation by a quarter it
+walks all of them again; at exit it walks them once more. Here the collector is paused while the imports run; one
+collection at the end frees what they left as garbage, and everything then alive is moved to the permanent
+generation (``gc.freeze``, which CPython's documentation advises for a server that forks children: the fork server's
+stages inherit it), so no later collection walks it. On the 2-core test machine a process importing torch and
 torch._dynamo so spends about a quarter less CPU (``benchmarks/startup.py`` measures it side by side).
 
 Only at a process's start, in processes naspipe owns: a frozen object is still freed when its last reference

@@ -38,8 +38,8 @@ def pytest_configure(config):  # noqa: ANN001, ANN201
 @pytest.hookimpl(wrapper=True)
 def pytest_collection(session):  # noqa: ANN001, ANN201
     """Collection imports torch, hypothesis, nbformat and every test module: made with the garbage collector paused,
-    then frozen, as naspipe's own processes start (``naspipe.startup``), so no collection during the tests walks
-    them again."""
+    then one collection and a freeze, as naspipe's own processes start (``naspipe.startup``), so no collection during
+    the tests walks them again."""
     with collector_paused():
         return (yield)
 

@@ -1,9 +1,9 @@
 """What a stage's fork server imports once, before it forks any stage: torch, torch._dynamo and the stage worker,
-made with the garbage collector paused and then frozen (``naspipe.startup``).
+made with the garbage collector paused, then one collection and a freeze (``naspipe.startup``).
 
 Why a module: Python's fork server takes the names of modules to import (``set_forkserver_preload``); importing
-this one is the preload. Paused, the server's imports cost about a third less CPU (``benchmarks/startup.py``),
-and frozen, no collection in the server or in a stage it forks walks them.
+this one is the preload. Paused, the server's imports cost about a quarter less CPU (``benchmarks/startup.py``;
+about 50 collections instead of 700), and frozen, no collection in the server or in a stage it forks walks them.
 """
 
 from naspipe.startup import TRAINER, import_at_start
