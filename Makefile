@@ -6,21 +6,27 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint figures clean lab lab-settings chromium
 
-# Everything with uv: parallel downloads, bytecode compiled on both cores (about 25 s here, against 49 s with
-# pip for torch and `python -m venv`'s own pip). uv does not read pip's configuration, so pip's find-links (where
-# this machine keeps its CPU torch wheel; without it both would fetch the CUDA build) are handed on. Where uv
-# cannot be installed or fails (an index only pip's configuration names, say), pip does it all. Bytecode is
-# compiled at install, not left to the first import: where PYTHONDONTWRITEBYTECODE is set (this machine sets it),
-# every process would compile torch from source again.
+# Everything with uv: parallel downloads, about 27 s here (against 49 s with pip for torch and `python -m venv`'s
+# own pip). uv does not read pip's configuration, so pip's find-links (where this machine keeps its CPU torch wheel;
+# without it both would fetch the CUDA build) are handed on. Where uv cannot be installed or fails (an index only
+# pip's configuration names, say), pip does it all.
+# Not installed: rfc3987-syntax (install-excludes.txt). Only jsonschema's optional "iri" format check uses it, and it
+# builds a parser when imported: 1.4-2.8 s of CPU in every process that imports jsonschema. Every kernel that shows a
+# plotly figure does (plotly checks nbformat's version), as does JupyterLab's server. Without it jsonschema skips
+# that one format check, which nothing here uses (tests/test_install.py).
+# Bytecode is compiled at install (uv's --compile-bytecode, on both cores), not left to the first import: where
+# PYTHONDONTWRITEBYTECODE is set (this machine sets it), every process would compile torch from source again.
+# (`compileall -j 0` skipping the packages' own test suites, a quarter of the files, took longer here: 25 s.)
 FIND_LINKS = $(foreach d,$(sort $(PIP_FIND_LINKS) $(shell $(PY) -m pip config get global.find-links 2>/dev/null)),\
   --find-links $(d))
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml install-excludes.txt
 	test -x $(BIN)/python || $(PY) -m venv --without-pip $(VENV)
 	test -x $(BIN)/uv || $(PY) -m pip --python $(BIN)/python install -q uv || true
 	test -x $(BIN)/uv && $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python $(FIND_LINKS) \
-	  pip torch==2.13.0 -e '.[dev]' || { $(BIN)/python -m ensurepip --upgrade >/dev/null && \
-	  $(BIN)/python -m pip install -q --upgrade pip && $(BIN)/python -m pip install -q torch==2.13.0 && \
-	  $(BIN)/python -m pip install -q -e '.[dev]'; }
+	  --excludes install-excludes.txt pip torch==2.13.0 -e '.[dev]' || { \
+	  $(BIN)/python -m ensurepip --upgrade >/dev/null && $(BIN)/python -m pip install -q --upgrade pip && \
+	  $(BIN)/python -m pip install -q torch==2.13.0 && $(BIN)/python -m pip install -q -e '.[dev]'; }
+	$(BIN)/python -m pip uninstall -q -y -r install-excludes.txt  # (pip installed them, or an older .venv holds them)
 	touch $(STAMP)
 
 demo: $(STAMP)
