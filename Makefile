@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint figures clean lab lab-settings chromium
 
-# Everything with uv: parallel downloads, about 27 s here (against 49 s with pip for torch and `python -m venv`'s
+# Everything with uv: parallel downloads, 27-31 s here (against 49 s with pip for torch and `python -m venv`'s
 # own pip). uv does not read pip's configuration, so pip's find-links (where this machine keeps its CPU torch wheel;
 # without it both would fetch the CUDA build) are handed on. Where uv cannot be installed or fails (an index only
 # pip's configuration names, say), pip does it all.
@@ -16,7 +16,7 @@ STAMP := $(VENV)/.installed
 # that one format check, which nothing here uses (tests/test_install.py).
 # Bytecode is compiled at install (uv's --compile-bytecode, on both cores), not left to the first import: where
 # PYTHONDONTWRITEBYTECODE is set (this machine sets it), every process would compile torch from source again.
-# (`compileall -j 0` skipping the packages' own test suites, a quarter of the files, took longer here: 25 s.)
+# (`compileall -j 0` skipping the packages' own test suites, a quarter of the files, was no quicker: 20-28 s.)
 FIND_LINKS = $(foreach d,$(sort $(PIP_FIND_LINKS) $(shell $(PY) -m pip config get global.find-links 2>/dev/null)),\
   --find-links $(d))
 $(STAMP): pyproject.toml install-excludes.txt
