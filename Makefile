@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml install-excludes.txt
 	  --excludes install-excludes.txt pip torch==2.13.0 -e '.[dev]' || { \
 	  $(BIN)/python -m ensurepip --upgrade >/dev/null && $(BIN)/python -m pip install -q --upgrade pip && \
 	  $(BIN)/python -m pip install -q torch==2.13.0 && $(BIN)/python -m pip install -q -e '.[dev]'; }
-	$(BIN)/python -m pip uninstall -q -y -r install-excludes.txt  # (pip installed them, or an older .venv holds them)
+	$(BIN)/python -m pip uninstall -qq -y -r install-excludes.txt  # (pip installed them, or an older .venv has them)
 	touch $(STAMP)
 
 demo: $(STAMP)
