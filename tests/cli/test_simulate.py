@@ -17,6 +17,7 @@ from naspipe.sequence import UniformStream, save_sequence
 from naspipe.sim import simulate
 from naspipe.space import preset
 from naspipe.trace import Trace
+from tests.helpers.fresh_command import run_fresh
 from tests.helpers.plans import few_plans
 
 REQUIRED = ("policy", "stages", "subnets", "makespan", "utilization", "lower_bound", "efficiency", "throughput")
@@ -175,13 +176,8 @@ def test_console_script_in_a_subprocess(tmp_path) -> None:
 
 def test_simulate_never_imports_torch(tmp_path) -> None:
     """DESIGN.md: the scheduling core and the simulator never import torch; ``naspipe simulate`` needs none."""
-    code = ("import sys; from naspipe.cli import main; "
-            "rc = main(['simulate', '--space', 'unit-k12', '--subnets', '20', '--json']); "
-            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', rc, file=sys.stderr)")
-    root = Path(__file__).resolve().parents[2]
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
-    assert p.returncode == 0, p.stderr
-    assert p.stderr.strip().splitlines()[-1] == "NO-TORCH 0"
+    r = run_fresh(["simulate", "--space", "unit-k12", "--subnets", "20", "--json"], tmp_path)
+    assert r.code == 0 and not r.imported_torch, r.stderr[-2000:]
 
 
 def test_output_piped_into_a_reader_that_leaves_early_ends_without_a_traceback(tmp_path):

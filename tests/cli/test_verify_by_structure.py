@@ -20,6 +20,7 @@ import pytest
 import naspipe
 from naspipe import runs
 from naspipe.cli import main
+from tests.helpers.fresh_command import run_fresh
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -150,10 +151,6 @@ def test_verify_needs_no_torch(tmp_path):
         (tmp_path / name).mkdir()
         write_losses(tmp_path / name / "losses.csv", {0: 0.5, 1: 0.25})
         write_params(tmp_path / name / "params.json", {"w": "00"})
-    code = ("import sys; from naspipe.cli import main; rc = main(['verify', 'a', 'b']); "
-            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', rc, file=sys.stderr)")
-    root = Path(__file__).resolve().parents[2]
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                       env={**os.environ, "PYTHONPATH": str(root)})
-    assert p.stdout.strip() == "identical: 2 subnets, 1 tensors", p.stderr[-2000:]
-    assert p.stderr.strip().splitlines()[-1] == "NO-TORCH 0"
+    r = run_fresh(["verify", "a", "b"], tmp_path)
+    assert r.stdout.strip() == "identical: 2 subnets, 1 tensors", r.stderr[-2000:]
+    assert r.code == 0 and not r.imported_torch

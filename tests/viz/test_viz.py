@@ -7,7 +7,6 @@ import queue
 import threading
 import time
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import networkx as nx
 import numpy as np
@@ -44,6 +43,7 @@ from naspipe.viz import (
 )
 from naspipe.viz.player import events_until
 from naspipe.viz.svg import dag_svg, gantt_svg
+from tests.helpers.fresh_command import run_fresh
 
 
 def synthetic_trace(subnets: int, stages: int = 4, split: bool = False, stalls: bool = False) -> Trace:
@@ -473,15 +473,9 @@ def test_report_is_self_contained(tmp_path, capsys):
 def test_report_needs_no_torch(tmp_path):
     """A report reads a run's files and draws them: ``naspipe report`` takes under a second, not the seconds of a
     torch import."""
-    import subprocess
-    import sys
-
     run = _run_dir(tmp_path)
-    code = ("import sys; from naspipe.cli import main; rc = main(['report', sys.argv[1]]); "
-            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', rc, file=sys.stderr)")
-    p = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, timeout=120,
-                       cwd=Path(__file__).resolve().parents[2])
-    assert (run / "report.html").is_file() and p.stderr.strip().splitlines()[-1] == "NO-TORCH 0", p.stderr[-2000:]
+    r = run_fresh(["report", str(run)], tmp_path)
+    assert (run / "report.html").is_file() and r.code == 0 and not r.imported_torch, r.stderr[-2000:]
 
 
 def test_report_warns_when_the_sequence_does_not_match(tmp_path):
