@@ -14,41 +14,101 @@ a link ``(t, m)`` meaning ``m`` is the next subnet using one of ``k``'s candidat
 ``(t, m)`` with ``t <= s``, ``b_t + ... + b_s + f_t(m) + ... + f_{P-1}(m) + X(m)``. Admitting a subnet (always
 the newest) links it after the last earlier user of each of its candidates and raises ``X`` of its
 ancestors where the new path is longer; values only grow, so the propagation stops early.
+
+What admitting a subnet reads from the space (its per-stage sums and its links) depends on the sequence and
+the stage layout alone, not on a scheduler's progress: ``PathTable`` computes it once per subnet for every
+scheduler over the same stream and layout (a simulation's stages, csp-plan's copies, speculative copies).
 """
 
 from __future__ import annotations
 
 import heapq
+import threading
+import weakref
 from collections.abc import Sequence
+from typing import Any
 
 from naspipe.space import SearchSpace
 
+# (forward tails, backward heads, links): see PathTable.entry
+Entry = tuple[list[float], list[float], list[tuple[int, int, float]]]
 
-class CriticalPaths:
-    def __init__(self, space: SearchSpace, blocks_per_stage: Sequence[Sequence[int]]):
-        """``blocks_per_stage[t]``: every block of stage ``t`` (its cost counts); choice blocks make links."""
+
+class PathTable:
+    """Per admitted subnet, in sequence order from ``start``: what every scheduler's ``CriticalPaths`` needs.
+
+    ``entry(k, subnet)`` gives subnet ``k``'s forward tails ``[f_s + ... + f_{P-1} for s] + [0]``, its backward
+    heads ``[0] + [b_0 + ... + b_s for s]`` and its links ``(i, t, b_t(i) + ... + b_{P-1}(i))``: ``i`` the newest
+    earlier subnet using one of ``k``'s candidates on stage ``t`` (the lowest such ``t`` per ``i``). Computing an
+    entry passes over every block of every stage; a simulation's ``P`` schedulers used to do it ``P`` times per
+    subnet. ``shared`` hands every scheduler over one stream, layout and start the same table. Entries below
+    every live reader's next subnet are dropped, so a long run holds a bounded table. A table's readers run in
+    one thread (a simulation's, or a stage process's).
+    """
+
+    _shared: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], PathTable]] = weakref.WeakKeyDictionary()
+    _shared_lock = threading.Lock()  # simulations may run in threads (naspipe.experiments.jobs)
+    PRUNE_EVERY = 256  # new entries between two drops of the entries no reader needs
+
+    def __init__(self, space: SearchSpace, blocks_per_stage: Sequence[Sequence[int]], start: int | None = None):
+        """``blocks_per_stage[t]``: every block of stage ``t`` (its cost counts); choice blocks make links.
+        ``start``: the first subnet admitted (default: whichever comes first)."""
         self.P = len(blocks_per_stage)
-        # per stage: (block, its candidates, {candidate: newest admitted user} or None for a fixed block). The space's
-        # own candidate tuples are read per admitted subnet and a block's users hold only the candidates admitted
-        # subnets chose: no per-scheduler table of every candidate, which cost O(K) per scheduler and block
-        # (csp-plan makes hundreds of schedulers). A block belongs to one stage: its users are that stage's links.
+        # per stage: (block, its candidates, {candidate: (newest admitted user, its backward heads)} or None for a
+        # fixed block). The space's own candidate tuples are read per admitted subnet and a block's users hold
+        # only the candidates admitted subnets chose: no table of every candidate, which cost O(K) per block.
+        # A block belongs to one stage: its users are that stage's links.
         blocks = [b for stage in blocks_per_stage for b in stage]
         assert len(blocks) == len(set(blocks)), f"a block on two stages: {blocks_per_stage}"
         self._stage_blocks = [[(b, space.blocks[b].candidates, None if space.blocks[b].fixed else {})
                                for b in stage] for stage in blocks_per_stage]
-        # k -> (i, t, b_t(i) + ... + b_{P-1}(i)): k next uses i's candidate on stage t (the lowest such t)
-        self._preds: dict[int, list[tuple[int, int, float]]] = {}
-        self.links: dict[int, list[tuple[int, int]]] = {}  # i -> (t, k)
-        self.fwd_tail: dict[int, list[float]] = {}  # k -> [f_s + ... + f_{P-1} for s] + [0]
-        self.bwd_head: dict[int, list[float]] = {}  # k -> [0] + [b_0 + ... + b_s for s]
-        self.x: dict[int, float] = {}
+        self.start = start
+        self._next = start  # the next subnet to compute
+        self._low = start  # entries [_low, _next) are kept
+        self._entries: dict[int, tuple[Sequence[int], Entry]] = {}
+        self._readers: weakref.WeakSet[CriticalPaths] = weakref.WeakSet()
 
-    def admit(self, k: int, subnet: Sequence[int]) -> None:
+    @classmethod
+    def shared(cls, stream: Any, blocks_per_stage: Sequence[Sequence[int]], start: int) -> PathTable:
+        """The table of every scheduler reading ``stream`` from ``start`` with this stage layout (made on first
+        use; it lives as long as the stream). A new table when the last one dropped entries (its readers moved
+        on), or for a stream that takes no weak reference."""
+        key = (tuple(tuple(s) for s in blocks_per_stage), start)
+        with cls._shared_lock:
+            try:
+                tables = cls._shared.setdefault(stream, {})
+            except TypeError:
+                return cls(stream.space, blocks_per_stage, start)
+            table = tables.get(key)
+            if table is None or table._low != start:  # (a table that dropped entries serves its readers on)
+                table = tables[key] = cls(stream.space, blocks_per_stage, start)
+            return table
+
+    def entry(self, k: int, subnet: Sequence[int]) -> Entry:
+        """Subnet ``k``'s entry; subnets are computed in order, each once (``subnet`` must be the sequence's ``k``)."""
+        kept = self._entries.get(k)
+        if kept is not None:
+            if kept[0] is not subnet and tuple(kept[0]) != tuple(subnet):
+                raise ValueError(f"subnet {k} differs from the one this table computed: {list(subnet)}")
+            return kept[1]
+        if self._next is None:
+            self.start = self._next = self._low = k
+        if k != self._next:
+            raise ValueError(f"subnet {k} asked of a path table at subnet {self._next} (kept from {self._low})")
+        e = self._compute(k, subnet)
+        self._entries[k] = (subnet, e)
+        self._next = k + 1
+        if (k + 1 - self.start) % self.PRUNE_EVERY == 0:
+            self._prune()
+        return e
+
+    def _compute(self, k: int, subnet: Sequence[int]) -> Entry:
         P = self.P
         f = [0.0] * P
         b = [0.0] * P
-        preds: dict[int, int] = {}  # i -> lowest stage of a link i -> k (it dominates: longer on both sides)
-        x = self.x
+        bh = [0.0] * (P + 1)  # filled below; the users' table holds it for later subnets' links
+        mine = (k, bh)
+        preds: dict[int, tuple[int, list[float]]] = {}  # i -> (lowest stage of a link i -> k, i's backward heads)
         for t, blocks in enumerate(self._stage_blocks):
             ft = bt = 0.0
             for blk, cands, last in blocks:
@@ -57,22 +117,59 @@ class CriticalPaths:
                 ft += cand.fwd
                 bt += cand.bwd
                 if last is not None:
-                    i = last.get(c)
-                    if i is not None and i not in preds and i in x:
-                        preds[i] = t  # stages come in increasing order: the first link is the lowest
-                    last[c] = k
+                    prev = last.get(c)
+                    if prev is not None and prev[0] not in preds:
+                        preds[prev[0]] = (t, prev[1])  # stages come in increasing order: the first is the lowest
+                    last[c] = mine
             f[t], b[t] = ft, bt
         ft_ = [0.0] * (P + 1)
         for t in range(P - 1, -1, -1):
             ft_[t] = ft_[t + 1] + f[t]
-        bh = [0.0] * (P + 1)
         for t in range(P):
             bh[t + 1] = bh[t] + b[t]
+        return ft_, bh, [(i, t, bhi[P] - bhi[t]) for i, (t, bhi) in preds.items()]
+
+    def _prune(self) -> None:
+        low = min((self.start if r.next_subnet is None else r.next_subnet for r in list(self._readers)),
+                  default=self._next)
+        while self._low < low:
+            self._entries.pop(self._low, None)
+            self._low += 1
+
+    def read_by(self, reader: CriticalPaths) -> None:
+        """``reader`` will ask for entries from its ``next_subnet`` on: they stay until it moves on or goes."""
+        self._readers.add(reader)
+
+    def __len__(self) -> int:
+        """Entries kept."""
+        return len(self._entries)
+
+
+class CriticalPaths:
+    def __init__(self, space: SearchSpace, blocks_per_stage: Sequence[Sequence[int]], table: PathTable | None = None):
+        """``blocks_per_stage[t]``: every block of stage ``t`` (its cost counts); choice blocks make links.
+        ``table``: the entries to read (``PathTable.shared``); default: a table of its own."""
+        self.P = len(blocks_per_stage)
+        self._table = table if table is not None else PathTable(space, blocks_per_stage)
+        assert self._table.P == self.P, "the table has another stage layout"
+        self.next_subnet = self._table.start  # the next subnet this admits (None: any, the first time)
+        self._table.read_by(self)
+        # k -> (i, t, b_t(i) + ... + b_{P-1}(i)): k next uses i's candidate on stage t (the lowest such t)
+        self._preds: dict[int, list[tuple[int, int, float]]] = {}
+        self.links: dict[int, list[tuple[int, int]]] = {}  # i -> (t, k)
+        self.fwd_tail: dict[int, list[float]] = {}  # k -> [f_s + ... + f_{P-1} for s] + [0]
+        self.bwd_head: dict[int, list[float]] = {}  # k -> [0] + [b_0 + ... + b_s for s]
+        self.x: dict[int, float] = {}
+
+    def admit(self, k: int, subnet: Sequence[int]) -> None:
+        ft_, bh, links = self._table.entry(k, subnet)
+        self.next_subnet = k + 1
+        P = self.P
+        x = self.x
         self.fwd_tail[k], self.bwd_head[k] = ft_, bh
-        bwd = self.bwd_head
-        self._preds[k] = [(i, t, bwd[i][P] - bwd[i][t]) for i, t in preds.items()]
+        preds = self._preds[k] = [p for p in links if p[0] in x]  # a forgotten subnet is done: no link
         self.links[k] = []
-        for i, t in preds.items():
+        for i, t, _ in preds:
             self.links[i].append((t, k))
         x[k] = bh[P]
         # raise the ancestors, newest first: every successor of a subnet is newer, so each is final when popped
@@ -117,8 +214,7 @@ class CriticalPaths:
     def clone(self) -> CriticalPaths:
         other = CriticalPaths.__new__(CriticalPaths)
         other.__dict__.update(self.__dict__)
-        other._stage_blocks = [[(b, cands, None if last is None else last.copy()) for b, cands, last in blocks]
-                               for blocks in self._stage_blocks]
+        other._table.read_by(other)
         other._preds = self._preds.copy()
         other.links = {j: v.copy() for j, v in self.links.items()}
         other.fwd_tail = self.fwd_tail.copy()

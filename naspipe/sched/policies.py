@@ -40,7 +40,7 @@ from naspipe.sched.async_options import ASYNC_OPTIONS, check_async_options
 from naspipe.sched.async_options import FLAGS as ASYNC_FLAGS
 from naspipe.sched.causal import CausalTracker
 from naspipe.sched.chains import ConflictChains
-from naspipe.sched.critical import CriticalPaths
+from naspipe.sched.critical import CriticalPaths, PathTable
 from naspipe.sched.registry import (
     Policy,
     PolicyError,
@@ -503,7 +503,9 @@ class CriticalPathCSPScheduler(ChainCSPScheduler):
         super().__init__(spec, stream, window, **base)
         blocks = spec.all_blocks or spec.all_choice_blocks or tuple(
             spec.choice_blocks if t == spec.stage else () for t in range(spec.stages))
-        self.chains = CriticalPaths(stream.space, blocks)  # type: ignore[assignment]  # fed by _sync_chains
+        # every scheduler over this stream and layout (a simulation's stages, their copies) shares one PathTable
+        table = PathTable.shared(stream, blocks, self.lo)
+        self.chains = CriticalPaths(stream.space, blocks, table)  # type: ignore[assignment]  # fed by _sync_chains
 
     @property
     def paths(self) -> CriticalPaths:

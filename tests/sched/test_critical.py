@@ -1,0 +1,117 @@
+"""``PathTable``: the per-subnet part of the critical paths, computed once for every scheduler over one stream.
+
+* readers sharing a table (admitting at their own pace, forgetting, copied mid-way) keep exactly the tails
+  each would keep with a table of its own (random instances, hypothesis);
+* a simulation's schedulers compute each subnet's entry once, not once per stage;
+* a long run keeps a bounded table, and a reader far behind still reads what it needs;
+* a subnet asked out of order, or another subnet under a computed number, is refused.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from naspipe.partition import partition
+from naspipe.runspec import RunSpec
+from naspipe.sched.critical import CriticalPaths, PathTable
+from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.sim import SimOptions, simulate
+from naspipe.space import preset
+from tests.sched.test_choices import SETTINGS, instances
+
+
+def _tails(paths: CriticalPaths, subnets: range, P: int) -> dict[int, list[float]]:
+    return {j: [paths.forward(j, s) for s in range(P)] + [paths.backward(j, s) for s in range(P)] for j in subnets}
+
+
+@SETTINGS
+@given(inst=instances(), data=st.data())
+def test_readers_of_one_table_keep_the_tails_of_readers_with_their_own(inst, data) -> None:
+    space, part, subnets = inst
+    P = part.stages
+    blocks = [list(part.blocks(t)) for t in range(P)]
+    table = PathTable(space, blocks, 0)
+    shared = [CriticalPaths(space, blocks, table) for _ in range(3)]
+    own = [CriticalPaths(space, blocks) for _ in range(3)]
+    admitted, forgotten = [0, 0, 0], [0, 0, 0]
+    for _ in range(data.draw(st.integers(0, 40))):  # the readers move at their own pace, as stages do
+        r = data.draw(st.integers(0, 2))
+        move = data.draw(st.sampled_from(["admit", "forget", "copy"]))
+        if move == "admit" and admitted[r] < len(subnets):
+            for paths in (shared[r], own[r]):
+                paths.admit(admitted[r], subnets[admitted[r]])
+            admitted[r] += 1
+        elif move == "forget" and forgotten[r] < admitted[r]:
+            for paths in (shared[r], own[r]):
+                paths.forget(forgotten[r])
+            forgotten[r] += 1
+        elif move == "copy":  # a speculative copy goes on in its place; the original is dropped
+            shared[r], own[r] = shared[r].clone(), own[r].clone()
+    for r in range(3):
+        kept = range(forgotten[r], admitted[r])
+        assert _tails(shared[r], kept, P) == _tails(own[r], kept, P)
+
+
+def test_a_simulation_computes_each_subnets_entry_once_not_once_per_stage(monkeypatch) -> None:
+    computed: list[int] = []
+    original = PathTable._compute
+
+    def counting(self, k, subnet):  # noqa: ANN001, ANN202
+        computed.append(k)
+        return original(self, k, subnet)
+
+    monkeypatch.setattr(PathTable, "_compute", counting)
+    space = preset("naspipe-k48")
+    run = RunSpec.of(space, partition(space, 8), UniformStream(space, 0, 60), "csp-cp")
+    simulate(run, SimOptions())
+    assert sorted(computed) == list(range(60))  # 8 stages, one table
+
+
+def test_a_long_run_keeps_a_bounded_table_and_a_reader_behind_reads_on() -> None:
+    space = preset("naspipe-k48")
+    stream = UniformStream(space, 1, 3000)
+    part = partition(space, 4)
+    blocks = [list(part.blocks(t)) for t in range(4)]
+    table = PathTable.shared(stream, blocks, 0)
+    assert PathTable.shared(stream, blocks, 0) is table and PathTable.shared(stream, blocks, 5) is not table
+    ahead, behind = CriticalPaths(space, blocks, table), CriticalPaths(space, blocks, table)
+    mine = CriticalPaths(space, blocks)
+    for k in range(2500):
+        ahead.admit(k, stream[k])
+        if k >= 16:
+            ahead.forget(k - 16)
+        if k < 200:  # a reader 200 subnets behind, then as far behind as the run is long
+            behind.admit(k, stream[k])
+            mine.admit(k, stream[k])
+        if k == 100:
+            behind = behind.clone()  # a copy goes on in its place (the original is dropped)
+    assert len(table) == 2500 - 200  # nothing below the slowest reader's next subnet is kept
+    for k in range(200, 260):
+        behind.admit(k, stream[k])
+        mine.admit(k, stream[k])
+    assert _tails(behind, range(0, 260), 4) == _tails(mine, range(0, 260), 4)
+    del behind  # the slowest reader goes: what only it needed is dropped as the run goes on
+    for k in range(2500, 3000):
+        ahead.admit(k, stream[k])
+    assert len(table) <= PathTable.PRUNE_EVERY
+    late = PathTable.shared(stream, blocks, 0)  # a scheduler made after the table dropped its start
+    assert late is not table
+    first = CriticalPaths(space, blocks, late)
+    first.admit(0, stream[0])
+
+
+def test_a_subnet_out_of_order_or_another_subnet_under_a_computed_number_is_refused() -> None:
+    space = preset("naspipe-k48")
+    stream = ReplayStream.materialize(UniformStream(space, 2, 10))
+    part = partition(space, 2)
+    blocks = [list(part.blocks(t)) for t in range(2)]
+    table = PathTable(space, blocks, 0)
+    paths = CriticalPaths(space, blocks, table)
+    with pytest.raises(ValueError, match="subnet 1 asked of a path table at subnet 0"):
+        paths.admit(1, stream[1])
+    paths.admit(0, stream[0])
+    other = CriticalPaths(space, blocks, table)
+    with pytest.raises(ValueError, match="subnet 0 differs"):
+        other.admit(0, stream[1])
