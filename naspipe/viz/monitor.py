@@ -140,21 +140,23 @@ class LiveMonitor:
     def _build_widgets(self) -> Any:
         import ipywidgets as widgets
 
-        self._gantt = go.FigureWidget(gantt_bars([], kinds=list(KINDS)))
-        self._gantt.update_layout(
+        # each figure is complete before it becomes a widget: a widget shown inside a box starts from the state
+        # it was made with (a layout set afterwards travels only as a message, and a view made later can miss it)
+        gantt_fig = go.Figure(gantt_bars([], kinds=list(KINDS)))
+        gantt_fig.update_layout(
             title={"text": self.title}, barmode="overlay", template="plotly_white", height=120 + 45 * self.stages,
             xaxis={"title": {"text": "time (s)"}},
             yaxis={"title": {"text": "stage"}, "tickmode": "array", "tickvals": list(range(self.stages)),
                    "ticktext": [f"stage {s}" for s in range(self.stages)], "range": [self.stages - 0.5, -0.5]},
             margin={"l": 80, "r": 20, "t": 50, "b": 40})
-        self._lines = go.FigureWidget([
+        self._gantt = go.FigureWidget(gantt_fig)
+        self._lines = go.FigureWidget(go.Figure([
             go.Scatter(x=[], y=[], mode="lines", name="utilisation (all stages)"),
             go.Scatter(x=[], y=[], mode="lines", name="prediction hit rate", line={"dash": "dot"}),
-        ])
-        self._lines.update_layout(
-            title={"text": "utilisation over time (all stages)"}, template="plotly_white",
-            height=280, yaxis={"range": [0, 1.05], "title": {"text": "share"}}, xaxis={"title": {"text": "time (s)"}},
-            margin={"l": 80, "r": 20, "t": 50, "b": 40})
+        ], layout={
+            "title": {"text": "utilisation over time (all stages)"}, "template": "plotly_white",
+            "height": 280, "yaxis": {"range": [0, 1.05], "title": {"text": "share"}},
+            "xaxis": {"title": {"text": "time (s)"}}, "margin": {"l": 80, "r": 20, "t": 50, "b": 40}}))
         self._progress = widgets.IntProgress(value=0, min=0, max=max(self.total, 1), description="subnets",
                                              bar_style="info")
         self._label = widgets.HTML(value=self._status())

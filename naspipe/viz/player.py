@@ -66,14 +66,17 @@ def schedule_player(trace: Trace, steps: int = 40, title: str | None = None, uni
     try:
         import ipywidgets as widgets
 
-        fig = go.FigureWidget(gantt(trace, title=title, unit=unit, labels=labels))
+        start = gantt(trace, title=title, unit=unit, labels=labels)
+        # complete before it becomes a widget (see LiveMonitor): the axis and the line at the slider's start
+        start.update_xaxes(range=[0, float(times[-1]) * f * 1.01])
+        start.update_layout(shapes=[_time_line(float(times[steps]) * f)])
+        fig = go.FigureWidget(start)
         slider = widgets.IntSlider(value=steps, min=0, max=steps, description="step")
         play = widgets.Play(value=steps, min=0, max=steps, interval=200, description="play")
         widgets.jslink((play, "value"), (slider, "value"))
         label = widgets.Label()
     except Exception:  # noqa: BLE001 - no widgets here: the plotly-native slider instead
         return schedule_frames(trace, steps, title)
-    fig.update_xaxes(range=[0, float(times[-1]) * f * 1.01])
 
     def show(change: Any = None) -> None:
         t = float(times[slider.value])
@@ -85,11 +88,16 @@ def schedule_player(trace: Trace, steps: int = 40, title: str | None = None, uni
                 b = bars.get(tr.legendgroup)
                 if b is not None:
                     tr.base, tr.x, tr.y, tr.hovertext, tr.text = b.base, b.x, b.y, b.hovertext, b.text
-            fig.layout.shapes = [{"type": "line", "x0": t * f, "x1": t * f, "y0": 0, "y1": 1, "yref": "paper",
-                                  "line": {"color": "black", "dash": "dash", "width": 1}}]
+            fig.layout.shapes = [_time_line(t * f)]
         done = sum(1 for e in trace.events if e.kind in COMPUTE_KINDS and e.end <= t)
         label.value = f"t = {t * f:.4g} {unit}: {done} tasks finished"
 
     slider.observe(show, names="value")
     show()
     return widgets.VBox([widgets.HBox([play, slider, label]), fig])
+
+
+def _time_line(x: float) -> dict[str, Any]:
+    """The dashed vertical line at the slider's time."""
+    return {"type": "line", "x0": x, "x1": x, "y0": 0, "y1": 1, "yref": "paper",
+            "line": {"color": "black", "dash": "dash", "width": 1}}

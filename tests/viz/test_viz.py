@@ -371,6 +371,20 @@ def test_monitor_is_headless_safe():
 
 
 # ---- player, sharing, comparison, sweep -----------------------------------------------------------------
+def test_the_widgets_start_with_their_whole_layout():
+    """A FigureWidget shown inside a box is drawn from the state it was made with; a layout set afterwards reaches
+    the browser only as a message, which a view made later can miss (a monitor drawn without title or axes)."""
+    mon = LiveMonitor(3, 10, widgets=True, title="live")
+    gantt_layout = mon._gantt.get_state()["_widget_layout"]
+    assert gantt_layout["title"]["text"] == "live" and gantt_layout["height"] == 120 + 45 * 3
+    assert gantt_layout["yaxis"]["ticktext"] == ["stage 0", "stage 1", "stage 2"]
+    lines_layout = mon._lines.get_state()["_widget_layout"]
+    assert lines_layout["yaxis"]["range"] == [0, 1.05] and lines_layout["xaxis"]["title"]["text"] == "time (s)"
+    box = schedule_player(synthetic_trace(3, 2), steps=10)
+    player_layout = box.children[1].get_state()["_widget_layout"]
+    assert player_layout["xaxis"]["range"][1] > 0 and player_layout["shapes"][0]["type"] == "line"
+
+
 def test_schedule_player_and_frames():
     tr = synthetic_trace(3, 2)
     cut = events_until(tr, 2.5)
