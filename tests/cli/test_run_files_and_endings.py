@@ -29,8 +29,13 @@ pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
 BIN = Path(sys.executable).parent
 TESTS = Path(__file__).resolve().parents[1]
-ENV = {**{k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"},
-       "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS / "helpers")])}
+
+
+def _env() -> dict[str, str]:
+    """This environment as it is when a test runs (its TMPDIR is the session's: tests/conftest.py), for a
+    command in a process of its own."""
+    return {**{k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"},
+            "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS / "helpers")])}
 
 
 def _snapshot(d: Path) -> dict[str, object]:
@@ -102,7 +107,7 @@ def test_a_reference_stopped_from_outside_writes_its_status(tmp_path, sig, rc, s
     out = tmp_path / "ref"
     proc = subprocess.Popen([str(BIN / "naspipe"), "reference", "--space", "tiny-transformer", "--subnets", "20000",
                              "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=ENV, cwd=tmp_path, start_new_session=True)
+                            env=_env(), cwd=tmp_path, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while not (out / runs.RUN_JSON).exists() and proc.poll() is None and time.monotonic() < deadline:

@@ -40,8 +40,15 @@ pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 BIN = Path(sys.executable).parent
 TESTS = Path(__file__).resolve().parents[1]
 HELPERS = TESTS / "helpers"  # the user modules, found by name
-ENV = {**{k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"},
-       "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(HELPERS)])}
+
+
+def _env() -> dict[str, str]:
+    """This environment as it is when a test runs (its TMPDIR is the session's: tests/conftest.py), for a
+    command in a process of its own."""
+    return {**{k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"},
+            "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(HELPERS)])}
+
+
 SMALL = ["--stages", "2", "--subnets", "8", "--no-progress"]
 
 
@@ -64,7 +71,7 @@ def test_a_thread_left_running_in_the_launcher_too_does_not_hold_the_command(tmp
     out = tmp_path / "run"
     proc = subprocess.Popen([str(BIN / "naspipe"), "train", "--space", "process_supernets:thread_everywhere",
                              *SMALL, "--timeout", "20", "--out", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV, cwd=tmp_path, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=150)
     finally:
@@ -117,7 +124,7 @@ def _signal_a_run(tmp_path: Path, signals: list[int]) -> tuple[int, str, Path]:
     proc = subprocess.Popen([str(BIN / "naspipe"), "train", "--space", "digits-cnn", "--stages", "2", "--subnets",
                              "400", "--jitter-ms", "3", "--no-progress", "--checkpoint-every", "10", "--timeout",
                              "60", "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, env=ENV, cwd=tmp_path, start_new_session=True)
+                            text=True, env=_env(), cwd=tmp_path, start_new_session=True)
     try:
         launcher = psutil.Process(proc.pid)
         deadline = time.monotonic() + 150
@@ -191,7 +198,7 @@ def test_under_torchrun_a_stray_thread_or_sys_exit_in_user_code_neither_hangs_no
     proc = subprocess.Popen([str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
                              "--master-port", str(port), "-m", "naspipe.torchrun", "--space",
                              f"process_supernets:{function}", "--subnets", "8", "--no-progress", "--timeout", "30",
-                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
                             cwd=tmp_path, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=200)
