@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     _check_outs(out)
 
     from naspipe.reference import train_reference
-    from naspipe.runtime import TrainError, train
+    from naspipe.runtime.processes.launcher import TrainError, train  # (naspipe.runtime.train: its hint is for Python)
     from naspipe.viz import gantt
     from naspipe.viz.report import write_report
 
@@ -189,6 +189,10 @@ def run(args: argparse.Namespace) -> int:
     if load is not None and load > 0.5 * cores:
         say(f"note: the machine is busy (load average {load:.1f} on {cores} cores): the stage processes compete "
             "with other work, so the speed-up shown is lower than on an idle machine")
+    fixed = [b.name for b in csp_cfg.space.blocks if b.fixed]
+    if fixed:  # once, and what a demo user can do about it (the demo itself takes no --shared-layers)
+        say(f"note: the shared layers ({', '.join(fixed)}) stay frozen in both runs, as the README's speed-ups were "
+            "measured; `naspipe train --shared-layers serial` trains them")
     try:
         say("[1/3] CSP, one process per stage")
         csp = train(csp_cfg)
