@@ -7,8 +7,9 @@ the causal critical path. ``depth(j)`` is the weight of the longest chain of con
 waits on ``j``. Policies use it to break ties the way a critical-path list scheduler would, with no
 knowledge beyond the window.
 
-Admitting ``k`` (always the newest) links it after the last earlier user of each of its candidates and
-raises the depth of its ancestors where the new chain is longer; values only grow, so propagation stops
+Admitting ``k`` (always the newest) links it after the last earlier user of each of its candidates (the
+links come from ``naspipe.sched.critical.PathTable``, computed once per subnet for every scheduler of a run)
+and raises the depth of its ancestors where the new chain is longer; values only grow, so propagation stops
 at the first ancestor that is already deep enough.
 """
 
@@ -16,24 +17,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from naspipe.sched.critical import PathTable
+from naspipe.space import SearchSpace
+
 
 class ConflictChains:
-    def __init__(self, blocks_per_stage: Sequence[Sequence[int]], weights: Sequence[float]):
-        """``blocks_per_stage[s]``: choice blocks on stage ``s``; ``weights[s]``: cost of a link on ``s``."""
-        self._blocks = [(b, weights[s]) for s, blocks in enumerate(blocks_per_stage) for b in blocks]
-        self._last: dict[tuple[int, int], int] = {}  # candidate -> newest admitted user
+    def __init__(self, space: SearchSpace, blocks_per_stage: Sequence[Sequence[int]], weights: Sequence[float],
+                 table: PathTable | None = None):
+        """``blocks_per_stage[s]``: choice blocks on stage ``s``; ``weights[s]``: cost of a link on ``s``.
+        ``table``: where each admitted subnet's links come from (``PathTable.shared``); default: a table of its own."""
+        self._weights = tuple(weights)
+        self._table = table if table is not None else PathTable(space, blocks_per_stage)
+        self.next_subnet = self._table.start  # the next subnet this admits (None: any, the first time)
+        self._table.read_by(self)
+        self._heaviest: dict[int, float] = {}  # a link's stages (a bit each) -> the weight of the heaviest
         self._preds: dict[int, list[tuple[int, float]]] = {}
         self.depth: dict[int, float] = {}
 
     def admit(self, k: int, subnet: Sequence[int]) -> None:
-        preds: dict[int, float] = {}
-        for b, w in self._blocks:
-            key = (b, subnet[b])
-            i = self._last.get(key)
-            if i is not None and i in self.depth and preds.get(i, -1.0) < w:
-                preds[i] = w
-            self._last[key] = k
-        self._preds[k] = list(preds.items())
+        links = self._table.entry(k, subnet)[2]
+        self.next_subnet = k + 1
+        preds = []
+        for i, _, _, stages in links:
+            if i in self.depth:  # a forgotten subnet is done: no chain through it
+                w = self._heaviest.get(stages)
+                if w is None:
+                    w = self._heaviest[stages] = max(w for t, w in enumerate(self._weights) if stages >> t & 1)
+                preds.append((i, w))
+        self._preds[k] = preds
         self.depth[k] = 0.0
         stack = [k]
         while stack:
@@ -51,8 +62,8 @@ class ConflictChains:
 
     def clone(self) -> ConflictChains:
         other = ConflictChains.__new__(ConflictChains)
-        other._blocks = self._blocks
-        other._last = self._last.copy()
+        other.__dict__.update(self.__dict__)
+        other._table.read_by(other)
         other._preds = self._preds.copy()
         other.depth = self.depth.copy()
         return other

@@ -31,19 +31,20 @@ from typing import Any
 from naspipe.space import SearchSpace
 
 # (forward tails, backward heads, links): see PathTable.entry
-Entry = tuple[list[float], list[float], list[tuple[int, int, float]]]
+Entry = tuple[list[float], list[float], list[tuple[int, int, float, int]]]
 
 
 class PathTable:
     """Per admitted subnet, in sequence order from ``start``: what every scheduler's ``CriticalPaths`` needs.
 
     ``entry(k, subnet)`` gives subnet ``k``'s forward tails ``[f_s + ... + f_{P-1} for s] + [0]``, its backward
-    heads ``[0] + [b_0 + ... + b_s for s]`` and its links ``(i, t, b_t(i) + ... + b_{P-1}(i))``: ``i`` the newest
-    earlier subnet using one of ``k``'s candidates on stage ``t`` (the lowest such ``t`` per ``i``). Computing an
-    entry passes over every block of every stage; a simulation's ``P`` schedulers used to do it ``P`` times per
-    subnet. ``shared`` hands every scheduler over one stream, layout and start the same table. Entries below
-    every live reader's next subnet are dropped, so a long run holds a bounded table. A table's readers run in
-    one thread (a simulation's, or a stage process's).
+    heads ``[0] + [b_0 + ... + b_s for s]`` and its links ``(i, t, b_t(i) + ... + b_{P-1}(i), stages)``: ``i`` the
+    newest earlier subnet using one of ``k``'s candidates on stage ``t`` (the lowest such ``t`` per ``i``;
+    ``stages``: a bit per stage where it does). ``CriticalPaths`` and ``naspipe.sched.chains.ConflictChains``
+    read them. Computing an entry passes over every block of every stage; a simulation's ``P`` schedulers used
+    to do it ``P`` times per subnet. ``shared`` hands every scheduler over one stream, layout and start the same
+    table. Entries below every live reader's next subnet are dropped, so a long run holds a bounded table. A
+    table's readers run in one thread (a simulation's, or a stage process's).
     """
 
     _shared: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], PathTable]] = weakref.WeakKeyDictionary()
@@ -66,7 +67,7 @@ class PathTable:
         self._next = start  # the next subnet to compute
         self._low = start  # entries [_low, _next) are kept
         self._entries: dict[int, tuple[Sequence[int], Entry]] = {}
-        self._readers: weakref.WeakSet[CriticalPaths] = weakref.WeakSet()
+        self._readers: weakref.WeakSet[Any] = weakref.WeakSet()  # each with a next_subnet
 
     @classmethod
     def shared(cls, stream: Any, blocks_per_stage: Sequence[Sequence[int]], start: int) -> PathTable:
@@ -109,6 +110,7 @@ class PathTable:
         bh = [0.0] * (P + 1)  # filled below; the users' table holds it for later subnets' links
         mine = (k, bh)
         preds: dict[int, tuple[int, list[float]]] = {}  # i -> (lowest stage of a link i -> k, i's backward heads)
+        stages: dict[int, int] = {}  # i -> a bit per stage of a link i -> k
         for t, blocks in enumerate(self._stage_blocks):
             ft = bt = 0.0
             for blk, cands, last in blocks:
@@ -118,8 +120,13 @@ class PathTable:
                 bt += cand.bwd
                 if last is not None:
                     prev = last.get(c)
-                    if prev is not None and prev[0] not in preds:
-                        preds[prev[0]] = (t, prev[1])  # stages come in increasing order: the first is the lowest
+                    if prev is not None:
+                        i = prev[0]
+                        if i not in preds:
+                            preds[i] = (t, prev[1])  # stages come in increasing order: the first is the lowest
+                            stages[i] = 1 << t
+                        else:
+                            stages[i] |= 1 << t
                     last[c] = mine
             f[t], b[t] = ft, bt
         ft_ = [0.0] * (P + 1)
@@ -127,7 +134,7 @@ class PathTable:
             ft_[t] = ft_[t + 1] + f[t]
         for t in range(P):
             bh[t + 1] = bh[t] + b[t]
-        return ft_, bh, [(i, t, bhi[P] - bhi[t]) for i, (t, bhi) in preds.items()]
+        return ft_, bh, [(i, t, bhi[P] - bhi[t], stages[i]) for i, (t, bhi) in preds.items()]
 
     def _prune(self) -> None:
         low = min((self.start if r.next_subnet is None else r.next_subnet for r in list(self._readers)),
@@ -136,7 +143,7 @@ class PathTable:
             self._entries.pop(self._low, None)
             self._low += 1
 
-    def read_by(self, reader: CriticalPaths) -> None:
+    def read_by(self, reader: Any) -> None:
         """``reader`` will ask for entries from its ``next_subnet`` on: they stay until it moves on or goes."""
         self._readers.add(reader)
 
@@ -154,8 +161,8 @@ class CriticalPaths:
         assert self._table.P == self.P, "the table has another stage layout"
         self.next_subnet = self._table.start  # the next subnet this admits (None: any, the first time)
         self._table.read_by(self)
-        # k -> (i, t, b_t(i) + ... + b_{P-1}(i)): k next uses i's candidate on stage t (the lowest such t)
-        self._preds: dict[int, list[tuple[int, int, float]]] = {}
+        # k -> (i, t, b_t(i) + ... + b_{P-1}(i), stages): k next uses i's candidate on stage t (the lowest such t)
+        self._preds: dict[int, list[tuple[int, int, float, int]]] = {}
         self.links: dict[int, list[tuple[int, int]]] = {}  # i -> (t, k)
         self.fwd_tail: dict[int, list[float]] = {}  # k -> [f_s + ... + f_{P-1} for s] + [0]
         self.bwd_head: dict[int, list[float]] = {}  # k -> [0] + [b_0 + ... + b_s for s]
@@ -169,7 +176,7 @@ class CriticalPaths:
         self.fwd_tail[k], self.bwd_head[k] = ft_, bh
         preds = self._preds[k] = [p for p in links if p[0] in x]  # a forgotten subnet is done: no link
         self.links[k] = []
-        for i, t, _ in preds:
+        for i, t, _, _ in preds:
             self.links[i].append((t, k))
         x[k] = bh[P]
         # raise the ancestors, newest first: every successor of a subnet is newer, so each is final when popped
@@ -178,7 +185,7 @@ class CriticalPaths:
         while heap:
             m = -heapq.heappop(heap)
             fm, xm = self.fwd_tail[m], x[m]
-            for i, t, b_it in self._preds[m]:
+            for i, t, b_it, _ in self._preds[m]:
                 xi = x.get(i)
                 if xi is not None:
                     v = b_it + fm[t] + xm

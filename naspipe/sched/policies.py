@@ -436,7 +436,10 @@ class ChainCSPScheduler(CSPScheduler):
         blocks = spec.all_choice_blocks or tuple(spec.choice_blocks if t == spec.stage else ()
                                                  for t in range(spec.stages))
         extra = 1.0 if self.write_kind == WEIGHT else 0.0
-        self.chains = ConflictChains(blocks, [2.0 * (spec.stages - t) + extra for t in range(spec.stages)])
+        # every scheduler over this stream and layout (a simulation's stages, their copies) shares one PathTable
+        table = PathTable.shared(stream, blocks, base.get("start", 0))
+        weights = [2.0 * (spec.stages - t) + extra for t in range(spec.stages)]
+        self.chains = ConflictChains(stream.space, blocks, weights, table)
         super().__init__(spec, stream, window, **base)
         self._chained = self.lo  # subnets [start, _chained) are in the chains
 

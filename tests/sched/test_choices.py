@@ -87,7 +87,7 @@ def _shares(space, part, subnets, i: int, k: int, t: int) -> bool:
 def test_conflict_chain_depths_match_a_brute_force_oracle(inst, weights) -> None:
     space, part, subnets = inst
     P = part.stages
-    chains = ConflictChains([[b for b in part.blocks(t) if not space.blocks[b].fixed] for t in range(P)],
+    chains = ConflictChains(space, [[b for b in part.blocks(t) if not space.blocks[b].fixed] for t in range(P)],
                             [float(w) for w in weights[:P]])
     for k, sub in enumerate(subnets):
         chains.admit(k, sub)

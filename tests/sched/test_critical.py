@@ -1,7 +1,8 @@
-"""``PathTable``: the per-subnet part of the critical paths, computed once for every scheduler over one stream.
+"""``PathTable``: what admitting a subnet reads (its per-stage sums and links), computed once for every scheduler
+over one stream, for the critical paths (csp-cp, csp-plan) and the conflict chains (csp-chain, csp-bw).
 
-* readers sharing a table (admitting at their own pace, forgetting, copied mid-way) keep exactly the tails
-  each would keep with a table of its own (random instances, hypothesis);
+* readers sharing a table (admitting at their own pace, forgetting, copied mid-way) keep exactly the tails and
+  chain depths each would keep with a table of its own (random instances and link weights, hypothesis);
 * a simulation's schedulers compute each subnet's entry once, not once per stage;
 * a long run keeps a bounded table, and a reader far behind still reads what it needs;
 * a subnet asked out of order, or another subnet under a computed number, is refused.
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from naspipe.partition import partition
 from naspipe.runspec import RunSpec
+from naspipe.sched.chains import ConflictChains
 from naspipe.sched.critical import CriticalPaths, PathTable
 from naspipe.sequence import ReplayStream, UniformStream
 from naspipe.sim import SimOptions, simulate
@@ -26,15 +28,28 @@ def _tails(paths: CriticalPaths, subnets: range, P: int) -> dict[int, list[float
     return {j: [paths.forward(j, s) for s in range(P)] + [paths.backward(j, s) for s in range(P)] for j in subnets}
 
 
+def _state(reader: CriticalPaths | ConflictChains, subnets: range, P: int) -> dict[int, object]:
+    if isinstance(reader, ConflictChains):
+        return {j: reader.depth[j] for j in subnets}
+    return _tails(reader, subnets, P)
+
+
 @SETTINGS
-@given(inst=instances(), data=st.data())
-def test_readers_of_one_table_keep_the_tails_of_readers_with_their_own(inst, data) -> None:
+@given(inst=instances(), data=st.data(), chains=st.booleans(), weights=st.lists(st.integers(1, 9), min_size=4,
+                                                                                max_size=4))
+def test_readers_of_one_table_keep_the_tails_of_readers_with_their_own(inst, data, chains, weights) -> None:
     space, part, subnets = inst
     P = part.stages
     blocks = [list(part.blocks(t)) for t in range(P)]
     table = PathTable(space, blocks, 0)
-    shared = [CriticalPaths(space, blocks, table) for _ in range(3)]
-    own = [CriticalPaths(space, blocks) for _ in range(3)]
+    if chains:  # conflict chains: the links, each weighing its heaviest stage
+        def reader(tab):  # noqa: ANN001, ANN202
+            return ConflictChains(space, blocks, [float(w) for w in weights[:P]], tab)
+    else:
+        def reader(tab):  # noqa: ANN001, ANN202
+            return CriticalPaths(space, blocks, tab)
+    shared = [reader(table) for _ in range(3)]
+    own = [reader(None) for _ in range(3)]
     admitted, forgotten = [0, 0, 0], [0, 0, 0]
     for _ in range(data.draw(st.integers(0, 40))):  # the readers move at their own pace, as stages do
         r = data.draw(st.integers(0, 2))
@@ -51,10 +66,11 @@ def test_readers_of_one_table_keep_the_tails_of_readers_with_their_own(inst, dat
             shared[r], own[r] = shared[r].clone(), own[r].clone()
     for r in range(3):
         kept = range(forgotten[r], admitted[r])
-        assert _tails(shared[r], kept, P) == _tails(own[r], kept, P)
+        assert _state(shared[r], kept, P) == _state(own[r], kept, P)
 
 
-def test_a_simulation_computes_each_subnets_entry_once_not_once_per_stage(monkeypatch) -> None:
+@pytest.mark.parametrize("policy", ["csp-cp", "csp-chain"])
+def test_a_simulation_computes_each_subnets_entry_once_not_once_per_stage(monkeypatch, policy) -> None:
     computed: list[int] = []
     original = PathTable._compute
 
@@ -64,20 +80,25 @@ def test_a_simulation_computes_each_subnets_entry_once_not_once_per_stage(monkey
 
     monkeypatch.setattr(PathTable, "_compute", counting)
     space = preset("naspipe-k48")
-    run = RunSpec.of(space, partition(space, 8), UniformStream(space, 0, 60), "csp-cp")
+    run = RunSpec.of(space, partition(space, 8), UniformStream(space, 0, 60), policy)
     simulate(run, SimOptions())
     assert sorted(computed) == list(range(60))  # 8 stages, one table
 
 
-def test_a_long_run_keeps_a_bounded_table_and_a_reader_behind_reads_on() -> None:
+@pytest.mark.parametrize("kind", [CriticalPaths, ConflictChains])
+def test_a_long_run_keeps_a_bounded_table_and_a_reader_behind_reads_on(kind) -> None:
     space = preset("naspipe-k48")
     stream = UniformStream(space, 1, 3000)
     part = partition(space, 4)
     blocks = [list(part.blocks(t)) for t in range(4)]
     table = PathTable.shared(stream, blocks, 0)
     assert PathTable.shared(stream, blocks, 0) is table and PathTable.shared(stream, blocks, 5) is not table
-    ahead, behind = CriticalPaths(space, blocks, table), CriticalPaths(space, blocks, table)
-    mine = CriticalPaths(space, blocks)
+
+    def reader(tab):  # noqa: ANN001, ANN202
+        return CriticalPaths(space, blocks, tab) if kind is CriticalPaths else ConflictChains(
+            space, blocks, [8.0, 6.0, 4.0, 2.0], tab)
+
+    ahead, behind, mine = reader(table), reader(table), reader(None)
     for k in range(2500):
         ahead.admit(k, stream[k])
         if k >= 16:
@@ -91,15 +112,14 @@ def test_a_long_run_keeps_a_bounded_table_and_a_reader_behind_reads_on() -> None
     for k in range(200, 260):
         behind.admit(k, stream[k])
         mine.admit(k, stream[k])
-    assert _tails(behind, range(0, 260), 4) == _tails(mine, range(0, 260), 4)
+    assert _state(behind, range(0, 260), 4) == _state(mine, range(0, 260), 4)
     del behind  # the slowest reader goes: what only it needed is dropped as the run goes on
     for k in range(2500, 3000):
         ahead.admit(k, stream[k])
     assert len(table) <= PathTable.PRUNE_EVERY
     late = PathTable.shared(stream, blocks, 0)  # a scheduler made after the table dropped its start
     assert late is not table
-    first = CriticalPaths(space, blocks, late)
-    first.admit(0, stream[0])
+    reader(late).admit(0, stream[0])
 
 
 def test_a_subnet_out_of_order_or_another_subnet_under_a_computed_number_is_refused() -> None:
