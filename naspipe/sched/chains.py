@@ -28,17 +28,19 @@ class ConflictChains:
         ``table``: where each admitted subnet's links come from (``PathTable.shared``); default: a table of its own."""
         self._weights = tuple(weights)
         self._table = table if table is not None else PathTable(space, blocks_per_stage)
+        assert self._table.P == len(blocks_per_stage) == len(self._weights), "the table has another stage layout"
         self.next_subnet = self._table.start  # the next subnet this admits (None: any, the first time)
         self._table.read_by(self)
-        self._heaviest: dict[int, float] = {}  # a link's stages (a bit each) -> the weight of the heaviest
+        # a link's stages (a bit each) -> the weight of the heaviest (the same for every copy: copies share it)
+        self._heaviest: dict[int, float] = {}
         self._preds: dict[int, list[tuple[int, float]]] = {}
         self.depth: dict[int, float] = {}
 
     def admit(self, k: int, subnet: Sequence[int]) -> None:
-        links = self._table.entry(k, subnet)[2]
+        links = self._table.entry(k, subnet).links
         self.next_subnet = k + 1
         preds = []
-        for i, _, _, stages in links:
+        for i, _, _, stages in links:  # (Link: subnet, lowest stage, tail, stages)
             if i in self.depth:  # a forgotten subnet is done: no chain through it
                 w = self._heaviest.get(stages)
                 if w is None:

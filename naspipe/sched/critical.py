@@ -17,7 +17,7 @@ ancestors where the new path is longer; values only grow, so the propagation sto
 
 What admitting a subnet reads from the space (its per-stage sums and its links) depends on the sequence and
 the stage layout alone, not on a scheduler's progress: ``PathTable`` computes it once per subnet for every
-scheduler over the same stream and layout (a simulation's stages, csp-plan's copies, speculative copies).
+scheduler over the same stream and layout (a simulation's stages and their speculative copies).
 """
 
 from __future__ import annotations
@@ -26,29 +26,47 @@ import heapq
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from naspipe.space import SearchSpace
 
-# (forward tails, backward heads, links): see PathTable.entry
-Entry = tuple[list[float], list[float], list[tuple[int, int, float, int]]]
+
+class Link(NamedTuple):
+    """Subnet ``subnet`` is the newest earlier user of one of the admitted subnet's candidates."""
+
+    subnet: int
+    stage: int  # the lowest stage where it is
+    tail: float  # b_stage(subnet) + ... + b_{P-1}(subnet)
+    stages: int  # a bit per stage where it is
+
+
+class Entry(NamedTuple):
+    """What admitting one subnet reads (``PathTable.entry``)."""
+
+    fwd_tail: list[float]  # [f_s + ... + f_{P-1} for s] + [0]
+    bwd_head: list[float]  # [0] + [b_0 + ... + b_s for s]
+    links: list[Link]
+
+
+class PathTableError(RuntimeError):
+    """A path table asked for a subnet out of order, or for another subnet under a number it computed: a
+    scheduling bug, never user input (not a ValueError, which a forecast's speculative copy takes for stale news)."""
 
 
 class PathTable:
     """Per admitted subnet, in sequence order from ``start``: what every scheduler's ``CriticalPaths`` needs.
 
-    ``entry(k, subnet)`` gives subnet ``k``'s forward tails ``[f_s + ... + f_{P-1} for s] + [0]``, its backward
-    heads ``[0] + [b_0 + ... + b_s for s]`` and its links ``(i, t, b_t(i) + ... + b_{P-1}(i), stages)``: ``i`` the
-    newest earlier subnet using one of ``k``'s candidates on stage ``t`` (the lowest such ``t`` per ``i``;
-    ``stages``: a bit per stage where it does). ``CriticalPaths`` and ``naspipe.sched.chains.ConflictChains``
+    ``entry(k, subnet)`` gives subnet ``k``'s ``Entry``: its forward tails, backward heads and ``Link`` s (one per
+    earlier subnet it follows on some candidate). ``CriticalPaths`` and ``naspipe.sched.chains.ConflictChains``
     read them. Computing an entry passes over every block of every stage; a simulation's ``P`` schedulers used
     to do it ``P`` times per subnet. ``shared`` hands every scheduler over one stream, layout and start the same
-    table. Entries below every live reader's next subnet are dropped, so a long run holds a bounded table. A
-    table's readers run in one thread (a simulation's, or a stage process's).
+    table, whatever thread drives it (``entry`` holds a lock). Subnets are admitted in order from ``start``, none
+    skipped. A reader (``read_by``) keeps a ``next_subnet``: entries below every live reader's are dropped, so a
+    long run holds a bounded table.
     """
 
     _shared: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], PathTable]] = weakref.WeakKeyDictionary()
-    _shared_lock = threading.Lock()  # simulations may run in threads (naspipe.experiments.jobs)
+    _shared_lock = threading.Lock()  # schedulers may run in threads (naspipe.experiments.jobs)
     PRUNE_EVERY = 256  # new entries between two drops of the entries no reader needs
 
     def __init__(self, space: SearchSpace, blocks_per_stage: Sequence[Sequence[int]], start: int | None = None):
@@ -68,6 +86,7 @@ class PathTable:
         self._low = start  # entries [_low, _next) are kept
         self._entries: dict[int, tuple[Sequence[int], Entry]] = {}
         self._readers: weakref.WeakSet[Any] = weakref.WeakSet()  # each with a next_subnet
+        self._lock = threading.Lock()
 
     @classmethod
     def shared(cls, stream: Any, blocks_per_stage: Sequence[Sequence[int]], start: int) -> PathTable:
@@ -87,21 +106,23 @@ class PathTable:
 
     def entry(self, k: int, subnet: Sequence[int]) -> Entry:
         """Subnet ``k``'s entry; subnets are computed in order, each once (``subnet`` must be the sequence's ``k``)."""
-        kept = self._entries.get(k)
-        if kept is not None:
-            if kept[0] is not subnet and tuple(kept[0]) != tuple(subnet):
-                raise ValueError(f"subnet {k} differs from the one this table computed: {list(subnet)}")
-            return kept[1]
-        if self._next is None:
-            self.start = self._next = self._low = k
-        if k != self._next:
-            raise ValueError(f"subnet {k} asked of a path table at subnet {self._next} (kept from {self._low})")
-        e = self._compute(k, subnet)
-        self._entries[k] = (subnet, e)
-        self._next = k + 1
-        if (k + 1 - self.start) % self.PRUNE_EVERY == 0:
-            self._prune()
-        return e
+        with self._lock:
+            kept = self._entries.get(k)
+            if kept is not None:
+                if kept[0] is not subnet and tuple(kept[0]) != tuple(subnet):
+                    raise PathTableError(f"subnet {k} differs from the one this table computed: {list(subnet)}")
+                return kept[1]
+            if self._next is None:
+                self.start = self._next = self._low = k
+            if k != self._next:
+                raise PathTableError(f"subnet {k} asked of a path table at subnet {self._next} "
+                                     f"(kept from {self._low})")
+            e = self._compute(k, subnet)
+            self._entries[k] = (subnet, e)
+            self._next = k + 1
+            if (k + 1 - self.start) % self.PRUNE_EVERY == 0:
+                self._prune()
+            return e
 
     def _compute(self, k: int, subnet: Sequence[int]) -> Entry:
         P = self.P
@@ -134,7 +155,7 @@ class PathTable:
             ft_[t] = ft_[t + 1] + f[t]
         for t in range(P):
             bh[t + 1] = bh[t] + b[t]
-        return ft_, bh, [(i, t, bhi[P] - bhi[t], stages[i]) for i, (t, bhi) in preds.items()]
+        return Entry(ft_, bh, [Link(i, t, bhi[P] - bhi[t], stages[i]) for i, (t, bhi) in preds.items()])
 
     def _prune(self) -> None:
         low = min((self.start if r.next_subnet is None else r.next_subnet for r in list(self._readers)),
@@ -144,7 +165,8 @@ class PathTable:
             self._low += 1
 
     def read_by(self, reader: Any) -> None:
-        """``reader`` will ask for entries from its ``next_subnet`` on: they stay until it moves on or goes."""
+        """``reader`` will ask for entries from its ``next_subnet`` on (None: from ``start``), which it keeps up to
+        date: they stay until it moves on or goes. (A copy of a reader is a reader of its own.)"""
         self._readers.add(reader)
 
     def __len__(self) -> int:
@@ -161,8 +183,7 @@ class CriticalPaths:
         assert self._table.P == self.P, "the table has another stage layout"
         self.next_subnet = self._table.start  # the next subnet this admits (None: any, the first time)
         self._table.read_by(self)
-        # k -> (i, t, b_t(i) + ... + b_{P-1}(i), stages): k next uses i's candidate on stage t (the lowest such t)
-        self._preds: dict[int, list[tuple[int, int, float, int]]] = {}
+        self._preds: dict[int, list[Link]] = {}  # k -> the links of k to the earlier subnets still admitted
         self.links: dict[int, list[tuple[int, int]]] = {}  # i -> (t, k)
         self.fwd_tail: dict[int, list[float]] = {}  # k -> [f_s + ... + f_{P-1} for s] + [0]
         self.bwd_head: dict[int, list[float]] = {}  # k -> [0] + [b_0 + ... + b_s for s]

@@ -433,15 +433,18 @@ class ChainCSPScheduler(CSPScheduler):
     CHAIN_HORIZON = 16
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, **base: Any):
+        self.chains = self._make_chains(spec, stream, base.get("start", 0))  # (before the first admission)
+        super().__init__(spec, stream, window, **base)
+        self._chained = self.lo  # subnets [start, _chained) are in the chains
+
+    def _make_chains(self, spec: StageSpec, stream: SubnetStream, start: int) -> Any:
+        """The chains this policy ranks by. Every scheduler over this stream and layout from ``start`` (a
+        simulation's stages, their copies) reads one ``PathTable``."""
         blocks = spec.all_choice_blocks or tuple(spec.choice_blocks if t == spec.stage else ()
                                                  for t in range(spec.stages))
         extra = 1.0 if self.write_kind == WEIGHT else 0.0
-        # every scheduler over this stream and layout (a simulation's stages, their copies) shares one PathTable
-        table = PathTable.shared(stream, blocks, base.get("start", 0))
         weights = [2.0 * (spec.stages - t) + extra for t in range(spec.stages)]
-        self.chains = ConflictChains(stream.space, blocks, weights, table)
-        super().__init__(spec, stream, window, **base)
-        self._chained = self.lo  # subnets [start, _chained) are in the chains
+        return ConflictChains(stream.space, blocks, weights, PathTable.shared(stream, blocks, start))
 
     def _sync_chains(self) -> None:
         hi = min(self.lo + self.CHAIN_HORIZON, self._admitted)
@@ -502,13 +505,11 @@ class CriticalPathCSPScheduler(ChainCSPScheduler):
     name = "csp-cp"
     OVERTAKE = 0.05  # a forward overtakes ready backwards only with a tail more than 5% longer
 
-    def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, **base: Any):
-        super().__init__(spec, stream, window, **base)
+    def _make_chains(self, spec: StageSpec, stream: SubnetStream, start: int) -> CriticalPaths:
+        """The critical paths over every block (fixed ones cost time too), fed by ``_sync_chains``."""
         blocks = spec.all_blocks or spec.all_choice_blocks or tuple(
             spec.choice_blocks if t == spec.stage else () for t in range(spec.stages))
-        # every scheduler over this stream and layout (a simulation's stages, their copies) shares one PathTable
-        table = PathTable.shared(stream, blocks, self.lo)
-        self.chains = CriticalPaths(stream.space, blocks, table)  # type: ignore[assignment]  # fed by _sync_chains
+        return CriticalPaths(stream.space, blocks, PathTable.shared(stream, blocks, start))
 
     @property
     def paths(self) -> CriticalPaths:

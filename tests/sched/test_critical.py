@@ -5,10 +5,14 @@ over one stream, for the critical paths (csp-cp, csp-plan) and the conflict chai
   chain depths each would keep with a table of its own (random instances and link weights, hypothesis);
 * a simulation's schedulers compute each subnet's entry once, not once per stage;
 * a long run keeps a bounded table, and a reader far behind still reads what it needs;
+* readers in several threads read one table as they would alone;
 * a subnet asked out of order, or another subnet under a computed number, is refused.
 """
 
 from __future__ import annotations
+
+import sys
+import threading
 
 import pytest
 from hypothesis import given
@@ -17,7 +21,7 @@ from hypothesis import strategies as st
 from naspipe.partition import partition
 from naspipe.runspec import RunSpec
 from naspipe.sched.chains import ConflictChains
-from naspipe.sched.critical import CriticalPaths, PathTable
+from naspipe.sched.critical import CriticalPaths, PathTable, PathTableError
 from naspipe.sequence import ReplayStream, UniformStream
 from naspipe.sim import SimOptions, simulate
 from naspipe.space import preset
@@ -122,6 +126,40 @@ def test_a_long_run_keeps_a_bounded_table_and_a_reader_behind_reads_on(kind) -> 
     reader(late).admit(0, stream[0])
 
 
+def test_readers_in_several_threads_read_one_table_as_alone() -> None:
+    """Schedulers over one stream may run in threads (``naspipe.experiments.jobs``); they share its table."""
+    space = preset("naspipe-k48")
+    stream = UniformStream(space, 21, 400)
+    blocks = [list(partition(space, 4).blocks(t)) for t in range(4)]
+    alone = CriticalPaths(space, blocks)
+    for k in range(400):
+        alone.admit(k, stream[k])
+    expected = _tails(alone, range(380, 400), 4)
+    table = PathTable.shared(stream, blocks, 0)
+    got: dict[int, object] = {}
+
+    def read(r: int) -> None:
+        paths = CriticalPaths(space, blocks, table)
+        try:
+            for k in range(400):
+                paths.admit(k, stream[k])
+            got[r] = _tails(paths, range(380, 400), 4)
+        except PathTableError as e:
+            got[r] = e
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between almost any two bytecodes
+    try:
+        threads = [threading.Thread(target=read, args=(r,)) for r in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(before)
+    assert got == {r: expected for r in range(4)}
+
+
 def test_a_subnet_out_of_order_or_another_subnet_under_a_computed_number_is_refused() -> None:
     space = preset("naspipe-k48")
     stream = ReplayStream.materialize(UniformStream(space, 2, 10))
@@ -129,9 +167,9 @@ def test_a_subnet_out_of_order_or_another_subnet_under_a_computed_number_is_refu
     blocks = [list(part.blocks(t)) for t in range(2)]
     table = PathTable(space, blocks, 0)
     paths = CriticalPaths(space, blocks, table)
-    with pytest.raises(ValueError, match="subnet 1 asked of a path table at subnet 0"):
+    with pytest.raises(PathTableError, match="subnet 1 asked of a path table at subnet 0"):
         paths.admit(1, stream[1])
     paths.admit(0, stream[0])
     other = CriticalPaths(space, blocks, table)
-    with pytest.raises(ValueError, match="subnet 0 differs"):
+    with pytest.raises(PathTableError, match="subnet 0 differs"):
         other.admit(0, stream[1])
