@@ -114,6 +114,11 @@ def parse_shared(text: str | SharedLayers) -> SharedLayers:
                             f"(optionally +predict, +t1=K)")
 
 
+def short_list(labels: list[str] | tuple[str, ...]) -> str:
+    """The first three labels, then how many more: a line stays a line for a space with many fixed blocks."""
+    return ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+
+
 def start_line(fixed: list[str] | tuple[str, ...], shared: SharedLayers | str,
                how: str = "--shared-layers") -> str | None:
     """The one line a run prints at start: which semantics the fixed blocks ``fixed`` (labels) follow and how to
@@ -122,7 +127,7 @@ def start_line(fixed: list[str] | tuple[str, ...], shared: SharedLayers | str,
     if not fixed:
         return None
     sh = parse_shared(shared)
-    names = ", ".join(fixed[:3]) + (f" and {len(fixed) - 3} more" if len(fixed) > 3 else "")
+    names = short_list(fixed)
     if sh.mode == "frozen":
         what = "never trained (they keep their initial weights)"
     elif sh.mode == "serial":

@@ -15,7 +15,7 @@ import pytest
 
 from naspipe.cli import main
 from naspipe.runspec import DEFAULT_SHARED, RunSpec
-from naspipe.shared import start_line
+from naspipe.shared import short_list, start_line
 from naspipe.space import resolve_space
 
 TESTS = Path(__file__).resolve().parent / "helpers"  # user_supernets
@@ -42,6 +42,12 @@ def test_the_start_line_names_the_semantics_and_how_to_change_them(shared, says)
     assert line.endswith(" to change") and "delayed:D" in offered
     assert shared == "delayed:4" or shared not in offered  # the others are offered, not the current one
     assert "shared_layers=" in start_line(["stem"], shared, "shared_layers=")
+
+
+def test_many_fixed_blocks_stay_one_short_line():
+    assert short_list(["stem", "head"]) == "stem, head"
+    assert short_list([f"b{i}" for i in range(40)]) == "b0, b1, b2 and 37 more"
+    assert "(b0, b1, b2 and 37 more)" in start_line([f"b{i}" for i in range(40)], "frozen")
 
 
 def test_a_space_without_fixed_blocks_says_nothing():

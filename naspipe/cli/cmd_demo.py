@@ -176,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
 
     from naspipe.reference import train_reference
     from naspipe.runtime.processes.launcher import TrainError, train  # (naspipe.runtime.train: its hint is for Python)
+    from naspipe.shared import short_list
     from naspipe.viz import gantt
     from naspipe.viz.report import write_report
 
@@ -191,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
             "with other work, so the speed-up shown is lower than on an idle machine")
     fixed = [b.name for b in csp_cfg.space.blocks if b.fixed]
     if fixed:  # once, and what a demo user can do about it (the demo itself takes no --shared-layers)
-        say(f"note: the shared layers ({', '.join(fixed)}) stay frozen in both runs, as the README's speed-ups were "
+        say(f"note: the shared layers ({short_list(fixed)}) stay frozen in both runs, as the README's speed-ups were "
             "measured; `naspipe train --shared-layers serial` trains them")
     try:
         say("[1/3] CSP, one process per stage")
