@@ -44,7 +44,7 @@ class ConflictChains:
             if i in self.depth:  # a forgotten subnet is done: no chain through it
                 w = self._heaviest.get(stages)
                 if w is None:
-                    w = self._heaviest[stages] = max(w for t, w in enumerate(self._weights) if stages >> t & 1)
+                    w = self._heaviest[stages] = max(wt for t, wt in enumerate(self._weights) if stages >> t & 1)
                 preds.append((i, w))
         self._preds[k] = preds
         self.depth[k] = 0.0

@@ -63,13 +63,13 @@ def schedule_player(trace: Trace, steps: int = 40, title: str | None = None, uni
     unit, f = time_unit(float(times[-1])) if unit is None else (unit, UNITS[unit])
     kinds = ordered_kinds({e.kind for e in trace.events})
     labels = len(trace.events) <= LABEL_LIMIT
+    # complete before it becomes a widget (see LiveMonitor): the axis and the line at the slider's start
+    start = gantt(trace, title=title, unit=unit, labels=labels)
+    start.update_xaxes(range=[0, float(times[-1]) * f * 1.01])
+    start.update_layout(shapes=[_time_line(float(times[steps]) * f)])
     try:
         import ipywidgets as widgets
 
-        start = gantt(trace, title=title, unit=unit, labels=labels)
-        # complete before it becomes a widget (see LiveMonitor): the axis and the line at the slider's start
-        start.update_xaxes(range=[0, float(times[-1]) * f * 1.01])
-        start.update_layout(shapes=[_time_line(float(times[steps]) * f)])
         fig = go.FigureWidget(start)
         slider = widgets.IntSlider(value=steps, min=0, max=steps, description="step")
         play = widgets.Play(value=steps, min=0, max=steps, interval=200, description="play")
