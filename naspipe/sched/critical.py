@@ -54,7 +54,8 @@ class PathTableError(RuntimeError):
 
 
 class PathTable:
-    """Per admitted subnet, in sequence order from ``start``: what every scheduler's ``CriticalPaths`` needs.
+    """Per admitted subnet, in sequence order from ``start``: what every scheduler's critical paths or conflict
+    chains read of it.
 
     ``entry(k, subnet)`` gives subnet ``k``'s ``Entry``: its forward tails, backward heads and ``Link`` s (one per
     earlier subnet it follows on some candidate). ``CriticalPaths`` and ``naspipe.sched.chains.ConflictChains``
@@ -167,7 +168,8 @@ class PathTable:
     def read_by(self, reader: Any) -> None:
         """``reader`` will ask for entries from its ``next_subnet`` on (None: from ``start``), which it keeps up to
         date: they stay until it moves on or goes. (A copy of a reader is a reader of its own.)"""
-        self._readers.add(reader)
+        with self._lock:  # (not while another thread's entry() walks the readers)
+            self._readers.add(reader)
 
     def __len__(self) -> int:
         """Entries kept."""
