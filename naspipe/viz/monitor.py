@@ -33,6 +33,9 @@ from naspipe.viz.gantt import gantt, gantt_bars
 from naspipe.viz.hitrate import hit_series
 from naspipe.viz.style import KINDS
 from naspipe.viz.timeline import utilization_series
+from naspipe.viz.widget_sync import sync_new_views
+
+SYNC_EVERY_S = 2.0  # while a run goes on, how often a view drawn later is given the figures so far
 
 Until = Any  # None, a callable returning True when done, a threading.Event, or a process / thread
 
@@ -73,6 +76,7 @@ class LiveMonitor:
         self._seen_w = False
         self._memory = False
         self._last_refresh = 0.0
+        self._last_sync = 0.0  # when the widgets' state for views drawn later was last brought up to date
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ended = False
@@ -166,8 +170,9 @@ class LiveMonitor:
         """A static Gantt of everything received so far (the fallback view; also handy after the run)."""
         return gantt(self.trace(), title=f"{self.title}: {self._status()}", max_events=self.max_events)
 
-    def refresh(self) -> None:
-        """Redraw now (widgets, or the fallback display handle)."""
+    def refresh(self, *, final: bool = False) -> None:
+        """Redraw now (widgets, or the fallback display handle); ``final``: nothing more is coming (the widgets'
+        state for views drawn later is brought up to date at once, as it is when the run is done)."""
         self._last_refresh = time.monotonic()
         if self.widget is None:
             if self._handle is not None:
@@ -194,6 +199,12 @@ class LiveMonitor:
         failed = self.status is not None and not self.status.get("complete")
         self._progress.bar_style = "danger" if failed else "success" if self.done else "info"
         self._label.value = self._status()
+        if final or self.done or self._last_refresh - self._last_sync >= SYNC_EVERY_S:
+            # a view drawn from now on (the figures' front-end module still loading when the messages above came,
+            # a page reload) starts from these figures, not the empty ones (naspipe.viz.widget_sync)
+            self._last_sync = self._last_refresh
+            sync_new_views(self._gantt)
+            sync_new_views(self._lines)
 
     def display(self) -> None:
         """Show the monitor in the current notebook cell (widgets, or an updatable static figure)."""
@@ -281,7 +292,7 @@ class LiveMonitor:
                 if not self.events and self.widget is not None:
                     self._label.value = self._status()  # say what is happening while the processes start
                 self._stop.wait(poll)
-        self.refresh()
+        self.refresh(final=True)
 
 
 def _stopper(until: Until) -> Callable[[], bool]:

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from naspipe.trace import COMPUTE_KINDS, Trace, TraceEvent
 from naspipe.viz.gantt import LABEL_LIMIT, UNITS, gantt, gantt_bars
 from naspipe.viz.style import ordered_kinds, time_unit
+from naspipe.viz.widget_sync import sync_new_views
 
 
 def events_until(trace: Trace, t: float) -> list[TraceEvent]:
@@ -89,6 +90,7 @@ def schedule_player(trace: Trace, steps: int = 40, title: str | None = None, uni
                 if b is not None:
                     tr.base, tr.x, tr.y, tr.hovertext, tr.text = b.base, b.x, b.y, b.hovertext, b.text
             fig.layout.shapes = [_time_line(t * f)]
+        sync_new_views(fig)  # a view drawn later (a page reload) shows this step, not the first one
         done = sum(1 for e in trace.events if e.kind in COMPUTE_KINDS and e.end <= t)
         label.value = f"t = {t * f:.4g} {unit}: {done} tasks finished"
 

@@ -385,6 +385,38 @@ def test_the_widgets_start_with_their_whole_layout():
     assert player_layout["xaxis"]["range"][1] > 0 and player_layout["shapes"][0]["type"] == "line"
 
 
+def _drawn_by_a_new_view(fig: go.FigureWidget) -> list[int]:
+    """Bars per trace in the state a view drawn now starts from (the widget's synced ``_widget_data``)."""
+    return [x["shape"][0] if isinstance(x := d.get("x", []), dict) else len(x) for d in fig.get_state()["_widget_data"]]
+
+
+def test_a_view_drawn_later_starts_from_the_figures_so_far(tmp_path):
+    """The browser's copy of a widget's state misses the change messages that come while plotly's front-end module
+    loads: a monitor drawn after a short run on a busy machine showed empty figures (notebook 08). When following
+    ends (done, failed or stopped), and every 2 s before, the monitor's state is its current figures; the player's
+    is the step its slider is at."""
+    _, _, _, r = sim(n=10)
+    events = sorted(r.trace.events, key=lambda e: e.end)
+    mon = LiveMonitor(4, 10, widgets=True, refresh=0)
+    mon.update(events[:3], force=True)
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e.to_dict()) + "\n" for e in events[3:40]))
+    stop = threading.Event()
+    mon.follow(path, until=stop, block=False, poll=0.02)
+    while len(mon.events) < 40:
+        time.sleep(0.01)
+    stop.set()  # stopped, not done: 10 subnets never finish here
+    assert mon.wait(5) and not mon.done
+    assert _drawn_by_a_new_view(mon._gantt) == [len(tr.x) for tr in mon._gantt.data] and sum(
+        _drawn_by_a_new_view(mon._gantt)) == 40
+    assert _drawn_by_a_new_view(mon._lines)[0] == mon.buckets
+    box = schedule_player(synthetic_trace(3, 2), steps=10)
+    slider, widget = box.children[0].children[1], box.children[1]
+    slider.value = 4
+    assert _drawn_by_a_new_view(widget) == [len(tr.x) for tr in widget.data] != [
+        len(tr.x) for tr in schedule_player(synthetic_trace(3, 2), steps=10).children[1].data]
+
+
 def test_schedule_player_and_frames():
     tr = synthetic_trace(3, 2)
     cut = events_until(tr, 2.5)
