@@ -80,10 +80,12 @@ class RunSpec:
 
     @classmethod
     def of(cls, space: SearchSpace, partition: Partition, stream: SubnetStream, policy: str = DEFAULT_POLICY, *,
-           window: int = DEFAULT_WINDOW, shared: SharedLayers | None = None, seed: int = 0) -> RunSpec:
+           window: int = DEFAULT_WINDOW, shared: SharedLayers | None = None, seed: int = 0, replicas: int = 1,
+           replica_exchange: str = "exact") -> RunSpec:
         """A run of parts already built (a space, its partition, a stream): nothing resolved or checked beyond
         what the simulator and the schedulers check themselves (``create`` resolves and validates)."""
-        return cls(space, partition, stream, shared or SharedLayers(), policy, window, seed)
+        return cls(space, partition, stream, shared or SharedLayers(), policy, window, seed, replicas=replicas,
+                   replica_exchange=replica_exchange)
 
     @classmethod
     def create(cls, space: SearchSpace | str, *, stages: int = 1, subnets: int = 100, seed: int = 0,

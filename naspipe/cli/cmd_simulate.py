@@ -11,6 +11,7 @@ batch the policy can afford; the summary then reports hit rate, stall share, byt
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -203,12 +204,10 @@ def run(args: argparse.Namespace) -> int:
             alpha = DEFAULT_BATCH_ALPHA if args.batch_alpha is None else args.batch_alpha
             if not 0 <= alpha < 1:
                 raise UsageError(f"--batch-alpha must lie in [0, 1), got {alpha}")
-            result = simulate_replicas(cfg.space, cfg.partition.stages, replicas, cfg.stream, cfg.policy,
-                                       window=cfg.window, shared=cfg.shared, jitter=args.jitter, seed=cfg.seed,
-                                       link=link, alpha=alpha, native=args.replica_exchange == "native",
-                                       latency=args.latency,
-                                       bandwidth=args.bandwidth or float("inf"), policy_options=opts,
-                                       part=cfg.partition)
+            result = simulate_replicas(
+                dataclasses.replace(cfg, replicas=replicas, replica_exchange=args.replica_exchange),
+                SimOptions(jitter=args.jitter, latency=args.latency, bandwidth=args.bandwidth or float("inf"),
+                           policy_options=opts), link=link, alpha=alpha)
         else:
             result = simulate(cfg, SimOptions(jitter=args.jitter, latency=args.latency,
                                               bandwidth=args.bandwidth or float("inf"), policy_options=opts,

@@ -25,9 +25,8 @@ NVLink 3: 600 GB/s both directions together); pass another ``LinkModel`` for PCI
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from naspipe.partition import Partition, partition
@@ -35,9 +34,8 @@ from naspipe.runspec import RunSpec
 from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW
 from naspipe.sched.registry import PolicyError, get_policy, policy_names
 from naspipe.sched.tasks import BACKWARD, WEIGHT, Task
-from naspipe.sequence import SubnetStream
 from naspipe.shared import SharedLayers
-from naspipe.sim import SimOptions
+from naspipe.sim import SimOptions, SimResult
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA, CostModel, batch_time_scale
 from naspipe.space import SearchSpace, Subnet, replicas_error
 
@@ -145,40 +143,42 @@ def peak_in_flight(trace: Any, stages: int, write_kind: str) -> list[int]:
     return out
 
 
-def simulate_replicas(space: SearchSpace, stages: int, replicas: int, stream: SubnetStream,
-                      policy: str = DEFAULT_POLICY, *, window: int = DEFAULT_WINDOW, shared: SharedLayers | None = None,
-                      jitter: float = 0.0, seed: int = 0,
-                      link: LinkModel = DEFAULT_LINK, alpha: float = DEFAULT_BATCH_ALPHA, native: bool = False,
-                      latency: float = 0.0, bandwidth: float = math.inf,
-                      policy_options: dict[str, int] | None = None, part: Partition | None = None) -> Any:
-    """Simulate ``stages x replicas`` devices; the result's ``extra`` holds the replica metrics. PolicyError for
-    a policy that cannot train with replicas > 1 (``check_replica_policy``)."""
-    if replicas > 1:
-        check_replica_policy(policy)
+def simulate_replicas(run: RunSpec, options: SimOptions | None = None, *, link: LinkModel = DEFAULT_LINK,
+                      alpha: float = DEFAULT_BATCH_ALPHA) -> SimResult:
+    """Simulate ``run.stages x run.replicas`` devices, exchanging gradients as ``run.replica_exchange`` says, on
+    ``link`` (``alpha``: the share of a task that does not shrink with the batch); ``options`` as ``simulate``'s,
+    less ``costs`` and ``memory`` (the replicas' own cost model is used; no device-memory model). The result's
+    ``extra`` holds the replica metrics. PolicyError for a policy that cannot train with replicas > 1
+    (``check_replica_policy``)."""
+    opts = options or SimOptions()
+    if opts.costs is not None or opts.memory is not None:
+        raise ValueError("simulate_replicas uses the replicas' own cost model and no device-memory model: "
+                         "options.costs and options.memory must be None")
+    if run.replicas > 1:
+        check_replica_policy(run.policy)
     from naspipe.sched.policies import make_scheduler, stage_specs
     from naspipe.sequence import ReplayStream
     from naspipe.sim.engine import simulate
 
-    part = part or partition(space, stages)
-    shared = shared or SharedLayers()
-    private = ReplayStream.materialize(stream)
+    part, native = run.partition, run.replica_exchange == "native"
+    private = ReplayStream.materialize(run.stream)
     subnets = [private[j] for j in range(len(private))]
-    probe = make_scheduler(policy, stage_specs(space, part, shared)[0], private, window, **(policy_options or {}))
-    costs = ReplicaCostModel(space, part, subnets, replicas=replicas, link=link, alpha=alpha, shared=shared,
-                             native=native, split_backward=probe.write_kind == WEIGHT, jitter=jitter, seed=seed,
-                             latency=latency, bandwidth=bandwidth)
-    result = simulate(RunSpec.of(space, part, private, policy, window=window, shared=shared, seed=seed),
-                      SimOptions(jitter=jitter, policy_options=policy_options, costs=costs))
+    probe = make_scheduler(run.policy, stage_specs(run.space, part, run.shared)[0], private, run.window,
+                           **(opts.policy_options or {}))
+    costs = ReplicaCostModel(run.space, part, subnets, replicas=run.replicas, link=link, alpha=alpha,
+                             shared=run.shared, native=native, split_backward=probe.write_kind == WEIGHT,
+                             jitter=opts.jitter, seed=run.seed, latency=opts.latency, bandwidth=opts.bandwidth)
+    result = simulate(replace(run, stream=private), replace(opts, costs=costs))
     flight = peak_in_flight(result.trace, part.stages, costs.write_kind)
     busy = sum(e.end - e.start for e in result.trace.events)
     result.extra.update({
-        "replicas": replicas, "devices": part.stages * replicas, "replica_batch": costs.batch_size,
+        "replicas": run.replicas, "devices": part.stages * run.replicas, "replica_batch": costs.batch_size,
         "link": {"bandwidth": link.bandwidth, "latency": link.latency},
         "exchange": "native ring all-reduce (not comparable with the reference)" if native else
         "exact all-gather, summed in replica order",
         "exchange_share": costs.exchange_total / busy if busy else 0.0,
         "peak_in_flight": flight,
-        "memory_per_replica": replica_memory(space, part, replicas, flight, gathered=not native),
+        "memory_per_replica": replica_memory(run.space, part, run.replicas, flight, gathered=not native),
     })
     return result
 
@@ -221,8 +221,8 @@ def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = 
             if refused is not None:
                 refused.append({"stages": p, "replicas": r, "reason": reason})
             continue
-        res = simulate_replicas(space, p, r, stream, policy, window=window, shared=shared, seed=seed, link=link,
-                                alpha=alpha)
+        res = simulate_replicas(RunSpec.of(space, partition(space, p), stream, policy, window=window, shared=shared,
+                                           seed=seed, replicas=r), link=link, alpha=alpha)
         ms = res.makespan
         rows.append({"stages": p, "replicas": r, "devices": devices, "throughput": subnets / ms if ms else 0.0,
                      "makespan": ms, "utilization": res.utilization, "replica_batch": res.extra["replica_batch"],

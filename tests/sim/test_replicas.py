@@ -11,7 +11,7 @@ from naspipe.cli import main
 from naspipe.partition import partition
 from naspipe.runspec import RunSpec
 from naspipe.sequence import UniformStream
-from naspipe.sim import simulate
+from naspipe.sim import SimOptions, simulate
 from naspipe.sim.costs import batch_time_scale
 from naspipe.sim.replicas import LinkModel, ReplicaCostModel, plan, simulate_replicas
 from naspipe.space import resolve_space
@@ -39,8 +39,10 @@ def test_one_replica_is_the_plain_simulation():
     stream = UniformStream(K96, 1, 200)
     part = partition(K96, 4)
     plain = simulate(RunSpec.of(K96, part, stream, "csp"))
-    one = simulate_replicas(K96, 4, 1, stream, "csp")
+    one = simulate_replicas(RunSpec.of(K96, part, stream, "csp"))
     assert one.makespan == plain.makespan and one.extra["exchange_share"] == 0.0
+    with pytest.raises(ValueError, match="own cost model"):  # (options.costs would be silently replaced)
+        simulate_replicas(RunSpec.of(K96, part, stream, "csp"), SimOptions(costs=plain.costs))
 
 
 @few_plans()  # a slow link against a free one, whichever plan each chooses
@@ -61,8 +63,9 @@ def test_tasks_run_at_the_replica_batch_and_writes_pay_the_exchange():
     assert rc.duration(b) == pytest.approx(plain.duration(b) * 0.325 + 3 * (1e-3 + nbytes / 1e9))
     assert rc.transfer() == pytest.approx(plain.transfer() / 4 if plain.transfer() else 0.0)
     assert link.allreduce_seconds(nbytes, 4) < link.gather_seconds(nbytes, 4)
-    slow = simulate_replicas(K96, 4, 4, UniformStream(K96, 0, 100), link=LinkModel(10e9, 1e-5))
-    fast = simulate_replicas(K96, 4, 4, UniformStream(K96, 0, 100), link=LinkModel(math.inf, 0.0))
+    run = RunSpec.of(K96, partition(K96, 4), UniformStream(K96, 0, 100), replicas=4)
+    slow = simulate_replicas(run, link=LinkModel(10e9, 1e-5))
+    fast = simulate_replicas(run, link=LinkModel(math.inf, 0.0))
     assert slow.makespan > fast.makespan and fast.extra["exchange_share"] == 0.0
 
 
