@@ -35,6 +35,7 @@ from naspipe.viz.style import KINDS
 from naspipe.viz.timeline import utilization_series
 from naspipe.viz.widget_sync import sync_new_views
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"  # how a notebook output names a widget's view
 SYNC_EVERY_S = 2.0  # while a run goes on, how often a view drawn later is given the figures so far
 
 Until = Any  # None, a callable returning True when done, a threading.Event, or a process / thread
@@ -217,7 +218,13 @@ class LiveMonitor:
             return
         self._shown = True
         if self.widget is not None:
-            display(self.widget)
+            # the widget's view, and a line where widgets do not draw (a notebook opened executed, untrusted or
+            # without its kernel) in place of the box's repr ("VBox(children=(HBox(...")
+            display({WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": self.widget.model_id},
+                     "text/plain": f"{self.title} (naspipe LiveMonitor, widgets: drawn only while the kernel that "
+                                   "ran this cell is connected; LiveMonitor.figure() draws its Gantt as a plain "
+                                   "figure)"},
+                    raw=True)
         else:
             self._handle = display(self.figure(), display_id=True)
 

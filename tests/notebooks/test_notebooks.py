@@ -195,3 +195,6 @@ print(mon.widget is not None, mon.done_subnets, len(mon.events))'''
     mimes = output_mime_types(out)
     assert mimes[WIDGET_MIME] == 1 and mimes["error"] == 0
     assert out.cells[0].outputs[-1].text.split() == ["True", "16", "128"]
+    # where widgets do not draw (the notebook opened executed, untrusted), a line, not "VBox(children=(HBox(..."
+    plain = next(o.data["text/plain"] for o in out.cells[0].outputs if WIDGET_MIME in o.get("data", {}))
+    assert plain.startswith("naspipe live monitor (naspipe LiveMonitor, widgets: drawn only") and "VBox" not in plain
