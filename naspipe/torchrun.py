@@ -161,12 +161,10 @@ def failed_ranks(out: Any, me: int, wait_s: float = 3.0) -> list[int]:
 
 
 def _names_a_lost_host(out: Any) -> bool:
-    import json
-
-    from naspipe import runs
+    from naspipe import jsonfile, runs
 
     try:
-        return "lost" in json.loads((out / runs.STATUS).read_text())
+        return "lost" in jsonfile.loads((out / runs.STATUS).read_text())
     except (OSError, ValueError):
         return False
 

@@ -13,6 +13,7 @@ Times are seconds from the start of the run. Utilisation = busy compute time / (
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,6 +46,30 @@ class TraceEvent:
         if d["version"] is None:
             del d["version"]
         return d
+
+
+def _whole(x: Any) -> int | None:
+    """``x`` as an int when it is a whole number (``4`` or ``4.0``, not ``True``, ``"4"`` or ``1e400``)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x != int(x):
+        return None
+    return int(x)
+
+
+def _event(d: Any, i: int, stages: int) -> TraceEvent:
+    """Event ``i`` of a trace file, checked (``Trace.from_dict``)."""
+    try:
+        e = TraceEvent(**d)
+    except TypeError:  # not an object, a field missing or unknown
+        raise ValueError(f"trace event {i} is not an event: {d!r:.80}") from None
+    stage, subnet, nbytes = _whole(e.stage), _whole(e.subnet), _whole(e.bytes)
+    times = [t for t in (e.start, e.end) if not isinstance(t, bool) and isinstance(t, (int, float))
+             and math.isfinite(t)]
+    if (stage is None or not 0 <= stage < stages or not isinstance(e.kind, str) or subnet is None
+            or len(times) < 2 or nbytes is None or (e.version is not None and _whole(e.version) is None)):
+        raise ValueError(f"trace event {i} is malformed (it needs a stage from 0 to {stages - 1}, a kind, a whole "
+                         f"subnet, finite start and end): {d!r:.80}")
+    return TraceEvent(stage, e.kind, subnet, float(e.start), float(e.end), nbytes,
+                      None if e.version is None else _whole(e.version))
 
 
 @dataclass
@@ -108,14 +133,24 @@ class Trace:
         write_text_atomic(path, json.dumps(self.to_dict(), separators=(",", ":")))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Trace:
-        if data.get("format") != "naspipe-trace/1":
+    def from_dict(cls, data: Any) -> Trace:
+        """The trace ``to_dict`` wrote. ValueError (one line) for anything else: no format ``naspipe-trace/1``,
+        stages that are not a whole number >= 1, events that are not a list of events on those stages with a
+        kind, a whole subnet and finite times."""
+        if not isinstance(data, dict) or data.get("format") != "naspipe-trace/1":
             raise ValueError("not a naspipe trace (missing format 'naspipe-trace/1')")
-        return cls(int(data["stages"]), [TraceEvent(**e) for e in data["events"]], dict(data.get("meta", {})))
+        stages, events, meta = _whole(data.get("stages")), data.get("events"), data.get("meta", {})
+        if stages is None or stages < 1:
+            raise ValueError(f"a trace's stages must be a whole number >= 1, got {data.get('stages')!r:.40}")
+        if not isinstance(events, list) or not isinstance(meta, dict):
+            raise ValueError("a trace's events must be a list and its meta an object")
+        return cls(stages, [_event(e, i, stages) for i, e in enumerate(events)], dict(meta))
 
     @classmethod
     def load(cls, path: str | Path) -> Trace:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        from naspipe import jsonfile
+
+        return cls.from_dict(jsonfile.loads(Path(path).read_text()))
 
     def to_chrome(self) -> dict[str, Any]:
         """Chrome / Perfetto trace-event JSON: one thread per stage, times in microseconds."""

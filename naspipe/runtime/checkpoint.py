@@ -50,6 +50,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from naspipe import jsonfile
 from naspipe.atomic import write_atomic
 from naspipe.runtime.rundir import ConfigError, prepare_out_dir
 
@@ -172,7 +173,7 @@ def _stage_count(d: Path) -> int | None:
     """The number of stages recorded in stage 0's sidecar of position directory ``d`` (None if absent)."""
     p = d / "stage0.json"
     try:
-        return int(json.loads(p.read_text())["fingerprint"]["stages"])
+        return int(jsonfile.loads(p.read_text())["fingerprint"]["stages"])
     except FileNotFoundError:  # not saved (yet), or pruned right now
         return None
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -197,7 +198,7 @@ def newest_complete(root: Path) -> int | None:
 
 def read_complete(root: Path) -> int | None:
     try:
-        return int(json.loads((root / COMPLETE).read_text())["position"])
+        return int(jsonfile.loads((root / COMPLETE).read_text())["position"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -361,7 +362,7 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
     for s in range(cfg.stages):
         side = d / f"stage{s}.json"
         try:
-            meta = json.loads(side.read_text())
+            meta = jsonfile.loads(side.read_text())
             fp, size, sha, pos = meta["fingerprint"], int(meta["bytes"]), str(meta["sha256"]), int(meta["position"])
         except FileNotFoundError:
             have = _stage_count(d)
@@ -432,7 +433,7 @@ def adopt_layout(cfg: TrainConfig, path: str | Path, *, adopt_plan: bool = False
     try:
         _, root = locate(path)
         c = newest_complete(root)
-        fp = json.loads((position_dir(root, c) / "stage0.json").read_text())["fingerprint"] if c is not None else {}
+        fp = jsonfile.loads((position_dir(root, c) / "stage0.json").read_text())["fingerprint"] if c is not None else {}
         part = Partition(tuple(tuple(int(x) for x in b) for b in fp["partition"]))
     except (CheckpointError, OSError, ValueError, KeyError, TypeError):
         return cfg

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from naspipe import runs
+from naspipe import jsonfile, runs
 from naspipe.atomic import write_text_atomic
 from naspipe.runtime.config import TrainConfig
 from naspipe.trace import Trace, TraceEvent
@@ -124,13 +124,13 @@ def read_parts(out: Path, stages: int) -> list[dict[str, Any]]:
     for s in range(stages):
         p = out / runs.PARTS / f"stage{s}.json"
         try:
-            data = json.loads(p.read_text())
+            data = jsonfile.loads(p.read_text())
         except FileNotFoundError:
             raise MergeError(f"stage {s} left no results ({str(p)!r} does not exist)") from None
         except OSError as e:
             raise MergeError(f"cannot read {str(p)!r}: {e.strerror or e}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-            raise MergeError(f"{str(p)!r} is not valid JSON ({getattr(e, 'msg', type(e).__name__)})") from None
+        except ValueError as e:  # (malformed, not UTF-8, nested too deeply)
+            raise MergeError(f"{str(p)!r} is not valid JSON ({getattr(e, 'msg', e)})") from None
         if not isinstance(data, dict):
             raise MergeError(f"{str(p)!r} holds {type(data).__name__}, not a stage's results")
         for field, kind in PART_FIELDS.items():

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from naspipe import runs
+from naspipe import jsonfile, runs
 from naspipe.models import Batch, StageModel, evaluate, heldout_batches, model_kind
 from naspipe.search.constraints import Constraint
 from naspipe.search.result import SearchResult
@@ -91,10 +91,10 @@ def search_model(model: StageModel, *, strategy: str = "evolution", budget: int 
 def _read_config(run_dir: Path) -> dict[str, Any]:
     path = run_dir / runs.METRICS
     try:
-        data = json.loads(path.read_text())
+        data = jsonfile.loads(path.read_text())
     except FileNotFoundError:
         raise RunError(f"{run_dir}: no metrics.json (is this a naspipe run directory?)") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (OSError, ValueError) as e:  # (malformed, not UTF-8, nested too deeply)
         raise RunError(f"{path}: unreadable ({e})") from None
     cfg = data.get("config") if isinstance(data, dict) else None
     if not isinstance(cfg, dict) or "space" not in cfg or "seed" not in cfg:

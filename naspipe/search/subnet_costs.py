@@ -14,13 +14,13 @@ Torch-free.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from naspipe import jsonfile
 from naspipe.search.constraints import LATENCY_UNITS, Constraint
 from naspipe.space import SearchSpace, Subnet
 
@@ -88,10 +88,10 @@ class SearchCosts:
     def with_profile_file(self, path: str | Path) -> SearchCosts:
         p = Path(path)
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
+            data = jsonfile.loads(p.read_text(encoding="utf-8"))
         except OSError as e:
             raise ProfileError(f"cannot read profile {str(p)!r}: {e.strerror}") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        except ValueError as e:  # (malformed, not UTF-8, nested too deeply)
             raise ProfileError(f"{p.name}: not a JSON profile ({e})") from None
         return self.with_profile(data, source=p.name)
 

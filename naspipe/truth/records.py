@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from naspipe import jsonfile
 from naspipe.atomic import atomic_path, write_text_atomic
 from naspipe.space import SearchSpace
 
@@ -114,10 +115,10 @@ def write_entry(folder: Path, record: dict[str, Any]) -> Path:
 def read_entry(folder: Path, arch: Sequence[int], seed: int) -> dict[str, Any] | None:
     path = folder / ENTRIES / entry_name(arch, seed)
     try:
-        return json.loads(path.read_text())
+        return jsonfile.loads(path.read_text())
     except FileNotFoundError:
         return None
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:
         raise TruthError(f"{path}: unreadable entry ({e}); delete it to train it again") from None
 
 
@@ -130,10 +131,10 @@ def pending(folder: Path, settings: TruthSettings) -> list[tuple[tuple[int, ...]
 def read_settings(folder: Path) -> TruthSettings | None:
     path = folder / SETTINGS
     try:
-        return TruthSettings.from_dict(json.loads(path.read_text()))
+        return TruthSettings.from_dict(jsonfile.loads(path.read_text()))
     except FileNotFoundError:
         return None
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+    except (OSError, KeyError, TypeError, ValueError) as e:
         raise TruthError(f"{path}: not a truth settings file ({e})") from None
 
 
@@ -235,14 +236,14 @@ def load(folder: str | Path) -> Truth:
             assemble(d)  # names the missing entries
         raise TruthError(f"{d}: no {TABLE} (is this a naspipe truth folder?)")
     try:
-        data = json.loads((d / TABLE).read_text())
+        data = jsonfile.loads((d / TABLE).read_text())
         head = {k: v for k, v in data.items() if k != "entries"}
         settings = TruthSettings.from_dict({**head, "archs": [r["arch"] for r in data["entries"]]})
         rows = data["entries"]
         acc = {tuple(r["arch"]): tuple(float(x) for x in r["accuracy"]) for r in rows}
         loss = {tuple(r["arch"]): tuple(float(x) for x in r["loss"]) for r in rows}
         names = {tuple(r["arch"]): str(r["name"]) for r in rows}
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+    except (OSError, KeyError, TypeError, ValueError) as e:
         raise TruthError(f"{d / TABLE}: not a truth table ({e})") from None
     for a in settings.archs:
         if len(acc[a]) != len(settings.seeds) or len(loss[a]) != len(settings.seeds):

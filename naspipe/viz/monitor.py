@@ -17,7 +17,6 @@ error and the rank).
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -26,7 +25,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from naspipe import runs
+from naspipe import jsonfile, runs
 from naspipe.trace import Trace, TraceEvent
 from naspipe.viz.busy import announce_busy
 from naspipe.viz.gantt import gantt, gantt_bars
@@ -330,7 +329,7 @@ class _FileReader:
         try:
             if st.stat().st_mtime < self.path.stat().st_mtime:
                 return False
-            data = json.loads(st.read_text())
+            data = jsonfile.loads(st.read_text())
         except (OSError, ValueError):
             return False
         self.status = data if isinstance(data, dict) else {"complete": bool(data)}
@@ -352,7 +351,7 @@ class _FileReader:
             if not ln.strip():
                 continue
             try:
-                d = json.loads(ln)
+                d = jsonfile.loads(ln)
             except ValueError:
                 d = None
             if not isinstance(d, dict):

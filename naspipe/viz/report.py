@@ -28,7 +28,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from naspipe import runs
+from naspipe import jsonfile, runs
 from naspipe.bound import lower_bound
 from naspipe.partition import Partition, partition
 from naspipe.results import ResultsError, verify
@@ -74,7 +74,7 @@ def load_run(run_dir: str | Path) -> Run:
     mfile = trace_file.parent / runs.METRICS
     if mfile.is_file():
         try:
-            data = json.loads(mfile.read_text())
+            data = jsonfile.loads(mfile.read_text())
         except (OSError, ValueError) as e:
             raise ReportError(f"cannot read {str(mfile)!r}: {e}") from None
         metrics = data if isinstance(data, dict) else {"metrics": data}

@@ -23,6 +23,7 @@ from naspipe.runtime.checkpoint import (
     mark_complete,
     newest_complete,
     position_dir,
+    read_complete,
     root_of,
 )
 from naspipe.runtime.processes.launcher import TrainError
@@ -101,6 +102,23 @@ def test_completion_needs_every_stage_and_keeps_the_previous_checkpoint(tmp_path
     assert newest_complete(root) == 20 and mark_complete(root, 20, 2)
     assert not position_dir(root, 10).exists()  # the previous one goes once the new one is complete
     assert json.loads((root / "complete.json").read_text())["position"] == 20
+
+
+def test_checkpoint_files_nested_too_deeply_are_corrupted_not_a_traceback(tmp_path):
+    """Python's JSON parser raises RecursionError for deep nesting: a hand-edited ``complete.json`` once broke a
+    resumed run's failure handling (two tracebacks, no status.json)."""
+    root = tmp_path / "checkpoint"
+    d = position_dir(root, 10)
+    d.mkdir(parents=True)
+    for s in (0, 1):
+        (d / f"stage{s}.pt").write_bytes(b"x")
+        (d / f"stage{s}.json").write_text(json.dumps({"fingerprint": {"stages": 2}}))
+    deep = "[" * 100_000 + "]" * 100_000
+    (root / "complete.json").write_text(deep)
+    assert read_complete(root) is None and newest_complete(root) == 10  # marked or not, the stages' files decide
+    (d / "stage0.json").write_text(deep)
+    with pytest.raises(CheckpointError, match=r"stage0.json' is corrupted \(NestedTooDeeply\)"):
+        newest_complete(root)
 
 
 def test_fences_and_refusals_without_processes(tmp_path):
