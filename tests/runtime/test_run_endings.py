@@ -160,6 +160,38 @@ def test_a_run_stopped_from_outside_writes_its_status_and_the_resume_hint(tmp_pa
     assert last.endswith(f"--resume {out}"), err
 
 
+def _ignores_sigint(pid: int) -> bool:
+    """The process ignores SIGINT (its ``SigIgn`` mask in /proc)."""
+    mask = next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("SigIgn:"))
+    return bool(int(mask, 16) >> (signal.SIGINT - 1) & 1)
+
+
+def test_ctrl_c_while_the_fork_server_imports_torch_says_interrupted_and_nothing_more(tmp_path):
+    """A terminal's Ctrl-C reaches the whole foreground group, the fork server too, which used to print a
+    KeyboardInterrupt traceback (6-58 lines) from its import of torch under the command's own line."""
+    proc = subprocess.Popen([str(BIN / "naspipe"), "train", "--space", "digits-cnn", *SMALL, "--out",
+                             str(tmp_path / "run")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=_env(), cwd=tmp_path, start_new_session=True)
+    try:
+        launcher, deadline = psutil.Process(proc.pid), time.monotonic() + 60
+        # the fork server started, and the launcher itself hears Ctrl-C again (it ignores it while it starts one)
+        while not any("forkserver" in " ".join(p.cmdline()) for p in launcher.children() if alive(p)) or \
+                _ignores_sigint(launcher.pid):
+            assert proc.poll() is None and time.monotonic() < deadline, "no fork server started"
+            time.sleep(0.01)
+        family = launcher.children(recursive=True)
+        os.killpg(proc.pid, signal.SIGINT)  # (the server's import of torch takes about a second)
+        _, stderr = proc.communicate(timeout=60)
+        psutil.wait_procs(family, timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].startswith("naspipe: interrupted"), stderr
+
+
 def test_a_stage_that_exits_0_partway_is_blamed_itself(tmp_path, capsys):
     rc = main(["train", "--space", "process_supernets:stage_exits_midrun", *SMALL, "--timeout", "30",
                "--out", str(tmp_path / "run")])
