@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from naspipe.cli.common import UsageError, positive_int
+from naspipe.cli.common import UsageError, named, positive_int
 
 COMMAND = "demo"
 HELP = "train a CSP supernet on the embedded default data, verify it against the reference, summarise"
@@ -62,7 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--subnets", type=positive_int("--subnets"), default=200,
                    help="subnets to train (default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="runs/demo", help="directory for the three runs (default %(default)s)")
+    p.add_argument("--out", type=named("--out"), default="runs/demo",
+                   help="directory for the three runs (default %(default)s)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (speedup, identical, rates, paths) instead of the table")
 

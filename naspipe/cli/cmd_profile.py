@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from naspipe.cli.common import UsageError, positive_int
+from naspipe.cli.common import UsageError, named, positive_int, thread_count
 
 COMMAND = "profile"
 HELP = "measure each candidate's forward/backward time and bytes on a device (costs for simulate and partition)"
@@ -24,8 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--space", required=True, help="module:function (your supernet) or a trainable preset")
     p.add_argument("--device", choices=DEVICES, default="cpu", help="device to measure on (default cpu)")
     p.add_argument("--repeats", type=positive_int("--repeats"), default=5, help="timed runs per candidate")
-    p.add_argument("--threads", type=positive_int("--threads"), default=1, help="intra-op threads (default 1)")
-    p.add_argument("--out", default=None, help="profile JSON (default: next to the module of module:function)")
+    p.add_argument("--threads", type=thread_count, default=1, help="intra-op threads (default 1)")
+    p.add_argument("--out", type=named("--out", "file"), default=None,
+                   help="profile JSON (default: next to the module of module:function)")
     p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
 
 

@@ -28,9 +28,11 @@ from naspipe.cli.common import (
     add_optimizer_arguments,
     add_run_arguments,
     add_sampler_argument,
+    named,
     positive_int,
     resolve_run,
     sampler_from_args,
+    thread_count,
 )
 
 if TYPE_CHECKING:
@@ -47,11 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                               "(so a train command line runs unchanged)")
     add_optimizer_arguments(p)
     add_sampler_argument(p)
-    p.add_argument("--out", required=True,
+    p.add_argument("--out", type=named("--out"), required=True,
                    help="directory for losses.csv, params.json, metrics.json, weights.pt (refused if it holds "
                         "a train run or files no naspipe run wrote)")
     p.add_argument("--overwrite", action="store_true", help="clear a run already in --out first")
-    p.add_argument("--threads", type=positive_int("--threads"), default=1,
+    p.add_argument("--threads", type=thread_count, default=1,
                    help="intra-op threads (default %(default)s); compare with train runs of the same --threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(_api=False)  # naspipe.reference(...) sets it: failures raise instead of printing
@@ -71,9 +73,7 @@ def run(args: argparse.Namespace) -> int:
     except ModelCheckError as e:
         raise UsageError(str(e)) from None
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {str(out)!r} exists and is not a directory")
-    _check_out(out, args.overwrite)
+    _check_out(out, args.overwrite)  # (a file there, or a name too long, first)
     from naspipe.runtime.config import ConfigError, check_sequence_size
     from naspipe.space import replicas_error
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from naspipe.cli.common import UsageError, positive_int
+from naspipe.cli.common import UsageError, named, positive_int
 
 COMMAND = "report"
 HELP = "write a self-contained HTML report of a run directory (needs RUN_DIR/trace.json)"
@@ -15,7 +15,8 @@ ORDER = 60
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory holding trace.json (or a trace file)")
-    p.add_argument("--out", default=None, help="output HTML file (default RUN_DIR/report.html)")
+    p.add_argument("--out", type=named("--out", "file"), default=None,
+                   help="output HTML file (default RUN_DIR/report.html)")
     p.add_argument("--compare", action="append", default=[], metavar="NAME=TRACE",
                    help="another trace (file or run directory) drawn in the Gantt, e.g. simulated=sim/trace.json")
     p.add_argument("--max-events", type=positive_int("--max-events"), default=20_000,

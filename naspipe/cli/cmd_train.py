@@ -24,10 +24,12 @@ from typing import Any
 from naspipe.cli.common import (
     UsageError,
     add_run_arguments,
+    named,
     non_negative_float,
     positive_float,
     positive_int,
     resolve_run,
+    thread_count,
 )
 
 COMMAND = "train"
@@ -44,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p, default_space="tiny-transformer", default_subnets=200)
     add_optimizer_arguments(p)
     add_sampler_argument(p)
-    p.add_argument("--out", default=None,
+    p.add_argument("--out", type=named("--out"), default=None,
                    help="run directory (refused if it holds another run); required unless --resume")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--checkpoint-every", type=positive_int("--checkpoint-every"), default=None, metavar="N",
@@ -54,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "run's arguments again (--out defaults to DIR)")
     p.add_argument("--jitter-ms", type=non_negative_float("--jitter-ms"), default=0.0,
                    help="seeded random delay of 0..X ms before every task (results must not change)")
-    p.add_argument("--threads", type=positive_int("--threads"), default=1,
+    p.add_argument("--threads", type=thread_count, default=1,
                    help="intra-op threads per stage process (default %(default)s, as the reference)")
     p.add_argument("--device", choices=DEVICES, default="cpu",
                    help="cpu (gloo) or cuda (NCCL, one GPU per stage); default %(default)s")

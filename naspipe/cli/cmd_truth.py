@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from naspipe.cli.common import UsageError, positive_int
+from naspipe.cli.common import UsageError, named, positive_int
 
 COMMAND = "truth"
 HELP = "train architectures stand-alone (the ground truth naspipe rank compares a supernet with)"
@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from naspipe.optim_names import OPTIMIZERS
 
     p.add_argument("--space", required=True, help="preset name, JSON file, or module:function")
-    p.add_argument("--out", required=True, help="the truth folder (started again: continues the build)")
+    p.add_argument("--out", type=named("--out"), required=True,
+                   help="the truth folder (started again: continues the build)")
     p.add_argument("--steps", type=positive_int("--steps"), default=200,
                    help="training steps per architecture (default %(default)s)")
     p.add_argument("--seeds", type=positive_int("--seeds"), default=3, help="seeds 0..S-1 (default %(default)s)")
@@ -43,11 +44,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from naspipe.optim_names import DEFAULT_LR
+    from naspipe.optim_names import DEFAULT_LR, lr_error
 
     lr = DEFAULT_LR[args.optimizer] if args.lr is None else args.lr
-    if not 0 < lr < float("inf"):
-        raise UsageError(f"--lr must be a finite number > 0, got {args.lr}")
+    if (why := lr_error(lr)) is not None:
+        raise UsageError(f"--lr {why}")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {str(out)!r} exists and is not a directory")

@@ -56,6 +56,42 @@ def positive_float(name: str, unit: str = ""):  # noqa: ANN201
     return parse
 
 
+def named(option: str, what: str = "folder"):  # noqa: ANN201
+    """An argparse type for a path option (``--out``) that refuses an empty name: ``--out "$UNSET"`` would
+    otherwise write into the current folder."""
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{option} must name a {what}, got {text!r}")
+        return text
+    return parse
+
+
+def learning_rate(text: str) -> float:
+    """The argparse type of ``--lr`` (the rule: ``naspipe.optim_names.lr_error``)."""
+    from naspipe.optim_names import lr_error
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--lr must be a number, got {text!r}") from None
+    if (why := lr_error(v)) is not None:
+        raise argparse.ArgumentTypeError(f"--lr {why}")
+    return v
+
+
+def thread_count(text: str) -> int:
+    """The argparse type of ``--threads`` (the rule: ``naspipe.runtime.config.threads_error``)."""
+    from naspipe.runtime.config import threads_error
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--threads must be a whole number, got {text!r}") from None
+    if (why := threads_error(v)) is not None:
+        raise argparse.ArgumentTypeError(f"--threads {why}")
+    return v
+
+
 def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-k48",
                       default_subnets: int = 1000, default_policy: str = DEFAULT_POLICY,
                       ignored: str | None = None) -> None:
@@ -148,7 +184,7 @@ def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
                    help="per-parameter optimizer (default %(default)s)")
     defaults = ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items())
-    p.add_argument("--lr", type=positive_float("--lr"), default=None,
+    p.add_argument("--lr", type=learning_rate, default=None,
                    help=f"learning rate (default per optimizer: {defaults})")
 
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from naspipe import runs
+from naspipe.optim_names import lr_error
 from naspipe.partition import Partition
 from naspipe.partition import partition as make_partition
 from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError, check_replicas
@@ -55,6 +57,16 @@ def _with_sampler(spec: RunSpec, sampler: Any) -> RunSpec:
         raise ConfigError(f"sampler {parsed} makes the sequence from the seed; it cannot be combined with sequence")
     return dataclasses.replace(spec, stream=make_stream(spec.space, spec.seed, spec.subnets, parsed),
                                sampler=str(parsed))
+
+
+def threads_error(threads: object) -> str | None:
+    """Why ``threads`` cannot be a stage's intra-op thread count (None: it can): a whole number from 1 to 4 x the
+    cores this process may run on (more only slows a stage down; thousands fail to start, after minutes)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    most = 4 * max(cores, 1)
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= most:
+        return f"must be a whole number from 1 to {most} (4 x the {cores} cores here), got {threads!r}"
+    return None
 
 
 def replica_policies() -> list[str]:
@@ -361,12 +373,12 @@ class TrainConfig:
                               f"frozen or serial, not {self.shared}")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-        if self.lr is not None and not (isinstance(self.lr, (int, float)) and 0 < self.lr < math.inf):
-            raise ConfigError(f"lr must be a finite number > 0, got {self.lr!r}")
+        if self.lr is not None and (why := lr_error(self.lr)) is not None:
+            raise ConfigError(f"lr {why}")
         if not (isinstance(self.jitter_ms, (int, float)) and 0 <= self.jitter_ms < math.inf):
             raise ConfigError(f"jitter_ms must be a finite number >= 0, got {self.jitter_ms!r}")
-        if not isinstance(self.threads, int) or self.threads < 1:
-            raise ConfigError(f"threads must be a whole number >= 1, got {self.threads!r}")
+        if (why := threads_error(self.threads)) is not None:
+            raise ConfigError(f"threads {why}")
         self._validate_replicas()
         if not (isinstance(self.timeout, (int, float)) and 0 < self.timeout < math.inf):
             raise ConfigError(f"timeout must be a finite number of seconds > 0, got {self.timeout!r}")

@@ -29,13 +29,33 @@ class ConfigError(ValueError):
 
 
 def check_path(out: Path) -> None:
-    """Refuse an ``out`` that is a dangling symbolic link or exists and is not a directory."""
+    """Refuse an ``out`` that is a dangling symbolic link, exists and is not a directory, or has a name longer than
+    its file system allows (found before a process starts, not when the run's folder is made)."""
     out = Path(out)
-    if out.is_symlink() and not out.exists():
-        raise ConfigError(f"output directory {str(out)!r} is a symbolic link to {os.readlink(out)!r}, which does "
-                          "not exist; create the target or choose another directory")
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"output path {str(out)!r} exists and is not a directory")
+    shown = f"{str(out)[:80]!r}{'...' if len(str(out)) > 80 else ''}"
+    try:
+        if out.is_symlink() and not out.exists():
+            raise ConfigError(f"output directory {str(out)!r} is a symbolic link to {os.readlink(out)!r}, which "
+                              "does not exist; create the target or choose another directory")
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"output path {str(out)!r} exists and is not a directory")
+        longest = max(len(os.fsencode(part)) for part in out.parts) if out.parts else 0
+        if longest > _name_max(out):
+            raise ConfigError(f"output directory {shown} cannot be used: one of its names is {longest} bytes long, "
+                              f"more than the {_name_max(out)} its file system allows")
+    except OSError as e:  # a name too long, a folder on the way that cannot be searched
+        raise ConfigError(f"output directory {shown} cannot be used: {e.strerror or e}") from None
+
+
+def _name_max(out: Path) -> int:
+    """The longest name (bytes) the file system of ``out``'s nearest existing folder allows (255 if it won't say)."""
+    probe = out.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return os.pathconf(probe, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
 
 
 def check_out_dir(out: Path, overwrite: bool, kind: str = "train", inputs: Iterable[str | Path] = ()) -> None:

@@ -6,6 +6,7 @@ value, an absurd ``delayed:D``."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def test_a_space_whose_model_cannot_be_built_is_refused_before_start(tmp_path, c
 
 
 @pytest.mark.parametrize("command", ["train", "reference"])
-def test_an_out_that_cannot_be_written_is_one_line(tmp_path, capsys, command):
+def test_an_out_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch, command):
     (tmp_path / "file").write_text("x")
     refused(capsys, [command, *TINY, "--out", str(tmp_path / "file" / "run")],
              f"output directory {str(tmp_path / 'file' / 'run')!r} cannot be created: "
@@ -81,6 +82,47 @@ def test_an_out_that_cannot_be_written_is_one_line(tmp_path, capsys, command):
     if Path("/proc/self").exists():  # a pseudo file system takes no folders, even from root
         refused(capsys, [command, *TINY, "--out", "/proc/naspipe-run"],
                  "output directory '/proc/naspipe-run' cannot be written: ")
+    long = "a" * 300  # longer than any file system's name (255 bytes here): a traceback from the folder's checks
+    for out in (tmp_path / long, tmp_path / "new" / long / "run"):  # (or from its making, after the checks)
+        refused(capsys, [command, *TINY, "--out", str(out)], "cannot be used: ", never=tmp_path / "new")
+    monkeypatch.chdir(tmp_path)  # ("$UNSET" wrote a run into the current folder)
+    refused(capsys, [command, *TINY, "--out", ""], "--out must name a folder, got ''")
+    assert not (tmp_path / "run.json").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "reference"])
+@pytest.mark.parametrize("option,value,message", [
+    ("--lr", "1e39", "--lr must be a finite number > 0 and at most 3.403e+38 (float32's largest), got 1e+39"),
+    ("--threads", "100000", "--threads must be a whole number from 1 to "),  # (its threads failed to start)
+])
+def test_a_rate_or_thread_count_that_cannot_run_is_refused_before_start(tmp_path, capsys, command, option, value,
+                                                                        message):
+    """Both started the stage processes and failed there, one after 102 s (--threads 5000)."""
+    refused(capsys, [command, *TINY, option, value, "--out", str(tmp_path / "o")], message, never=tmp_path / "o")
+    assert not descendants(psutil.Process())
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("trace.json", "[]", "not a naspipe trace"),
+    ("trace.json", DEEP, "cannot read trace"),
+    ("trace.json", '{"format": "naspipe-trace/1", "stages": 1, "events": [{"stage": 5, "kind": "F", "subnet": 0, '
+                   '"start": 0, "end": 1}]}', "trace event 0 is malformed (it needs a stage from 0 to 0"),
+    ("trace.json", '{"format": "naspipe-trace/1", "stages": 2, "events": [{"stage": 0, "kind": "F", "subnet": 0, '
+                   '"start": "a", "end": 1}]}', "trace event 0 is malformed"),
+    ("trace.json", '{"format": "naspipe-trace/1", "stages": 1e400, "events": []}', "stages must be a whole number"),
+    ("metrics.json", DEEP, "metrics.json': nested too deeply"),
+], ids=["list", "deep", "stage", "start", "stages", "deep-metrics"])
+def test_a_run_folder_with_a_malformed_trace_or_metrics_is_one_line_to_report(two_thread_runs, tmp_path, capsys,
+                                                                              name, content, message):
+    run = tmp_path / "run"
+    shutil.copytree(two_thread_runs["train2"], run)
+    (run / name).write_text(content)
+    refused(capsys, ["report", str(run), "--out", str(tmp_path / "r.html")], message, never=tmp_path / "r.html")
+    if name == "metrics.json":
+        refused(capsys, ["search", str(run), "--budget", "2"], "metrics.json: unreadable (nested too deeply)")
 
 
 def test_a_sequence_file_that_is_not_utf8_or_nested_too_deeply_is_one_line(tmp_path, capsys):

@@ -73,7 +73,7 @@ BAD = [  # (arguments, part of the one-line message)
     (["--policy", "bsp", "--shared-layers", "delayed:2"], "own synchronisation"),
     (["--space", "naspipe-k48"], "model kind 'cost-only'"),
     (["--space", "no-such-space"], "unknown space 'no-such-space'"),
-    (["--threads", "0"], "--threads must be >= 1"),
+    (["--threads", "0"], "--threads must be a whole number from 1 to"),
     (["--timeout", "0"], "--timeout must be a finite number of seconds > 0"),
     (["--subnets", "0"], "--subnets must be >= 1"),
     (["--device", "tpu"], "invalid choice: 'tpu'"),
