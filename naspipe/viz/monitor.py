@@ -32,9 +32,8 @@ from naspipe.viz.gantt import gantt, gantt_bars
 from naspipe.viz.hitrate import hit_series
 from naspipe.viz.style import KINDS
 from naspipe.viz.timeline import utilization_series
-from naspipe.viz.widget_sync import sync_new_views
+from naspipe.viz.widget_views import sync_new_views, with_text
 
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"  # how a notebook output names a widget's view
 SYNC_EVERY_S = 2.0  # while a run goes on, how often a view drawn later is given the figures so far
 
 Until = Any  # None, a callable returning True when done, a threading.Event, or a process / thread
@@ -164,7 +163,9 @@ class LiveMonitor:
         self._progress = widgets.IntProgress(value=0, min=0, max=max(self.total, 1), description="subnets",
                                              bar_style="info")
         self._label = widgets.HTML(value=self._status())
-        return widgets.VBox([widgets.HBox([self._progress, self._label]), self._gantt, self._lines])
+        box = widgets.VBox([widgets.HBox([self._progress, self._label]), self._gantt, self._lines])
+        return with_text(box, f"{self.title} (naspipe LiveMonitor, widgets: drawn only while the kernel that ran this "
+                              "cell is connected; LiveMonitor.figure() draws its Gantt as a plain figure)")
 
     def figure(self) -> go.Figure:
         """A static Gantt of everything received so far (the fallback view; also handy after the run)."""
@@ -201,7 +202,7 @@ class LiveMonitor:
         self._label.value = self._status()
         if final or self.done or self._last_refresh - self._last_sync >= SYNC_EVERY_S:
             # a view drawn from now on (the figures' front-end module still loading when the messages above came,
-            # a page reload) starts from these figures, not the empty ones (naspipe.viz.widget_sync)
+            # a page reload) starts from these figures, not the empty ones (naspipe.viz.widget_views)
             self._last_sync = self._last_refresh
             sync_new_views(self._gantt)
             sync_new_views(self._lines)
@@ -217,13 +218,7 @@ class LiveMonitor:
             return
         self._shown = True
         if self.widget is not None:
-            # the widget's view, and a line where widgets do not draw (a notebook opened executed, untrusted or
-            # without its kernel) in place of the box's repr ("VBox(children=(HBox(...")
-            display({WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": self.widget.model_id},
-                     "text/plain": f"{self.title} (naspipe LiveMonitor, widgets: drawn only while the kernel that "
-                                   "ran this cell is connected; LiveMonitor.figure() draws its Gantt as a plain "
-                                   "figure)"},
-                    raw=True)
+            display(self.widget)
         else:
             self._handle = display(self.figure(), display_id=True)
 

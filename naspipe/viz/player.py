@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from naspipe.trace import COMPUTE_KINDS, Trace, TraceEvent
 from naspipe.viz.gantt import LABEL_LIMIT, UNITS, gantt, gantt_bars
 from naspipe.viz.style import ordered_kinds, time_unit
-from naspipe.viz.widget_sync import sync_new_views
+from naspipe.viz.widget_views import sync_new_views, with_text
 
 
 def events_until(trace: Trace, t: float) -> list[TraceEvent]:
@@ -96,7 +96,9 @@ def schedule_player(trace: Trace, steps: int = 40, title: str | None = None, uni
 
     slider.observe(show, names="value")
     show()
-    return widgets.VBox([widgets.HBox([play, slider, label]), fig])
+    box = widgets.VBox([widgets.HBox([play, slider, label]), fig])
+    return with_text(box, f"{fig.layout.title.text or 'schedule'} (naspipe schedule_player, widgets: drawn only while "
+                          "the kernel that ran this cell is connected; schedule_frames draws it without one)")
 
 
 def _time_line(x: float) -> dict[str, Any]:

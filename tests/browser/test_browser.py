@@ -506,7 +506,7 @@ def test_your_own_supernet_and_its_report_in_a_browser(tabs, lab):
     monitor.locator(".js-plotly-plot").first.wait_for(timeout=60_000)  # its figure drawn (after the run too)
     _wait_done(page, 300, "08")
     # drawn with the run's bars and line, however late its view was made (a short run here often ends before
-    # plotly's front-end module has loaded: the figures were then drawn empty, naspipe.viz.widget_sync)
+    # plotly's front-end module has loaded: the figures were then drawn empty, naspipe.viz.widget_views)
     _assert_drawn(monitor, "after the run")
     for i, cell in enumerate(page.locator(f"{PANEL} .jp-CodeCell").all()):
         if cell.locator(".jp-OutputArea-child").count():
