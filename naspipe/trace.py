@@ -22,6 +22,7 @@ from typing import Any
 from naspipe.sched.tasks import Task
 
 COMPUTE_KINDS = ("F", "B", "W")
+MAX_STAGES = 100_000  # what a trace file may claim (a per-stage list is made of it: 1e12 was a MemoryError)
 MEMORY_KINDS = ("prefetch", "evict", "stall")
 
 
@@ -67,7 +68,7 @@ def _event(d: Any, i: int, stages: int) -> TraceEvent:
     if (stage is None or not 0 <= stage < stages or not isinstance(e.kind, str) or subnet is None
             or len(times) < 2 or nbytes is None or (e.version is not None and _whole(e.version) is None)):
         raise ValueError(f"trace event {i} is malformed (it needs a stage from 0 to {stages - 1}, a kind, a whole "
-                         f"subnet, finite start and end): {d!r:.80}")
+                         f"subnet, finite start and end, whole bytes and version): {d!r:.80}")
     return TraceEvent(stage, e.kind, subnet, float(e.start), float(e.end), nbytes,
                       None if e.version is None else _whole(e.version))
 
@@ -140,8 +141,9 @@ class Trace:
         if not isinstance(data, dict) or data.get("format") != "naspipe-trace/1":
             raise ValueError("not a naspipe trace (missing format 'naspipe-trace/1')")
         stages, events, meta = _whole(data.get("stages")), data.get("events"), data.get("meta", {})
-        if stages is None or stages < 1:
-            raise ValueError(f"a trace's stages must be a whole number >= 1, got {data.get('stages')!r:.40}")
+        if stages is None or not 1 <= stages <= MAX_STAGES:
+            raise ValueError(f"a trace's stages must be a whole number from 1 to {MAX_STAGES}, got "
+                             f"{data.get('stages')!r:.40}")
         if not isinstance(events, list) or not isinstance(meta, dict):
             raise ValueError("a trace's events must be a list and its meta an object")
         return cls(stages, [_event(e, i, stages) for i, e in enumerate(events)], dict(meta))

@@ -72,6 +72,13 @@ def run(args: argparse.Namespace) -> int:
         check_model(cfg.space, cfg.seed, cfg.shared)
     except ModelCheckError as e:
         raise UsageError(str(e)) from None
+    from naspipe.optim_names import lr_error
+    from naspipe.runtime.config import threads_error
+
+    for option, why in (("--lr", None if args.lr is None else lr_error(args.lr)),
+                        ("--threads", threads_error(args.threads))):
+        if why is not None:  # (the command's argparse types refused them already: naspipe.reference's options)
+            raise UsageError(f"{option} {why}")
     out = Path(args.out)
     _check_out(out, args.overwrite)  # (a file there, or a name too long, first)
     from naspipe.runtime.config import ConfigError, check_sequence_size
@@ -202,6 +209,8 @@ def write(space: Any, out: str | Path, **options: Any) -> Path:
     Raises ``RunSpecError`` (one line) where the command exits 2, ``ReferenceFailed`` where user code failed."""
     from naspipe.runspec import RunSpecError
 
+    if not str(out).strip():  # (what --out refuses in argparse: an exit there, not the promised exception)
+        raise RunSpecError(f"out must name a folder, got {str(out)!r}")
     parser = argparse.ArgumentParser(prog="naspipe.reference")
     add_arguments(parser)
     args = parser.parse_args(["--out", str(out)])

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,13 +58,15 @@ def _with_sampler(spec: RunSpec, sampler: Any) -> RunSpec:
                                sampler=str(parsed))
 
 
+MAX_THREADS = 1024  # thousands of intra-op threads fail to start in a stage, one run after 102 s (--threads 5000)
+
+
 def threads_error(threads: object) -> str | None:
-    """Why ``threads`` cannot be a stage's intra-op thread count (None: it can): a whole number from 1 to 4 x the
-    cores this process may run on (more only slows a stage down; thousands fail to start, after minutes)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    most = 4 * max(cores, 1)
-    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= most:
-        return f"must be a whole number from 1 to {most} (4 x the {cores} cores here), got {threads!r}"
+    """Why ``threads`` cannot be a stage's intra-op thread count (None: it can): a whole number from 1 to
+    ``MAX_THREADS``. Not bound to this machine's cores: a run is resumed, and verified against a reference, with
+    the thread count it was made with (another one changes the bits), maybe on a smaller machine."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        return f"must be a whole number from 1 to {MAX_THREADS}, got {threads!r}"
     return None
 
 
@@ -163,6 +164,8 @@ class TrainConfig:
         ``options`` are this class's own fields (optimizer, device, timeout, ``resume``, ...). Validates;
         raises ConfigError."""
         cls._check_options(options)
+        if not str(out).strip():  # (Path("") is the current folder: a run written there by an empty variable)
+            raise ConfigError(f"out must name a folder, got {str(out)!r}")
         options.setdefault("replicas", spec.replicas)  # (the spec's replicas, unless the options name others)
         options.setdefault("replica_exchange", spec.replica_exchange)
         resume = options.pop("resume", None)  # a run directory or checkpoint/: resolved below

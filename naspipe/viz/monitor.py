@@ -180,9 +180,12 @@ class LiveMonitor:
                 self._handle.update(self.figure())
                 self._last_refresh += max(0.0, 2.0 - self.refresh_every)  # a whole figure per redraw: less often
             return
-        with self._lock:
-            evs = self.events[-self.max_events:]
-            trace = self.trace()
+        with self._lock:  # (one drawing at a time: a user's refresh beside a following thread's)
+            self._draw(final)
+
+    def _draw(self, final: bool) -> None:
+        evs = self.events[-self.max_events:]
+        trace = self.trace()
         bars = {b.legendgroup: b for b in gantt_bars(evs, kinds=list(KINDS))}
         end = max((e.end for e in trace.events), default=0.0)
         edges, util = utilization_series(trace.events, self.stages, self.buckets, end=end)
@@ -243,8 +246,8 @@ class LiveMonitor:
         if block:
             try:
                 self._follow(source, until, poll, timeout, busy=True)
-            except KeyboardInterrupt:
-                pass
+            except KeyboardInterrupt:  # (the kernel interrupted: what came so far is drawn, for views drawn later too)
+                self.refresh(final=True)
             return self
         self._thread = threading.Thread(target=self._follow_safe, args=(source, until, poll, timeout),
                                         name="naspipe-monitor", daemon=True)

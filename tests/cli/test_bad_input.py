@@ -93,13 +93,34 @@ def test_an_out_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch
 @pytest.mark.parametrize("command", ["train", "reference"])
 @pytest.mark.parametrize("option,value,message", [
     ("--lr", "1e39", "--lr must be a finite number > 0 and at most 3.403e+38 (float32's largest), got 1e+39"),
-    ("--threads", "100000", "--threads must be a whole number from 1 to "),  # (its threads failed to start)
+    ("--threads", "100000", "--threads must be a whole number from 1 to 1024, got 100000"),  # (failed to start)
 ])
 def test_a_rate_or_thread_count_that_cannot_run_is_refused_before_start(tmp_path, capsys, command, option, value,
                                                                         message):
     """Both started the stage processes and failed there, one after 102 s (--threads 5000)."""
     refused(capsys, [command, *TINY, option, value, "--out", str(tmp_path / "o")], message, never=tmp_path / "o")
     assert not descendants(psutil.Process())
+
+
+def test_the_python_api_refuses_what_the_commands_refuse(tmp_path, monkeypatch):
+    """The reference's argparse types are not enough for ``naspipe.reference`` (an exit, or nothing checked), nor
+    for ``TrainConfig`` (an empty out wrote the run into the current folder)."""
+    import naspipe
+    from naspipe.runspec import RunSpecError
+    from naspipe.runtime import TrainConfig
+    from naspipe.runtime.config import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    for out, options, message in (("", {}, "out must name a folder, got ''"),
+                                  ("o", {"lr": 1e39}, "--lr must be a finite number > 0 and at most"),
+                                  ("o", {"threads": 5000}, "--threads must be a whole number from 1 to 1024")):
+        with pytest.raises(RunSpecError, match=message):
+            naspipe.reference("tiny-transformer", out, subnets=4, **options)
+    for out, options, message in (("", {}, "out must name a folder, got ''"), ("o", {"lr": 1e39}, "lr must be"),
+                                  ("o", {"threads": 5000}, "threads must be a whole number from 1 to 1024")):
+        with pytest.raises(ConfigError, match=message):
+            TrainConfig.create("tiny-transformer", out, stages=2, subnets=4, **options)
+    assert not list(tmp_path.iterdir())
 
 
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -113,8 +134,9 @@ DEEP = "[" * 100_000 + "]" * 100_000
     ("trace.json", '{"format": "naspipe-trace/1", "stages": 2, "events": [{"stage": 0, "kind": "F", "subnet": 0, '
                    '"start": "a", "end": 1}]}', "trace event 0 is malformed"),
     ("trace.json", '{"format": "naspipe-trace/1", "stages": 1e400, "events": []}', "stages must be a whole number"),
+    ("trace.json", '{"format": "naspipe-trace/1", "stages": 1e12, "events": []}', "from 1 to 100000, got 1000000000000.0"),
     ("metrics.json", DEEP, "metrics.json': nested too deeply"),
-], ids=["list", "deep", "stage", "start", "stages", "deep-metrics"])
+], ids=["list", "deep", "stage", "start", "stages", "huge-stages", "deep-metrics"])
 def test_a_run_folder_with_a_malformed_trace_or_metrics_is_one_line_to_report(two_thread_runs, tmp_path, capsys,
                                                                               name, content, message):
     run = tmp_path / "run"

@@ -132,6 +132,8 @@ def _signal_a_run(tmp_path: Path, signals: list[int]) -> tuple[int, str, Path]:
             time.sleep(0.05)
         assert proc.poll() is None, "the run ended before the signal"
         family = [p for p in launcher.children(recursive=True) if alive(p)]
+        stages = _stages(launcher)
+        assert len(stages) == 2 and not any(_ignores_sigint(p.pid) for p in stages)  # (the fork server's start aside)
         for s in signals:
             proc.send_signal(s)
             time.sleep(0.05)
@@ -160,6 +162,34 @@ def test_a_run_stopped_from_outside_writes_its_status_and_the_resume_hint(tmp_pa
     assert last.endswith(f"--resume {out}"), err
 
 
+def _stages(launcher: psutil.Process) -> list[psutil.Process]:
+    """The stage processes: the children of the launcher's fork server."""
+    return [c for p in launcher.children() if alive(p) and "forkserver" in " ".join(p.cmdline())
+            for c in p.children() if alive(c)]
+
+
+def test_a_command_started_with_ctrl_c_ignored_keeps_it_ignored_in_its_stages(tmp_path):
+    """``naspipe train &`` from a script starts with SIGINT ignored, and so do its stages: a Ctrl-C to the group
+    changes nothing (a stage once died of it, KeyboardInterrupt, while the command went on ignoring it)."""
+    proc = subprocess.Popen([str(BIN / "naspipe"), "train", "--space", "digits-cnn", "--stages", "2", "--subnets",
+                             "40", "--jitter-ms", "30", "--no-progress", "--out", str(tmp_path / "run")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        launcher, deadline = psutil.Process(proc.pid), time.monotonic() + 60
+        while len(stages := _stages(launcher)) < 2 or not (tmp_path / "run" / "events.jsonl").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the stages did not start"
+            time.sleep(0.02)
+        assert all(_ignores_sigint(p.pid) for p in stages)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10)
+    assert proc.returncode == 0 and (tmp_path / "run" / "metrics.json").exists(), stderr
+
+
 def _ignores_sigint(pid: int) -> bool:
     """The process ignores SIGINT (its ``SigIgn`` mask in /proc)."""
     mask = next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
@@ -183,7 +213,7 @@ def test_ctrl_c_while_the_fork_server_imports_torch_says_interrupted_and_nothing
         family = launcher.children(recursive=True)
         os.killpg(proc.pid, signal.SIGINT)  # (the server's import of torch takes about a second)
         _, stderr = proc.communicate(timeout=60)
-        psutil.wait_procs(family, timeout=20)
+        assert not psutil.wait_procs(family, timeout=20)[1], "a process outlived the command"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -421,7 +421,8 @@ def test_the_widgets_read_as_a_line_where_widgets_do_not_draw():
     """A notebook opened executed or untrusted shows a widget output's text: it was the box's repr."""
     mon = LiveMonitor(2, 4, widgets=True, title="live")
     player = schedule_player(synthetic_trace(3, 2), steps=10, title="steps")
-    for box, start in ((mon.widget, "live (naspipe LiveMonitor, widgets: "), (player, "steps (naspipe schedule_player")):
+    for box, start in ((mon.widget, "live (naspipe LiveMonitor, widgets: "),
+                       (player, "steps (naspipe schedule_player")):
         bundle = box._repr_mimebundle_(include=None, exclude=None)  # (as IPython's formatter calls it)
         assert bundle["text/plain"].startswith(start) and "VBox" not in bundle["text/plain"]
         assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == box.model_id

@@ -35,7 +35,7 @@ from typing import Any
 from naspipe.runtime import checkpoint
 from naspipe.runtime.config import ConfigError, TrainConfig, check_model_of
 from naspipe.runtime.outputs import MergeError, RunResult, merge_failed, merge_outputs, write_status
-from naspipe.runtime.processes.signals import Terminated, deferred, terminate_raises
+from naspipe.runtime.processes.signals import Terminated, deferred, start_fork_server_deaf_to_ctrl_c, terminate_raises
 from naspipe.runtime.transport.ports import free_port, port_free
 
 HOST = "127.0.0.1"
@@ -68,27 +68,8 @@ def process_context(method: str) -> Any:
     ctx = tmp.get_context(method)
     if method == "forkserver":  # torch._dynamo is imported by the first torch.optim optimizer: once, in the server
         ctx.set_forkserver_preload(["naspipe.runtime.processes.server_preload"])
-        _start_fork_server_deaf_to_ctrl_c()
+        start_fork_server_deaf_to_ctrl_c()
     return ctx
-
-
-def _start_fork_server_deaf_to_ctrl_c() -> None:
-    """Start the fork server now, with SIGINT ignored while it starts its interpreter and imports torch: a terminal's
-    Ctrl-C reaches the whole foreground group, and the server printed a KeyboardInterrupt traceback (6-58 lines)
-    under the command's own "interrupted". ``server_preload`` gives the stages it forks the usual handler back;
-    the server ignores SIGINT itself once it serves, as Python's fork server always does. Only from the main thread
-    (the one where a handler can be set; in another one, a notebook's, no terminal Ctrl-C comes); a server already
-    running is kept. A Ctrl-C to the command in the few milliseconds of the server's fork and exec is lost."""
-    import multiprocessing.forkserver
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # (inherited through the exec)
-    try:
-        multiprocessing.forkserver.ensure_running()
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _describe_exit(code: int | None) -> str:

@@ -5,13 +5,12 @@ Why a module: Python's fork server takes the names of modules to import (``set_f
 this one is the preload. Paused, the server's imports cost about a quarter less CPU (``benchmarks/startup.py``;
 about 50 collections instead of 700), and frozen, no collection in the server or in a stage it forks walks them.
 
-The server starts with SIGINT ignored (the launcher's ``_start_fork_server_deaf_to_ctrl_c``: a terminal's Ctrl-C
-while it imports is the command's to report); the stages it forks get Python's usual handler back, from here.
+The server starts with SIGINT ignored (``naspipe.runtime.processes.signals``: a terminal's Ctrl-C while it imports
+is the command's to report); the stages it forks get the command's handler back, from here.
 """
 
-import signal
-
+from naspipe.runtime.processes.signals import server_sigint_back
 from naspipe.startup import TRAINER, import_at_start
 
 import_at_start(*TRAINER, "naspipe.runtime.processes.worker")
-signal.signal(signal.SIGINT, signal.default_int_handler)  # what the fork server restores in every stage it forks
+server_sigint_back()

@@ -6,11 +6,18 @@ one's cleanup stopped the stages interrupted that cleanup, so ``status.json`` (a
 ``terminate_raises`` turns SIGTERM into ``Terminated`` for the life of a run; ``deferred`` holds SIGINT and
 SIGTERM back while the launcher writes what it knows. Both act in the main thread only (where Python runs
 signal handlers); elsewhere they change nothing.
+
+A terminal's Ctrl-C reaches the whole foreground group, the stages' fork server too, which printed a
+KeyboardInterrupt traceback (6-58 lines) from its start or its import of torch under the command's own
+"interrupted": ``start_fork_server_deaf_to_ctrl_c`` starts it with SIGINT ignored, and ``server_sigint_back`` (in
+the server's preload) gives the stages it forks the handler the command had (Python's, or ignored where the
+command itself was started with SIGINT ignored, ``cmd &`` in a script).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -61,3 +68,31 @@ def deferred() -> Iterator[list[int]]:
     finally:
         for s, h in before.items():
             signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+_SIGINT_BACK = "NASPIPE_SERVER_SIGINT_BACK"  # set while the launcher starts the fork server deaf to Ctrl-C
+
+
+def start_fork_server_deaf_to_ctrl_c() -> None:
+    """Start the stages' fork server now, with SIGINT ignored through its start and its imports (its preload calls
+    ``server_sigint_back``; it ignores SIGINT itself once it serves, as Python's fork server always does). Only
+    from the main thread and where SIGINT is handled (elsewhere the server starts at the first stage, as it did).
+    A server already running is kept. A Ctrl-C in the few milliseconds of the server's fork and exec is lost."""
+    import multiprocessing.forkserver
+
+    if not _main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # (inherited through the exec)
+    os.environ[_SIGINT_BACK] = "1"
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        os.environ.pop(_SIGINT_BACK, None)
+        signal.signal(signal.SIGINT, previous)
+
+
+def server_sigint_back() -> None:
+    """In the fork server, after its imports: Python's SIGINT handler again where the launcher only ignored SIGINT
+    for the server's start (the handler the fork server restores in every stage it forks)."""
+    if os.environ.pop(_SIGINT_BACK, None):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
