@@ -38,6 +38,17 @@ class Partition:
         return [list(b) for b in self.bounds]
 
 
+def split_error(part: Partition, space: SearchSpace) -> str | None:
+    """Why ``part`` is not a split of ``space``'s blocks into contiguous non-empty stages (None: it is). A gap
+    silently dropped blocks from a simulation, an overlap or another space's partition failed deep inside it."""
+    nb, bounds = space.num_blocks, part.bounds if isinstance(part, Partition) else None
+    if not bounds or bounds[0][0] != 0 or bounds[-1][1] != nb or any(a >= b for a, b in bounds) or any(
+            bounds[i][1] != bounds[i + 1][0] for i in range(len(bounds) - 1)):
+        shown = part.to_list() if isinstance(part, Partition) else repr(part)
+        return f"partition {shown} does not split the {nb} blocks of {space.name!r} into contiguous non-empty stages"
+    return None
+
+
 def block_costs(space: SearchSpace) -> list[float]:
     """Expected ``fwd + bwd`` per block under uniform sampling."""
     return [sum(c.fwd + c.bwd for c in b.candidates) / b.k for b in space.blocks]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from naspipe.fair import is_seeded
-from naspipe.partition import Partition
+from naspipe.partition import Partition, split_error
 from naspipe.partition import partition as make_partition
 from naspipe.samplers import SamplerError, make_stream, parse_sampler
 from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW, PolicyError
@@ -128,6 +128,8 @@ class RunSpec:
             raise RunSpecError(str(e)) from None
         try:
             part = partition if partition is not None else make_partition(sp, stages)
+            if (why := split_error(part, sp)) is not None:
+                raise RunSpecError(why)
             shared = resolve_shared(shared_layers, sp)
             spec = parse_sampler(sampler)
             stream = _stream(sp, seed, subnets, sequence, str(spec) if not spec.online else "uniform")

@@ -76,12 +76,19 @@ def resolve_shared(text: str | SharedLayers, space: Any) -> SharedLayers:
     if isinstance(text, str) and text.strip().lower() == AUTO:
         return parse_shared(default_for(space))
     return parse_shared(text)
+
+
 MAX_DELAY = 100_000  # far beyond any window; a larger D is a typo, not a policy
 
 
 def parse_shared(text: str | SharedLayers) -> SharedLayers:
+    """``frozen``, ``serial``, ``delayed:D`` (``+predict``, ``+t1=K``) as a ``SharedLayers``; SharedPolicyError
+    (one line) for anything else."""
     if isinstance(text, SharedLayers):
         return text
+    if not isinstance(text, str):
+        raise SharedPolicyError(f"shared layers must be frozen, serial or delayed:D (a string or a SharedLayers), "
+                                f"got {text!r}")
     t, *extras = [x.strip() for x in text.strip().lower().split("+")]
     if extras:
         base = parse_shared(t)

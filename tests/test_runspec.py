@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from naspipe.cli.common import add_run_arguments, resolve_run
+from naspipe.partition import Partition
 from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError
 from naspipe.runtime.config import ConfigError, TrainConfig
 from naspipe.sched.policies import make_scheduler, stage_specs
@@ -59,7 +60,11 @@ def test_a_training_config_is_built_from_the_run_description(tmp_path):
     ({"policy": "no_such_module_xyz:csp2"}, "neither a policy nor an importable module"),
     ({"shared_layers": "delayed:x"}, "delayed"),
     ({"stages": 99}, "stages"),
-])
+    ({"shared_layers": None}, "shared layers must be frozen, serial or delayed:D .* got None"),
+    ({"partition": Partition(((0, 3), (5, 8)))}, r"partition \[\[0, 3\], \[5, 8\]\] does not split the 8 blocks"),
+    ({"partition": Partition(((0, 5), (3, 8)))}, "into contiguous non-empty stages"),  # (an AssertionError, deep)
+    ({"partition": Partition(((0, 2), (2, 12)))}, "does not split the 8 blocks"),  # another space's (an IndexError)
+], ids=lambda v: None if isinstance(v, str) else str(v)[:40])
 def test_bad_descriptions_are_one_line(kwargs, message):
     kwargs = {"space": "digits-cnn", "subnets": 4, **kwargs}
     with pytest.raises(RunSpecError, match=message) as e:

@@ -19,7 +19,7 @@ from typing import Any
 
 from naspipe import runs
 from naspipe.optim_names import lr_error
-from naspipe.partition import Partition
+from naspipe.partition import Partition, split_error
 from naspipe.partition import partition as make_partition
 from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError, check_replicas
 from naspipe.runtime.rundir import ConfigError, check_out_dir, prepare_out_dir  # noqa: F401
@@ -337,12 +337,8 @@ class TrainConfig:
             check_shippable(self.space)
         except SpaceError as e:
             raise ConfigError(str(e)) from None
-        nb = self.space.num_blocks
-        bounds = self.partition.bounds
-        if not bounds or bounds[0][0] != 0 or bounds[-1][1] != nb or any(
-                a >= b for a, b in bounds) or any(bounds[i][1] != bounds[i + 1][0] for i in range(len(bounds) - 1)):
-            raise ConfigError(f"partition {self.partition.to_list()} does not split the {nb} blocks of "
-                              f"{self.space.name!r} into contiguous non-empty stages")
+        if (why := split_error(self.partition, self.space)) is not None:
+            raise ConfigError(why)
         try:
             online = self.online
         except SamplerError as e:

@@ -32,6 +32,7 @@ Policies:
 from __future__ import annotations
 
 import heapq
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,20 @@ from naspipe.sequence import SubnetStream, Window
 from naspipe.shared import SharedLayers
 
 DEFAULT_WINDOW = 200  # subnets a scheduler looks ahead (its Window), unless a run says otherwise
+
+
+def whole_at_least(name: str, value: Any, low: int) -> int:
+    """``value`` as an int when it is a whole number >= ``low`` (an int or a numpy integer; not 2.5, "2" or True);
+    PolicyError (one line) otherwise."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = operator.index(value)
+    except TypeError:
+        raise PolicyError(f"{name} must be a whole number >= {low}, got {value!r}") from None
+    if n < low:
+        raise PolicyError(f"{name} must be >= {low}, got {n}")
+    return n
 
 
 @dataclass(frozen=True)
@@ -117,8 +132,7 @@ class StageScheduler:
                  fence: int | None = None):
         """``start``: subnets ``< start`` are already done (resuming from a checkpoint taken at a fence);
         ``fence``: admit no subnet ``>= fence`` until ``set_fence`` moves it (see ``set_fence``)."""
-        if window < 1:
-            raise PolicyError("window must be >= 1")
+        window = whole_at_least("window", window, 1)
         if not 0 <= start <= len(stream):
             raise PolicyError(f"start must lie in [0, {len(stream)}], got {start}")
         self.spec = spec
@@ -617,9 +631,8 @@ class SplitBackwardCSPScheduler(ChainCSPScheduler):
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW,
                  max_pending_w: int | None = None, **base: Any):
         self._w_ready: list[int] = []
-        self.max_pending_w = max_pending_w if max_pending_w is not None else 2 * spec.stages
-        if self.max_pending_w < 1:
-            raise PolicyError("max_pending_w must be >= 1")
+        self.max_pending_w = whole_at_least("max_pending_w", max_pending_w if max_pending_w is not None
+                                            else 2 * spec.stages, 1)
         super().__init__(spec, stream, window, **base)
 
     @property
@@ -690,8 +703,7 @@ class BSPScheduler(StageScheduler):
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, micro_batches: int = 4,
                  **base: Any):
-        if micro_batches < 1:
-            raise PolicyError("bsp needs micro_batches >= 1")
+        micro_batches = whole_at_least("bsp's micro_batches", micro_batches, 1)  # (2.5 deadlocked its groups)
         if base.get("start", 0) % micro_batches:
             raise PolicyError(f"bsp resumes only at a group boundary (a multiple of {micro_batches})")
         self.m = self.flush_group = self.micro_batches = micro_batches

@@ -76,7 +76,8 @@ def make_evaluator(model: StageModel, batches: Sequence[Batch]) -> EvaluateFn:
 
 
 def search_model(model: StageModel, *, strategy: str = "evolution", budget: int = 100,
-                 constraints: Sequence[Constraint] = (), seed: int = 0, costs: SearchCosts | None = None,
+                 constraints: Sequence[Constraint] | Sequence[str] | str = (), seed: int = 0,
+                 costs: SearchCosts | None = None,
                  batches: Sequence[Batch] | None = None, **strategy_args: Any) -> SearchResult:
     """Search a whole-supernet ``model`` in memory (``batches``: default all held-out batches)."""
     space = model.space
@@ -143,7 +144,8 @@ def load_trained_run(run_dir: str | Path, space: str | SearchSpace | None = None
 
 
 def search_run(run_dir: str | Path, *, strategy: str = "evolution", budget: int = 100,
-               constraints: Sequence[Constraint] = (), seed: int = 0, profile: str | Path | None = None,
+               constraints: Sequence[Constraint] | Sequence[str] | str = (), seed: int = 0,
+               profile: str | Path | None = None,
                heldout: int | None = None, space: str | SearchSpace | None = None, write: bool = True,
                top: int = 10, **strategy_args: Any) -> SearchResult:
     """Search the supernet trained in ``run_dir``; with ``write`` also store ``RUN_DIR/search.json``."""

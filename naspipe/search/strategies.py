@@ -17,13 +17,14 @@ equally often, as the supernet was trained with ``--sampler fair``).
 
 from __future__ import annotations
 
+import operator
 import random
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from naspipe.samplers import make_stream, parse_sampler
-from naspipe.search.constraints import Constraint
+from naspipe.search.constraints import Constraint, parse_constraints
 from naspipe.search.result import Evaluated, SearchResult
 from naspipe.search.subnet_costs import SearchCosts
 from naspipe.space import SearchSpace, Subnet
@@ -112,16 +113,35 @@ def _run(space: SearchSpace, costs: SearchCosts, constraints: Sequence[Constrain
     return history, False
 
 
+def _whole(name: str, value: object, low: int | None) -> int:
+    """``value`` as an int when it is a whole number (>= ``low`` when given); ValueError (one line) otherwise."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be a whole number, got {value!r}") from None
+    if low is not None and n < low:
+        raise ValueError(f"{name} must be >= {low}, got {n}")
+    return n
+
+
 def search_space(space: SearchSpace, costs: SearchCosts, evaluate: EvaluateFn, *, strategy: str = "evolution",
-                 budget: int = 100, constraints: Sequence[Constraint] = (), seed: int = 0,
+                 budget: int = 100, constraints: Sequence[Constraint] | Sequence[str] | str = (), seed: int = 0,
                  population: int | None = None, sample_size: int | None = None,
                  crossover: float = 0.25, sampler: str = "uniform") -> SearchResult:
     """Run ``strategy`` for ``budget`` distinct evaluations; see the module docstring (``sampler`` too:
-    uniform, fair or spread[:BASE]; ValueError for another)."""
+    uniform, fair or spread[:BASE]; ValueError for another). ``constraints``: ``Constraint`` s or their texts
+    (``"params<=1M"``, as ``naspipe search --constraint`` takes them)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    if budget < 1:
-        raise ValueError(f"budget must be >= 1, got {budget}")
+    budget, seed = _whole("budget", budget, 1), _whole("seed", seed, None)  # (NaN ran nothing and said nothing)
+    if population is not None:
+        _whole("population", population, 2)
+    if sample_size is not None:
+        _whole("sample_size", sample_size, 1)
+    if isinstance(constraints, str) or not all(isinstance(c, Constraint) for c in constraints):
+        constraints = parse_constraints(constraints)  # texts, as the command takes them ("params<=1M")
     if not 0.0 <= crossover <= 1.0:
         raise ValueError(f"crossover probability must lie in [0, 1], got {crossover}")
     spec = parse_sampler(sampler)  # a SamplerError is a ValueError

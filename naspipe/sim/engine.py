@@ -80,6 +80,24 @@ class SimOptions:
     costs: CostModel | None = None
     memory: MemoryConfig | None = None
 
+    def __post_init__(self) -> None:  # (NaN or a negative latency gave a NaN or wrong makespan, no error)
+        check_link_numbers(latency=self.latency, bandwidth=self.bandwidth)
+        if not _real(self.jitter) or not 0 <= self.jitter < 1:
+            raise ValueError(f"jitter must lie in [0, 1), got {self.jitter!r}")
+
+
+def _real(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
+
+
+def check_link_numbers(*, latency: Any, bandwidth: Any) -> None:
+    """ValueError (one line) for a message latency that is not a finite number >= 0 (seconds) or a bandwidth that
+    is not a number > 0 (bytes/s; ``math.inf``: unlimited)."""
+    if not _real(latency) or not 0 <= latency < math.inf:
+        raise ValueError(f"latency must be a finite number of seconds >= 0, got {latency!r}")
+    if not _real(bandwidth) or not bandwidth > 0:
+        raise ValueError(f"bandwidth must be a number of bytes/s > 0 (math.inf: unlimited), got {bandwidth!r}")
+
 
 def simulate(run: RunSpec, options: SimOptions | None = None) -> SimResult:
     """Run ``run.policy`` over ``run.stream`` on ``run.partition.stages`` simulated stages; return the trace.

@@ -37,6 +37,7 @@ from naspipe.sched.tasks import BACKWARD, WEIGHT, Task
 from naspipe.shared import SharedLayers
 from naspipe.sim import SimOptions, SimResult
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA, CostModel, batch_time_scale
+from naspipe.sim.engine import check_link_numbers
 from naspipe.space import SearchSpace, Subnet, replicas_error
 
 
@@ -54,6 +55,9 @@ class LinkModel:
 
     bandwidth: float = 300e9
     latency: float = 10e-6
+
+    def __post_init__(self) -> None:  # (0 divided by zero; a negative or NaN one gave a wrong or NaN makespan)
+        check_link_numbers(latency=self.latency, bandwidth=self.bandwidth)
 
     def gather_seconds(self, nbytes: float, replicas: int) -> float:
         """Ring all-gather of ``nbytes`` from each of ``replicas`` (what the exact mode does)."""

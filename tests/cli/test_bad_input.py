@@ -134,7 +134,8 @@ DEEP = "[" * 100_000 + "]" * 100_000
     ("trace.json", '{"format": "naspipe-trace/1", "stages": 2, "events": [{"stage": 0, "kind": "F", "subnet": 0, '
                    '"start": "a", "end": 1}]}', "trace event 0 is malformed"),
     ("trace.json", '{"format": "naspipe-trace/1", "stages": 1e400, "events": []}', "stages must be a whole number"),
-    ("trace.json", '{"format": "naspipe-trace/1", "stages": 1e12, "events": []}', "from 1 to 100000, got 1000000000000.0"),
+    ("trace.json", '{"format": "naspipe-trace/1", "stages": 1e12, "events": []}',
+     "from 1 to 100000, got 1000000000000.0"),
     ("metrics.json", DEEP, "metrics.json': nested too deeply"),
 ], ids=["list", "deep", "stage", "start", "stages", "huge-stages", "deep-metrics"])
 def test_a_run_folder_with_a_malformed_trace_or_metrics_is_one_line_to_report(two_thread_runs, tmp_path, capsys,

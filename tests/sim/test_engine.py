@@ -189,3 +189,29 @@ def test_issue2_acceptance_csp_efficiency_against_the_causal_bound(stages: int, 
 def test_csp_utilisation_rises_with_k(stages: int) -> None:
     utils = [_acceptance_run(k, stages)[0] for k in (12, 24, 48, 96)]
     assert utils == sorted(utils) and utils[0] < utils[-1], utils
+
+
+def test_simulation_options_and_links_that_cannot_be_simulated_are_refused():
+    """NaN jitter or latency gave a NaN makespan, a negative latency or bandwidth a wrong one, a zero bandwidth a
+    ZeroDivisionError, bsp's micro_batches 2.5 a deadlock (in training too: stages waiting out their timeout)."""
+    from naspipe.runtime import TrainConfig
+    from naspipe.runtime.config import ConfigError
+    from naspipe.sched.registry import PolicyError
+    from naspipe.sim.replicas import LinkModel
+
+    for kwargs, message in (({"jitter": math.nan}, "jitter must lie in"), ({"latency": -1.0}, "latency must be"),
+                            ({"latency": math.nan}, "latency must be"), ({"bandwidth": 0}, "bandwidth must be"),
+                            ({"bandwidth": -1.0}, "bandwidth must be")):
+        with pytest.raises(ValueError, match=message):
+            SimOptions(**kwargs)
+    for bandwidth, latency in ((0.0, 1e-5), (-1e3, 1e-5), (1e9, math.nan)):
+        with pytest.raises(ValueError, match="must be"):
+            LinkModel(bandwidth, latency)
+    assert SimOptions(bandwidth=math.inf).bandwidth == math.inf and LinkModel(math.inf, 0.0).latency == 0.0
+    sp = preset("digits-cnn")
+    run = RunSpec.of(sp, partition(sp, 2), UniformStream(sp, 0, 8), "bsp")
+    for micro in (2.5, "2", True):
+        with pytest.raises(PolicyError, match="micro_batches must be a whole number >= 1"):
+            simulate(run, SimOptions(policy_options={"micro_batches": micro}))
+    with pytest.raises(ConfigError, match="micro_batches must be a whole number"):
+        TrainConfig.create("digits-cnn", "unused", stages=2, subnets=8, policy="bsp", micro_batches=2.5)
