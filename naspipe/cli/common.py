@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError, SequenceTooShort
 from naspipe.sched.policies import POLICIES
@@ -66,30 +67,33 @@ def named(option: str, what: str = "folder"):  # noqa: ANN201
     return parse
 
 
-def learning_rate(text: str) -> float:
-    """The argparse type of ``--lr`` (the rule: ``naspipe.optim_names.lr_error``)."""
+def _ruled(option: str, convert: Callable[[str], Any], what: str, rule: Callable[[Any], str | None]):  # noqa: ANN202
+    """An argparse type: ``convert`` the text (else "must be a ``what``"), then refuse what ``rule`` says why."""
+    def parse(text: str) -> Any:
+        try:
+            v = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} must be a {what}, got {text!r}") from None
+        if (why := rule(v)) is not None:
+            raise argparse.ArgumentTypeError(f"{option} {why}")
+        return v
+    return parse
+
+
+def _lr_error(v: float) -> str | None:
     from naspipe.optim_names import lr_error
 
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--lr must be a number, got {text!r}") from None
-    if (why := lr_error(v)) is not None:
-        raise argparse.ArgumentTypeError(f"--lr {why}")
-    return v
+    return lr_error(v)
 
 
-def thread_count(text: str) -> int:
-    """The argparse type of ``--threads`` (the rule: ``naspipe.runtime.config.threads_error``)."""
-    from naspipe.runtime.config import threads_error
+def _threads_error(v: int) -> str | None:
+    from naspipe.runtime.config import threads_error  # (imported when the option is given)
 
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--threads must be a whole number, got {text!r}") from None
-    if (why := threads_error(v)) is not None:
-        raise argparse.ArgumentTypeError(f"--threads {why}")
-    return v
+    return threads_error(v)
+
+
+learning_rate = _ruled("--lr", float, "number", _lr_error)  # the type of --lr (naspipe.optim_names.lr_error)
+thread_count = _ruled("--threads", int, "whole number", _threads_error)  # (naspipe.runtime.config.threads_error)
 
 
 def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-k48",
