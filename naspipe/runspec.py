@@ -110,11 +110,8 @@ class RunSpec:
             sp = resolve_space(space)
         except SpaceError as e:
             raise RunSpecError(str(e)) from None
-        for name, value in (("stages", stages), ("subnets", subnets)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise RunSpecError(f"{name} must be a whole number >= 1, got {value!r}")
-        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-            raise RunSpecError(f"window must be >= 1, got {window!r} (the subnets the scheduler looks ahead)")
+        stages, subnets = _whole("stages", stages), _whole("subnets", subnets)  # (numpy integers too, as the seed)
+        window = _whole("window", window, " (the subnets the scheduler looks ahead)")
         try:  # an int or a numpy integer; not 1.5, "3" or True
             if isinstance(seed, bool):
                 raise TypeError
@@ -139,6 +136,19 @@ class RunSpec:
             raise RunSpecError(str(e)) from None
         check_replicas(sp, replicas, replica_exchange)
         return cls(sp, part, stream, shared, policy, window, seed, str(spec), replicas, replica_exchange)
+
+
+def _whole(name: str, value: Any, why: str = "") -> int:
+    """``value`` as an int when it is a whole number >= 1 (an int or a numpy integer; not 1.5, "3" or True)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = operator.index(value)
+    except TypeError:
+        n = 0
+    if n < 1:
+        raise RunSpecError(f"{name} must be a whole number >= 1, got {value!r}{why}")
+    return n
 
 
 def check_replicas(space: SearchSpace, replicas: object, exchange: str = "exact") -> None:
@@ -168,4 +178,8 @@ def _stream(space: SearchSpace, seed: int, subnets: int, sequence: Any, sampler:
         where = f" ({sequence})" if isinstance(sequence, (str, Path)) else ""
         raise SequenceTooShort(f"the sequence{where} holds {len(given)} subnets, fewer than the {subnets} to train",
                                len(given), subnets)
-    return ReplayStream(space, [given[j] for j in range(subnets)])
+    try:
+        return ReplayStream(space, [given[j] for j in range(subnets)])
+    except TypeError:  # a list of numbers, bytes: subnets that are not lists of choices
+        raise RunSpecError("sequence: its subnets must be lists of choices or {label: candidate} objects, got "
+                           f"{given[0]!r:.40} first") from None

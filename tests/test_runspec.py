@@ -51,11 +51,13 @@ def test_a_training_config_is_built_from_the_run_description(tmp_path):
     ({"space": "no-such-space"}, "no-such-space"),
     ({"stages": 0}, "stages must be a whole number >= 1, got 0"),
     ({"subnets": True}, "subnets must be a whole number >= 1, got True"),
-    ({"window": 0}, "window must be >= 1, got 0"),
+    ({"window": 0}, "window must be a whole number >= 1, got 0"),
     ({"seed": 1.5}, "seed must be a whole number, got 1.5"),
     ({"seed": True}, "seed must be a whole number, got True"),
     ({"sequence": 42}, "sequence must be a file, a subnet stream or a list of subnets, got int"),
     ({"sequence": {"a": 1}}, "got dict"),
+    ({"sequence": [1, 2, 3, 4]}, "its subnets must be lists of choices or {label: candidate} objects, got 1 first"),
+    ({"stages": 1.5}, "stages must be a whole number >= 1, got 1.5"),
     ({"policy": "nope"}, "unknown policy 'nope'"),
     ({"policy": "no_such_module_xyz:csp2"}, "neither a policy nor an importable module"),
     ({"shared_layers": "delayed:x"}, "delayed"),
@@ -75,6 +77,8 @@ def test_bad_descriptions_are_one_line(kwargs, message):
 def test_sequences_seeds_and_user_policies(tmp_path):
     spec = RunSpec.create("digits-cnn", subnets=4, seed=np.int64(2))
     assert spec.seed == 2 and type(spec.seed) is int
+    counts = RunSpec.create("digits-cnn", stages=np.int64(2), subnets=np.int64(4), window=np.int64(8))
+    assert (counts.stages, counts.subnets, counts.window) == (2, 4, 8) and type(counts.window) is int
     path = tmp_path / "seq.json"
     path.write_text(json.dumps({"space": "digits-cnn", "subnets": [list(spec.stream[j]) for j in range(3)]}))
     with pytest.raises(RunSpecError, match=r"holds 3 subnets, fewer than the 4 to train"):

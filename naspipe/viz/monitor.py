@@ -17,6 +17,7 @@ error and the rank).
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -52,6 +53,10 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(TraceEvent))
 _REQUIRED = {"stage", "kind", "subnet", "start", "end"}
 
 
+def _whole(x: Any) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
 def to_event(item: TraceEvent | dict[str, Any]) -> TraceEvent:
     """A TraceEvent from a TraceEvent or its ``to_dict()`` form (keys TraceEvent does not know are ignored)."""
     if isinstance(item, TraceEvent):
@@ -64,11 +69,13 @@ class LiveMonitor:
 
     def __init__(self, stages: int, total_subnets: int, *, title: str = "naspipe live monitor",
                  max_events: int = 3000, buckets: int = 40, refresh: float = 0.5, widgets: bool | None = None):
-        if stages < 1 or total_subnets < 0:
-            raise ValueError("LiveMonitor needs stages >= 1 and total_subnets >= 0")
+        if not (_whole(stages) and stages >= 1 and _whole(total_subnets) and total_subnets >= 0):
+            raise ValueError(f"LiveMonitor needs whole numbers stages >= 1 and total_subnets >= 0, got {stages!r} and "
+                             f"{total_subnets!r}")
         self.stages, self.total, self.title = stages, total_subnets, title
         self.max_events, self.buckets, self.refresh_every = max_events, buckets, refresh
         self.events: list[TraceEvent] = []
+        self.skipped = 0  # events whose stage is not one of this monitor's (not drawn)
         self._lock = threading.RLock()
         self._b0: set[int] = set()
         self._w: dict[int, int] = {}
@@ -113,6 +120,9 @@ class LiveMonitor:
         with self._lock:
             for item in events:
                 e = to_event(item)
+                if not (_whole(e.stage) and 0 <= e.stage < self.stages):
+                    self.skipped += 1  # (another run's events, or a garbled line: its stage is not one of ours)
+                    continue
                 self.events.append(e)
                 n += 1
                 if e.kind == "B" and e.stage == 0:
