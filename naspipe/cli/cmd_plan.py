@@ -159,21 +159,24 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"no stages x replicas split of {args.devices} devices fits {space.name!r} (stages <= "
                          f"{space.num_blocks} blocks, replicas dividing the batch {space.batch_size}"
                          f"{', a model that runs on the shard' if refused else ''})")
-    if getattr(space.model, "profiled", None) is False:  # a user supernet not profiled yet: no times, no bytes
+    unit_costs = getattr(space.model, "profiled", None) is False  # a user supernet not profiled yet: no times
+    per = "/unit" if unit_costs else "/s"  # unit costs are no seconds: never print them as such (as simulate)
+    if unit_costs:  # (no bytes either)
         print(f"naspipe: note: unit costs (no bytes: memory and exchange read 0); measure them with naspipe profile "
               f"--space {args.space}", file=sys.stderr)
     if args.json:
         print(json.dumps({"space": space.name, "devices": args.devices, "policy": args.policy,
                           "sampler": str(sampler),
                           "subnets": args.subnets, "link": {"bandwidth": link.bandwidth, "latency": link.latency},
-                          "batch_alpha": alpha, "rows": rows, "refused": refused}))
+                          "batch_alpha": alpha, "rows": rows, "refused": refused,
+                          "time_unit": "unit" if unit_costs else "s"}))
         return 0
     from naspipe.memsize import format_bytes
 
     w = sys.stdout.write
     w(f"{args.devices} devices, {space.name}, {args.policy}, {args.subnets} subnets; link {link.bandwidth / 1e9:g} "
       f"GB/s + {link.latency * 1e6:g} us between replicas, batch alpha {alpha:g}\n")
-    w(f"{'rank':>4}  {'stages x replicas':>17}  {'subnets/s':>9}  {'vs best':>7}  {'util':>5}  {'exchange':>8}  "
+    w(f"{'rank':>4}  {'stages x replicas':>17}  {'subnets' + per:>9}  {'vs best':>7}  {'util':>5}  {'exchange':>8}  "
       f"{'batch/replica':>13}  {'memory/replica':>14}\n")
     best = rows[0]["throughput"]
     for i, r in enumerate(rows, 1):
@@ -184,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         w(f"sampler {sampler} against uniform (same seed and subnets), per split:\n")
         for r in rows:
             u = r["uniform"]
-            w(f"  {r['stages']:>3} x {r['replicas']:<3} {r['throughput']:.2f} vs {u['throughput']:.2f} subnets/s "
+            w(f"  {r['stages']:>3} x {r['replicas']:<3} {r['throughput']:.2f} vs {u['throughput']:.2f} subnets{per} "
               f"(x{r['speedup']:.2f}), utilisation {r['utilization']:.2f} vs {u['utilization']:.2f}; subnets sharing "
               f"a candidate with one fewer than {r['stages']} places before: {r['sequence']['conflicts']} vs "
               f"{u['sequence']['conflicts']}; min reuse distance {r['sequence']['min_reuse_distance']} vs "

@@ -373,3 +373,11 @@ def test_simulate_does_not_print_unit_costs_as_seconds(capsys):
     assert main(["simulate", "--space", "digits-cnn", "--stages", "2", "--subnets", "10"]) == 0
     out = capsys.readouterr().out
     assert "makespan" in out and " s " in out and "units" not in out, out
+    # naspipe plan labelled them subnets/s, and its JSON did not say which unit
+    assert main(["plan", "--space", GOOD, "--devices", "2", "--subnets", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "subnets/unit" in out and "subnets/s" not in out, out
+    assert main(["plan", "--space", GOOD, "--devices", "2", "--subnets", "10", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_unit"] == "unit"
+    assert main(["plan", "--space", "digits-cnn", "--devices", "2", "--subnets", "10", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_unit"] == "s"
