@@ -187,7 +187,7 @@ def simulate_replicas(run: RunSpec, options: SimOptions | None = None, *, link: 
     return result
 
 
-def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = DEFAULT_POLICY, seed: int = 0,
+def plan(space: SearchSpace | str, devices: int, *, subnets: int = 500, policy: str = DEFAULT_POLICY, seed: int = 0,
          window: int = DEFAULT_WINDOW, shared: SharedLayers | None = None, link: LinkModel = DEFAULT_LINK,
          alpha: float = DEFAULT_BATCH_ALPHA, refuses: Callable[[int], str | None] | None = None,
          refused: list[dict[str, Any]] | None = None, sampler: str = "uniform") -> list[dict[str, Any]]:
@@ -200,8 +200,12 @@ def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = 
     ``refuses(replicas)``: why training would refuse that many replicas (a model that cannot run on a shard of
     ``batch / replicas`` samples, e.g. BatchNorm on one), or None; such splits are not ranked but appended to
     ``refused`` as ``{stages, replicas, reason}``, so a plan never ranks first a split ``train`` refuses."""
-    if devices < 1:
-        raise ValueError(f"devices must be >= 1, got {devices}")
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise ValueError(f"devices must be a whole number >= 1, got {devices!r}")
+    # (a preset name for the space, counts and a seed checked in one line, as every run's; naspipe.runspec)
+    base = RunSpec.create(space, subnets=subnets, seed=seed, policy=policy, window=window,
+                          shared_layers=shared or SharedLayers(), sampler=sampler)
+    space, shared, stream = base.space, base.shared, base.stream
     if devices > 1:
         try:
             check_replica_policy(policy)
@@ -212,9 +216,6 @@ def plan(space: SearchSpace, devices: int, *, subnets: int = 500, policy: str = 
 
     if needs_plan(policy):  # the default ranks every split in plan 0's order (csp-cp's): planning each split
         policy = planned_policy(0)  # would cost a planning budget per split, for a gain too small to reorder them
-    from naspipe.samplers import make_stream
-
-    stream = make_stream(space, seed, subnets, sampler)
     rows = []
     for r in range(1, devices + 1):
         p = devices // r

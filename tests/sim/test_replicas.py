@@ -14,7 +14,7 @@ from naspipe.sequence import UniformStream
 from naspipe.sim import SimOptions, simulate
 from naspipe.sim.costs import batch_time_scale
 from naspipe.sim.replicas import LinkModel, ReplicaCostModel, plan, simulate_replicas
-from naspipe.space import resolve_space
+from naspipe.space import preset, resolve_space
 from tests.helpers.plans import few_plans
 
 K96 = resolve_space("naspipe-k96")
@@ -70,6 +70,11 @@ def test_tasks_run_at_the_replica_batch_and_writes_pay_the_exchange():
 
 
 def test_plan_ranks_every_split_of_the_devices():
+    assert [(r["stages"], r["replicas"]) for r in plan("digits-cnn", 4, subnets=8)] == [
+        (r["stages"], r["replicas"]) for r in plan(preset("digits-cnn"), 4, subnets=8)]  # a preset's name too
+    for bad in ({"devices": 1.5}, {"subnets": 2.5}, {"seed": 1.5}):  # (a TypeError, or 2.5 subnets ranked)
+        with pytest.raises(ValueError, match="must be a whole number"):
+            plan(K96, **{"devices": 4, "subnets": 8, **bad})
     rows = plan(K96, 8, subnets=100)
     assert {(r["stages"], r["replicas"]) for r in rows} == {(8, 1), (4, 2), (2, 4), (1, 8)}
     assert [r["throughput"] for r in rows] == sorted((r["throughput"] for r in rows), reverse=True)
