@@ -161,11 +161,12 @@ def parse_policy(text: str) -> tuple[Policy, dict[str, object]]:
             v: object = spec[key](value.strip())
         except ValueError:
             raise PolicyError(f"bad value {value!r} for {name} option {key!r}") from None
+        out[key] = v
+    if policy.check is not None:  # the policy's own rule first (bsp:-3 and bsp:0 are refused alike, ">= 1")
+        policy.check(name, out)
+    for key, v in out.items():
         if isinstance(v, (int, float)) and v < 0:
             raise PolicyError(f"{name} option {key!r} must be >= 0, got {v}")
-        out[key] = v
-    if policy.check is not None:
-        policy.check(name, out)
     return policy, out
 
 

@@ -24,6 +24,7 @@ from naspipe.sched.registry import (
     PolicyError,
     get_policy,
     load_policy_spec,
+    parse_policy,
     register_policy,
     unregister_policy,
 )
@@ -148,3 +149,12 @@ def test_a_policy_module_that_raises_is_one_line_exit_2(tmp_path, capsys, monkey
     rc = main(["simulate", "--space", "naspipe-k12", "--subnets", "4", "--policy", "broken_policy_module:x"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "\n" not in err and "raised ZeroDivisionError" in err, err
+
+
+def test_a_negative_option_meets_the_policys_own_rule_first():
+    """bsp:-3 was refused as "must be >= 0" and bsp:0 as ">= 1": one rule, said once."""
+    for text in ("bsp:-3", "bsp:0"):
+        with pytest.raises(PolicyError, match="micro_batches must be a whole number >= 1"):
+            parse_policy(text)
+    with pytest.raises(PolicyError, match="pipemare option 't2' must be >= 0, got -0.1"):  # no rule of its own
+        parse_policy("pipemare:t2=-0.1")
