@@ -148,7 +148,12 @@ def search_run(run_dir: str | Path, *, strategy: str = "evolution", budget: int 
                profile: str | Path | None = None,
                heldout: int | None = None, space: str | SearchSpace | None = None, write: bool = True,
                top: int = 10, **strategy_args: Any) -> SearchResult:
-    """Search the supernet trained in ``run_dir``; with ``write`` also store ``RUN_DIR/search.json``."""
+    """Search the supernet trained in ``run_dir``; with ``write`` also store ``RUN_DIR/search.json`` (its ``top``
+    subnets). ``heldout``: how many held-out batches score a subnet (default all)."""
+    for name, value in (("heldout", heldout), ("top", top)):  # (each was a TypeError deep inside; heldout=None: all)
+        if (value is not None or name == "top") and (isinstance(value, bool) or not isinstance(value, int)
+                                                      or value < 1):
+            raise RunError(f"{name} must be a whole number >= 1, got {value!r}")
     run = load_trained_run(run_dir, space)
     try:
         batches = heldout_batches(run.space, heldout)

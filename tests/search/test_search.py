@@ -17,6 +17,7 @@ from naspipe.search import (
     ConstraintError,
     InfeasibleError,
     ProfileError,
+    RunError,
     SearchCosts,
     cost_model,
     measure_profile,
@@ -240,6 +241,9 @@ def test_search_run_is_reproducible_and_writes_search_json(run_dir):
     assert saved["best"]["rank"] == 1 and len(saved["evaluated"]) == 12 and saved["settings"]["heldout_batches"] == 4
     accs = [e.accuracy for e in a.top(12)]
     assert accs == sorted(accs, reverse=True)
+    for bad in ({"heldout": 2.5}, {"heldout": "3"}, {"top": None}):  # (TypeErrors deep inside)
+        with pytest.raises(RunError, match="must be a whole number >= 1"):
+            search_run(run_dir, **{**kw, **bad})
 
 
 def test_search_model_with_random_weights():
