@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         return run_nodes(args)
     if args.train_args:
         raise UsageError(f"unexpected arguments {' '.join(args.train_args)} (training options go with --nodes)")
+    from naspipe.runspec import RunSpecError
     from naspipe.sched.registry import PolicyError, get_policy
     from naspipe.shared import SharedPolicyError, resolve_shared
     from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
@@ -150,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         rows = plan(space, args.devices, sampler=str(sampler), refused=refused, **kw)
         if sampler.kind != "uniform":
             _compare_with_uniform(space, rows, plan(space, args.devices, **kw), args.subnets, args.seed, str(sampler))
-    except PolicyError as e:
+    except (PolicyError, RunSpecError) as e:
         raise UsageError(str(e)) from None
     for r in refused:  # what train would refuse is not ranked: say so, and why
         print(f"naspipe: note: {r['stages']} x {r['replicas']} left out: train refuses --replicas {r['replicas']}: "
@@ -176,11 +177,13 @@ def run(args: argparse.Namespace) -> int:
     w = sys.stdout.write
     w(f"{args.devices} devices, {space.name}, {args.policy}, {args.subnets} subnets; link {link.bandwidth / 1e9:g} "
       f"GB/s + {link.latency * 1e6:g} us between replicas, batch alpha {alpha:g}\n")
-    w(f"{'rank':>4}  {'stages x replicas':>17}  {'subnets' + per:>9}  {'vs best':>7}  {'util':>5}  {'exchange':>8}  "
+    tw = len("subnets" + per)  # (9 for subnets/s, as it was)
+    w(f"{'rank':>4}  {'stages x replicas':>17}  {'subnets' + per:>{tw}}  {'vs best':>7}  {'util':>5}  "
+      f"{'exchange':>8}  "
       f"{'batch/replica':>13}  {'memory/replica':>14}\n")
     best = rows[0]["throughput"]
     for i, r in enumerate(rows, 1):
-        w(f"{i:>4}  {r['stages']:>8} x {r['replicas']:<6}  {r['throughput']:>9.2f}  {r['throughput'] / best:>7.2f}  "
+        w(f"{i:>4}  {r['stages']:>8} x {r['replicas']:<6}  {r['throughput']:>{tw}.2f}  {r['throughput'] / best:>7.2f}  "
           f"{r['utilization']:>5.2f}  {100 * r['exchange_share']:>7.1f}%  {r['replica_batch']:>13}  "
           f"{format_bytes(r['memory_per_replica_max']):>14}\n")
     if sampler.kind != "uniform":

@@ -9,6 +9,7 @@ and seed; its weights come from ``weights.pt`` or ``weights-stage*.pt`` (``naspi
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,10 +151,14 @@ def search_run(run_dir: str | Path, *, strategy: str = "evolution", budget: int 
                top: int = 10, **strategy_args: Any) -> SearchResult:
     """Search the supernet trained in ``run_dir``; with ``write`` also store ``RUN_DIR/search.json`` (its ``top``
     subnets). ``heldout``: how many held-out batches score a subnet (default all)."""
-    for name, value in (("heldout", heldout), ("top", top)):  # (each was a TypeError deep inside; heldout=None: all)
-        if (value is not None or name == "top") and (isinstance(value, bool) or not isinstance(value, int)
-                                                      or value < 1):
-            raise RunError(f"{name} must be a whole number >= 1, got {value!r}")
+    for name, value, low in (("heldout", heldout, 1), ("top", top, 0)):  # (TypeErrors deep inside; heldout None: all)
+        if value is None and name == "heldout":
+            continue
+        try:
+            if isinstance(value, bool) or operator.index(value) < low:
+                raise TypeError
+        except TypeError:
+            raise RunError(f"{name} must be a whole number >= {low}, got {value!r}") from None
     run = load_trained_run(run_dir, space)
     try:
         batches = heldout_batches(run.space, heldout)

@@ -140,8 +140,12 @@ def search_space(space: SearchSpace, costs: SearchCosts, evaluate: EvaluateFn, *
         _whole("population", population, 2)
     if sample_size is not None:
         _whole("sample_size", sample_size, 1)
-    if isinstance(constraints, str) or not all(isinstance(c, Constraint) for c in constraints):
-        constraints = parse_constraints(constraints)  # texts, as the command takes them ("params<=1M")
+    if isinstance(constraints, str):  # texts, as the command takes them ("params<=1M"), or Constraints
+        constraints = parse_constraints(constraints)
+    else:
+        given = tuple(constraints)
+        texts = [c for c in given if isinstance(c, str)]
+        constraints = tuple(c for c in given if not isinstance(c, str)) + parse_constraints(texts)
     if not 0.0 <= crossover <= 1.0:
         raise ValueError(f"crossover probability must lie in [0, 1], got {crossover}")
     spec = parse_sampler(sampler)  # a SamplerError is a ValueError

@@ -195,13 +195,18 @@ def plan(space: SearchSpace | str, devices: int, *, subnets: int = 500, policy: 
     simulated on the same sequence (``sampler``'s: uniform, fair or spread[:BASE], keyed by ``seed``); rows
     ranked by throughput (subnets/s), best first. PolicyError, before
     anything is simulated, for ``devices > 1`` and a policy that cannot train with replicas (its only split,
-    ``devices x 1``, is ``naspipe simulate``'s).
+    ``devices x 1``, is ``naspipe simulate``'s); ValueError (``RunSpecError``) for arguments no run takes.
 
     ``refuses(replicas)``: why training would refuse that many replicas (a model that cannot run on a shard of
     ``batch / replicas`` samples, e.g. BatchNorm on one), or None; such splits are not ranked but appended to
     ``refused`` as ``{stages, replicas, reason}``, so a plan never ranks first a split ``train`` refuses."""
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise ValueError(f"devices must be a whole number >= 1, got {devices!r}")
+    from naspipe.samplers import parse_sampler
+
+    if parse_sampler(sampler).online:  # (RunSpec.create would stand a uniform placeholder in for its sequence)
+        raise ValueError(f"sampler {sampler} generates the sequence from training losses; a plan needs one fixed "
+                         "up front (uniform, fair, spread[:BASE])")
     # (a preset name for the space, counts and a seed checked in one line, as every run's; naspipe.runspec)
     base = RunSpec.create(space, subnets=subnets, seed=seed, policy=policy, window=window,
                           shared_layers=shared or SharedLayers(), sampler=sampler)

@@ -208,6 +208,9 @@ def test_tight_constraint_exhausts_and_infeasible_is_refused():
             search_space(SPACE, costs, _synthetic, **{"budget": 5, **bad})
     texts = search_space(SPACE, costs, _synthetic, budget=10, constraints="params<=20k", seed=0)  # as --constraint
     assert texts.constraints == parse_constraints("params<=20k")
+    mixed = search_space(SPACE, costs, _synthetic, budget=10, seed=0,
+                         constraints=iter([*parse_constraints("params<=20k"), "latency<=0.5ms"]))
+    assert mixed.constraints == parse_constraints("params<=20k,latency<=0.5ms")
 
 
 def test_a_fair_random_search_proposes_every_candidate_equally_often():
@@ -242,8 +245,9 @@ def test_search_run_is_reproducible_and_writes_search_json(run_dir):
     accs = [e.accuracy for e in a.top(12)]
     assert accs == sorted(accs, reverse=True)
     for bad in ({"heldout": 2.5}, {"heldout": "3"}, {"top": None}):  # (TypeErrors deep inside)
-        with pytest.raises(RunError, match="must be a whole number >= 1"):
+        with pytest.raises(RunError, match="must be a whole number >= "):
             search_run(run_dir, **{**kw, **bad})
+    assert search_run(run_dir, **kw, top=0).best.subnet == a.best.subnet  # (naspipe search --top 0: no table)
 
 
 def test_search_model_with_random_weights():

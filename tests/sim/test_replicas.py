@@ -75,6 +75,8 @@ def test_plan_ranks_every_split_of_the_devices():
     for bad in ({"devices": 1.5}, {"subnets": 2.5}, {"seed": 1.5}):  # (a TypeError, or 2.5 subnets ranked)
         with pytest.raises(ValueError, match="must be a whole number"):
             plan(K96, **{"devices": 4, "subnets": 8, **bad})
+    with pytest.raises(ValueError, match="generates the sequence from training losses"):  # (ranked uniform's)
+        plan(K96, 4, subnets=8, sampler="evolution:2")
     rows = plan(K96, 8, subnets=100)
     assert {(r["stages"], r["replicas"]) for r in rows} == {(8, 1), (4, 2), (2, 4), (1, 8)}
     assert [r["throughput"] for r in rows] == sorted((r["throughput"] for r in rows), reverse=True)
