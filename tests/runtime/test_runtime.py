@@ -335,7 +335,7 @@ def test_bad_configurations_are_refused_before_any_process_starts(tmp_path):
     bad("cost-only", space="naspipe-k12")
     bad("unknown policy", policy="gpipe")
     bad("unknown optimizer", optimizer="lbfgs")
-    bad("window must be >= 1", window=0)
+    bad("window must be a whole number >= 1", window=0)
     bad("jitter_ms", jitter_ms=-1.0)
     bad("threads", threads=0)
     bad("timeout", timeout=0)
