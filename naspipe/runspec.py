@@ -12,7 +12,6 @@ command validates a run without importing it.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from naspipe.sched.registry import get_policy, load_policy_spec
 from naspipe.sequence import ReplayStream, SubnetStream
 from naspipe.shared import SharedLayers, SharedPolicyError, resolve_shared
 from naspipe.space import SearchSpace, SpaceError, replicas_error, resolve_space
+from naspipe.wholes import whole
 
 # auto: a user's own supernet trains its fixed blocks (stem, head) exactly as the reference does (serial): frozen
 # left a user's random head in place; the presets stay frozen, the paper's setting, under which CSP pipelines
@@ -110,14 +110,9 @@ class RunSpec:
             sp = resolve_space(space)
         except SpaceError as e:
             raise RunSpecError(str(e)) from None
-        stages, subnets = _whole("stages", stages), _whole("subnets", subnets)  # (numpy integers too, as the seed)
-        window = _whole("window", window, " (the subnets the scheduler looks ahead)")
-        try:  # an int or a numpy integer; not 1.5, "3" or True
-            if isinstance(seed, bool):
-                raise TypeError
-            seed = operator.index(seed)
-        except TypeError:
-            raise RunSpecError(f"seed must be a whole number, got {seed!r}") from None
+        stages, subnets = whole("stages", stages, 1, RunSpecError), whole("subnets", subnets, 1, RunSpecError)
+        window = whole("window", window, 1, RunSpecError, " (the subnets the scheduler looks ahead)")
+        seed = whole("seed", seed, None, RunSpecError)  # (numpy integers too)
         try:  # MODULE:NAME imports a user's module that registers NAME (naspipe.register_policy)
             policy = load_policy_spec(policy)
             get_policy(policy)
@@ -136,19 +131,6 @@ class RunSpec:
             raise RunSpecError(str(e)) from None
         check_replicas(sp, replicas, replica_exchange)
         return cls(sp, part, stream, shared, policy, window, seed, str(spec), replicas, replica_exchange)
-
-
-def _whole(name: str, value: Any, why: str = "") -> int:
-    """``value`` as an int when it is a whole number >= 1 (an int or a numpy integer; not 1.5, "3" or True)."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        n = operator.index(value)
-    except TypeError:
-        n = 0
-    if n < 1:
-        raise RunSpecError(f"{name} must be a whole number >= 1, got {value!r}{why}")
-    return n
 
 
 def check_replicas(space: SearchSpace, replicas: object, exchange: str = "exact") -> None:

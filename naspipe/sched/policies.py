@@ -32,7 +32,6 @@ Policies:
 from __future__ import annotations
 
 import heapq
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,22 +54,9 @@ from naspipe.sched.registry import policy_names as policy_names
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
 from naspipe.sequence import SubnetStream, Window
 from naspipe.shared import SharedLayers
+from naspipe.wholes import whole
 
 DEFAULT_WINDOW = 200  # subnets a scheduler looks ahead (its Window), unless a run says otherwise
-
-
-def whole_at_least(name: str, value: Any, low: int) -> int:
-    """``value`` as an int when it is a whole number >= ``low`` (an int or a numpy integer; not 2.5, "2" or True);
-    PolicyError (one line) otherwise."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        n = operator.index(value)
-    except TypeError:
-        raise PolicyError(f"{name} must be a whole number >= {low}, got {value!r}") from None
-    if n < low:
-        raise PolicyError(f"{name} must be >= {low}, got {n}")
-    return n
 
 
 @dataclass(frozen=True)
@@ -132,7 +118,7 @@ class StageScheduler:
                  fence: int | None = None):
         """``start``: subnets ``< start`` are already done (resuming from a checkpoint taken at a fence);
         ``fence``: admit no subnet ``>= fence`` until ``set_fence`` moves it (see ``set_fence``)."""
-        window = whole_at_least("window", window, 1)
+        window = whole("window", window, 1, PolicyError)
         if not 0 <= start <= len(stream):
             raise PolicyError(f"start must lie in [0, {len(stream)}], got {start}")
         self.spec = spec
@@ -631,8 +617,8 @@ class SplitBackwardCSPScheduler(ChainCSPScheduler):
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW,
                  max_pending_w: int | None = None, **base: Any):
         self._w_ready: list[int] = []
-        self.max_pending_w = whole_at_least("max_pending_w", max_pending_w if max_pending_w is not None
-                                            else 2 * spec.stages, 1)
+        self.max_pending_w = whole("max_pending_w", max_pending_w if max_pending_w is not None else 2 * spec.stages,
+                                   1, PolicyError)
         super().__init__(spec, stream, window, **base)
 
     @property
@@ -703,7 +689,7 @@ class BSPScheduler(StageScheduler):
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, micro_batches: int = 4,
                  **base: Any):
-        micro_batches = whole_at_least("bsp's micro_batches", micro_batches, 1)  # (2.5 deadlocked its groups)
+        micro_batches = whole("bsp's micro_batches", micro_batches, 1, PolicyError)  # (2.5 deadlocked its groups)
         if base.get("start", 0) % micro_batches:
             raise PolicyError(f"bsp resumes only at a group boundary (a multiple of {micro_batches})")
         self.m = self.flush_group = self.micro_batches = micro_batches

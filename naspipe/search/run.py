@@ -9,7 +9,6 @@ and seed; its weights come from ``weights.pt`` or ``weights-stage*.pt`` (``naspi
 from __future__ import annotations
 
 import json
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from naspipe.shared import SharedLayers, parse_shared
 from naspipe.space import SearchSpace, SpaceError, Subnet, resolve_space
 from naspipe.supernet.load import recorded_space
 from naspipe.weights import load_weights
+from naspipe.wholes import whole
 
 SEARCH_JSON = "search.json"
 
@@ -151,14 +151,9 @@ def search_run(run_dir: str | Path, *, strategy: str = "evolution", budget: int 
                top: int = 10, **strategy_args: Any) -> SearchResult:
     """Search the supernet trained in ``run_dir``; with ``write`` also store ``RUN_DIR/search.json`` (its ``top``
     subnets). ``heldout``: how many held-out batches score a subnet (default all)."""
-    for name, value, low in (("heldout", heldout, 1), ("top", top, 0)):  # (TypeErrors deep inside; heldout None: all)
-        if value is None and name == "heldout":
-            continue
-        try:
-            if isinstance(value, bool) or operator.index(value) < low:
-                raise TypeError
-        except TypeError:
-            raise RunError(f"{name} must be a whole number >= {low}, got {value!r}") from None
+    if heldout is not None:  # (each was a TypeError deep inside; heldout None: every held-out batch)
+        whole("heldout", heldout, 1, RunError)
+    whole("top", top, 0, RunError)
     run = load_trained_run(run_dir, space)
     try:
         batches = heldout_batches(run.space, heldout)

@@ -17,7 +17,6 @@ equally often, as the supernet was trained with ``--sampler fair``).
 
 from __future__ import annotations
 
-import operator
 import random
 import time
 from collections import deque
@@ -28,6 +27,7 @@ from naspipe.search.constraints import Constraint, parse_constraints
 from naspipe.search.result import Evaluated, SearchResult
 from naspipe.search.subnet_costs import SearchCosts
 from naspipe.space import SearchSpace, Subnet
+from naspipe.wholes import whole
 
 EvaluateFn = Callable[[Subnet], Mapping[str, float]]
 STRATEGIES: tuple[str, ...] = ("random", "evolution")
@@ -113,19 +113,6 @@ def _run(space: SearchSpace, costs: SearchCosts, constraints: Sequence[Constrain
     return history, False
 
 
-def _whole(name: str, value: object, low: int | None) -> int:
-    """``value`` as an int when it is a whole number (>= ``low`` when given); ValueError (one line) otherwise."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        n = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be a whole number, got {value!r}") from None
-    if low is not None and n < low:
-        raise ValueError(f"{name} must be >= {low}, got {n}")
-    return n
-
-
 def search_space(space: SearchSpace, costs: SearchCosts, evaluate: EvaluateFn, *, strategy: str = "evolution",
                  budget: int = 100, constraints: Sequence[Constraint] | Sequence[str] | str = (), seed: int = 0,
                  population: int | None = None, sample_size: int | None = None,
@@ -135,11 +122,11 @@ def search_space(space: SearchSpace, costs: SearchCosts, evaluate: EvaluateFn, *
     (``"params<=1M"``, as ``naspipe search --constraint`` takes them)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    budget, seed = _whole("budget", budget, 1), _whole("seed", seed, None)  # (NaN ran nothing and said nothing)
+    budget, seed = whole("budget", budget), whole("seed", seed, None)  # (NaN ran nothing and said nothing)
     if population is not None:
-        _whole("population", population, 2)
+        whole("population", population, 2)
     if sample_size is not None:
-        _whole("sample_size", sample_size, 1)
+        whole("sample_size", sample_size)
     if isinstance(constraints, str):  # texts, as the command takes them ("params<=1M"), or Constraints
         constraints = parse_constraints(constraints)
     else:

@@ -201,9 +201,10 @@ def test_tight_constraint_exhausts_and_infeasible_is_refused():
     with pytest.raises(ValueError, match="unknown strategy"):
         search_space(SPACE, costs, _synthetic, strategy="grid")
     # the library refuses what the command refuses (budget NaN ran nothing and said nothing; 2.5 ran 3)
-    for bad, message in (({"budget": float("nan")}, "budget must be a whole number, got nan"),
+    for bad, message in (({"budget": float("nan")}, "budget must be a whole number >= 1, got nan"),
                          ({"budget": 2.5}, "budget must be a whole number"), ({"seed": None}, "seed must be"),
-                         ({"population": 0}, "population must be >= 2"), ({"sample_size": 0}, "sample_size must")):
+                         ({"population": 0}, "population must be a whole number >= 2, got 0"),
+                         ({"sample_size": 0}, "sample_size must")):
         with pytest.raises(ValueError, match=message):
             search_space(SPACE, costs, _synthetic, **{"budget": 5, **bad})
     texts = search_space(SPACE, costs, _synthetic, budget=10, constraints="params<=20k", seed=0)  # as --constraint
