@@ -3,9 +3,8 @@
 Why it exists: ``json.loads`` raises ``RecursionError``, not ``ValueError``, for input nested more deeply than the
 interpreter's recursion limit (``[[[...`` 100,000 deep is 200 kB), so a reader that refuses malformed JSON by
 catching ``ValueError`` let a traceback through instead of its one line; a hand-edited ``checkpoint/complete.json``
-even broke a run's failure handling (no ``status.json``). The readers of checkpoints, traces, run parts, metrics,
-profiles and truth folders parse with ``loads`` here; a few readers with messages of their own (``results``,
-``runs``, ``space``, ``supernet.load``) catch ``RecursionError`` themselves.
+even broke a run's failure handling (no ``status.json``). Every reader of a file a user can edit (run folders,
+checkpoints, traces, results, spaces, profiles, truth folders) parses with ``loads`` here.
 """
 
 from __future__ import annotations

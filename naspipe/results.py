@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from naspipe import jsonfile
 from naspipe.atomic import write_text_atomic
 from naspipe.runs import LOSSES, METRICS, PARAMS  # the run-directory names live in naspipe.runs
 
@@ -102,16 +103,14 @@ def _read_json(path: Path) -> Any:
     """A JSON file; ResultsError for an unreadable, non-UTF-8, malformed or too deeply nested file or a
     key that appears twice in one object."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicates)
+        return jsonfile.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicates)
     except OSError as e:
         raise ResultsError(f"cannot read {str(path)!r}: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise ResultsError(f"{path}: not a UTF-8 text file (byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise ResultsError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
-    except RecursionError:
-        raise ResultsError(f"{path}: nested too deeply") from None
-    except ValueError as e:
+    except ValueError as e:  # (nested too deeply, a key twice)
         raise ResultsError(f"{path}: {e}") from None
 
 

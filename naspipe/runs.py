@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from naspipe import jsonfile
+
 RUN_JSON = "run.json"
 # the file names of a run directory, written here once (every module that reads or writes one imports them)
 LOSSES = "losses.csv"
@@ -110,8 +112,8 @@ def read_run(out: str | Path) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError) as e:
         raise RunFileError(f"cannot read {str(p)!r}: {getattr(e, 'strerror', None) or e}") from None
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
+        data = jsonfile.loads(text)
+    except (json.JSONDecodeError, jsonfile.NestedTooDeeply) as e:
         raise RunFileError(f"{p}: not valid JSON ({getattr(e, 'msg', 'nested too deeply')})") from None
     if not isinstance(data, dict) or data.get("kind") not in KINDS or not isinstance(data.get("identity"), dict):
         raise RunFileError(f"{p}: must be an object with 'kind' ({' or '.join(KINDS)}) and 'identity'")

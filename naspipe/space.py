@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from naspipe import jsonfile
+
 Subnet = tuple[int, ...]
 
 
@@ -328,10 +330,10 @@ MAX_JSON_DEPTH = 32  # a space or sequence nests 5 levels; deeper is a mistake (
 def load_json_text(text: str, source: str) -> Any:
     """Parse JSON ``text`` (from file ``source``); SpaceError for malformed or too deeply nested JSON."""
     try:
-        data = json.loads(text)
+        data = jsonfile.loads(text)
     except json.JSONDecodeError as e:
         raise SpaceError(f"{source}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    except RecursionError:
+    except jsonfile.NestedTooDeeply:
         raise SpaceError(f"{source}: JSON nested more than {MAX_JSON_DEPTH} levels deep") from None
     stack = [(data, 1)]
     while stack:

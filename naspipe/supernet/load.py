@@ -22,13 +22,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
-import json
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from naspipe import jsonfile
 from naspipe.space import MAX_BYTES, MAX_SECONDS, Block, Candidate, SearchSpace, register_resolver
 from naspipe.supernet.declare import Supernet, SupernetError
 from naspipe.supernet.usercode import first_line, user_errors
@@ -168,8 +168,8 @@ def read_costs(costs: Any) -> dict[str, Any] | None:
     if isinstance(costs, Mapping):
         return dict(costs)
     try:
-        return json.loads(Path(costs).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as e:
+        return jsonfile.loads(Path(costs).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # (malformed, not UTF-8, nested too deeply)
         raise SupernetError(f"cannot read the cost profile {str(costs)!r}: {_first_line(e)}") from None
 
 

@@ -34,6 +34,7 @@ from naspipe.viz.hitrate import hit_series
 from naspipe.viz.style import KINDS
 from naspipe.viz.timeline import utilization_series
 from naspipe.viz.widget_views import sync_new_views, with_text
+from naspipe.wholes import whole
 
 SYNC_EVERY_S = 2.0  # while a run goes on, how often a view drawn later is given the figures so far
 
@@ -53,10 +54,6 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(TraceEvent))
 _REQUIRED = {"stage", "kind", "subnet", "start", "end"}
 
 
-def _whole(x: Any) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
-
-
 def to_event(item: TraceEvent | dict[str, Any]) -> TraceEvent:
     """A TraceEvent from a TraceEvent or its ``to_dict()`` form (keys TraceEvent does not know are ignored)."""
     if isinstance(item, TraceEvent):
@@ -69,9 +66,8 @@ class LiveMonitor:
 
     def __init__(self, stages: int, total_subnets: int, *, title: str = "naspipe live monitor",
                  max_events: int = 3000, buckets: int = 40, refresh: float = 0.5, widgets: bool | None = None):
-        if not (_whole(stages) and stages >= 1 and _whole(total_subnets) and total_subnets >= 0):
-            raise ValueError(f"LiveMonitor needs whole numbers stages >= 1 and total_subnets >= 0, got {stages!r} and "
-                             f"{total_subnets!r}")
+        whole("LiveMonitor's stages", stages, 1)  # (whole numbers: 2.5 was taken, "2" a TypeError)
+        whole("LiveMonitor's total_subnets", total_subnets, 0)
         self.stages, self.total, self.title = stages, total_subnets, title
         self.max_events, self.buckets, self.refresh_every = max_events, buckets, refresh
         self.events: list[TraceEvent] = []
@@ -120,7 +116,8 @@ class LiveMonitor:
         with self._lock:
             for item in events:
                 e = to_event(item)
-                if not (_whole(e.stage) and 0 <= e.stage < self.stages):
+                ours = isinstance(e.stage, numbers.Integral) and not isinstance(e.stage, bool)
+                if not (ours and 0 <= e.stage < self.stages):
                     self.skipped += 1  # (another run's events, or a garbled line: its stage is not one of ours)
                     continue
                 self.events.append(e)

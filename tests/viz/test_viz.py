@@ -369,7 +369,7 @@ def test_monitor_is_headless_safe():
     with pytest.raises(ValueError):
         LiveMonitor(0, 1)
     for stages in (2.5, "2"):  # (2.5 was taken, "2" a TypeError)
-        with pytest.raises(ValueError, match="whole numbers"):
+        with pytest.raises(ValueError, match="LiveMonitor's stages must be a whole number >= 1"):
             LiveMonitor(stages, 1)
     mon.update([{"stage": 7, "kind": "F", "subnet": 1, "start": 2.0, "end": 3.0}], force=True)  # not one of its 2
     assert mon.skipped == 1 and len(mon.events) == 2 and isinstance(mon.figure(), go.Figure)  # (an IndexError)
