@@ -173,6 +173,10 @@ def _pages_end_with_their_test(request) -> Iterator[None]:
         _shutdown_kernels(request.getfixturevalue("lab")[2])
 
 
+# what ipywidgets and anywidget log when their own timeouts run out on a loaded machine (a page reload)
+LOAD_TIMEOUTS = ("console: Error: widget model not found", "pageerror: [anywidget] Failed to initialize model.")
+
+
 class Console:
     """Browser console errors and page errors of one page."""
 
@@ -516,9 +520,11 @@ def test_your_own_supernet_and_its_report_in_a_browser(tabs, lab):
     search = _cell(page, "search_run(")
     assert search.locator(".jp-OutputArea-child").count() == 1  # the summary, no second copy of the best subnet
     _open_report(page, "08")
+    assert not console.errors, console.errors
     # saved and reloaded: JupyterLab makes the monitor's views again, from the widgets' state in the kernel. (On a
     # loaded machine ipywidgets may give up asking the kernel for it within its 4 s, "model not found", and
-    # a reload asks again: up to three tries.)
+    # a reload asks again: up to three tries; anywidget may say its 2 s to load plotly's module ran out, and the
+    # module loads on. Those two console errors of the widget libraries are the only ones allowed here.)
     page.keyboard.press("Control+s")
     page.locator(".jp-mod-dirty").first.wait_for(state="detached", timeout=30_000)
     for _ in range(3):
@@ -534,6 +540,7 @@ def test_your_own_supernet_and_its_report_in_a_browser(tabs, lab):
         _assert_drawn(monitor, "after a reload")
     finally:
         monitor.screenshot(path=str(ARTIFACTS / "08_monitor_reloaded.png"))
-    assert not console.errors, console.errors
+    others = [e for e in console.errors if not e.startswith(LOAD_TIMEOUTS)]
+    assert not others, others
     page.close()
     _shutdown_kernels(api)
