@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sim import SimOptions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,11 +68,11 @@ def bounded_run(space: str, stages: int, policy: str, *, subnets: int, seed: int
     splits the backward): ``(result, bound, row)``, the row holding makespan, utilisation, the bound, its
     critical path, the largest stage's work, efficiency (bound / makespan), the tight bound and the
     utilisation the bound allows."""
-    from naspipe.bound import result_bound
-    from naspipe.partition import partition
-    from naspipe.sequence import UniformStream
+    from naspipe.sequences.sequence import UniformStream
     from naspipe.sim import simulate
-    from naspipe.space import preset
+    from naspipe.sim.bound import result_bound
+    from naspipe.spaces.partition import partition
+    from naspipe.spaces.space import preset
 
     sp = preset(space)
     part = partition(sp, stages)

@@ -2,7 +2,7 @@
 
 For ``naspipe-k12/24/48/96`` on 4 and 8 stages, 1,000 subnets (seed 0), window 200, shared layers frozen:
 utilisation of ``csp`` and ``csp-bw``, their ratio, and each one's efficiency against its own lower bound
-(``csp``: the unsplit bound; ``csp-bw``: ``naspipe.bound.lower_bound(..., split_backward=True)``, where a
+(``csp``: the unsplit bound; ``csp-bw``: ``naspipe.sim.bound.lower_bound(..., split_backward=True)``, where a
 later conflicting forward waits on W and the upstream stage only on B), plus the utilisation that split
 bound allows. The last row is the unit-cost model ``unit-bw-k48`` (F = 1, B = W = 1 per 8-block stage,
 4 stages, TECHNIQUES.md section 8). Prints JSON (also written to ``benchmarks/results/csp_bw_table.json``),

@@ -59,7 +59,7 @@ def _train(out: Path, device: str, stages: int, policy: str, space: str = SPACE)
 
 
 def check_cpu_runtime(tmp: Path) -> str:
-    from naspipe.reference import train_reference
+    from naspipe.oracle.sequential_trainer import train_reference
     from naspipe.runtime import TrainConfig
 
     run = _train(tmp / "cpu-csp", "cpu", 2, "csp")

@@ -27,12 +27,13 @@ from typing import Any
 
 from _common import write_result
 
-from naspipe import partition, preset
-from naspipe.runspec import RunSpec
-from naspipe.sequence import UniformStream
+from naspipe import preset
+from naspipe.runspec.spec import RunSpec
+from naspipe.sequences.sequence import UniformStream
 from naspipe.sim import SimOptions, simulate
 from naspipe.sim.memory import Footprint, MemoryConfig
-from naspipe.space import SearchSpace
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import SearchSpace
 
 _UNLIMITED: dict[tuple[str, int, int, int], dict[str, Any]] = {}
 

@@ -1,7 +1,7 @@
 """Every exact order against the optimal schedule (OR-Tools CP-SAT) and against the causal lower bound.
 
 For each instance (a space, a partition, a subnet sequence, the simulator's cost model) the exact problem of
-``naspipe.optimum`` is solved by CP-SAT, warm-started from naspipe's own schedules, within a time limit; the
+``naspipe.sim.optimum`` is solved by CP-SAT, warm-started from naspipe's own schedules, within a time limit; the
 solver's proven bound brackets the optimum (``gap`` = best schedule / proven bound - 1; 0 = proven optimal).
 Every order (``sequential``, ``csp``, ``csp-chain``, ``csp-cp`` = the default, and ``csp-bw`` on its own
 split problem, B and W separate) is simulated on the same durations and reported as makespan / best
@@ -26,13 +26,13 @@ import time
 
 from _common import write_result
 
-from naspipe.bound import lower_bound
-from naspipe.optimum import build_problem, feasibility_violations, solve
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
-from naspipe.sequence import UniformStream
+from naspipe.runspec.spec import RunSpec
+from naspipe.sequences.sequence import UniformStream
 from naspipe.sim import CostModel, simulate
-from naspipe.space import SearchSpace, preset, unit_space
+from naspipe.sim.bound import lower_bound
+from naspipe.sim.optimum import build_problem, feasibility_violations, solve
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import SearchSpace, preset, unit_space
 
 ORDERS = ("sequential", "csp", "csp-chain", "csp-cp")  # on the unsplit problem; csp-bw on its split one
 PRESETS = (("naspipe-k12", 4), ("naspipe-k48", 4), ("naspipe-k96", 4), ("unit-k96", 4))

@@ -16,11 +16,11 @@ import time
 
 from _common import bounded_run, write_result
 
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
-from naspipe.sequence import UniformStream
+from naspipe.runspec.spec import RunSpec
+from naspipe.sequences.sequence import UniformStream
 from naspipe.sim import SimOptions, simulate
-from naspipe.space import preset
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import preset
 
 KS = (12, 24, 48, 96)
 STAGES = (4, 8)

@@ -29,14 +29,14 @@ import statistics
 
 from _common import RESULTS, write_result
 
-from naspipe.bound import lower_bound
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.policies import CriticalPathCSPScheduler
 from naspipe.sched.registry import Policy, register_policy
-from naspipe.sequence import UniformStream
+from naspipe.sequences.sequence import UniformStream
 from naspipe.sim import choose_plan, simulate
-from naspipe.space import preset
+from naspipe.sim.bound import lower_bound
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import preset
 
 SPACES = ("naspipe-k96", "naspipe-k48")
 

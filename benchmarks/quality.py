@@ -8,7 +8,7 @@ those are checked bit for bit against a reference trained with the same shared-l
 against the ``--shared-layers`` reference). Reported per policy: mean held-out accuracy and loss over the
 evaluation subnets, the Kendall tau of their accuracy ranking against the reference's
 (``scipy.stats.kendalltau``; 1 = the search would rank subnets identically), whether the run equals the
-reference bit for bit (``naspipe.results.verify``: every loss and every parameter tensor), and the throughput
+reference bit for bit (``naspipe.runfolder.results.verify``: every loss and every parameter tensor), and the throughput
 (subnets/s from the run's metrics; the reference's is its single-process loop).
 
 Run: ``.venv/bin/python benchmarks/quality.py`` (``--quick`` for a small smoke run). Prints JSON, then a
@@ -53,13 +53,13 @@ def main() -> None:
     from scipy.stats import kendalltau
 
     from naspipe.models import evaluate, heldout_batches
-    from naspipe.reference import train_reference
-    from naspipe.results import verify
+    from naspipe.models.weights import load_weights
+    from naspipe.oracle.sequential_trainer import train_reference
+    from naspipe.runfolder.results import verify
     from naspipe.runtime import TrainConfig, train
-    from naspipe.sequence import UniformStream
-    from naspipe.shared import parse_shared
-    from naspipe.space import preset
-    from naspipe.weights import load_weights
+    from naspipe.sequences.sequence import UniformStream
+    from naspipe.spaces.shared import parse_shared
+    from naspipe.spaces.space import preset
 
     torch.set_num_threads(1)
     space = preset(args.space)
@@ -129,7 +129,7 @@ def main() -> None:
 
 
 def _read_losses(run_dir: Path) -> list[float]:
-    from naspipe.results import read_losses
+    from naspipe.runfolder.results import read_losses
 
     losses = read_losses(run_dir / "losses.csv")
     return [losses[j] for j in sorted(losses)]

@@ -2,8 +2,8 @@
 
 The matrix: presets ``tiny-transformer`` and ``digits-cnn``; 200 subnets; CSP on 1, 2, 3 and 4 stages;
 without and with ``--jitter-ms``; three runs each; shared layers ``frozen``, ``serial`` and ``delayed:2``.
-For each (preset, shared-layer policy) the sequential reference (``naspipe.reference``) is trained once;
-every run is compared with ``naspipe.results.verify`` (all losses and every parameter tensor). The JSON
+For each (preset, shared-layer policy) the sequential reference (``naspipe.oracle.sequential_trainer``) is trained once;
+every run is compared with ``naspipe.runfolder.results.verify`` (all losses and every parameter tensor). The JSON
 summary lists every run (verified or the first difference, subnets/s) and the totals; the exit code is 1
 if any run differs.
 
@@ -25,12 +25,12 @@ from typing import Any
 
 from _common import write_result
 
-from naspipe.reference import train_reference
-from naspipe.results import verify
+from naspipe.oracle.sequential_trainer import train_reference
+from naspipe.runfolder.results import verify
 from naspipe.runtime import TrainConfig, train
-from naspipe.sequence import UniformStream
-from naspipe.shared import parse_shared
-from naspipe.space import preset
+from naspipe.sequences.sequence import UniformStream
+from naspipe.spaces.shared import parse_shared
+from naspipe.spaces.space import preset
 
 SPACES = ("tiny-transformer", "digits-cnn")
 SHARED = ("frozen", "serial", "delayed:2")

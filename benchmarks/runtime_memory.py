@@ -10,7 +10,7 @@ measured in rotating order ``--repeats`` times (best and median subnets/s report
 * ``--swap predictive`` and ``--swap on-demand`` at each budget in ``--budgets`` (default 80% and 50% of
   each stage's supernet share), candidates pinned per subnet (the default) and per task (``--pin task``).
 
-Every run is checked against the sequential reference (``naspipe.results.verify``): ``identical`` must
+Every run is checked against the sequential reference (``naspipe.runfolder.results.verify``): ``identical`` must
 be true everywhere. On the CPU the "device" is a separate buffer pool, so every load and write-back is a
 real copy; the stage loop pays for stalls, the background worker's copies compete for the two cores.
 
@@ -29,9 +29,9 @@ from typing import Any
 from _common import write_result
 
 from naspipe.cli import main as naspipe
-from naspipe.results import verify
+from naspipe.runfolder.results import verify
 from naspipe.runtime import TrainConfig, train
-from naspipe.trace import Trace
+from naspipe.sched.trace import Trace
 
 
 def configurations(budgets: list[str]) -> list[tuple[str, dict[str, Any]]]:

@@ -35,12 +35,12 @@ from typing import Any
 
 from _common import write_result
 
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.runtime import TrainConfig, train
-from naspipe.sequence import UniformStream
+from naspipe.sequences.sequence import UniformStream
 from naspipe.sim import simulate
-from naspipe.space import Block, SearchSpace, preset, preset_names, resolve_space
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import Block, SearchSpace, preset, preset_names, resolve_space
 
 
 def wide_tiny_transformer(k: int = 32) -> SearchSpace:

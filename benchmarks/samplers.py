@@ -4,13 +4,13 @@ Two parts, both written to ``benchmarks/results/samplers.json``:
 
 * ``simulated``: the default scheduler on naspipe-k12/k48/k96 with 4 and 8 stages, 1000 subnets, the same
   seed, for ``uniform``, ``fair`` and ``spread`` (``spread:fair``): throughput (subnets/s), utilisation, and
-  the sequence's conflict structure (``naspipe.conflicts``: subnets reusing a candidate of one of the
+  the sequence's conflict structure (``naspipe.sequences.conflicts``: subnets reusing a candidate of one of the
   ``stages - 1`` before them, min and mean reuse distance). Acceptance (4 stages): fair >= 1.9x uniform
   with utilisation >= 0.95 on k48, >= 2.5x on k12, >= 1.35x on k96.
 * ``runtime``: real training (``naspipe.runtime.train``), tiny-transformer and digits-cnn, 2 stages, csp,
   uniform against fair, ``--repeats`` paired repeats in alternating order (uniform first in even repeats,
   fair first in odd ones) so machine load hits both alike; every run is verified bit-identical
-  (``naspipe.results.verify``) to ``naspipe reference`` trained with the same sampler. Headline: the median
+  (``naspipe.runfolder.results.verify``) to ``naspipe reference`` trained with the same sampler. Headline: the median
   over repeats of the fair / uniform subnets/s ratio measured within one repeat (acceptance on
   tiny-transformer: >= 1.3).
 
@@ -44,7 +44,7 @@ from typing import Any
 
 from _common import RESULTS, ROOT, write_result
 
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 
 SIM_SPACES = ("naspipe-k12", "naspipe-k48", "naspipe-k96")
 SIM_STAGES = (4, 8)
@@ -55,12 +55,12 @@ TARGETS = {"naspipe-k12": (2.5, None), "naspipe-k48": (1.9, 0.95), "naspipe-k96"
 
 
 def simulated(subnets: int, seed: int) -> dict[str, Any]:
-    from naspipe.conflicts import conflict_stats
-    from naspipe.partition import partition
-    from naspipe.runspec import DEFAULT_POLICY
-    from naspipe.samplers import make_stream
+    from naspipe.runspec.spec import DEFAULT_POLICY
+    from naspipe.sequences.conflicts import conflict_stats
+    from naspipe.sequences.samplers import make_stream
     from naspipe.sim import simulate
-    from naspipe.space import preset
+    from naspipe.spaces.partition import partition
+    from naspipe.spaces.space import preset
 
     rows = []
     for name in SIM_SPACES:
@@ -95,7 +95,7 @@ def simulated(subnets: int, seed: int) -> dict[str, Any]:
 
 def runtime(spaces: list[str], subnets: int, repeats: int, seed: int, root: Path) -> dict[str, Any]:
     from naspipe.cli import main as cli
-    from naspipe.results import verify
+    from naspipe.runfolder.results import verify
     from naspipe.runtime import TrainConfig, train
 
     out: dict[str, Any] = {}

@@ -19,12 +19,12 @@ from unittest import mock
 
 from _common import percentile, write_result
 
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.policies import make_scheduler
-from naspipe.sequence import UniformStream
+from naspipe.sequences.sequence import UniformStream
 from naspipe.sim import engine, simulate
-from naspipe.space import preset
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import preset
 
 STAGES = 8
 WINDOW = 256

@@ -22,11 +22,11 @@ import time
 from _common import write_result
 
 from naspipe.models import heldout_batches
-from naspipe.reference import train_reference
+from naspipe.oracle.sequential_trainer import train_reference
 from naspipe.search import SearchResult, cost_model, format_cost, parse_constraints, search_model, subnet_names
-from naspipe.sequence import UniformStream
-from naspipe.shared import SharedLayers
-from naspipe.space import preset
+from naspipe.sequences.sequence import UniformStream
+from naspipe.spaces.shared import SharedLayers
+from naspipe.spaces.space import preset
 
 SPACE = "digits-cnn"
 SUBNETS = 1200

@@ -42,15 +42,15 @@ import torch
 from _common import write_result
 
 from naspipe.models import build_stage, input_of, make_batch, target_of
-from naspipe.results import verify
-from naspipe.runspec import RunSpec
+from naspipe.runfolder.results import verify
+from naspipe.runspec.spec import RunSpec
 from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.split_backward.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
-from naspipe.sequence import UniformStream
-from naspipe.shared import parse_shared
+from naspipe.sequences.sequence import UniformStream
 from naspipe.sim import SimOptions, simulate
-from naspipe.space import resolve_space
+from naspipe.spaces.shared import parse_shared
+from naspipe.spaces.space import resolve_space
 
 POLICIES = ("csp", "csp-bw")
 

@@ -1,7 +1,7 @@
 """CPU a fresh process spends importing torch and torch._dynamo, as usual and as naspipe's processes start.
 
 naspipe's own processes (a stage's fork server, a torchrun rank, a command) import what they need with the
-collector paused and then frozen (``naspipe.startup``). Each variant runs in a fresh interpreter, alternately,
+collector paused and then frozen (``naspipe.lifecycle.startup``). Each variant runs in a fresh interpreter, alternately,
 ``REPEATS`` times; the CPU (user + system) of each child is read from ``getrusage``; the median is reported,
 and the ratio of the medians.
 
@@ -20,7 +20,7 @@ from _common import ROOT, write_result
 REPEATS = 7
 VARIANTS = {
     "as usual": "import torch, torch._dynamo",
-    "naspipe.startup": "from naspipe.startup import TRAINER, import_at_start; import_at_start(*TRAINER)",
+    "naspipe.startup": "from naspipe.lifecycle.startup import TRAINER, import_at_start; import_at_start(*TRAINER)",
 }
 
 

@@ -11,7 +11,7 @@ shipped ground truth (``data/truth/``, stand-alone accuracies) with the evaluato
   (resampling architectures, the statistic being the mean over seeds), and the per-seed values;
 - the regret of the pick (truth's best accuracy minus the truth accuracy of the run's top architecture), mean
   and per seed; whether the pick equals the reference's of the same seed; subnets/s; bit-identity to its
-  reference (``naspipe.results.verify``);
+  reference (``naspipe.runfolder.results.verify``);
 - against the reference: the paired difference of the mean tau with its interval, called a difference only
   where the interval clears the supernet seed band, otherwise "within seed noise".
 
@@ -77,16 +77,16 @@ def main() -> None:
     import torch
 
     from naspipe.models import heldout_batches
+    from naspipe.models.weights import load_weights
+    from naspipe.oracle.sequential_trainer import train_reference
     from naspipe.ranking.stats import estimate, kendall, pairwise_tau, pick, seed_floor, spearman
-    from naspipe.reference import train_reference
-    from naspipe.results import verify
+    from naspipe.runfolder.results import verify
     from naspipe.runtime import TrainConfig, train
     from naspipe.search.run import make_evaluator
-    from naspipe.sequence import UniformStream
-    from naspipe.shared import parse_shared
-    from naspipe.space import resolve_space
+    from naspipe.sequences.sequence import UniformStream
+    from naspipe.spaces.shared import parse_shared
+    from naspipe.spaces.space import resolve_space
     from naspipe.truth import choose_archs, load
-    from naspipe.weights import load_weights
 
     torch.set_num_threads(1)
     t_start = time.perf_counter()

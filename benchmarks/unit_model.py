@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from _common import bounded_run, write_result
 
-from naspipe.partition import partition
-from naspipe.space import preset
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import preset
 
 AUTHORS = {12: 0.32, 24: 0.42, 48: 0.56, 96: 0.81}
 STAGES = 4

@@ -33,8 +33,8 @@ from _common import write_result
 
 from naspipe.peers.ddp import run_ddp
 from naspipe.runtime import TrainConfig, train
-from naspipe.sequence import UniformStream
-from naspipe.space import resolve_space
+from naspipe.sequences.sequence import UniformStream
+from naspipe.spaces.space import resolve_space
 
 
 def main() -> None:

@@ -7,21 +7,30 @@ sequences, partitions and traces never import torch; the runtime and models do, 
 import os
 from typing import Any
 
-from naspipe.bound import Bound, lower_bound
-from naspipe.conflicts import conflict_stats
-from naspipe.fair import FairStream, SpreadStream
-from naspipe.measure import measure_costs
-from naspipe.partition import Partition, partition
-from naspipe.runspec import RunSpec, RunSpecError
+from naspipe.preflight.measure import measure_costs
+from naspipe.runspec.spec import RunSpec, RunSpecError
 from naspipe.runtime import TrainConfig, train
-from naspipe.samplers import make_stream
 from naspipe.sched import CSPScheduler, SharedLayers, make_scheduler, parse_shared, policy_names
 from naspipe.sched.registry import Policy, get_policy, register_policy
-from naspipe.sequence import ReplayStream, UniformStream, Window
+from naspipe.sched.trace import Trace, TraceEvent
+from naspipe.sequences.conflicts import conflict_stats
+from naspipe.sequences.fair import FairStream, SpreadStream
+from naspipe.sequences.samplers import make_stream
+from naspipe.sequences.sequence import ReplayStream, UniformStream, Window
 from naspipe.sim import SimOptions, simulate
-from naspipe.space import Block, Candidate, SearchSpace, SpaceError, load_space, preset, preset_names, resolve_space
+from naspipe.sim.bound import Bound, lower_bound
+from naspipe.spaces.partition import Partition, partition
+from naspipe.spaces.space import (
+    Block,
+    Candidate,
+    SearchSpace,
+    SpaceError,
+    load_space,
+    preset,
+    preset_names,
+    resolve_space,
+)
 from naspipe.supernet import Choice, Fixed, Supernet, SupernetError, subnet_dict, subnet_tuple
-from naspipe.trace import Trace, TraceEvent
 
 __version__ = "0.1.0"
 
@@ -43,14 +52,13 @@ def write_reference(space: Any, out: str | os.PathLike, *, subnets: int = 100, s
     ``lr``, ``threads``, ``replicas``, ``sequence``, ``sampler``, ``overwrite``, ``progress``. Returns the folder
     (a ``pathlib.Path``); raises ``RunSpecError`` (one line) for what the command refuses with exit code 2."""
     from naspipe.cli.cmd_reference import write
-    from naspipe.runspec import DEFAULT_SHARED
+    from naspipe.runspec.spec import DEFAULT_SHARED
 
     return write(space, out, subnets=subnets, seed=seed, optimizer=optimizer,
                  shared_layers=DEFAULT_SHARED if shared_layers is None else shared_layers, **options)
 
 
-# ``naspipe.reference(...)``: importing the trainer module ``naspipe.reference`` rebinds this name to the module,
-# which is callable and calls ``write_reference`` (naspipe/reference.py), so both work in either order
+# ``naspipe.reference(...)`` is a plain function; the trainer lives in ``naspipe.oracle.sequential_trainer``
 reference = write_reference
 
 

@@ -75,7 +75,7 @@ def lost_host(rank: int, e: BaseException, roster: Any, out: Any) -> dict[str, A
 def _peer(e: BaseException) -> int | None:
     """The neighbour an error names (``PeerLost`` from a receive, ``SendFailure`` from a send), also where a
     later error in the stage's cleanup (``destroy_process_group`` with a neighbour gone) replaced it."""
-    from naspipe.exception_chain import chain
+    from naspipe.lifecycle.exception_chain import chain
 
     return next((peer for x in chain(e) if isinstance(peer := getattr(x, "peer", None), int)), None)
 
@@ -87,7 +87,7 @@ def record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) ->
     another host writes ``status.json`` naming that host and its ranks (torchrun may stop rank 0 first)."""
     import traceback
 
-    from naspipe.atomic import write_text_atomic
+    from naspipe.fileio.atomic import write_text_atomic
     from naspipe.runtime.processes.worker import failure_line
 
     try:
@@ -161,7 +161,8 @@ def failed_ranks(out: Any, me: int, wait_s: float = 3.0) -> list[int]:
 
 
 def _names_a_lost_host(out: Any) -> bool:
-    from naspipe import jsonfile, runs
+    from naspipe.fileio import jsonfile
+    from naspipe.runfolder import runs
 
     try:
         return "lost" in jsonfile.loads((out / runs.STATUS).read_text())
@@ -196,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
         cfg, connect_timeout = _config(argv, world, rank)
         if rank == 0:
-            from naspipe.runlock import RunLocked, acquire, release
+            from naspipe.runfolder.runlock import RunLocked, acquire, release
             from naspipe.runtime.checkpoint import prepare_run_dir, verify_resume
             from naspipe.runtime.config import ConfigError
 
@@ -242,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from naspipe.runtime.progress import for_config
 
     if rank == 0 and cfg.progress:
-        from naspipe.shared import announce
+        from naspipe.spaces.shared import announce
 
         announce(cfg.space, cfg.shared)
     bar = _Bar(for_config(cfg, rank == 0 and cfg.progress))
@@ -276,9 +277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     from naspipe.cli.shutdown import leave_despite_threads
-    from naspipe.startup import pause_at_first_import
+    from naspipe.lifecycle.startup import pause_at_first_import
 
-    pause_at_first_import("torch")  # (for its model's check, after its own network check: naspipe.startup)
+    pause_at_first_import("torch")  # (for its model's check, after its own network check: naspipe.lifecycle.startup)
     code = main()
     leave_despite_threads(code)  # a non-daemon thread from user code must not keep a finished rank alive
     sys.exit(code)

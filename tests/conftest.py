@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from naspipe.startup import collector_paused
+from naspipe.lifecycle.startup import collector_paused
 from tests.helpers.processes import leftovers
 
 pytest_plugins = ["tests.helpers.runs"]  # trained runs shared by several modules (session fixtures)
@@ -38,7 +38,8 @@ def pytest_configure(config):  # noqa: ANN001, ANN201
 @pytest.hookimpl(wrapper=True)
 def pytest_collection(session):  # noqa: ANN001, ANN201
     """Collection imports torch, hypothesis, nbformat and every test module: made with the garbage collector paused,
-    then one collection and a freeze, as naspipe's own processes start (``naspipe.startup``), so no collection during
+    then one collection and a freeze, as naspipe's own processes start (``naspipe.lifecycle.startup``), so no
+    collection during
     the tests walks them again."""
     with collector_paused():
         return (yield)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from naspipe.sequence import ReplayStream, sequence_digest
-from naspipe.space import load_space
+from naspipe.sequences.sequence import ReplayStream, sequence_digest
+from naspipe.spaces.space import load_space
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

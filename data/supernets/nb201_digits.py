@@ -90,7 +90,7 @@ class Head(nn.Module):
 @lru_cache(maxsize=1)
 def digits() -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Standardised digits, split once (fixed order) into 1,437 training and 360 held-out images."""
-    from naspipe.digits import load_digits  # scikit-learn's copy, read without importing sklearn (faster)
+    from naspipe.datasets.digits import load_digits  # scikit-learn's copy, read without importing sklearn (faster)
 
     x, y = load_digits()
     x = (torch.tensor(x, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0 - 0.3) / 0.4

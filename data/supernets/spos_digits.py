@@ -4,7 +4,7 @@ An example of your own supernet: the candidates are ordinary ``nn.Module`` class
 naspipe's. Each choice block is a ShuffleNet-v2 unit (half the channels pass through, the other half
 go through pointwise -> depthwise kxk -> pointwise, then the halves are shuffled) with kernel 3, 5 or 7,
 or an Xception-like unit (three depthwise-separable 3x3 convolutions). A fixed stem and head wrap them.
-The data needs no download (scikit-learn ships it; ``naspipe.digits.load_digits`` reads it).
+The data needs no download (scikit-learn ships it; ``naspipe.datasets.digits.load_digits`` reads it).
 
     PYTHONPATH=data/supernets naspipe train --space spos_digits:supernet --stages 2 --subnets 150 \
         --shared-layers delayed:4 --optimizer adam --out runs/spos
@@ -83,7 +83,7 @@ class Head(nn.Module):
 @lru_cache(maxsize=1)
 def digits() -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Standardised digits, split once (fixed order) into 1,437 training and 360 held-out images."""
-    from naspipe.digits import load_digits  # scikit-learn's copy, read without importing sklearn (faster)
+    from naspipe.datasets.digits import load_digits  # scikit-learn's copy, read without importing sklearn (faster)
 
     x, y = load_digits()
     x = (torch.tensor(x, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0 - 0.3) / 0.4

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 from naspipe.cli.common import UsageError
 from naspipe.cli.shutdown import leave_despite_threads
+from naspipe.lifecycle.startup import pause_at_first_import
 from naspipe.runtime.processes.signals import EXIT_TERMINATED, Terminated
-from naspipe.startup import pause_at_first_import
 
 
 class _Parser(argparse.ArgumentParser):
@@ -98,7 +98,7 @@ def _checkpoint_named(e: BaseException) -> int | None:
     """The checkpoint the launcher attached to the signal's exception. A second Ctrl-C that lands after the run
     wrote ``status.json`` and before ``_stopping`` raises a KeyboardInterrupt of its own while the first one
     unwinds: the first (which names the checkpoint) is its ``__context__``."""
-    from naspipe.exception_chain import chain
+    from naspipe.lifecycle.exception_chain import chain
 
     return next((saved for x in chain(e) if (saved := getattr(x, "checkpoint", None)) is not None), None)
 

@@ -103,7 +103,7 @@ DEMO_FILES = (SUMMARY, GANTT, REPORT)
 def _check_outs(out: Path) -> None:
     """Refuse (one line) when a subfolder of ``out`` holds anything but an earlier demo run of the kind the demo
     writes there: the demo replaces its own runs only (a user's other files there are kept)."""
-    from naspipe import runs
+    from naspipe.runfolder import runs
     from naspipe.runtime.config import ConfigError, check_out_dir
 
     for sub, kind in RUNS:
@@ -124,7 +124,7 @@ def _check_demo_files(d: Path) -> None:
     """Refuse (one line) a file of a name the demo writes in ``d`` (``DEMO_FILES``) that is not its own: one in a
     folder no ``run.json`` marks as a train run (an earlier demo's CSP run), a symbolic link (never followed), or
     not a plain file."""
-    from naspipe import runs
+    from naspipe.runfolder import runs
 
     ours = runs.kind_of(d) == "train"
     for name in DEMO_FILES:
@@ -175,9 +175,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     _check_outs(out)
 
-    from naspipe.reference import train_reference
+    from naspipe.oracle.sequential_trainer import train_reference
     from naspipe.runtime.processes.launcher import TrainError, train  # (naspipe.runtime.train: its hint is for Python)
-    from naspipe.shared import short_list
+    from naspipe.spaces.shared import short_list
     from naspipe.viz import gantt
     from naspipe.viz.report import write_report
 
@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
         "report": str(report_path), "gantt": str(gantt_path), "summary": str(summary_path),
         "reproducible": identical,  # the name older summary.json readers know
     }
-    from naspipe.atomic import write_text_atomic
+    from naspipe.fileio.atomic import write_text_atomic
 
     write_text_atomic(summary_path, json.dumps(summary, indent=1))
     if args.json:

@@ -6,10 +6,10 @@ between replicas. The planner simulates each split on the same sequence (``naspi
 and prints the table, best first (no torch, no processes). With ``--sampler fair`` (or ``spread[:BASE]``)
 it ranks the splits on that sampler's sequence and says, per split, what the sampler changes against uniform
 sampling: throughput, and subnets that reuse a candidate of one of the ``stages - 1`` before them
-(``naspipe.conflicts``).
+(``naspipe.sequences.conflicts``).
 
 With ``--nodes N`` it prints instead how to start a run on N machines: the torchrun line for each node
-and a SLURM script (``naspipe.nodes``), after checking the training arguments given after ``--``.
+and a SLURM script (``naspipe.cli.nodes``), after checking the training arguments given after ``--``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 
 from naspipe.cli.cmd_simulate import add_link_arguments, link_from_args
 from naspipe.cli.common import UsageError, positive_int
-from naspipe.runspec import DEFAULT_SHARED
+from naspipe.runspec.spec import DEFAULT_SHARED
 from naspipe.sched.policies import DEFAULT_POLICY
 
 COMMAND = "plan"
@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_nodes(args: argparse.Namespace) -> int:
     """``--nodes``: the torchrun line per node and the SLURM script, after checking the training options."""
     from naspipe.cli.cmd_train import world_config
-    from naspipe.nodes import HOST_PLACEHOLDER, IFACE_PLACEHOLDER, make_plan, slurm_script
+    from naspipe.cli.nodes import HOST_PLACEHOLDER, IFACE_PLACEHOLDER, make_plan, slurm_script
 
     train = list(args.train_args)
     if train[:1] == ["--"]:
@@ -98,7 +98,7 @@ def _train_refuses(space: object):  # noqa: ANN202
     """``replicas -> reason or None``: train's own check that every block of a user supernet runs on a shard of
     ``batch / replicas`` samples (BatchNorm needs two), so no split train refuses is ranked."""
     def refuses(replicas: int) -> str | None:
-        from naspipe.modelcheck import ModelCheckError, check_replicas
+        from naspipe.preflight.modelcheck import ModelCheckError, check_replicas
 
         try:
             check_replicas(space, replicas)  # type: ignore[arg-type]
@@ -115,12 +115,12 @@ def run(args: argparse.Namespace) -> int:
         return run_nodes(args)
     if args.train_args:
         raise UsageError(f"unexpected arguments {' '.join(args.train_args)} (training options go with --nodes)")
-    from naspipe.runspec import RunSpecError
+    from naspipe.runspec.spec import RunSpecError
     from naspipe.sched.registry import PolicyError, get_policy
-    from naspipe.shared import SharedPolicyError, resolve_shared
     from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
     from naspipe.sim.replicas import plan
-    from naspipe.space import SpaceError, resolve_space
+    from naspipe.spaces.shared import SharedPolicyError, resolve_shared
+    from naspipe.spaces.space import SpaceError, resolve_space
 
     try:
         space = resolve_space(args.space)
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         get_policy(args.policy)
     except PolicyError as e:
         raise UsageError(str(e)) from None
-    from naspipe.samplers import SamplerError, parse_sampler
+    from naspipe.sequences.samplers import SamplerError, parse_sampler
 
     try:
         sampler = parse_sampler(args.sampler)
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
                           "batch_alpha": alpha, "rows": rows, "refused": refused,
                           "time_unit": "unit" if unit_costs else "s"}))
         return 0
-    from naspipe.memsize import format_bytes
+    from naspipe.inputs.memsize import format_bytes
 
     w = sys.stdout.write
     w(f"{args.devices} devices, {space.name}, {args.policy}, {args.subnets} subnets; link {link.bandwidth / 1e9:g} "
@@ -200,8 +200,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _compare_with_uniform(space, rows: list[dict], uniform: list[dict], n: int, seed: int, sampler: str) -> None:  # noqa: ANN001
     """Add to every row the uniform sequence's row of the same split, the speedup and both conflict counts."""
-    from naspipe.conflicts import conflict_stats
-    from naspipe.samplers import make_stream
+    from naspipe.sequences.conflicts import conflict_stats
+    from naspipe.sequences.samplers import make_stream
 
     subs = {s: list(make_stream(space, seed, n, s)) for s in (sampler, "uniform")}
     by_split = {(u["stages"], u["replicas"]): u for u in uniform}

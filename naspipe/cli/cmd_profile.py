@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from naspipe.space import SpaceError, resolve_space
+    from naspipe.spaces.space import SpaceError, resolve_space
     from naspipe.supernet.load import default_costs_path, is_spec, without_costs
 
     try:  # without the profile it is about to replace (a stale one is refused everywhere else)
@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda was asked for, but torch sees no CUDA device; use --device cpu")
-    from naspipe.atomic import check_writable
-    from naspipe.measure import measure_costs, save_costs
+    from naspipe.fileio.atomic import check_writable
+    from naspipe.preflight.measure import measure_costs, save_costs
 
     def refuse(e: OSError) -> UsageError:
         return UsageError(f"--out: {e}" if args.out is not None else f"{e}; pass --out FILE somewhere writable")

@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check_run(d: str) -> None:
-    from naspipe import runs
+    from naspipe.runfolder import runs
 
     p = Path(d)
     if not p.is_dir():
@@ -51,10 +51,10 @@ def run(args: argparse.Namespace) -> int:
     except TruthError as e:
         raise UsageError(str(e)) from None
 
+    from naspipe.models.weights import WeightsError
     from naspipe.ranking.compare import rank
     from naspipe.search.run import RunError
-    from naspipe.space import SpaceError
-    from naspipe.weights import WeightsError
+    from naspipe.spaces.space import SpaceError
 
     try:
         report = rank(args.run_dir, args.truth, against=args.against, seeds=args.seeds, space=args.space,

@@ -3,16 +3,19 @@
 Takes the same options as ``naspipe train`` (``--stages/--policy/--window`` are accepted and ignored:
 the reference has one stage and no schedule) and writes ``losses.csv``, ``params.json`` and
 ``metrics.json`` to ``--out``, the files ``naspipe verify`` compares, ``weights.pt`` (the trained supernet,
-``naspipe.weights``), which ``naspipe search`` reads, and ``status.json`` as ``naspipe train`` does (complete, or
+``naspipe.models.weights``), which ``naspipe search`` reads, and ``status.json`` as ``naspipe train`` does
+(complete, or
 how the run ended: Ctrl-C and SIGTERM both write it before the command exits with 130 or 143).
 ``--sampler evolution[:LAG]`` generates the
-sequence at run time from the training losses, ``fair`` and ``spread`` from the seed (``naspipe.samplers``);
+sequence at run time from the training losses, ``fair`` and ``spread`` from the seed (``naspipe.sequences.samplers``);
 the sequence such a sampler produced is also written to ``sequence.json`` (replayable with ``--sequence``).
 ``run.json`` records the run's kind and identity
-(``naspipe.runs``, threads included: compare ``train --threads N`` with ``reference --threads N``); a folder holding
+(``naspipe.runfolder.runs``, threads included: compare ``train --threads N`` with ``reference --threads N``); a
+folder holding
 a train run, or files no naspipe run wrote, is refused unless ``--overwrite``, which clears it first; a reference
 replaces an earlier reference, deleting only its files and never the ``--sequence`` it reads, under the folder's
-lock (``naspipe.runlock``; docs/run-folders.md). The model is checked before training (``naspipe.modelcheck``).
+lock (``naspipe.runfolder.runlock``; docs/run-folders.md). The model is checked before training
+(``naspipe.preflight.modelcheck``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from naspipe.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from naspipe.samplers import SamplerSpec
+    from naspipe.sequences.samplers import SamplerSpec
 
 COMMAND = "reference"
 HELP = "train subnets one at a time (the sequential oracle) and write losses and parameter hashes"
@@ -66,13 +69,13 @@ def run(args: argparse.Namespace) -> int:
     spec = sampler_from_args(args)
     args.stages = 1  # accepted and ignored: the reference has one stage (a supernet of few blocks needs no --stages)
     cfg = resolve_run(args)
-    from naspipe.modelcheck import ModelCheckError, check_model
+    from naspipe.preflight.modelcheck import ModelCheckError, check_model
 
     try:
         check_model(cfg.space, cfg.seed, cfg.shared)
     except ModelCheckError as e:
         raise UsageError(str(e)) from None
-    from naspipe.optim_names import lr_error
+    from naspipe.inputs.optim_names import lr_error
     from naspipe.runtime.config import threads_error
 
     for option, why in (("--lr", None if args.lr is None else lr_error(args.lr)),
@@ -82,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     _check_out(out, args.overwrite)  # (a file there, or a name too long, first)
     from naspipe.runtime.config import ConfigError, check_sequence_size
-    from naspipe.space import replicas_error
+    from naspipe.spaces.space import replicas_error
 
     try:
         check_sequence_size(cfg.space, len(cfg.stream), 1)
@@ -92,17 +95,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--{why} of {cfg.space.name!r}")
     if args.replicas > 1 and spec.online:
         raise UsageError(f"--replicas > 1 needs a fixed sequence; --sampler {spec} generates it at run time")
-    from naspipe.modelcheck import ModelCheckError, check_replicas
+    from naspipe.preflight.modelcheck import ModelCheckError, check_replicas
 
     try:
         check_replicas(cfg.space, args.replicas)  # a user supernet's shard of B/R samples runs
     except ModelCheckError as e:
         raise UsageError(str(e)) from None
 
-    from naspipe import runs
-    from naspipe.optim_names import DEFAULT_LR
-    from naspipe.samplers import make_stream
-    from naspipe.sequence import subnets_digest
+    from naspipe.inputs.optim_names import DEFAULT_LR
+    from naspipe.runfolder import runs
+    from naspipe.sequences.samplers import make_stream
+    from naspipe.sequences.sequence import subnets_digest
 
     if spec.online:
         cfg = dataclasses.replace(cfg, stream=make_stream(cfg.space, cfg.seed, len(cfg.stream), spec))
@@ -136,12 +139,12 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
                   digest: Any) -> Any:
     """Train and save the reference under the folder's lock: its result, or the exit code of a failed run.
     ``status.json`` says how the run ended: complete, the user code's failure, or the signal that stopped it."""
-    from naspipe import runs
-    from naspipe.reference import ReferenceFailed, train_reference
-    from naspipe.runlock import RunLocked, acquire, release
+    from naspipe.oracle.sequential_trainer import ReferenceFailed, train_reference
+    from naspipe.runfolder import runs
+    from naspipe.runfolder.runlock import RunLocked, acquire, release
     from naspipe.runtime.outputs import write_status
     from naspipe.runtime.processes.signals import Terminated, deferred
-    from naspipe.sequence import save_sequence
+    from naspipe.sequences.sequence import save_sequence
 
     try:  # the folder is this run's until its last file is written (a second writer is refused)
         lock = acquire(out)
@@ -158,7 +161,7 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
         except OSError as e:
             raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
         if not args.no_progress:  # every check passed; with the progress bar (--no-progress keeps stderr quiet)
-            from naspipe.shared import announce
+            from naspipe.spaces.shared import announce
 
             announce(cfg.space, cfg.shared, "shared_layers=" if args._api else "--shared-layers")
         try:
@@ -182,7 +185,7 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
             print(f"naspipe: error: {e}", file=sys.stderr)
             return 1
         except OSError as e:  # a full disk: one line (every file is written atomically: none is half written)
-            from naspipe.atomic import disk_full_message, is_disk_full
+            from naspipe.fileio.atomic import disk_full_message, is_disk_full
 
             msg = disk_full_message(out, e) if is_disk_full(e) else str(e)
             write_status(out, False, msg)
@@ -207,7 +210,7 @@ def write(space: Any, out: str | Path, **options: Any) -> Path:
     ``options``: the command's options by their Python names (``subnets``, ``seed``, ``shared_layers``,
     ``optimizer``, ``lr``, ``threads``, ``replicas``, ``sequence``, ``sampler``, ``overwrite``, ``progress``).
     Raises ``RunSpecError`` (one line) where the command exits 2, ``ReferenceFailed`` where user code failed."""
-    from naspipe.runspec import RunSpecError
+    from naspipe.runspec.spec import RunSpecError
 
     if not str(out).strip():  # (what --out refuses in argparse: an exit there, not the promised exception)
         raise RunSpecError(f"out must name a folder, got {str(out)!r}")

@@ -11,8 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-from naspipe import runs
 from naspipe.cli.common import UsageError, positive_int
+from naspipe.runfolder import runs
 
 COMMAND = "search"
 HELP = "search a trained supernet (random or evolution) under a params/latency constraint"
@@ -48,8 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from naspipe.samplers import SamplerError, parse_sampler
     from naspipe.search.constraints import ConstraintError, parse_constraints
+    from naspipe.sequences.samplers import SamplerError, parse_sampler
 
     try:
         sampler = parse_sampler(args.sampler)
@@ -72,10 +72,10 @@ def run(args: argparse.Namespace) -> int:
     if args.population is not None and args.sample_size is not None and args.sample_size > args.population:
         raise UsageError(f"--sample-size {args.sample_size} exceeds --population {args.population}")
 
+    from naspipe.models.weights import WeightsError
     from naspipe.search import InfeasibleError, ProfileError, search_run
     from naspipe.search.run import RunError
-    from naspipe.space import SpaceError
-    from naspipe.weights import WeightsError
+    from naspipe.spaces.space import SpaceError
 
     try:
         result = search_run(run_dir, strategy=args.strategy, budget=args.budget, constraints=constraints,

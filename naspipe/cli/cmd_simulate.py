@@ -26,7 +26,7 @@ ORDER = 10
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from naspipe.cli.common import add_sampler_argument
-    from naspipe.runspec import REPLICA_EXCHANGES
+    from naspipe.runspec.spec import REPLICA_EXCHANGES
 
     add_run_arguments(p)
     add_sampler_argument(p, online=False)
@@ -82,7 +82,7 @@ def add_link_arguments(g: Any) -> None:
 
 def link_from_args(args: argparse.Namespace) -> Any:
     """The ``LinkModel`` of ``--link-bandwidth`` and ``--link-latency``; UsageError when bad."""
-    from naspipe.memsize import SizeError, parse_bytes
+    from naspipe.inputs.memsize import SizeError, parse_bytes
     from naspipe.sim.replicas import LinkModel
 
     try:
@@ -96,8 +96,8 @@ def link_from_args(args: argparse.Namespace) -> Any:
 
 def summarize(cfg: Any, result: Any) -> dict[str, Any]:
     """The metrics of one simulation: makespan, utilisation, bound and efficiency, throughput."""
-    from naspipe.bound import result_bound
-    from naspipe.conflicts import conflict_stats
+    from naspipe.sequences.conflicts import conflict_stats
+    from naspipe.sim.bound import result_bound
 
     subnets = [cfg.stream[j] for j in range(len(cfg.stream))]
     b = result_bound(result, cfg.space, cfg.partition, subnets, cfg.shared)
@@ -139,7 +139,7 @@ def memory_config(args: argparse.Namespace) -> Any:
     """The MemoryConfig the memory flags ask for, or None when memory is not modelled."""
     if args.device_memory is None and args.swap is None:
         return None
-    from naspipe.memsize import SizeError, parse_budget, parse_bytes
+    from naspipe.inputs.memsize import SizeError, parse_budget, parse_bytes
     from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
     from naspipe.sim.memory import MemoryConfig
 
@@ -167,7 +167,7 @@ def memory_config(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from naspipe.samplers import SamplerError, parse_sampler
+    from naspipe.sequences.samplers import SamplerError, parse_sampler
 
     try:
         if parse_sampler(args.sampler).online:
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     from naspipe.sched.policies import PolicyError
     from naspipe.sim import SimOptions, simulate
     from naspipe.sim.memory import MemoryBudgetError
-    from naspipe.space import replicas_error
+    from naspipe.spaces.space import replicas_error
 
     mem = memory_config(args)
     for flag, path in (("--trace", args.trace), ("--chrome-trace", args.chrome_trace)):
@@ -246,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
           "mean "
           + (f"{q['mean_reuse_distance']:.1f}" if q["mean_reuse_distance"] is not None else "None") + "\n")
         if replicas > 1:
-            from naspipe.memsize import format_bytes
+            from naspipe.inputs.memsize import format_bytes
 
             w(f"  replicas     {replicas} per stage ({out['devices']} devices), batch {out['replica_batch']} each; "
               f"{out['exchange']} on {link.bandwidth / 1e9:g} GB/s + {link.latency * 1e6:g} us: "
@@ -257,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
         w(f"  lower bound  {out['lower_bound']:.4f}{s} (critical path {out['critical_path']:.4f}, "
           f"stage work {out['max_stage_work']:.4f})   efficiency {out['efficiency']:.3f}\n")
         if out["hit_rate"] is not None:
-            from naspipe.memsize import format_bytes
+            from naspipe.inputs.memsize import format_bytes
 
             w(f"  memory       {out['swap']}, batch {out['batch_size']}, "
               f"{out['samples_per_second']:.1f} samples{per_s}, hit rate {out['hit_rate']:.4f} "

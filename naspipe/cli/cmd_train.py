@@ -40,7 +40,7 @@ ORDER = 30
 def add_arguments(p: argparse.ArgumentParser) -> None:
     # no torch import here: building the parser must stay cheap for every subcommand
     from naspipe.cli.common import add_optimizer_arguments, add_sampler_argument  # as the reference's
-    from naspipe.runspec import REPLICA_EXCHANGES
+    from naspipe.runspec.spec import REPLICA_EXCHANGES
     from naspipe.runtime.config import BALANCES, DEVICES, START_METHODS  # (torch-free)
 
     add_run_arguments(p, default_space="tiny-transformer", default_subnets=200)
@@ -256,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     from naspipe.runtime.config import ConfigError
     from naspipe.runtime.processes.launcher import TrainError, train
-    from naspipe.shared import announce
+    from naspipe.spaces.shared import announce
 
     if cfg.progress:  # what the fixed blocks do, before any process starts (with the bar: --no-progress is quiet)
         announce(cfg.space, cfg.shared)

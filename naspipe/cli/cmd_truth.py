@@ -22,7 +22,7 @@ ORDER = 62
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from naspipe.optim_names import OPTIMIZERS
+    from naspipe.inputs.optim_names import OPTIMIZERS
 
     p.add_argument("--space", required=True, help="preset name, JSON file, or module:function")
     p.add_argument("--out", type=named("--out"), required=True,
@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from naspipe.optim_names import DEFAULT_LR, lr_error
+    from naspipe.inputs.optim_names import DEFAULT_LR, lr_error
 
     lr = DEFAULT_LR[args.optimizer] if args.lr is None else args.lr
     if (why := lr_error(lr)) is not None:
@@ -54,9 +54,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {str(out)!r} exists and is not a directory")
 
     import naspipe.supernet  # noqa: F401 - registers the module:function resolver
-    from naspipe.atomic import write_text_atomic
+    from naspipe.fileio.atomic import write_text_atomic
     from naspipe.models import model_kind
-    from naspipe.space import SpaceError, resolve_space
+    from naspipe.spaces.space import SpaceError, resolve_space
     from naspipe.truth.records import (
         SPACE_JSON,
         TruthError,

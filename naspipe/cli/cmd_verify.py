@@ -1,6 +1,6 @@
 """``naspipe verify DIR_A DIR_B``: are two runs bit-identical (per-subnet losses and every tensor)?
 
-Exit 0 when identical; 1 when the runs were made with different configurations (``naspipe.runs``: seed, space,
+Exit 0 when identical; 1 when the runs were made with different configurations (``naspipe.runfolder.runs``: seed, space,
 a user supernet's source and initial weights, the update rule of a non-causal policy, optimizer, lr, threads,
 shared-layer policy, sequence digest; named first) or a subnet or tensor differs; 2 when a
 file is missing or malformed (a subnet twice, a truncated line, an empty run), naming the file and line.
@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from naspipe.results import ResultsError, verify
+    from naspipe.runfolder.results import ResultsError, verify
 
     try:
         ok, message = verify(args.dir_a, args.dir_b)

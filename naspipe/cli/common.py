@@ -6,12 +6,12 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError, SequenceTooShort
+from naspipe.runspec.spec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError, SequenceTooShort
 from naspipe.sched.policies import POLICIES
-from naspipe.shared import SHARED_MODES
+from naspipe.spaces.shared import SHARED_MODES
 
 if TYPE_CHECKING:
-    from naspipe.samplers import SamplerSpec
+    from naspipe.sequences.samplers import SamplerSpec
 
 
 class UsageError(Exception):
@@ -81,7 +81,7 @@ def _ruled(option: str, convert: Callable[[str], Any], what: str, rule: Callable
 
 
 def _lr_error(v: float) -> str | None:
-    from naspipe.optim_names import lr_error
+    from naspipe.inputs.optim_names import lr_error
 
     return lr_error(v)
 
@@ -92,7 +92,7 @@ def _threads_error(v: int) -> str | None:
     return threads_error(v)
 
 
-learning_rate = _ruled("--lr", float, "number", _lr_error)  # the type of --lr (naspipe.optim_names.lr_error)
+learning_rate = _ruled("--lr", float, "number", _lr_error)  # the type of --lr (naspipe.inputs.optim_names.lr_error)
 thread_count = _ruled("--threads", int, "whole number", _threads_error)  # (naspipe.runtime.config.threads_error)
 
 
@@ -128,7 +128,7 @@ def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-
 
 def _seeded_sampler(args: argparse.Namespace) -> str:
     """``--sampler`` when it makes the sequence from the seed (a run-time one is the run's, not the spec's)."""
-    from naspipe.samplers import SamplerError, parse_sampler
+    from naspipe.sequences.samplers import SamplerError, parse_sampler
 
     text = args.sampler or "uniform"
     try:
@@ -161,7 +161,7 @@ def resolve_run(args: argparse.Namespace, probe: bool = True) -> RunSpec:
     if not probe:
         from pathlib import Path
 
-        from naspipe.space import SpaceError
+        from naspipe.spaces.space import SpaceError
         from naspipe.supernet.load import is_spec, spec_space
 
         if is_spec(space) and not Path(space).exists():
@@ -183,7 +183,7 @@ def resolve_run(args: argparse.Namespace, probe: bool = True) -> RunSpec:
 
 def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
     """``--optimizer`` and ``--lr``, shared with ``naspipe train``."""
-    from naspipe.optim_names import DEFAULT_LR, OPTIMIZERS
+    from naspipe.inputs.optim_names import DEFAULT_LR, OPTIMIZERS
 
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
                    help="per-parameter optimizer (default %(default)s)")
@@ -194,7 +194,7 @@ def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
 
 def sampler_from_args(args: argparse.Namespace) -> SamplerSpec:
     """The parsed ``--sampler``; UsageError for a bad value or together with ``--sequence``."""
-    from naspipe.samplers import SamplerError, parse_sampler
+    from naspipe.sequences.samplers import SamplerError, parse_sampler
 
     try:
         spec = parse_sampler(args.sampler)

@@ -22,7 +22,7 @@ warm-up rule the runtime implements with its ``warmup`` option.
 Shared layers ``delayed(D)``: subnet ``j`` reads version ``v_{j-D}``, applied ``D`` updates before its own:
 predict with ``s = D`` and rescale with ``tau = D``. For bit-reproducible runs the prediction is computed when
 the version is snapshotted (from the optimizer state at that update), never at forward time
-(``naspipe.runtime.update_rules.updates.CorrectedFixedVersions``, ``naspipe.reference``).
+(``naspipe.runtime.update_rules.updates.CorrectedFixedVersions``, ``naspipe.oracle.sequential_trainer``).
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from naspipe.trace import Trace
+    from naspipe.sched.trace import Trace
 
 STASH_POLICIES: tuple[str, ...] = ("async", "stash", "2bw", "gpipe")
 FWD, BWD = "F", "B"

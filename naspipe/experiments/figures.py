@@ -20,12 +20,12 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
-from naspipe.sequence import UniformStream
+from naspipe.runspec.spec import RunSpec
+from naspipe.sequences.sequence import UniformStream
 from naspipe.sim import simulate
 from naspipe.sim.twin import scaled_space, simulated_twin  # re-exported for notebooks
-from naspipe.space import preset
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import preset
 from naspipe.viz.dag import critical_path, dag_figure, dag_from_trace
 from naspipe.viz.gantt import gantt
 from naspipe.viz.svg import dag_svg, gantt_svg
@@ -71,7 +71,7 @@ def measured_figures(out: Path, space: str = "digits-cnn", stages: int = 4, subn
 def sampler_figures(out: Path, space: str = "naspipe-k48", stages: int = 4, subnets: int = 24,
                     seed: int = 0) -> list[Path]:
     """CSP on a uniform and on a fair sequence (``--sampler fair``) of the same seed, one time axis."""
-    from naspipe.samplers import make_stream
+    from naspipe.sequences.samplers import make_stream
 
     sp = preset(space)
     part = partition(sp, stages)

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from naspipe import runs
+from naspipe.runfolder import runs
 
 
 def write_reference(config: Any, out: str | Path, progress: bool = False) -> Path:
@@ -24,7 +24,7 @@ def write_reference(config: Any, out: str | Path, progress: bool = False) -> Pat
     With ``config.replicas`` R > 1 it is ``naspipe reference --replicas R`` (the shards' gradients combined as
     the run's replicas combine them), the reference such a run verifies against. ``out`` may hold an earlier
     reference (replaced: only its files) and nothing else a run writes (``naspipe.runtime.rundir.ConfigError``)."""
-    from naspipe.reference import train_reference
+    from naspipe.oracle.sequential_trainer import train_reference
     from naspipe.runtime.rundir import check_out_dir, save_reference_run
 
     check_out_dir(Path(out), overwrite=False, kind="reference")  # before training, not after
@@ -88,7 +88,7 @@ class TrainJob(Job):
     def start(self) -> TrainJob:
         out = Path(self.config.out)
         if getattr(self.config, "overwrite", False) and out.is_dir():  # an earlier run's files would end the
-            from naspipe.runlock import RunLocked, locked  # monitor at once; never while another run writes
+            from naspipe.runfolder.runlock import RunLocked, locked  # monitor at once; never while another run writes
 
             try:
                 with locked(out):

@@ -16,17 +16,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from naspipe.bound import result_bound
-from naspipe.partition import Partition, partition
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.policies import follows_causal_rule
 from naspipe.sched.tasks import BACKWARD, WEIGHT
-from naspipe.sequence import SubnetStream, UniformStream
-from naspipe.shared import SharedLayers
+from naspipe.sched.trace import Trace, check_causal
+from naspipe.sequences.sequence import SubnetStream, UniformStream
 from naspipe.sim import SimOptions, SimResult, simulate
+from naspipe.sim.bound import result_bound
 from naspipe.sim.memory import MemoryBudgetError, MemoryConfig
-from naspipe.space import SearchSpace, preset
-from naspipe.trace import Trace, check_causal
+from naspipe.spaces.partition import Partition, partition
+from naspipe.spaces.shared import SharedLayers
+from naspipe.spaces.space import SearchSpace, preset
 
 DEFAULT_POLICIES = ("csp", "csp-bw", "bsp", "asp")
 
@@ -47,9 +47,9 @@ def compare_samplers(space: SearchSpace, part: Partition, seed: int, subnets: in
                      ) -> tuple[dict[str, SimResult], list[dict[str, Any]]]:
     """``policy`` simulated on each sampler's sequence (same seed and length): the results by sampler, and one
     row per sampler with makespan, utilisation, throughput and the sequence's conflicts within the stage count
-    and reuse distances (``naspipe.conflicts``)."""
-    from naspipe.conflicts import conflict_stats
-    from naspipe.samplers import make_stream
+    and reuse distances (``naspipe.sequences.conflicts``)."""
+    from naspipe.sequences.conflicts import conflict_stats
+    from naspipe.sequences.samplers import make_stream
 
     results, rows = {}, []
     for name in samplers:

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from naspipe.seeding import hashed_generator
-from naspipe.space import Candidate, SearchSpace
+from naspipe.spaces.space import Candidate, SearchSpace
+from naspipe.supernet.seeding import hashed_generator
 
 INIT_GAIN = 1.0  # weights ~ U(+-1/sqrt(fan_in)), torch's default (He gain trained worse here)
 
@@ -107,9 +107,10 @@ DIGITS_MEAN, DIGITS_STD = 0.3, 0.4  # of load_digits / 16, rounded: inputs are s
 
 @lru_cache(maxsize=2)
 def digits_split(train: bool) -> tuple[Tensor, Tensor]:
-    """scikit-learn's digits (ships with the package; read by ``naspipe.digits``), standardised, split once into
+    """scikit-learn's digits (ships with the package; read by ``naspipe.datasets.digits``), standardised, split once
+    into
     a fixed train and held-out part. Input ``(N, 1, 8, 8)`` float32, target ``(N,)`` int64."""
-    from naspipe.digits import load_digits
+    from naspipe.datasets.digits import load_digits
 
     data, labels = load_digits()
     x = torch.tensor(data, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0

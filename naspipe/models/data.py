@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from torch import Tensor
 
-from naspipe.space import SearchSpace
+from naspipe.spaces.space import SearchSpace
 
 
 class Batch(NamedTuple):

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from naspipe.seeding import hashed_generator
-from naspipe.space import Candidate, SearchSpace
+from naspipe.spaces.space import Candidate, SearchSpace
+from naspipe.supernet.seeding import hashed_generator
 
 INIT_GAIN = 1.0
 

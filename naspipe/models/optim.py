@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from naspipe.optim_names import DEFAULT_LR, OPTIMIZERS
+from naspipe.inputs.optim_names import DEFAULT_LR, OPTIMIZERS
 
 __all__ = ["DEFAULT_LR", "OPTIMIZERS", "keep_grads_of", "make_optimizer"]
 

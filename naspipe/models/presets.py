@@ -1,6 +1,6 @@
 """The built-in supernets (``transformer``, ``cnn``, ``mlp`` spaces) declared through ``naspipe.Supernet``.
 
-Why it exists: there is one model path. A preset's space (plain data, ``naspipe.space``) names its family in
+Why it exists: there is one model path. A preset's space (plain data, ``naspipe.spaces.space``) names its family in
 ``model.kind``; ``declare(space)`` turns it into a ``Supernet`` of ``Fixed`` and ``Choice`` blocks whose
 factories build that family's modules, exactly as a user declares their own. Presets keep their bits: their
 ``init`` overwrites each new candidate from the (seed, block, candidate) generator (``init_module``) and their
@@ -13,10 +13,10 @@ from functools import partial
 from types import ModuleType
 
 from naspipe.models import cnn, mlp, transformer
-from naspipe.seeding import init_module
-from naspipe.space import SearchSpace
+from naspipe.spaces.space import SearchSpace
 from naspipe.supernet.declare import Choice, Fixed, Supernet
 from naspipe.supernet.load import register_family
+from naspipe.supernet.seeding import init_module
 
 KINDS: dict[str, ModuleType] = {"transformer": transformer, "cnn": cnn, "mlp": mlp}
 

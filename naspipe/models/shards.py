@@ -2,7 +2,7 @@
 
 Why it exists: with ``R`` replicas of every stage, replica ``r`` computes shard ``r`` of each subnet's batch
 and a stage's replicas combine their gradients before the update. The runtime (after gathering the shards'
-gradients) and ``naspipe.reference --replicas R`` (which computes the ``R`` shard gradients in one process)
+gradients) and ``naspipe reference --replicas R`` (which computes the ``R`` shard gradients in one process)
 call these same two functions, so both do the same floating-point operations in the same order and agree
 bit for bit: a shard is rows ``[r*B/R, (r+1)*B/R)`` of the batch (built whole, then split: data generation
 does not change), and the combination is ``((g_0 + g_1) + ... + g_{R-1}) / R``, elementwise, in replica
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from naspipe.space import SearchSpace
+from naspipe.spaces.space import SearchSpace
 
 
 def shard(t: Tensor, replica: int, replicas: int, dim: int = 0) -> Tensor:

@@ -5,7 +5,8 @@
 alone and parameter names are global (``"<block>.<candidate>.<param>"`` for choice blocks,
 ``"<block>.<param>"`` for fixed ones), so any partition yields the same tensors under the same names.
 
-The message between blocks (and stages) is one tensor or a tuple, list or dict of tensors (``naspipe.messages``):
+The message between blocks (and stages) is one tensor or a tuple, list or dict of tensors
+(``naspipe.supernet.messages``):
 a block maps it to the next block's input. The first block takes the batch's input tensor, the head block returns
 what the loss takes. Every supernet, preset or the user's, is
 a ``naspipe.Supernet``; its candidates are built by ``naspipe.models.user.SupernetBuilder``.
@@ -21,8 +22,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from naspipe.shared import SharedLayers
-from naspipe.space import SearchSpace
+from naspipe.spaces.shared import SharedLayers
+from naspipe.spaces.space import SearchSpace
 
 USER_KIND = "supernet"  # a naspipe.Supernet declared by the user; the presets' kinds: naspipe.models.presets
 PRESET_KINDS = ("transformer", "cnn", "mlp")

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from naspipe.space import Block, Candidate, SearchSpace
+from naspipe.spaces.space import Block, Candidate, SearchSpace
 
 PAD = 0
 BOS = 1

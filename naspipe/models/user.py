@@ -12,11 +12,11 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from naspipe.seeding import hashed_generator
-from naspipe.space import SearchSpace
+from naspipe.spaces.space import SearchSpace
 from naspipe.supernet.build import build_candidate, draw_batch
 from naspipe.supernet.declare import SupernetError
 from naspipe.supernet.load import supernet_of
+from naspipe.supernet.seeding import hashed_generator
 
 
 def user_batch(space: SearchSpace, seed: int, j: int) -> tuple[Tensor, Any]:

@@ -60,7 +60,7 @@ def _train(rank: int, world: int, space: Any, subnets: Sequence[Sequence[int]], 
 
     from naspipe.models import build_stage, make_batch, make_optimizer
     from naspipe.models.shards import shard_batch
-    from naspipe.shared import SharedLayers
+    from naspipe.spaces.shared import SharedLayers
 
     model = build_stage(space, range(space.num_blocks), seed, SharedLayers())
     opt = make_optimizer(model.parameters(), "sgd", None)
@@ -92,7 +92,7 @@ def _train(rank: int, world: int, space: Any, subnets: Sequence[Sequence[int]], 
     dist.barrier()
     wall = time.perf_counter() - t0
     if rank == 0:
-        from naspipe.results import param_hashes
+        from naspipe.runfolder.results import param_hashes
 
         Path(out).write_text(json.dumps({"wall_s": wall, "subnets": len(subnets), "bytes_reduced": reduced,
                                          "final_loss": loss.item(),
@@ -104,7 +104,7 @@ def run_ddp(space: Any, subnets: Sequence[Sequence[int]], *, ranks: int, mode: s
     """Train ``subnets`` on ``ranks`` DDP processes; ``{"wall_s", "subnets", "subnets_per_s", ...}`` of rank 0."""
     from naspipe.runtime.processes.launcher import process_context
     from naspipe.runtime.transport.ports import free_port
-    from naspipe.space import replicas_error
+    from naspipe.spaces.space import replicas_error
 
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")

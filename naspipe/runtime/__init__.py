@@ -55,7 +55,7 @@ def train(config: TrainConfig | Any = None, /, **kwargs: Any) -> RunResult:
         raise TypeError(f"pass either a TrainConfig or keyword arguments, not both (got a TrainConfig and "
                         f"{', '.join(sorted(kwargs))}=; use config.replace(...) to change it)")
     if config.progress:  # with its bar: what the fixed blocks do, in one line (naspipe train says it too)
-        from naspipe.shared import announce
+        from naspipe.spaces.shared import announce
 
         announce(config.space, config.shared, "shared_layers=")
     return _train(config)

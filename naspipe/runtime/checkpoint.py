@@ -50,8 +50,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from naspipe import jsonfile
-from naspipe.atomic import write_atomic
+from naspipe.fileio import jsonfile
+from naspipe.fileio.atomic import write_atomic
 from naspipe.runtime.rundir import ConfigError, prepare_out_dir
 
 if TYPE_CHECKING:
@@ -350,7 +350,7 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
     with other arguments. Reads the sidecars and hashes the stage files; unpickles nothing."""
     if getattr(cfg, "online", False):
         raise CheckpointError("checkpoints do not support run-time generated sequences (--sampler) yet")
-    from naspipe import runs
+    from naspipe.runfolder import runs
 
     _, root = locate(path)
     c = newest_complete(root)
@@ -428,7 +428,7 @@ def adopt_layout(cfg: TrainConfig, path: str | Path, *, adopt_plan: bool = False
     and the plan in ``cfg`` was chosen on today's costs) the checkpoint's ``csp-plan`` plan is taken over too;
     a plan named on the command line is never overridden (a refusal names the checkpoint's, to pass as
     ``--policy``). Unchanged otherwise (``check_resume`` says why)."""
-    from naspipe.partition import Partition
+    from naspipe.spaces.partition import Partition
 
     try:
         _, root = locate(path)
@@ -485,7 +485,7 @@ def resumes_in_place(cfg: TrainConfig) -> bool:
 def prepare_run_dir(cfg: TrainConfig) -> None:
     """Prepare ``cfg.out`` for a run: a fresh run clears an earlier one (with overwrite), including its
     checkpoints; a run resuming in place keeps its checkpoints up to the resume position."""
-    from naspipe import runs
+    from naspipe.runfolder import runs
 
     in_place = resumes_in_place(cfg)
     prepare_out_dir(cfg.out, cfg.overwrite or in_place)

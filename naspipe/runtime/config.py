@@ -1,7 +1,7 @@
 """The run configuration of a training job, validated completely before any process starts.
 
 Why it exists: the CLI, the torchrun entry point and notebooks all describe a run the same way — the run
-itself (space, partition, sequence, shared layers, policy, window, seed) as a ``naspipe.runspec.RunSpec``,
+itself (space, partition, sequence, shared layers, policy, window, seed) as a ``naspipe.runspec.spec.RunSpec``,
 and here what only training adds (optimizer, device, threads, output folder, replicas, checkpoints) — and a
 bad run must be refused with one clear line before a single worker is spawned (``ConfigError``, which the
 CLI turns into exit code 2). A validated ``TrainConfig`` holds only plain, picklable data: it is what
@@ -17,18 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from naspipe import runs
-from naspipe.optim_names import lr_error
-from naspipe.partition import Partition, split_error
-from naspipe.partition import partition as make_partition
-from naspipe.runspec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError, check_replicas
+from naspipe.inputs.optim_names import lr_error
+from naspipe.runfolder import runs
+from naspipe.runspec.spec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError, check_replicas
 from naspipe.runtime.rundir import ConfigError, check_out_dir, prepare_out_dir  # noqa: F401
-from naspipe.samplers import SamplerError, make_stream, parse_sampler
 from naspipe.sched.policies import PolicyError, StageSpec, make_scheduler
 from naspipe.sched.registry import Policy, get_policy, policy_names
-from naspipe.sequence import ReplayStream, SubnetStream
-from naspipe.shared import SharedLayers
-from naspipe.space import SearchSpace, SpaceError, Subnet
+from naspipe.sequences.samplers import SamplerError, make_stream, parse_sampler
+from naspipe.sequences.sequence import ReplayStream, SubnetStream
+from naspipe.spaces.partition import Partition, split_error
+from naspipe.spaces.partition import partition as make_partition
+from naspipe.spaces.shared import SharedLayers
+from naspipe.spaces.space import SearchSpace, SpaceError, Subnet
 
 DEVICES = ("cpu", "cuda")
 START_METHODS = ("forkserver", "spawn")
@@ -114,7 +114,7 @@ class TrainConfig:
     fault: str | None = None
     start_method: str = "forkserver"
     balance: str = "cost"  # how the partition was chosen (recorded only): "cost" model or "measured"
-    # the subnet sequence generated at run time from the losses (``naspipe.samplers``): "uniform" trains
+    # the subnet sequence generated at run time from the losses (``naspipe.sequences.samplers``): "uniform" trains
     # ``sequence``; "evolution:LAG" leaves ``sequence`` empty and trains ``subnet_count`` generated subnets
     sampler: str = "uniform"
     subnet_count: int | None = None
@@ -140,7 +140,7 @@ class TrainConfig:
         ``sequence``: a subnet stream or list of subnets to replay (its first ``subnets`` are trained);
         default: uniform sampling keyed by ``seed``. ``partition``: the stages' block ranges (it overrides
         ``stages``); by default ``stages`` ranges balanced on the space's cost model or, with
-        ``balance="measured"``, on block costs measured on this machine (``naspipe.measure``).
+        ``balance="measured"``, on block costs measured on this machine (``naspipe.preflight.measure``).
         """
         run = {k: options.pop(k) for k in ("seed", "policy", "window") if k in options}  # the RunSpec's part
         if "sampler" in options:  # also a training option (recorded); the RunSpec makes a seeded sequence of it
@@ -160,7 +160,7 @@ class TrainConfig:
 
     @classmethod
     def from_spec(cls, spec: RunSpec, out: str | Path, **options: Any) -> TrainConfig:
-        """The training run of ``spec`` (``naspipe.runspec``, the run description every command shares);
+        """The training run of ``spec`` (``naspipe.runspec.spec``, the run description every command shares);
         ``options`` are this class's own fields (optimizer, device, timeout, ``resume``, ...). Validates;
         raises ConfigError."""
         cls._check_options(options)
@@ -309,7 +309,7 @@ class TrainConfig:
         return self.stages * self.replicas
 
     def _validate_replicas(self) -> None:
-        try:  # the rules of replicas in themselves: naspipe.runspec's
+        try:  # the rules of replicas in themselves: naspipe.runspec.spec's
             check_replicas(self.space, self.replicas, self.replica_exchange)
         except RunSpecError as e:
             raise ConfigError(str(e)) from None
@@ -401,7 +401,7 @@ class TrainConfig:
     def _validate_memory(self) -> None:
         if self.device_memory is None:
             return
-        from naspipe.memsize import SizeError, parse_budget
+        from naspipe.inputs.memsize import SizeError, parse_budget
         from naspipe.runtime.layer_cache.switching import SWAPS
 
         if self.swap not in SWAPS:
@@ -484,7 +484,7 @@ def check_sequence_size(space: SearchSpace, subnets: int, processes: int) -> Non
     """Refuse a fixed sequence too large to hold before anything is built: each of ``processes`` processes (a
     training run: the launcher and every stage) keeps one copy, a tuple of ``num_blocks`` small ints per subnet
     (about ``64 + 8 * num_blocks`` bytes)."""
-    from naspipe.modelcheck import machine_memory
+    from naspipe.preflight.modelcheck import machine_memory
 
     per = 64 + 8 * space.num_blocks
     need = subnets * per * processes
@@ -498,9 +498,9 @@ def check_sequence_size(space: SearchSpace, subnets: int, processes: int) -> Non
 
 
 def check_model_of(cfg: TrainConfig) -> None:
-    """Build the run's model block by block and run every candidate on a probe batch (``naspipe.modelcheck``);
+    """Build the run's model block by block and run every candidate on a probe batch (``naspipe.preflight.modelcheck``);
     ConfigError naming the block and candidate when it cannot be built or run."""
-    from naspipe.modelcheck import ModelCheckError, check_messages, check_model, check_replicas
+    from naspipe.preflight.modelcheck import ModelCheckError, check_messages, check_model, check_replicas
 
     try:
         check_model(cfg.space, cfg.seed, cfg.shared)
@@ -517,12 +517,12 @@ def check_model_of(cfg: TrainConfig) -> None:
 
 def measured_partition(space: SearchSpace, stages: int, seed: int = 0) -> Partition:
     """A partition balanced on block costs measured on this machine (builds the model: needs torch)."""
-    from naspipe.modelcheck import ModelCheckError, check_model
+    from naspipe.preflight.modelcheck import ModelCheckError, check_model
 
     try:
         check_model(space, seed)
     except ModelCheckError as e:
         raise ConfigError(str(e)) from None
-    from naspipe.measure import measure_block_costs
+    from naspipe.preflight.measure import measure_block_costs
 
     return make_partition(space, stages, profile=measure_block_costs(space, seed))

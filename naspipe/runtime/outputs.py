@@ -5,12 +5,12 @@ hashes, trace events and timings). After the run, the launcher (or rank 0 under 
 the files every naspipe run has:
 
 * ``losses.csv`` (``subnet,loss``, the loss as ``float.hex``) and ``params.json`` (global parameter name ->
-  SHA-256), written with ``naspipe.results`` so ``naspipe verify`` compares them with the reference;
+  SHA-256), written with ``naspipe.runfolder.results`` so ``naspipe verify`` compares them with the reference;
 * ``trace.json``: a naspipe ``Trace`` (the simulator's format);
 * ``metrics.json``: throughput, utilisation, overheads, wall time and the full configuration;
 * ``sequence.json``: the subnet sequence the stages trained (for a run-time generated stream, the one
-  the stages realized; every stage's digest must agree), in ``naspipe.sequence.save_sequence``'s format;
-* ``weights-stage<s>.pt`` (written by each stage, ``naspipe.weights``, unless ``save_weights=False``):
+  the stages realized; every stage's digest must agree), in ``naspipe.sequences.sequence.save_sequence``'s format;
+* ``weights-stage<s>.pt`` (written by each stage, ``naspipe.models.weights``, unless ``save_weights=False``):
   ``naspipe search`` reads them;
 * ``status.json``: ``{"complete": true}``, or the error when the run failed (outputs so far are kept).
 """
@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from naspipe import jsonfile, runs
-from naspipe.atomic import write_text_atomic
+from naspipe.fileio import jsonfile
+from naspipe.fileio.atomic import write_text_atomic
+from naspipe.runfolder import runs
 from naspipe.runtime.config import TrainConfig
-from naspipe.trace import Trace, TraceEvent
+from naspipe.sched.trace import Trace, TraceEvent
 
 
 @dataclass
@@ -41,7 +42,7 @@ class RunResult:
 
     def verify(self, other: str | Path) -> tuple[bool, str]:
         """Bit-for-bit comparison with another run directory (e.g. the reference's)."""
-        from naspipe.results import verify
+        from naspipe.runfolder.results import verify
 
         return verify(self.out, other)
 
@@ -198,7 +199,7 @@ def run_metrics(cfg: TrainConfig, parts: list[dict[str, Any]], trace: Trace, los
 def boundaries(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per stage boundary ``s -> s+1`` (one pipeline; with replicas each replica's the same): the activation and
     gradient messages that crossed it, their largest payload in bytes (a structured message: the sum of its
-    distinct tensors, ``naspipe.messages``), the most tensors in one, and whether they were structured."""
+    distinct tensors, ``naspipe.supernet.messages``), the most tensors in one, and whether they were structured."""
     out = []
     by_stage = {p["stage"]: p.get("traffic") for p in parts}
     for s in range(len(parts) - 1):
@@ -225,9 +226,10 @@ def boundaries_line(m: dict[str, Any]) -> str | None:
 
 
 def _sequence_stats(cfg: TrainConfig, parts: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The trained sequence's conflicts within the stage count and its reuse distances (``naspipe.conflicts``)."""
-    from naspipe.conflicts import conflict_stats
-    from naspipe.sequence import ReplayStream
+    """The trained sequence's conflicts within the stage count and its reuse distances
+    (``naspipe.sequences.conflicts``)."""
+    from naspipe.sequences.conflicts import conflict_stats
+    from naspipe.sequences.sequence import ReplayStream
 
     if cfg.online:
         if not parts or "subnets" not in parts[0]:
@@ -242,7 +244,7 @@ def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: floa
     """Merge ``OUT/parts`` into losses.csv, params.json, trace.json, metrics.json and status.json."""
     import torch
 
-    from naspipe.results import LOSSES, METRICS, PARAMS, write_losses, write_metrics, write_params
+    from naspipe.runfolder.results import LOSSES, METRICS, PARAMS, write_losses, write_metrics, write_params
 
     out = cfg.out
     parts = read_parts(out, cfg.stages)
@@ -270,17 +272,17 @@ def merge_outputs(cfg: TrainConfig, wall_s: float | None = None, startup_s: floa
         metrics["memory"] = memory
     metrics["config"]["sequence_sha256"] = digests.pop()
 
-    from naspipe.sequence import subnets_digest
+    from naspipe.sequences.sequence import subnets_digest
 
     realized = parts[0].get("subnets")  # a sequence generated at run time
     runs.write_run(out, "train", runs.train_identity(cfg, metrics["config"]["sequence_sha256"],
                                                      subnets_digest(realized) if realized else None))
     if "subnets" in parts[0]:  # the realized sequence (replayable with --sequence)
-        from naspipe.sequence import ReplayStream, save_sequence
+        from naspipe.sequences.sequence import ReplayStream, save_sequence
 
         save_sequence(ReplayStream(cfg.space, parts[0]["subnets"]), out / runs.SEQUENCE)
     elif cfg.sampler != "uniform":  # made by a seeded sampler (fair, spread): replayable with --sequence too
-        from naspipe.sequence import save_sequence
+        from naspipe.sequences.sequence import save_sequence
 
         save_sequence(cfg.stream(), out / runs.SEQUENCE)
     write_losses(out / LOSSES, losses)

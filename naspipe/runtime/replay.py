@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sim import SimOptions
 
 
@@ -22,12 +22,12 @@ def replay_schedule(space: Any, stages: int, policy: str, subnets: Sequence[Sequ
     Returns the losses and the stage executors (``ex.model``, ``ex.rule.reads``); for notebooks and tests.
     """
     from naspipe.models import DEFAULT_LR, build_stage
-    from naspipe.partition import partition
     from naspipe.runtime.stage_exec import StageExecutor
     from naspipe.runtime.stagerun import StageRun
-    from naspipe.sequence import ReplayStream
-    from naspipe.shared import parse_shared
+    from naspipe.sequences.sequence import ReplayStream
     from naspipe.sim import simulate
+    from naspipe.spaces.partition import partition
+    from naspipe.spaces.shared import parse_shared
 
     sh = parse_shared(shared)
     part = partition(space, stages)

@@ -5,7 +5,7 @@ Why it exists: the configuration (``naspipe.runtime.config``), the checkpoint co
 all check and prepare output directories; these checks import nothing else from the runtime, so neither of
 them has to import the other. ``ConfigError`` lives here for the same reason (every check raises it).
 
-A folder is a naspipe run only when its ``run.json`` says so (``naspipe.runs``). Without ``--overwrite``,
+A folder is a naspipe run only when its ``run.json`` says so (``naspipe.runfolder.runs``). Without ``--overwrite``,
 naspipe writes into a folder only when nothing there bears a name it writes, or when it holds a reference run
 and a reference replaces it; ``--overwrite`` clears only those names. A symbolic link or a folder under such a
 name is refused even then (naspipe neither follows nor deletes it), and so is an input of the command that
@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-from naspipe import atomic, runs
+from naspipe.fileio import atomic
+from naspipe.runfolder import runs
 
 T = TypeVar("T")
 
@@ -103,7 +104,7 @@ def save_reference_run(out: Path, save: Callable[[Path], T]) -> T:
     """``save(out)`` of a reference run, under the folder's lock: refused (ConfigError) when ``out`` holds
     anything but an earlier reference (``check_out_dir``) or another run is writing there; that reference's
     files are deleted first (only they)."""
-    from naspipe.runlock import RunLocked, locked
+    from naspipe.runfolder.runlock import RunLocked, locked
 
     out = Path(out)
     check_out_dir(out, overwrite=False, kind="reference")

@@ -37,7 +37,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from naspipe import messages
 from naspipe.models import StageModel, input_of, make_batch, target_of
 from naspipe.models.shards import input_batch_dim, shard
 from naspipe.runtime.split_backward.splitgrad import (
@@ -52,7 +51,8 @@ from naspipe.runtime.stagerun import StageRun
 from naspipe.runtime.update_rules.rules import make_updates
 from naspipe.runtime.update_rules.updates import ForwardContext, OptimizerBank
 from naspipe.sched.tasks import BACKWARD, WEIGHT
-from naspipe.space import Subnet
+from naspipe.spaces.space import Subnet
+from naspipe.supernet import messages
 
 
 @dataclass
@@ -104,7 +104,7 @@ class StageExecutor:
     def forward(self, j: int, x: Any = None, requires_grad: bool | tuple[bool, ...] = False
                 ) -> tuple[Any, bool | tuple[bool, ...]]:
         """Run ``F(j)``. Returns the activation to send (None on the last stage) and its requires-grad flag: one
-        tensor and a bool, or a structured message (``naspipe.messages``) and one flag per distinct leaf."""
+        tensor and a bool, or a structured message (``naspipe.supernet.messages``) and one flag per distinct leaf."""
         if j in self._stash:
             raise RuntimeError(f"F({j}) ran twice on this stage")
         batch = None

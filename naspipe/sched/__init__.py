@@ -1,6 +1,6 @@
 """The pure scheduling core (no torch): tasks, the causal tracker, the schedulers (``policies``), the ``Policy``
 registry (``registry``: one object per policy, ``register_policy``), the options grammar, the predictor.
-Shared-layer semantics live in ``naspipe.shared`` (re-exported here)."""
+Shared-layer semantics live in ``naspipe.spaces.shared`` (re-exported here)."""
 
 from naspipe.sched.causal import CausalTracker
 from naspipe.sched.policies import (
@@ -14,7 +14,7 @@ from naspipe.sched.policies import (
     stage_specs,
 )
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, B, F, Task, W
-from naspipe.shared import SharedLayers, SharedPolicyError, parse_shared
+from naspipe.spaces.shared import SharedLayers, SharedPolicyError, parse_shared
 
 __all__ = [
     "BACKWARD", "FORWARD", "WEIGHT", "B", "F", "W", "Task", "CausalTracker", "POLICIES", "CSPScheduler", "PolicyError",

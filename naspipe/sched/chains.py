@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from naspipe.sched.critical import PathTable
-from naspipe.space import SearchSpace
+from naspipe.spaces.space import SearchSpace
 
 
 class ConflictChains:

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from naspipe.space import SearchSpace
+from naspipe.spaces.space import SearchSpace
 
 
 class Link(NamedTuple):

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from naspipe.inputs.wholes import whole
 from naspipe.sched.async_options import ASYNC_OPTIONS, check_async_options
 from naspipe.sched.async_options import FLAGS as ASYNC_FLAGS
 from naspipe.sched.causal import CausalTracker
@@ -52,9 +53,8 @@ from naspipe.sched.registry import (
 )
 from naspipe.sched.registry import policy_names as policy_names
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
-from naspipe.sequence import SubnetStream, Window
-from naspipe.shared import SharedLayers
-from naspipe.wholes import whole
+from naspipe.sequences.sequence import SubnetStream, Window
+from naspipe.spaces.shared import SharedLayers
 
 DEFAULT_WINDOW = 200  # subnets a scheduler looks ahead (its Window), unless a run says otherwise
 
@@ -796,7 +796,7 @@ def policy_class(policy: str) -> type[StageScheduler]:
 
 def follows_causal_rule(policy: str) -> bool:
     """True for the causal policies (the CSP family and those registered with ``causal=True``): sequential
-    semantics, so the causal lower bound binds them and their traces must pass ``naspipe.trace.check_causal``."""
+    semantics, so the causal lower bound binds them and their traces must pass ``naspipe.sched.trace.check_causal``."""
     return get_policy(policy).causal
 
 

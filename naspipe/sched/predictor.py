@@ -28,7 +28,7 @@ from naspipe.sched.speculate import (  # the forecast is built on them; re-expor
     speculative_copy,
 )
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
-from naspipe.sequence import WindowError
+from naspipe.sequences.sequence import WindowError
 
 ACTIVATION = "activation"
 GRADIENT = "gradient"

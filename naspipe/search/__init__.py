@@ -20,7 +20,7 @@ from naspipe.search.strategies import STRATEGIES, InfeasibleError, search_space
 from naspipe.search.subnet_costs import ProfileError, SearchCosts
 
 _LAZY = {"search_run": "run", "search_model": "run", "load_trained_run": "run", "cost_model": "run", "RunError": "run",
-         "make_evaluator": "run", "SEARCH_JSON": "run", "measure_profile": "naspipe.measure",
+         "make_evaluator": "run", "SEARCH_JSON": "run", "measure_profile": "naspipe.preflight.measure",
          "accuracy_vs_cost": "plot"}
 
 __all__ = ["Constraint", "ConstraintError", "SearchCosts", "Evaluated", "InfeasibleError", "ProfileError",

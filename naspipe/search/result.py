@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from naspipe.search.constraints import Constraint, format_cost
-from naspipe.space import SearchSpace, Subnet
+from naspipe.spaces.space import SearchSpace, Subnet
 
 
 @dataclass(frozen=True)

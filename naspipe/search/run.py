@@ -3,7 +3,7 @@
 The torch side of ``naspipe.search``. A subnet's score is ``naspipe.models.evaluate`` on held-out batches
 (``heldout_batches``) with the supernet's trained weights, unchanged (no fine-tuning): the one-shot NAS
 proxy. The run's ``metrics.json`` (written by ``naspipe reference`` and ``naspipe train``) gives the space
-and seed; its weights come from ``weights.pt`` or ``weights-stage*.pt`` (``naspipe.weights``).
+and seed; its weights come from ``weights.pt`` or ``weights-stage*.pt`` (``naspipe.models.weights``).
 """
 
 from __future__ import annotations
@@ -16,17 +16,18 @@ from typing import Any
 
 import torch
 
-from naspipe import jsonfile, runs
+from naspipe.fileio import jsonfile
+from naspipe.inputs.wholes import whole
 from naspipe.models import Batch, StageModel, evaluate, heldout_batches, model_kind
+from naspipe.models.weights import load_weights
+from naspipe.runfolder import runs
 from naspipe.search.constraints import Constraint
 from naspipe.search.result import SearchResult
 from naspipe.search.strategies import EvaluateFn, search_space
 from naspipe.search.subnet_costs import SearchCosts
-from naspipe.shared import SharedLayers, parse_shared
-from naspipe.space import SearchSpace, SpaceError, Subnet, resolve_space
+from naspipe.spaces.shared import SharedLayers, parse_shared
+from naspipe.spaces.space import SearchSpace, SpaceError, Subnet, resolve_space
 from naspipe.supernet.load import recorded_space
-from naspipe.weights import load_weights
-from naspipe.wholes import whole
 
 SEARCH_JSON = "search.json"
 

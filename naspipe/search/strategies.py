@@ -9,7 +9,7 @@ Regularized evolution (Real et al., AAAI 2019): a population of the ``population
 subnets; each step draws ``sample_size`` members, takes the best as parent (optionally crosses it with a
 second tournament winner, uniform per block), mutates one choice block, and the oldest member dies.
 
-``sampler`` (``naspipe.samplers``) says how random subnets are drawn (random search, evolution's first
+``sampler`` (``naspipe.sequences.samplers``) says how random subnets are drawn (random search, evolution's first
 population, and the fallback when a proposal fails): ``uniform`` from the seeded ``random.Random`` above,
 ``fair`` or ``spread[:BASE]`` in the order of that stream keyed by the search seed (every candidate proposed
 equally often, as the supernet was trained with ``--sampler fair``).
@@ -22,12 +22,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
-from naspipe.samplers import make_stream, parse_sampler
+from naspipe.inputs.wholes import whole
 from naspipe.search.constraints import Constraint, parse_constraints
 from naspipe.search.result import Evaluated, SearchResult
 from naspipe.search.subnet_costs import SearchCosts
-from naspipe.space import SearchSpace, Subnet
-from naspipe.wholes import whole
+from naspipe.sequences.samplers import make_stream, parse_sampler
+from naspipe.spaces.space import SearchSpace, Subnet
 
 EvaluateFn = Callable[[Subnet], Mapping[str, float]]
 STRATEGIES: tuple[str, ...] = ("random", "evolution")

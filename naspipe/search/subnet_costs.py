@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from naspipe import jsonfile
+from naspipe.fileio import jsonfile
 from naspipe.search.constraints import LATENCY_UNITS, Constraint
-from naspipe.space import SearchSpace, Subnet
+from naspipe.spaces.space import SearchSpace, Subnet
 
 Table = tuple[tuple[float, ...], ...]
 

@@ -1,6 +1,6 @@
 """The discrete-event simulator: drives the scheduling core with costs from the cost model.
 
-``simulate(RunSpec.of(space, part, stream, policy), SimOptions(...))``: the run (``naspipe.runspec``) and how it
+``simulate(RunSpec.of(space, part, stream, policy), SimOptions(...))``: the run (``naspipe.runspec.spec``) and how it
 is simulated; ``SimOptions(memory=MemoryConfig(...))`` also models device memory, swapping and prefetching
 (``naspipe.sim.memory``); without it the run is the memory-free one.
 """

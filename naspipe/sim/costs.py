@@ -10,9 +10,9 @@ import hashlib
 import math
 from collections.abc import Sequence
 
-from naspipe.partition import Partition
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
-from naspipe.space import SearchSpace, Subnet
+from naspipe.spaces.partition import Partition
+from naspipe.spaces.space import SearchSpace, Subnet
 
 
 class CostModel:

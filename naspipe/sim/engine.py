@@ -23,15 +23,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.policies import StageScheduler, make_scheduler, stage_specs
 from naspipe.sched.speculate import gated_next_task
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
-from naspipe.sequence import ReplayStream
-from naspipe.shared import SharedLayers
+from naspipe.sched.trace import Trace
+from naspipe.sequences.sequence import ReplayStream
 from naspipe.sim.costs import CostModel
 from naspipe.sim.plan_choice import PLAN_BUDGET, PLANNED, PlanChoice, eps_of, needs_plan, plan_tries, planned_policy
-from naspipe.trace import Trace
+from naspipe.spaces.shared import SharedLayers
 
 
 class DeadlockError(RuntimeError):
@@ -68,7 +68,7 @@ _START = -1  # the first call of each stage's ``_after``, before any event
 
 @dataclass(frozen=True)
 class SimOptions:
-    """How a run is simulated, beyond what the run is (``naspipe.runspec.RunSpec``): seeded duration
+    """How a run is simulated, beyond what the run is (``naspipe.runspec.spec.RunSpec``): seeded duration
     ``jitter`` (a fraction), a message ``latency`` (seconds) and link ``bandwidth`` (bytes/s), the scheduler
     ``policy_options`` (``micro_batches``, ``max_pending_w``, ...), a ``costs`` model to use instead of the
     space's (a measured trace, replicas), and ``memory`` (device memory, swapping and prefetching; off by

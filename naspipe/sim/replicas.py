@@ -29,16 +29,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from naspipe.partition import Partition, partition
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW
 from naspipe.sched.registry import PolicyError, get_policy, policy_names
 from naspipe.sched.tasks import BACKWARD, WEIGHT, Task
-from naspipe.shared import SharedLayers
 from naspipe.sim import SimOptions, SimResult
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA, CostModel, batch_time_scale
 from naspipe.sim.engine import check_link_numbers
-from naspipe.space import SearchSpace, Subnet, replicas_error
+from naspipe.spaces.partition import Partition, partition
+from naspipe.spaces.shared import SharedLayers
+from naspipe.spaces.space import SearchSpace, Subnet, replicas_error
 
 
 def check_replica_policy(policy: str) -> None:
@@ -161,7 +161,7 @@ def simulate_replicas(run: RunSpec, options: SimOptions | None = None, *, link: 
     if run.replicas > 1:
         check_replica_policy(run.policy)
     from naspipe.sched.policies import make_scheduler, stage_specs
-    from naspipe.sequence import ReplayStream
+    from naspipe.sequences.sequence import ReplayStream
     from naspipe.sim.engine import simulate
 
     part, native = run.partition, run.replica_exchange == "native"
@@ -202,12 +202,12 @@ def plan(space: SearchSpace | str, devices: int, *, subnets: int = 500, policy: 
     ``refused`` as ``{stages, replicas, reason}``, so a plan never ranks first a split ``train`` refuses."""
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise ValueError(f"devices must be a whole number >= 1, got {devices!r}")
-    from naspipe.samplers import parse_sampler
+    from naspipe.sequences.samplers import parse_sampler
 
     if parse_sampler(sampler).online:  # (RunSpec.create would stand a uniform placeholder in for its sequence)
         raise ValueError(f"sampler {sampler} generates the sequence from training losses; a plan needs one fixed "
                          "up front (uniform, fair, spread[:BASE])")
-    # (a preset name for the space, counts and a seed checked in one line, as every run's; naspipe.runspec)
+    # (a preset name for the space, counts and a seed checked in one line, as every run's; naspipe.runspec.spec)
     base = RunSpec.create(space, subnets=subnets, seed=seed, policy=policy, window=window,
                           shared_layers=shared or SharedLayers(), sampler=sampler)
     space, shared, stream = base.space, base.shared, base.stream

@@ -14,12 +14,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.tasks import Task
+from naspipe.sched.trace import Trace
 from naspipe.sim import SimOptions
 from naspipe.sim.engine import simulate
-from naspipe.space import Block, SearchSpace
-from naspipe.trace import Trace
+from naspipe.spaces.space import Block, SearchSpace
 
 
 def scaled_space(space: SearchSpace, fwd: float, bwd: float) -> SearchSpace:

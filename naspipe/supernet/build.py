@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from naspipe.seeding import GLOBAL_RNG, candidate_generator
 from naspipe.supernet.declare import Supernet, SupernetError
+from naspipe.supernet.seeding import GLOBAL_RNG, candidate_generator
 from naspipe.supernet.usercode import first_line, user_errors
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from naspipe.space import SpaceError
+from naspipe.spaces.space import SpaceError
 
 # common names nn.ModuleDict cannot hold (its attributes), refused here; the probe checks all of them
 _RESERVED = {"training", "forward", "parameters", "modules", "children", "type", "cuda", "cpu", "to", "eval",
@@ -192,7 +192,7 @@ class Supernet:
 
 
 def _is_preset(name: str) -> bool:
-    from naspipe.space import preset
+    from naspipe.spaces.space import preset
 
     try:
         preset(name)

@@ -1,6 +1,7 @@
 """What a supernet is, as digests a run records: its source, and its candidates' shapes and initial weights.
 
-Why it exists: a run's identity (``naspipe.runs``) named a supernet by its labels and candidate names only, so a
+Why it exists: a run's identity (``naspipe.runfolder.runs``) named a supernet by its labels and candidate names only,
+so a
 ``--resume`` after an edit of the module (relu -> tanh) continued silently with other code, and ``verify`` of two
 definitions said only ``differ: subnet 0``. Two digests close that:
 

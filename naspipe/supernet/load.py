@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from naspipe import jsonfile
-from naspipe.space import MAX_BYTES, MAX_SECONDS, Block, Candidate, SearchSpace, register_resolver
+from naspipe.fileio import jsonfile
+from naspipe.spaces.space import MAX_BYTES, MAX_SECONDS, Block, Candidate, SearchSpace, register_resolver
 from naspipe.supernet.declare import Supernet, SupernetError
 from naspipe.supernet.usercode import first_line, user_errors
 
@@ -311,7 +311,7 @@ def _token(sn: Supernet) -> str:
 def recorded_space(run_dir: str | Path, name: str) -> SearchSpace | str:
     """What to resolve for the space a run folder recorded as ``name``: the very supernet definition when it
     was defined in this process (a later one of the same name does not replace it), else the name."""
-    from naspipe import runs
+    from naspipe.runfolder import runs
 
     try:
         ident = (runs.read_run(run_dir) or {}).get("identity", {})
@@ -389,7 +389,7 @@ def supernet_of(space: SearchSpace) -> Supernet:
 
 
 def to_space(obj: Any) -> SearchSpace | None:
-    """The space resolver hooked into ``naspipe.space.resolve_space``: a Supernet or a ``module:function``."""
+    """The space resolver hooked into ``naspipe.spaces.space.resolve_space``: a Supernet or a ``module:function``."""
     if isinstance(obj, Supernet):
         from naspipe.supernet.validate import probe_supernet
 

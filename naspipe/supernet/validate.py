@@ -23,7 +23,7 @@ import contextlib
 import sys
 from typing import Any
 
-from naspipe.space import replicas_error
+from naspipe.spaces.space import replicas_error
 from naspipe.supernet.declare import Supernet, SupernetError
 from naspipe.supernet.usercode import first_line, user_errors
 
@@ -69,8 +69,8 @@ def probe_replicas(sn: Supernet, replicas: int, where: str = "") -> None:
 def _probe_shards(sn: Supernet, replicas: int) -> None:
     import torch
 
-    from naspipe.seeding import hashed_generator
     from naspipe.supernet.build import build_candidate, draw_batch
+    from naspipe.supernet.seeding import hashed_generator
 
     bs = sn.batch_size
     if (why := replicas_error(bs, replicas)) is not None:
@@ -109,9 +109,9 @@ def _probe(sn: Supernet) -> dict[str, str]:
     """Probe ``sn``; returns the digest of each block's candidates' shapes and initial weights (by label)."""
     import torch
 
-    from naspipe.seeding import hashed_generator
     from naspipe.supernet.build import build_candidate, draw_batch
     from naspipe.supernet.definition import WeightsDigest
+    from naspipe.supernet.seeding import hashed_generator
 
     def draw() -> tuple[Any, Any]:
         try:
@@ -229,10 +229,11 @@ def _same_twice(blk: Any, name: str, mod: Any, again: Any) -> None:
 
 def _forward(blk: Any, name: str, mod: Any, x: Any, what: str = "", sendable: bool = False) -> Any:
     """``mod(x)``; SupernetError naming the block and candidate when it raises or returns no message: a tensor or
-    a tuple, list or dict of tensors (``naspipe.messages``; what may cross the chosen partition's stage boundaries
-    is ``naspipe.modelcheck.check_messages``'s); with ``sendable`` (a block that is not the last, so its
+    a tuple, list or dict of tensors (``naspipe.supernet.messages``; what may cross the chosen partition's stage
+    boundaries
+    is ``naspipe.preflight.modelcheck.check_messages``'s); with ``sendable`` (a block that is not the last, so its
     output may cross a stage boundary), also one the transport cannot send (dtype, rank)."""
-    from naspipe import messages
+    from naspipe.supernet import messages
 
     try:
         out = mod(x)
@@ -246,14 +247,14 @@ def _forward(blk: Any, name: str, mod: Any, x: Any, what: str = "", sendable: bo
 
 
 def _describe(x: Any, dtype: bool = False) -> str:
-    from naspipe import messages
+    from naspipe.supernet import messages
 
     text = messages.describe(x)
     return f"{text} {x.dtype}" if dtype and hasattr(x, "dtype") else text
 
 
 def _signature(x: Any) -> Any:
-    from naspipe import messages
+    from naspipe.supernet import messages
 
     return messages.signature(x)
 
@@ -271,7 +272,7 @@ def _identical(a: Any, b: Any) -> bool:
 
 def _same_message(a: Any, b: Any) -> bool:
     """Bit-equal messages (a tensor, or a tuple, list or dict of tensors; NaN equal to NaN)."""
-    from naspipe import messages
+    from naspipe.supernet import messages
 
     return messages.identical(a, b)
 

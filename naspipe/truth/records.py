@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from naspipe import jsonfile
-from naspipe.atomic import atomic_path, write_text_atomic
-from naspipe.space import SearchSpace
+from naspipe.fileio import jsonfile
+from naspipe.fileio.atomic import atomic_path, write_text_atomic
+from naspipe.spaces.space import SearchSpace
 
 SETTINGS = "truth-settings.json"
 TABLE = "truth.json"

@@ -1,7 +1,8 @@
 """Train one ground-truth entry: one architecture, stand-alone, for one seed (the worker's job).
 
 Why it exists: the stand-alone accuracy is what a supernet's ranking is judged against. An entry is the
-sequential reference trainer (``naspipe.reference``) given a stream that repeats one architecture ``steps``
+sequential reference trainer (``naspipe.oracle.sequential_trainer``) given a stream that repeats one architecture
+``steps``
 times: the supernet's data stream (batch ``j`` of seed ``s``), optimizer, learning rate and loss, with the fixed
 blocks trained every step (``serial``). Only that architecture's candidates ever get a gradient or optimizer
 state, and each candidate's initial weights depend on (seed, block, candidate) alone, so this is bit for bit a
@@ -16,7 +17,7 @@ from typing import Any
 
 import torch
 
-from naspipe.space import SearchSpace, resolve_space
+from naspipe.spaces.space import SearchSpace, resolve_space
 from naspipe.truth.records import SHARED_LAYERS
 
 _SPACES: dict[str, SearchSpace] = {}
@@ -57,10 +58,10 @@ def train_entry(space: SearchSpace, arch: tuple[int, ...], seed: int, steps: int
                 lr: float) -> dict[str, Any]:
     """The record of one entry: held-out accuracy and loss, the final training loss, a hash of the weights."""
     from naspipe.models import evaluate, heldout_batches
-    from naspipe.reference import train_reference
-    from naspipe.results import param_hashes
+    from naspipe.oracle.sequential_trainer import train_reference
+    from naspipe.runfolder.results import param_hashes
     from naspipe.search.result import subnet_names
-    from naspipe.shared import parse_shared
+    from naspipe.spaces.shared import parse_shared
 
     torch.set_num_threads(1)
     res = train_reference(space, _Repeat(tuple(arch), steps), seed, parse_shared(SHARED_LAYERS),

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from naspipe.space import SearchSpace
+from naspipe.spaces.space import SearchSpace
 from naspipe.truth.records import TABLE, Truth, TruthSettings, assemble, pending, start, write_table
 
 
@@ -72,7 +72,7 @@ def start_worker(parent: int) -> None:
     """A pool worker's start (this module, which the spawned worker imports to find this function, imports no
     torch): on Linux, first, the worker is killed when the build process that started it (``parent``) dies,
     however it dies, so a killed build leaves no worker; then torch and torch._dynamo as start-up imports
-    (``naspipe.startup``) and ``standalone.init_worker``."""
+    (``naspipe.lifecycle.startup``) and ``standalone.init_worker``."""
     if sys.platform.startswith("linux"):
         import ctypes
         import signal
@@ -80,7 +80,7 @@ def start_worker(parent: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the build died before the line above
             os._exit(1)
-    from naspipe.startup import TRAINER, import_at_start
+    from naspipe.lifecycle.startup import TRAINER, import_at_start
 
     import_at_start(*TRAINER)
     from naspipe.truth.standalone import init_worker

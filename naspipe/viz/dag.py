@@ -8,7 +8,7 @@ attributes ``kind``, ``subnet``, ``stage``, ``duration``. Edges carry ``kind``:
   and for trained shared layers (``serial`` / ``delayed:D``) the writes ``F(j,s)`` must wait for.
 
 Cross-stage data edges carry ``delay`` = the message time ``hop``. The same edges define
-``naspipe.bound.lower_bound``'s critical path: both take the causal edges from ``naspipe.bound.causal_writers``.
+``naspipe.sim.bound.lower_bound``'s critical path: both take the causal edges from ``naspipe.sim.bound.causal_writers``.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import networkx as nx
 import numpy as np
 import plotly.graph_objects as go
 
-from naspipe.bound import causal_writers
-from naspipe.partition import Partition
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
-from naspipe.shared import SharedLayers
-from naspipe.space import SearchSpace, Subnet
-from naspipe.trace import Trace
+from naspipe.sched.trace import Trace
+from naspipe.sim.bound import causal_writers
+from naspipe.spaces.partition import Partition
+from naspipe.spaces.shared import SharedLayers
+from naspipe.spaces.space import SearchSpace, Subnet
 from naspipe.viz.style import NAMES, color
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from naspipe.trace import COMPUTE_KINDS, Trace, TraceEvent
+from naspipe.sched.trace import COMPUTE_KINDS, Trace, TraceEvent
 from naspipe.viz.style import LANE, NAMES, color, ordered_kinds, time_unit
 
 Traces = Trace | Mapping[str, Trace] | Sequence[Trace] | Sequence[tuple[str, Trace]]
@@ -51,7 +51,7 @@ def normalize_traces(traces: Traces) -> list[tuple[str, Trace]]:
         raise ValueError("gantt needs at least one trace")
     for name, t in items:
         if not isinstance(t, Trace):
-            raise TypeError(f"{name!r} is not a naspipe.trace.Trace (got {type(t).__name__})")
+            raise TypeError(f"{name!r} is not a naspipe.sched.trace.Trace (got {type(t).__name__})")
     return [(str(n), t) for n, t in items]
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from naspipe.trace import COMPUTE_KINDS, Trace, TraceEvent
+from naspipe.sched.trace import COMPUTE_KINDS, Trace, TraceEvent
 from naspipe.viz.style import time_unit
 
 STAGE_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D")

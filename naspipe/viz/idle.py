@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from naspipe.sched.tasks import Task
-from naspipe.trace import Trace
+from naspipe.sched.trace import Trace
 
 CAUSES = ("causal", "message", "memory", "other")
 CAUSE_LABELS = {"causal": "waiting on a causal dependency", "message": "waiting on a message",

@@ -26,15 +26,16 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from naspipe import jsonfile, runs
-from naspipe.trace import Trace, TraceEvent
+from naspipe.fileio import jsonfile
+from naspipe.inputs.wholes import whole
+from naspipe.runfolder import runs
+from naspipe.sched.trace import Trace, TraceEvent
 from naspipe.viz.busy import announce_busy
 from naspipe.viz.gantt import gantt, gantt_bars
 from naspipe.viz.hitrate import hit_series
 from naspipe.viz.style import KINDS
 from naspipe.viz.timeline import utilization_series
 from naspipe.viz.widget_views import sync_new_views, with_text
-from naspipe.wholes import whole
 
 SYNC_EVERY_S = 2.0  # while a run goes on, how often a view drawn later is given the figures so far
 

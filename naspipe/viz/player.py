@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from naspipe.trace import COMPUTE_KINDS, Trace, TraceEvent
+from naspipe.sched.trace import COMPUTE_KINDS, Trace, TraceEvent
 from naspipe.viz.gantt import LABEL_LIMIT, UNITS, gantt, gantt_bars
 from naspipe.viz.style import ordered_kinds, time_unit
 from naspipe.viz.widget_views import sync_new_views, with_text

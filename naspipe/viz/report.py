@@ -8,9 +8,9 @@ those times (so the bound is never above the schedule), and each stage's idle ti
 DAG excerpt of about a dozen subnets laid out in time, the hit rate when memory was budgeted, and the
 configuration last, folded.
 
-A run directory holds at least ``trace.json`` (``naspipe.trace`` format); optional files it uses:
+A run directory holds at least ``trace.json`` (``naspipe.sched.trace`` format); optional files it uses:
 ``metrics.json`` (any JSON object), ``space.json`` (a custom search space) and ``sequence.json`` (the subnet
-sequence, ``naspipe.sequence.save_sequence`` format). The DAG, the simulation, the bound and the idle causes
+sequence, ``naspipe.sequences.sequence.save_sequence`` format). The DAG, the simulation, the bound and the idle causes
 need the space and the subnets: ``space.json`` or the trace's ``meta["space"]`` (a preset or a path), and
 ``sequence.json`` or a uniform stream rebuilt from ``meta["seed"]``; the report says so when it cannot.
 plotly.js is inlined once (first figure), so the file opens offline.
@@ -28,15 +28,16 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from naspipe import jsonfile, runs
-from naspipe.bound import lower_bound
-from naspipe.partition import Partition, partition
-from naspipe.results import ResultsError, verify
-from naspipe.sequence import ReplayStream
-from naspipe.shared import parse_shared
-from naspipe.space import load_space, resolve_space
+from naspipe.fileio import jsonfile
+from naspipe.runfolder import runs
+from naspipe.runfolder.results import ResultsError, verify
+from naspipe.sched.trace import Trace, check_causal
+from naspipe.sequences.sequence import ReplayStream
+from naspipe.sim.bound import lower_bound
+from naspipe.spaces.partition import Partition, partition
+from naspipe.spaces.shared import parse_shared
+from naspipe.spaces.space import load_space, resolve_space
 from naspipe.supernet.load import recorded_space
-from naspipe.trace import Trace, check_causal
 from naspipe.viz.dag import critical_path, dag_figure, dag_from_trace, time_layout, trace_durations
 from naspipe.viz.gantt import DEFAULT_MAX_EVENTS, gantt
 from naspipe.viz.hitrate import hit_stats, hitrate_figure
@@ -141,7 +142,7 @@ def run_context(run: Run) -> RunContext | str:
         if qfile.is_file():
             stream = ReplayStream.from_file(space, qfile)
         elif "seed" in meta:  # a seeded sampler's sequence (uniform, fair, spread) follows from the seed
-            from naspipe.samplers import make_stream, parse_sampler
+            from naspipe.sequences.samplers import make_stream, parse_sampler
 
             sampler = parse_sampler(str(meta.get("sampler") or "uniform"))
             stream = make_stream(space, int(meta["seed"]), n, "uniform" if sampler.online else sampler)

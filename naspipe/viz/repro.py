@@ -23,15 +23,15 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from naspipe.runs import LOSSES, TRACE  # the run-directory names live in naspipe.runs
-from naspipe.space import Block, SearchSpace, resolve_space
+from naspipe.runfolder.runs import LOSSES, TRACE  # the run-directory names live in naspipe.runfolder.runs
+from naspipe.spaces.space import Block, SearchSpace, resolve_space
 
 SHORT = 12  # hex digits shown in tables
 
 
 def _params_bytes(run_dir: Path) -> bytes:
-    """``params.json`` in its canonical form (what ``naspipe.results.write_params`` writes)."""
-    from naspipe.results import read_params
+    """``params.json`` in its canonical form (what ``naspipe.runfolder.results.write_params`` writes)."""
+    from naspipe.runfolder.results import read_params
 
     return (json.dumps(dict(sorted(read_params(run_dir).items())), indent=1) + "\n").encode()
 
@@ -39,7 +39,7 @@ def _params_bytes(run_dir: Path) -> bytes:
 def run_digest(run_dir: str | Path) -> dict[str, str]:
     """SHA-256 digests of a run directory: ``losses``, ``params`` and ``run`` (both files together).
 
-    Raises ``naspipe.results.ResultsError`` (or FileNotFoundError) when the files are missing.
+    Raises ``naspipe.runfolder.results.ResultsError`` (or FileNotFoundError) when the files are missing.
     """
     d = Path(run_dir)
     losses = (d / LOSSES).read_bytes()
@@ -54,7 +54,7 @@ def run_digest(run_dir: str | Path) -> dict[str, str]:
 def schedule_digest(run_dir: str | Path) -> str | None:
     """SHA-256 of the order in which a run executed its tasks (``(stage, kind, subnet)`` by start time, from
     ``trace.json``): jitter changes it, CSP keeps the result anyway. None when the run has no trace."""
-    from naspipe.trace import Trace
+    from naspipe.sched.trace import Trace
 
     path = Path(run_dir) / TRACE
     if not path.exists():
@@ -115,7 +115,7 @@ def summary(table: list[dict[str, Any]], expect_equal: str = "policy", differs: 
 
 def loss_curves(runs: Mapping[str, str | Path], title: str = "training loss per subnet") -> go.Figure:
     """Loss of every subnet for each run directory (``{name: dir}``), one line each: identical runs overlap."""
-    from naspipe.results import read_losses
+    from naspipe.runfolder.results import read_losses
 
     fig = go.Figure()
     for i, (name, d) in enumerate(runs.items()):

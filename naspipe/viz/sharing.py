@@ -14,8 +14,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from naspipe.partition import Partition
-from naspipe.space import SearchSpace, Subnet
+from naspipe.spaces.partition import Partition
+from naspipe.spaces.space import SearchSpace, Subnet
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from naspipe.trace import COMPUTE_KINDS, MEMORY_KINDS
+from naspipe.sched.trace import COMPUTE_KINDS, MEMORY_KINDS
 
 KINDS: tuple[str, ...] = (*COMPUTE_KINDS, *MEMORY_KINDS)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import networkx as nx
 
-from naspipe.trace import COMPUTE_KINDS, Trace
+from naspipe.sched.trace import COMPUTE_KINDS, Trace
 from naspipe.viz.dag import critical_path, lanes, layout
 from naspipe.viz.style import LANE, NAMES, color, ordered_kinds, time_unit
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from naspipe.trace import COMPUTE_KINDS, TraceEvent
+from naspipe.sched.trace import COMPUTE_KINDS, TraceEvent
 
 
 def utilization_series(events: Iterable[TraceEvent], stages: int, buckets: int = 40,

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from naspipe.space import preset
+from naspipe.spaces.space import preset
 from tests.helpers.processes import descendants
 from tests.helpers.refusals import TINY, refused
 
@@ -106,7 +106,7 @@ def test_the_python_api_refuses_what_the_commands_refuse(tmp_path, monkeypatch):
     """The reference's argparse types are not enough for ``naspipe.reference`` (an exit, or nothing checked), nor
     for ``TrainConfig`` (an empty out wrote the run into the current folder)."""
     import naspipe
-    from naspipe.runspec import RunSpecError
+    from naspipe.runspec.spec import RunSpecError
     from naspipe.runtime import TrainConfig
     from naspipe.runtime.config import ConfigError
 
@@ -175,9 +175,10 @@ def test_a_sequence_file_with_malformed_subnets_is_one_line(tmp_path, capsys, co
 
 @pytest.mark.parametrize("command,processes", [("train", "5 processes"), ("reference", "1 process")])
 def test_a_sequence_too_large_for_memory_is_refused_at_once(tmp_path, capsys, monkeypatch, command, processes):
-    import naspipe.modelcheck
+    import naspipe.preflight.modelcheck
 
-    monkeypatch.setattr(naspipe.modelcheck, "machine_memory", lambda: 16 * 2**30)  # the same answer on any machine
+    # the same answer on any machine
+    monkeypatch.setattr(naspipe.preflight.modelcheck, "machine_memory", lambda: 16 * 2**30)
     t0 = time.monotonic()
     err = refused(capsys, [command, "--subnets", "100000000", "--out", str(tmp_path / "o"), "--no-progress"],
                    "100000000 subnets would need about", never=tmp_path / "o")

@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from naspipe import runs
 from naspipe.cli import main
+from naspipe.runfolder import runs
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from naspipe.cli import main
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
-from naspipe.sequence import UniformStream, save_sequence
+from naspipe.runspec.spec import RunSpec
+from naspipe.sched.trace import Trace
+from naspipe.sequences.sequence import UniformStream, save_sequence
 from naspipe.sim import simulate
-from naspipe.space import preset
-from naspipe.trace import Trace
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import preset
 from tests.helpers.fresh_command import run_fresh
 from tests.helpers.plans import few_plans
 

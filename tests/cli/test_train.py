@@ -14,7 +14,7 @@ import pytest
 
 from naspipe.cli import main
 from naspipe.runtime.transport.ports import free_port
-from naspipe.trace import Trace
+from naspipe.sched.trace import Trace
 from tests.helpers.processes import leftovers
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")

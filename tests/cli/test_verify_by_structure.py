@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import naspipe
-from naspipe import runs
 from naspipe.cli import main
+from naspipe.runfolder import runs
 from tests.helpers.fresh_command import run_fresh
 
 REPO = Path(__file__).resolve().parents[2]
@@ -145,7 +145,7 @@ def test_naspipe_reference_refuses_bad_input_in_one_line(tmp_path):
 def test_verify_needs_no_torch(tmp_path):
     """Comparing two runs reads CSV and JSON: ``naspipe verify`` answers in a fraction of a second, without the
     seconds of a torch import."""
-    from naspipe.results import write_losses, write_params
+    from naspipe.runfolder.results import write_losses, write_params
 
     for name in ("a", "b"):
         (tmp_path / name).mkdir()

@@ -28,12 +28,12 @@ from naspipe.corrections.stashing import (
     theoretical_lag,
 )
 from naspipe.models.optim import make_optimizer
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
-from naspipe.sequence import UniformStream
+from naspipe.runspec.spec import RunSpec
+from naspipe.sched.trace import Trace
+from naspipe.sequences.sequence import UniformStream
 from naspipe.sim import SimOptions, simulate
-from naspipe.space import preset
-from naspipe.trace import Trace
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import preset
 
 
 # -- schedules ----------------------------------------------------------------------------------------

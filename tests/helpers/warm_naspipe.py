@@ -59,7 +59,7 @@ def serve(path: str, root: str, parent: int) -> None:
         return
     # as the console script's path (its folder first), with the checkout under test before the installed one
     sys.path[0:1] = [str(Path(sys.executable).parent), root]
-    from naspipe.startup import collector_paused
+    from naspipe.lifecycle.startup import collector_paused
 
     with collector_paused():  # frozen: what the children inherit stays out of their collections (and unwritten)
         import torch  # noqa: F401

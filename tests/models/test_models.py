@@ -19,11 +19,11 @@ from naspipe.models import (
     target_of,
 )
 from naspipe.models.transformer import BOS, PAD
-from naspipe.reference import train_reference
-from naspipe.results import param_hashes
-from naspipe.sequence import UniformStream
-from naspipe.shared import SharedLayers, parse_shared
-from naspipe.space import preset
+from naspipe.oracle.sequential_trainer import train_reference
+from naspipe.runfolder.results import param_hashes
+from naspipe.sequences.sequence import UniformStream
+from naspipe.spaces.shared import SharedLayers, parse_shared
+from naspipe.spaces.space import preset
 
 torch.set_num_threads(1)
 

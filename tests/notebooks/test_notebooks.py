@@ -101,9 +101,9 @@ def missing_names(text: str) -> list[str]:
 def test_the_name_check_finds_what_is_missing():
     assert missing_names("see TECHNIQUES.md sections 4-6") == ["TECHNIQUES.md"]
     assert missing_names("`benchmarks/nothing.py` and 09_nowhere") == ["benchmarks/nothing.py", "09_nowhere"]
-    assert missing_names("`naspipe.bound.no_such_thing`") == ["naspipe.bound.no_such_thing"]
+    assert missing_names("`naspipe.sim.bound.no_such_thing`") == ["naspipe.sim.bound.no_such_thing"]
     assert not missing_names("`benchmarks/quality.py`, ../data/spaces/small-mlp.json, 07_context_switching, "
-                             "`naspipe.bound.lower_bound`, runs/quickstart, README.md, weights-stage*.pt")
+                             "`naspipe.sim.bound.lower_bound`, runs/quickstart, README.md, weights-stage*.pt")
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from naspipe.oracle.sequential_trainer import train_reference
 from naspipe.peers.ddp import run_ddp
-from naspipe.reference import train_reference
-from naspipe.results import param_hashes
-from naspipe.sequence import UniformStream
-from naspipe.shared import SharedLayers
-from naspipe.space import resolve_space
+from naspipe.runfolder.results import param_hashes
+from naspipe.sequences.sequence import UniformStream
+from naspipe.spaces.shared import SharedLayers
+from naspipe.spaces.space import resolve_space
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 

@@ -14,17 +14,17 @@ import pytest
 import torch
 
 from naspipe.models import build_stage, make_batch, make_optimizer
-from naspipe.partition import partition
-from naspipe.reference import train_reference
-from naspipe.results import param_hashes
+from naspipe.oracle.sequential_trainer import train_reference
+from naspipe.runfolder.results import param_hashes
 from naspipe.runtime import ConfigError, TrainConfig, train
 from naspipe.runtime.replay import replay_schedule
 from naspipe.runtime.update_rules.async_rules import lags_from_events, lags_from_reads
 from naspipe.sched.async_options import AsyncOptionError, parse_async_options
 from naspipe.sched.policies import POLICIES, PolicyError, make_scheduler, stage_specs
-from naspipe.sequence import ReplayStream, UniformStream
-from naspipe.shared import parse_shared
-from naspipe.space import preset
+from naspipe.sequences.sequence import ReplayStream, UniformStream
+from naspipe.spaces.partition import partition
+from naspipe.spaces.shared import parse_shared
+from naspipe.spaces.space import preset
 
 ASYNC = ["pipedream", "pipedream:vsync", "2bw", "pipemare:t1=5,t2=0.1,warmup=3", "pipeoptim", "pipeoptim:s=inflight"]
 
@@ -197,7 +197,7 @@ def test_corrected_delayed_shared_layers_stay_reproducible(digits, shared, opt):
 
 
 def test_corrected_delayed_shared_layers_in_a_real_run(tmp_path):
-    from naspipe.results import verify, write_losses, write_params
+    from naspipe.runfolder.results import verify, write_losses, write_params
 
     shared = "delayed:2+predict+t1=5"
     cfg = TrainConfig.create("digits-cnn", tmp_path / "run", stages=2, subnets=8, policy="csp",

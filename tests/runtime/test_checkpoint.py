@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from naspipe.cli import main
-from naspipe.reference import train_reference
-from naspipe.results import param_hashes, verify, write_losses, write_params
+from naspipe.oracle.sequential_trainer import train_reference
+from naspipe.runfolder.results import param_hashes, verify, write_losses, write_params
 from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.checkpoint import (
     Checkpointer,
@@ -28,9 +28,9 @@ from naspipe.runtime.checkpoint import (
 )
 from naspipe.runtime.processes.launcher import TrainError
 from naspipe.runtime.stagerun import StageRun
-from naspipe.sequence import UniformStream
-from naspipe.shared import parse_shared
-from naspipe.space import preset
+from naspipe.sequences.sequence import UniformStream
+from naspipe.spaces.shared import parse_shared
+from naspipe.spaces.space import preset
 from tests.helpers.refusals import refused
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")

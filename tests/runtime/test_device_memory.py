@@ -8,7 +8,7 @@ import json
 import pytest
 
 from naspipe.cli import main
-from naspipe.trace import Trace
+from naspipe.sched.trace import Trace
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -108,12 +108,13 @@ def test_the_runtime_forecast_runs_the_stage_scheduler_speculatively():
     scheduler would start from what is here first, then the lowest subnets not forwarded yet."""
     import time
 
-    from naspipe import partition, preset
+    from naspipe import preset
     from naspipe.models import build_stage
     from naspipe.runtime.layer_cache.switching import ContextSwitch
     from naspipe.sched.policies import make_scheduler, stage_specs
-    from naspipe.sequence import UniformStream
-    from naspipe.shared import SharedLayers
+    from naspipe.sequences.sequence import UniformStream
+    from naspipe.spaces.partition import partition
+    from naspipe.spaces.shared import SharedLayers
 
     sp = preset("tiny-transformer")
     part = partition(sp, 2)

@@ -12,13 +12,13 @@ import json
 import pytest
 
 from naspipe.cli import main
-from naspipe.fair import FairStream, SpreadStream
-from naspipe.reference import train_reference
-from naspipe.results import param_hashes, verify, write_losses, write_params
+from naspipe.oracle.sequential_trainer import train_reference
+from naspipe.runfolder.results import param_hashes, verify, write_losses, write_params
 from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.processes.launcher import TrainError
-from naspipe.shared import parse_shared
-from naspipe.space import preset
+from naspipe.sequences.fair import FairStream, SpreadStream
+from naspipe.spaces.shared import parse_shared
+from naspipe.spaces.space import preset
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -78,7 +78,7 @@ def test_a_fair_run_resumes_mid_group_bit_for_bit(tmp_path):
 
 
 def test_from_spec_takes_the_sampler_of_its_options_and_refuses_it_with_a_replayed_sequence(tmp_path):
-    from naspipe.runspec import RunSpec
+    from naspipe.runspec.spec import RunSpec
     from naspipe.runtime import ConfigError
 
     spec = RunSpec.create(SPACE, stages=2, subnets=N, seed=SEED)  # built uniform

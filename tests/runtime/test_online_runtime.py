@@ -16,13 +16,13 @@ import pytest
 import torch
 
 from naspipe.cli import main
-from naspipe.results import verify
+from naspipe.runfolder.results import verify
 from naspipe.runtime import ConfigError, TrainConfig, train
 from naspipe.runtime.processes.online import LossBook
 from naspipe.runtime.transport.comm import GRADIENT, decode_header, decode_loss, encode_header
-from naspipe.samplers import make_stream
-from naspipe.sequence import UniformStream
-from naspipe.space import preset
+from naspipe.sequences.samplers import make_stream
+from naspipe.sequences.sequence import UniformStream
+from naspipe.spaces.space import preset
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 

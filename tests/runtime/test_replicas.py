@@ -9,11 +9,11 @@ import torch
 
 from naspipe.cli import main
 from naspipe.models.shards import combine, shard, shard_batch
-from naspipe.reference import train_reference
+from naspipe.oracle.sequential_trainer import train_reference
 from naspipe.runtime.transport.ports import free_port
-from naspipe.sequence import UniformStream
-from naspipe.shared import SharedLayers
-from naspipe.space import resolve_space
+from naspipe.sequences.sequence import UniformStream
+from naspipe.spaces.shared import SharedLayers
+from naspipe.spaces.space import resolve_space
 from tests.helpers.per_cpu import AMD_EPYC_AVX2, EARLIER, cpu_key, for_this_cpu
 
 # params.json digests of ``naspipe reference --space S --subnets 6 --seed 3`` recorded before replicas existed
@@ -108,8 +108,8 @@ def test_a_follower_starts_only_the_write_its_leader_announced():
     from naspipe.sched.ordered import next_task_writing
     from naspipe.sched.policies import CSPScheduler, StageSpec, make_scheduler
     from naspipe.sched.tasks import B, F
-    from naspipe.sequence import ReplayStream
-    from naspipe.space import Block, Candidate, SearchSpace
+    from naspipe.sequences.sequence import ReplayStream
+    from naspipe.spaces.space import Block, Candidate, SearchSpace
 
     two = tuple(Candidate(f"c{i}", 1.0, 1.0) for i in range(2))
     space = SearchSpace("two-by-two", (Block("b0", two), Block("b1", two)))

@@ -9,7 +9,7 @@
 * A dangling ``--out`` link, a ``checkpoint`` link or a folder named ``weights-stage9.pt`` under ``--overwrite``
   are one line and exit 2, the link's target intact.
 * A full disk (a real 200 KiB tmpfs) ends with one line naming the disk, never an empty ``status.json`` nor a
-  stray temporary file; the one atomic writer (``naspipe.atomic``) leaves the old file on any failure.
+  stray temporary file; the one atomic writer (``naspipe.fileio.atomic``) leaves the old file on any failure.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from naspipe import runs
 from naspipe.cli import main
+from naspipe.runfolder import runs
 from naspipe.runtime.rundir import ConfigError, prepare_out_dir
 from tests.helpers.refusals import refused
 
@@ -117,8 +117,8 @@ def test_train_into_a_folder_of_user_files_keeps_them(tmp_path, capsys):
 
 
 def test_train_overwrite_refuses_to_delete_its_sequence_input(tmp_path, capsys):
-    from naspipe.sequence import UniformStream, save_sequence
-    from naspipe.space import preset
+    from naspipe.sequences.sequence import UniformStream, save_sequence
+    from naspipe.spaces.space import preset
 
     out = _fake_run(tmp_path / "run", "train", "losses.csv")
     save_sequence(UniformStream(preset("tiny-transformer"), 0, 8), out / "sequence.json")
@@ -182,7 +182,7 @@ def test_a_second_writer_into_a_running_folder_is_refused_and_changes_nothing(tm
 
 
 def test_a_resume_into_a_folder_another_process_holds_is_refused(tmp_path, capsys):
-    from naspipe.runlock import locked
+    from naspipe.runfolder.runlock import locked
 
     out = tmp_path / "run"
     common = [*TINY, "--stages", "2", "--checkpoint-every", "2"]
@@ -199,7 +199,7 @@ def test_a_resume_into_a_folder_another_process_holds_is_refused(tmp_path, capsy
 
 def test_the_lock_is_released_when_a_run_ends(tmp_path, capsys):
     """A finished (or refused) run leaves no lock behind: the next run into the folder goes ahead."""
-    from naspipe.runlock import RunLocked, acquire, locked, release
+    from naspipe.runfolder.runlock import RunLocked, acquire, locked, release
 
     out = tmp_path / "run"
     with locked(out):
@@ -287,7 +287,7 @@ def test_a_full_disk_is_one_line_naming_it_with_no_empty_status_nor_temporary_fi
 
 
 def test_the_atomic_writer_keeps_the_old_file_and_no_temporary_on_a_full_disk(tmp_path, monkeypatch):
-    from naspipe import atomic
+    from naspipe.fileio import atomic
 
     p = tmp_path / "status.json"
     p.write_text('{"complete": true}\n')
@@ -304,10 +304,10 @@ def test_the_atomic_writer_keeps_the_old_file_and_no_temporary_on_a_full_disk(tm
 
 
 def test_there_is_one_atomic_writer():
-    """The weights, the stages' parts, checkpoints and the status all go through ``naspipe.atomic``."""
+    """The weights, the stages' parts, checkpoints and the status all go through ``naspipe.fileio.atomic``."""
     root = Path(__file__).resolve().parents[2] / "naspipe"
     writers = [str(p.relative_to(root)) for p in root.rglob("*.py") if "os.replace(" in p.read_text()]
-    assert writers == ["atomic.py"], writers
+    assert writers == ["fileio/atomic.py"], writers
 
 
 def test_a_train_job_with_overwrite_leaves_a_running_runs_status_alone(monkeypatch, tmp_path):
@@ -316,7 +316,7 @@ def test_a_train_job_with_overwrite_leaves_a_running_runs_status_alone(monkeypat
 
     import naspipe.runtime as rt
     from naspipe.experiments.jobs import TrainJob
-    from naspipe.runlock import locked
+    from naspipe.runfolder.runlock import locked
 
     monkeypatch.setattr(rt, "train", lambda cfg: "trained")
     out = _fake_run(tmp_path / "run", "train", "status.json", "events.jsonl")

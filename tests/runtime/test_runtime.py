@@ -24,8 +24,8 @@ import pytest
 import torch
 
 from naspipe.models import DEFAULT_LR
-from naspipe.reference import train_reference
-from naspipe.results import param_hashes, verify, write_losses, write_params
+from naspipe.oracle.sequential_trainer import train_reference
+from naspipe.runfolder.results import param_hashes, verify, write_losses, write_params
 from naspipe.runtime import ConfigError, TrainConfig, train
 from naspipe.runtime.processes.jitter import jitter_seconds
 from naspipe.runtime.processes.launcher import TrainError
@@ -33,10 +33,10 @@ from naspipe.runtime.replay import replay_schedule
 from naspipe.runtime.transport.comm import ACTIVATION, GRADIENT, HEADER_LEN, decode_header, encode_header
 from naspipe.runtime.update_rules.versions import FixedVersions
 from naspipe.sched.policies import POLICIES
-from naspipe.sequence import ReplayStream, UniformStream
-from naspipe.shared import parse_shared
-from naspipe.space import Block, preset
-from naspipe.trace import Trace, check_causal
+from naspipe.sched.trace import Trace, check_causal
+from naspipe.sequences.sequence import ReplayStream, UniformStream
+from naspipe.spaces.shared import parse_shared
+from naspipe.spaces.space import Block, preset
 
 N = 24  # subnets per multi-process run
 

@@ -18,18 +18,18 @@ import pytest
 import torch
 
 from naspipe.models import build_stage, input_of, make_batch, target_of
-from naspipe.partition import partition
-from naspipe.reference import train_reference
-from naspipe.results import param_hashes, verify, write_losses, write_params
+from naspipe.oracle.sequential_trainer import train_reference
+from naspipe.runfolder.results import param_hashes, verify, write_losses, write_params
 from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.split_backward.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
 from naspipe.runtime.stage_exec import StageExecutor
 from naspipe.runtime.stagerun import StageRun
 from naspipe.sched.tasks import WEIGHT
-from naspipe.sequence import UniformStream
-from naspipe.shared import parse_shared
-from naspipe.space import preset
-from naspipe.trace import Trace, check_causal
+from naspipe.sched.trace import Trace, check_causal
+from naspipe.sequences.sequence import UniformStream
+from naspipe.spaces.partition import partition
+from naspipe.spaces.shared import parse_shared
+from naspipe.spaces.space import preset
 
 N = 16  # subnets per multi-process run
 

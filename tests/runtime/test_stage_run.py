@@ -32,7 +32,7 @@ def test_the_policy_is_parsed_once_into_its_name_and_options():
 
 
 def test_runspec_owns_the_replicas_and_their_exchange():
-    from naspipe.runspec import RunSpec, RunSpecError
+    from naspipe.runspec.spec import RunSpec, RunSpecError
 
     spec = RunSpec.create("digits-cnn", stages=2, subnets=4, replicas=2, replica_exchange="native")
     assert (spec.replicas, spec.replica_exchange) == (2, "native")

@@ -12,7 +12,7 @@ import json
 import pytest
 import torch.multiprocessing as tmp
 
-from naspipe.results import verify
+from naspipe.runfolder.results import verify
 from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.config import START_METHODS
 

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from naspipe.cli import main
-from naspipe.results import param_hashes, read_params
+from naspipe.models.weights import load_weights, read_weights
+from naspipe.runfolder.results import param_hashes, read_params
 from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.config import prepare_out_dir
-from naspipe.shared import parse_shared
-from naspipe.weights import load_weights, read_weights
+from naspipe.spaces.shared import parse_shared
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +52,6 @@ def test_overwrite_clears_the_weights_of_the_earlier_run(tmp_path):
 
 
 def weights_space(run_dir):
-    from naspipe.space import resolve_space
+    from naspipe.spaces.space import resolve_space
 
     return resolve_space(json.loads((run_dir / "metrics.json").read_text())["config"]["space"])

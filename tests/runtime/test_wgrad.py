@@ -22,9 +22,9 @@ from torch import nn
 from naspipe.models import build_stage, input_of, make_batch, target_of
 from naspipe.runtime.split_backward.splitgrad import BlockTargets, LayerCapture, input_grad, weight_grads
 from naspipe.runtime.split_backward.wgrad import recipe
-from naspipe.sequence import UniformStream
-from naspipe.shared import parse_shared
-from naspipe.space import resolve_space
+from naspipe.sequences.sequence import UniformStream
+from naspipe.spaces.shared import parse_shared
+from naspipe.spaces.space import resolve_space
 
 
 def _input(shape: tuple[int, ...], contiguous: bool) -> torch.Tensor:

@@ -20,8 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from naspipe.partition import Partition, partition
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.chains import ConflictChains
 from naspipe.sched.critical import CriticalPaths
 from naspipe.sched.policies import (
@@ -32,9 +31,10 @@ from naspipe.sched.policies import (
     stage_specs,
 )
 from naspipe.sched.tasks import B, F, W
-from naspipe.sequence import ReplayStream
+from naspipe.sequences.sequence import ReplayStream
 from naspipe.sim import SimOptions, simulate
-from naspipe.space import Block, Candidate, SearchSpace
+from naspipe.spaces.partition import Partition, partition
+from naspipe.spaces.space import Block, Candidate, SearchSpace
 from tests.sched.test_tables import table  # per stage, tasks as F0/B0/W0 in start order
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

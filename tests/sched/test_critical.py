@@ -18,13 +18,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.chains import ConflictChains
 from naspipe.sched.critical import CriticalPaths, PathTable, PathTableError
-from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.sequences.sequence import ReplayStream, UniformStream
 from naspipe.sim import SimOptions, simulate
-from naspipe.space import preset
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import preset
 from tests.sched.test_choices import SETTINGS, instances
 
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import pytest
 
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.policies import DEFAULT_POLICY, PolicyError, make_scheduler, plan_factor_unit, stage_specs
-from naspipe.sequence import UniformStream
+from naspipe.sequences.sequence import UniformStream
 from naspipe.sim import SimOptions, choose_plan, simulate
 from naspipe.sim.plan_choice import needs_plan, plan_tries, planned_policy
-from naspipe.space import preset
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import preset
 from tests.helpers.plans import few_plans
 
 

@@ -19,17 +19,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import naspipe
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched import make_scheduler, parse_shared, stage_specs
 from naspipe.sched.policies import ChainCSPScheduler, PolicyError
 from naspipe.sched.registry import Policy, register_policy, unregister_policy
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
-from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.sched.trace import check_causal
+from naspipe.sequences.sequence import ReplayStream, UniformStream
 from naspipe.sim import SimOptions, simulate
 from naspipe.sim.memory import MemoryConfig
-from naspipe.space import Block, Candidate, SearchSpace, preset
-from naspipe.trace import check_causal
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import Block, Candidate, SearchSpace, preset
 
 EPS = 1e-9
 

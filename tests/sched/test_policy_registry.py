@@ -15,8 +15,7 @@ import pytest
 
 import naspipe
 from naspipe.cli import main
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.policies import CSPScheduler, follows_causal_rule, make_scheduler, stage_specs
 from naspipe.sched.registry import (
     ENV,
@@ -28,10 +27,11 @@ from naspipe.sched.registry import (
     register_policy,
     unregister_policy,
 )
-from naspipe.sequence import UniformStream
+from naspipe.sched.trace import check_causal
+from naspipe.sequences.sequence import UniformStream
 from naspipe.sim import simulate
-from naspipe.space import preset
-from naspipe.trace import check_causal
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import preset
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parents[1]

@@ -8,8 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.policies import StageScheduler, make_scheduler, stage_specs
 from naspipe.sched.predictor import (
     ACTIVATION,
@@ -24,10 +23,11 @@ from naspipe.sched.predictor import (
     speculative_copy,
 )
 from naspipe.sched.tasks import B, F, Task
-from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.sequences.sequence import ReplayStream, UniformStream
 from naspipe.sim import SimOptions, simulate
 from naspipe.sim.memory import MemoryConfig
-from naspipe.space import Block, Candidate, SearchSpace, preset
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import Block, Candidate, SearchSpace, preset
 
 
 def _space(k: int = 2, blocks: int = 1) -> SearchSpace:

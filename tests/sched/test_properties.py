@@ -20,16 +20,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from naspipe.bound import lower_bound
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.causal import CausalTracker
 from naspipe.sched.policies import policy_names
-from naspipe.sequence import ReplayStream, UniformStream, Window
-from naspipe.shared import parse_shared
+from naspipe.sched.trace import Trace, check_causal
+from naspipe.sequences.sequence import ReplayStream, UniformStream, Window
 from naspipe.sim import SimOptions, simulate
-from naspipe.space import Block, Candidate, SearchSpace
-from naspipe.trace import Trace, check_causal
+from naspipe.sim.bound import lower_bound
+from naspipe.spaces.partition import partition
+from naspipe.spaces.shared import parse_shared
+from naspipe.spaces.space import Block, Candidate, SearchSpace
 from tests.helpers.plans import few_plans
 
 EPS = 1e-9

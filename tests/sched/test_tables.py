@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.policies import CSPScheduler, StageSpec
 from naspipe.sched.tasks import B, F
-from naspipe.sequence import ReplayStream
+from naspipe.sched.trace import check_causal
+from naspipe.sequences.sequence import ReplayStream
 from naspipe.sim import SimOptions, simulate
-from naspipe.space import Block, Candidate, SearchSpace
-from naspipe.trace import check_causal
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import Block, Candidate, SearchSpace
 
 
 def _space(*blocks: list[tuple[float, float]]) -> SearchSpace:

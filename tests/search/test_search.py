@@ -13,6 +13,7 @@ import torch
 
 from naspipe.cli import main
 from naspipe.models import build_stage
+from naspipe.models.weights import WeightsError, load_weights, read_weights, save_weights
 from naspipe.search import (
     ConstraintError,
     InfeasibleError,
@@ -26,9 +27,8 @@ from naspipe.search import (
     search_run,
     search_space,
 )
-from naspipe.shared import SharedLayers
-from naspipe.space import preset
-from naspipe.weights import WeightsError, load_weights, read_weights, save_weights
+from naspipe.spaces.shared import SharedLayers
+from naspipe.spaces.space import preset
 
 SPACE = preset("digits-cnn")
 
@@ -156,7 +156,7 @@ def test_weights_round_trip_and_stage_files(tmp_path):
 
 def test_reference_cli_saves_the_trained_weights(run_dir):
     hashes = json.loads((run_dir / "params.json").read_text())
-    from naspipe.results import param_hashes
+    from naspipe.runfolder.results import param_hashes
 
     model = load_weights(SPACE, run_dir, seed=0)
     assert param_hashes(model.global_named_parameters()) == hashes
@@ -217,7 +217,7 @@ def test_tight_constraint_exhausts_and_infeasible_is_refused():
 def test_a_fair_random_search_proposes_every_candidate_equally_often():
     from collections import Counter
 
-    from naspipe.fair import FairStream
+    from naspipe.sequences.fair import FairStream
 
     costs = SearchCosts.from_space(SPACE)
     k = max(b.k for b in SPACE.blocks)

@@ -8,14 +8,14 @@ from unittest import mock
 
 import pytest
 
-from naspipe.bound import lower_bound
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.policies import POLICIES, StageScheduler
 from naspipe.sched.tasks import B, F, W
-from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.sequences.sequence import ReplayStream, UniformStream
 from naspipe.sim import CostModel, DeadlockError, SimOptions, simulate
-from naspipe.space import Block, Candidate, SearchSpace, preset
+from naspipe.sim.bound import lower_bound
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import Block, Candidate, SearchSpace, preset
 
 
 def _unit(k: int, blocks: int = 4, fwd: float = 1.0, bwd: float = 2.0, message_bytes: int = 0) -> SearchSpace:

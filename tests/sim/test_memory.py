@@ -19,11 +19,10 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from naspipe.cli import main
-from naspipe.memsize import Budget, SizeError, format_bytes, parse_budget, parse_bytes
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
+from naspipe.inputs.memsize import Budget, SizeError, format_bytes, parse_budget, parse_bytes
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.tasks import FORWARD, WEIGHT, Task
-from naspipe.sequence import ReplayStream, UniformStream
+from naspipe.sequences.sequence import ReplayStream, UniformStream
 from naspipe.sim import SimOptions, simulate
 from naspipe.sim.costs import batch_time_scale
 from naspipe.sim.memory import (
@@ -35,7 +34,8 @@ from naspipe.sim.memory import (
     plan_memory,
     policy_in_flight,
 )
-from naspipe.space import Block, Candidate, SearchSpace, preset
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import Block, Candidate, SearchSpace, preset
 from tests.helpers.plans import few_plans
 
 MB = 10**6
@@ -290,7 +290,7 @@ def _budgets(sp, part, policy: str, swap: str, room: float) -> list[int]:
 
 
 def _run(sp, stages, n, seed, policy, swap, budget, depth, shared, pin="task"):
-    from naspipe.shared import parse_shared
+    from naspipe.spaces.shared import parse_shared
 
     part = partition(sp, stages)
     if isinstance(budget, float):

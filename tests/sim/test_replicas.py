@@ -8,13 +8,13 @@ import math
 import pytest
 
 from naspipe.cli import main
-from naspipe.partition import partition
-from naspipe.runspec import RunSpec
-from naspipe.sequence import UniformStream
+from naspipe.runspec.spec import RunSpec
+from naspipe.sequences.sequence import UniformStream
 from naspipe.sim import SimOptions, simulate
 from naspipe.sim.costs import batch_time_scale
 from naspipe.sim.replicas import LinkModel, ReplicaCostModel, plan, simulate_replicas
-from naspipe.space import preset, resolve_space
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import preset, resolve_space
 from tests.helpers.plans import few_plans
 
 K96 = resolve_space("naspipe-k96")

@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 import naspipe
-from naspipe import messages
 from naspipe.cli import main
 from naspipe.runtime.transport.comm import ACTIVATION, GRADIENT, HEADER_BYTES, Packing, encode_tree
+from naspipe.supernet import messages
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -76,7 +76,7 @@ def test_killed_and_resumed_the_cell_space_is_identical_to_its_reference(tmp_pat
 def _expected_activation_bytes(run: Path, stop: int) -> list[int]:
     """Per subnet of ``run``: the bytes of the distinct tensors of block ``stop - 1``'s output (the message)."""
     from naspipe.models import build_stage, input_of, make_batch
-    from naspipe.shared import SharedLayers
+    from naspipe.spaces.shared import SharedLayers
 
     space = naspipe.resolve_space(SPEC)
     model = build_stage(space, range(stop), 4, SharedLayers())

@@ -22,8 +22,8 @@ from torch import nn
 
 import naspipe
 from naspipe.cli import main
-from naspipe.reference import train_reference
-from naspipe.shared import parse_shared
+from naspipe.oracle.sequential_trainer import train_reference
+from naspipe.spaces.shared import parse_shared
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -271,7 +271,8 @@ def test_verify_names_a_policy_that_does_not_update_as_the_reference(tmp_path, c
                           "differ by design)"), out
     assert json.loads((run / "run.json").read_text())["identity"]["updates"] == "pipedream"
     cfg = naspipe.TrainConfig.create(spec, tmp_path / "o", stages=2, subnets=4, policy="csp")
-    assert naspipe.runs.train_identity(cfg)["updates"] == "exact"  # a causal policy verifies against the reference
+    # a causal policy verifies against the reference
+    assert naspipe.runfolder.runs.train_identity(cfg)["updates"] == "exact"
 
 
 def test_train_takes_the_space_positionally(tmp_path, monkeypatch):

@@ -18,9 +18,9 @@ from torch import nn
 
 import naspipe
 from naspipe.cli import main
-from naspipe.reference import train_reference
+from naspipe.oracle.sequential_trainer import train_reference
 from naspipe.search import search_run
-from naspipe.shared import parse_shared
+from naspipe.spaces.shared import parse_shared
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -69,12 +69,12 @@ def test_a_notebook_supernets_run_is_searched_with_its_own_definition(tmp_path):
     assert naspipe.supernet.load.supernet_of(recorded_space(tmp_path / "a", "supernet")) is a  # what report reads
     # the recorded token is process-local: not part of what verify compares
     ident = json.loads((tmp_path / "a" / "run.json").read_text())["identity"]
-    assert ident["definition"] and "definition" not in naspipe.runs.IDENTITY
+    assert ident["definition"] and "definition" not in naspipe.runfolder.runs.IDENTITY
 
 
 def test_costs_do_not_change_a_runs_identity(tmp_path):
     """Finding 12: re-profiling keeps the run identity (verify) and the checkpoint fingerprint (--resume)."""
-    from naspipe.results import verify
+    from naspipe.runfolder.results import verify
     from naspipe.runtime.checkpoint import fingerprint
 
     sn = _tiny(torch.relu)
@@ -114,8 +114,8 @@ def test_a_resume_refusal_names_the_default_replicas_not_null(tmp_path):
 def test_profile_refuses_an_unwritable_destination_before_it_measures(tmp_path, capsys, monkeypatch):
     """Finding 11: a directory, a file where a folder belongs, a read-only folder: exit 2, one line, nothing
     measured; the profile is written atomically (no temporary file left beside it)."""
-    import naspipe.atomic as atomic
-    import naspipe.measure as measure
+    import naspipe.fileio.atomic as atomic
+    import naspipe.preflight.measure as measure
 
     def boom(*a, **k):
         raise AssertionError("measured before the destination was checked")

@@ -35,7 +35,7 @@ def test_the_probe_keeps_one_output_per_block_not_one_per_candidate():
     assert scale_supernets.PEAK[0] <= 3
 
 
-class _Counted(naspipe.space.Candidate):
+class _Counted(naspipe.spaces.space.Candidate):
     reads = 0
 
     def __getattribute__(self, name: str):  # noqa: ANN204
@@ -47,7 +47,7 @@ class _Counted(naspipe.space.Candidate):
 def test_a_scheduler_reads_the_costs_of_the_subnets_it_admits_only():
     """csp-plan makes hundreds of schedulers; each used to copy every candidate's costs (O(K) per scheduler)."""
     from naspipe.sched.critical import CriticalPaths
-    from naspipe.space import Block, SearchSpace
+    from naspipe.spaces.space import Block, SearchSpace
 
     k = 5000
     cands = tuple(_Counted(f"c{i}") for i in range(k))

@@ -13,8 +13,8 @@ from torch import nn
 import naspipe
 from naspipe.cli import main
 from naspipe.models import build_stage, heldout_batches, make_batch
-from naspipe.shared import SharedLayers
-from naspipe.space import SpaceError as SpaceErr
+from naspipe.spaces.shared import SharedLayers
+from naspipe.spaces.space import SpaceError as SpaceErr
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 

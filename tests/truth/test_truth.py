@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from naspipe.cli import main
-from naspipe.space import resolve_space
+from naspipe.spaces.space import resolve_space
 from naspipe.truth import load
 from naspipe.truth.records import ENTRIES, TABLE, choose_archs, entry_name, space_size
 from naspipe.truth.standalone import train_entry
@@ -142,8 +142,8 @@ def test_standalone_entry_is_a_model_of_only_its_candidates():
     """Training the architecture gives other candidates no gradient: their weights keep their initial bits,
     so the entry is the same as a fresh model holding only the architecture's candidates."""
     from naspipe.models import build_stage
-    from naspipe.reference import train_reference
-    from naspipe.shared import parse_shared
+    from naspipe.oracle.sequential_trainer import train_reference
+    from naspipe.spaces.shared import parse_shared
     from naspipe.truth.standalone import _Repeat
 
     sp = resolve_space(SPACE)
@@ -214,7 +214,7 @@ def test_shipped_truth_recheck_three_random_entries():
 
 def test_a_pool_worker_imports_torch_as_a_start_up_import():
     """A spawned worker finds ``start_worker`` in a module without torch, and imports torch and torch._dynamo with
-    the collector paused and then frozen (``naspipe.startup``)."""
+    the collector paused and then frozen (``naspipe.lifecycle.startup``)."""
     import gc
 
     import torch.multiprocessing as mp

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from naspipe import UniformStream, experiments, partition, simulate
-from naspipe.runspec import RunSpec
-from naspipe.space import unit_space
-from naspipe.trace import COMPUTE_KINDS
+from naspipe import UniformStream, experiments, simulate
+from naspipe.runspec.spec import RunSpec
+from naspipe.sched.trace import COMPUTE_KINDS
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import unit_space
 from naspipe.viz import gantt
 from naspipe.viz.gantt import LABEL_PX, label_fits
 

@@ -7,11 +7,11 @@ import networkx as nx
 import pytest
 
 from naspipe.cli import main as cli_main
-from naspipe.results import write_losses, write_params
+from naspipe.runfolder.results import write_losses, write_params
 from naspipe.sched.tasks import BACKWARD as B
 from naspipe.sched.tasks import FORWARD as F
 from naspipe.sched.tasks import Task
-from naspipe.trace import Trace
+from naspipe.sched.trace import Trace
 from naspipe.viz.idle import idle_breakdown
 from naspipe.viz.report import write_report
 

@@ -11,11 +11,11 @@ import plotly.graph_objects as go
 import pytest
 
 from naspipe.experiments.jobs import Job, TrainJob, start_reference, write_reference
-from naspipe.results import ResultsError, verify, write_losses, write_params
-from naspipe.runspec import RunSpec
-from naspipe.sequence import ReplayStream, UniformStream
-from naspipe.shared import parse_shared
-from naspipe.space import preset
+from naspipe.runfolder.results import ResultsError, verify, write_losses, write_params
+from naspipe.runspec.spec import RunSpec
+from naspipe.sequences.sequence import ReplayStream, UniformStream
+from naspipe.spaces.shared import parse_shared
+from naspipe.spaces.space import preset
 from naspipe.viz.repro import (
     conflict_dense,
     digests_json,
@@ -101,7 +101,7 @@ def test_hash_table_summary_and_figure(tmp_path):
 
 
 def test_schedule_digest_sees_the_order_of_tasks_only(tmp_path):
-    from naspipe.trace import Trace, TraceEvent
+    from naspipe.sched.trace import Trace, TraceEvent
 
     def write(name, events):
         (tmp_path / name).mkdir()
@@ -127,8 +127,8 @@ def test_conflict_dense_keeps_fixed_blocks_and_cuts_candidates():
 
 
 def test_write_reference_matches_a_direct_reference_run(tmp_path):
-    from naspipe.reference import train_reference
-    from naspipe.results import param_hashes
+    from naspipe.oracle.sequential_trainer import train_reference
+    from naspipe.runfolder.results import param_hashes
 
     sp = preset("digits-cnn")
     subs = [UniformStream(sp, 1, 3)[j] for j in range(3)]
@@ -179,9 +179,9 @@ def test_simulated_twin_rescales_the_cost_model_and_svg_stacks_panels():
     import xml.etree.ElementTree as ET
 
     from naspipe.experiments.figures import scaled_space, simulated_twin
-    from naspipe.partition import partition
+    from naspipe.sched.trace import Trace, TraceEvent
     from naspipe.sim import simulate
-    from naspipe.trace import Trace, TraceEvent
+    from naspipe.spaces.partition import partition
     from naspipe.viz.svg import dag_svg, gantt_svg
 
     sp = preset("digits-cnn")

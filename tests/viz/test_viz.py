@@ -13,14 +13,15 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from naspipe import UniformStream, lower_bound, parse_shared, partition, preset, simulate
+from naspipe import UniformStream, lower_bound, parse_shared, preset, simulate
 from naspipe.cli import main as cli_main
 from naspipe.experiments import compare_policies, scaling_sweep, summary_rows
-from naspipe.runspec import RunSpec
+from naspipe.runspec.spec import RunSpec
 from naspipe.sched.tasks import B, F, Task, W
+from naspipe.sched.trace import Trace, TraceEvent
 from naspipe.sim import CostModel
-from naspipe.space import unit_space
-from naspipe.trace import Trace, TraceEvent
+from naspipe.spaces.partition import partition
+from naspipe.spaces.space import unit_space
 from naspipe.viz import (
     LiveMonitor,
     ReportError,

@@ -49,7 +49,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from naspipe.memsize import parse_bytes
+from naspipe.inputs.memsize import parse_bytes
 
 Key = Hashable
 ABSENT, LOADING, RESIDENT, EVICTING = "absent", "loading", "resident", "evicting"

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from naspipe.memsize import parse_budget
+from naspipe.inputs.memsize import parse_budget
 from naspipe.sched.predictor import Predictor
 from naspipe.sched.speculate import gated_next_task
 from naspipe.sched.tasks import FORWARD, Task
@@ -278,7 +278,7 @@ class ContextSwitch:
         self.cache.close()  # (a second call does nothing)
 
     def trace_events(self, stage: int) -> list[Any]:
-        from naspipe.trace import TraceEvent
+        from naspipe.sched.trace import TraceEvent
 
         return [TraceEvent(stage, e.kind, e.tag, e.start, e.end, bytes=e.bytes) for e in self.cache.events]
 

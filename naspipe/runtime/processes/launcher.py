@@ -5,7 +5,7 @@ orphans is worse than none. The launcher
 
 * validates everything first (``TrainConfig.validate``, the model, built block by block and probed, the output
   directory, an explicit port), so a bad run starts no process;
-* holds the run folder's lock (``naspipe.runlock``) from before it prepares the folder until the last file is
+* holds the run folder's lock (``naspipe.runfolder.runlock``) from before it prepares the folder until the last file is
   written, so a second run into the folder is refused instead of interleaved;
 * starts the stages with ``torch.multiprocessing``. The default start method is ``forkserver``: a clean
   server process (never touched by CUDA or the caller's threads) imports torch and the worker once, and
@@ -111,7 +111,7 @@ def _train(config: TrainConfig) -> RunResult:
     port = config.port
     if port is not None and not port_free(port, HOST):
         raise ConfigError(f"port {port} on {HOST} is already in use; choose another --port or leave it out")
-    from naspipe.runlock import RunLocked, acquire, release
+    from naspipe.runfolder.runlock import RunLocked, acquire, release
 
     try:  # the folder is this run's until its last file is written (a second writer gets ConfigError)
         lock = acquire(config.out)
@@ -172,7 +172,7 @@ def _run(config: TrainConfig, port: int | None) -> RunResult:
         write_status(config.out, False, msg)
         raise TrainError(msg) from None
     except OSError as e:  # a full disk (or a vanished folder) while merging: one line, the parts are kept
-        from naspipe.atomic import disk_full_message, is_disk_full
+        from naspipe.fileio.atomic import disk_full_message, is_disk_full
 
         msg = disk_full_message(config.out, e) if is_disk_full(e) else f"cannot write the run's outputs: {e}"
         write_status(config.out, False, msg)

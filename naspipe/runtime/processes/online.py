@@ -1,7 +1,7 @@
 """Losses for run-time generated subnet streams in the multi-process runtime.
 
 Why it exists: with ``--sampler evolution:LAG`` the subnet sequence is generated while the supernet trains
-(``naspipe.samplers``): subnet ``j`` depends on the losses of subnets ``<= j - LAG``. Every stage builds its
+(``naspipe.sequences.samplers``): subnet ``j`` depends on the losses of subnets ``<= j - LAG``. Every stage builds its
 own ``OnlineStream`` (same space, seed and sampler), so every stage must learn every loss, bit-exactly,
 or the stages would generate different sequences.
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from naspipe.trace import TraceEvent
+from naspipe.sched.trace import TraceEvent
 
 
 class EventLog:

@@ -32,10 +32,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from naspipe import runs
-from naspipe.atomic import disk_full_message, is_disk_full, write_atomic, write_text_atomic
+from naspipe.fileio.atomic import disk_full_message, is_disk_full, write_atomic, write_text_atomic
+from naspipe.lifecycle.startup import import_at_start
 from naspipe.models import build_stage
-from naspipe.results import param_hashes
+from naspipe.models.weights import save_weights
+from naspipe.runfolder import runs
+from naspipe.runfolder.results import param_hashes
 from naspipe.runtime.checkpoint import Checkpointer
 from naspipe.runtime.config import TrainConfig
 from naspipe.runtime.processes.jitter import jitter_seconds
@@ -47,9 +49,7 @@ from naspipe.runtime.transport.comm import ACTIVATION, GRADIENT, ChannelFailure,
 from naspipe.runtime.transport.replica_group import ReplicaGroup, WriteOrder, next_task_writing
 from naspipe.sched.policies import make_scheduler, stage_specs
 from naspipe.sched.tasks import BACKWARD, FORWARD, WEIGHT, Task
-from naspipe.startup import import_at_start
 from naspipe.supernet.usercode import first_line, origin
-from naspipe.weights import save_weights
 
 Report = Callable[..., None]  # report(kind, *payload): "ready", "progress", ...
 
@@ -366,7 +366,7 @@ def _watch_lifeline(conn: Any) -> None:
 
 
 def fresh_process() -> None:
-    """At the start of a stage process: torch._dynamo imported as a start-up import (``naspipe.startup``; the
+    """At the start of a stage process: torch._dynamo imported as a start-up import (``naspipe.lifecycle.startup``; the
     stage's optimizers import it: a fork server's stage has it already, a torchrun rank or a spawned stage not),
     and every object it inherited (torch, torch._dynamo and naspipe, imported by the fork server, the rank or the
     spawned interpreter) moved to the garbage collector's permanent generation. Those are not garbage; without

@@ -143,7 +143,7 @@ def input_grad(out: Tensor, x: Tensor, grad: Tensor | None, outs: Sequence[Tenso
 
 def input_grads(roots: Sequence[Tensor], seeds: Sequence[Tensor] | None, xs: Sequence[Tensor],
                 outs: Sequence[Tensor]) -> tuple[list[Tensor | None], list[Tensor | None]]:
-    """``input_grad`` for structured messages (``naspipe.messages``): the gradients of ``roots`` (seeded with
+    """``input_grad`` for structured messages (``naspipe.supernet.messages``): the gradients of ``roots`` (seeded with
     ``seeds``; None for a scalar loss) with respect to each of ``xs`` (the stage input's distinct leaves; None for a
     leaf that needs or got none) and each of ``outs`` (block-output leaves and layer outputs).
 

@@ -31,7 +31,7 @@ awaited size (``FLAG_APART``) and its payload in a transfer of its own, and both
 the header alone. Channels whose sizes keep changing therefore cost what two transfers per message cost;
 large payloads always go apart (no copies).
 
-Structured messages (a block's output that is a tuple, list or dict of tensors, ``naspipe.messages``): a tree
+Structured messages (a block's output that is a tuple, list or dict of tensors, ``naspipe.supernet.messages``): a tree
 header (``FLAG_TREE``: the number of distinct tensors and the layout's length) is followed by one ordinary header
 per tensor, the layout when it changed on the channel (``FLAG_LAYOUT``: the pytree structure and which tensor
 fills each place, as JSON bytes; the receiver keeps the last one), then the tensors' payloads. The same packing
@@ -55,9 +55,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from naspipe import messages
-from naspipe.messages import WIRE_DTYPES
 from naspipe.runtime.stagerun import StageRun
+from naspipe.supernet import messages
+from naspipe.supernet.messages import WIRE_DTYPES
 
 HEADER_LEN = 13  # kind, subnet, flags, dtype, ndim, up to 7 dims, the subnet's loss (float64 bits)
 MAX_DIMS = messages.MAX_DIMS
@@ -70,7 +70,7 @@ FLAG_LOSS = 4  # the last field holds the subnet's training loss, the bits of a 
 FLAG_APART = 8  # the payload follows in a transfer of its own (the message does not have the channel's steady size)
 FLAG_TREE = 16  # a structured message: this header announces leaf headers, a layout and leaf payloads
 FLAG_LAYOUT = 32  # (structured) the message's layout follows its leaf headers (it changed on this channel)
-DTYPES = WIRE_DTYPES  # (naspipe.messages: codes are positions, append only)
+DTYPES = WIRE_DTYPES  # (naspipe.supernet.messages: codes are positions, append only)
 
 
 class TransportError(RuntimeError):
@@ -391,7 +391,7 @@ class Links:
     # ---- sending ---------------------------------------------------------------------------------------
     def send_activation(self, subnet: int, tensor: Any, requires_grad: bool | tuple[bool, ...]) -> None:
         """Send ``subnet``'s activation downstream: one tensor, or a structured message (a pytree of tensors,
-        ``requires_grad`` one flag per distinct leaf, ``naspipe.messages``)."""
+        ``requires_grad`` one flag per distinct leaf, ``naspipe.supernet.messages``)."""
         self._send(ACTIVATION, self.rank + 1, self.act_groups[self.rank], subnet, tensor, requires_grad)
 
     def send_gradient(self, subnet: int, tensor: Any, loss: float | None = None) -> None:

@@ -22,7 +22,7 @@ which weights a forward reads and when the gradients are applied:
 
 * ``pipedream``, ``2bw``, ``pipemare``, ``pipeoptim``: ``naspipe.runtime.update_rules.async_rules``.
 * ``delayed:D+predict`` / ``+t1=K`` shared layers: ``CorrectedFixedVersions`` (PipeOptim prediction stored
-  when a version is snapshotted; PipeMare T1 on the shared step), as ``naspipe.reference`` does.
+  when a version is snapshotted; PipeMare T1 on the shared step), as ``naspipe.oracle.sequential_trainer`` does.
 
 Optimizers (``OptimizerBank``): per-parameter state from ``naspipe.models.make_optimizer``
 (``foreach=False``); an update touches only the candidates used, so per-candidate state (momentum, Adam
@@ -150,7 +150,7 @@ def take_grads(params: Sequence[nn.Parameter]) -> dict[nn.Parameter, Tensor | No
 
 
 class CorrectedFixedVersions(FixedVersions):
-    """``FixedVersions`` with the ``delayed:D`` corrections (``naspipe.shared``): ``+predict`` stores
+    """``FixedVersions`` with the ``delayed:D`` corrections (``naspipe.spaces.shared``): ``+predict`` stores
     ``predict(v_k, s = D)`` computed when ``v_k`` is snapshotted (optimizer state and last shared gradient of
     that moment), ``+t1=K`` scales the shared step of subnet ``j`` by ``t1_multiplier(j, D, K)``."""
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from naspipe.memsize import SizeError, format_bytes
-from naspipe.partition import Partition
+from naspipe.inputs.memsize import SizeError, format_bytes
 from naspipe.sched.registry import parse_policy
 from naspipe.sim.memory.footprint import Footprint
 from naspipe.sim.memory.settings import PIN_MODES, SWAP_MODES, MemoryBudgetError, MemoryConfig
-from naspipe.space import SearchSpace
+from naspipe.spaces.partition import Partition
+from naspipe.spaces.space import SearchSpace
 
 
 # ---- planning: budgets, validation and the batch each policy can afford -------------------------

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from naspipe.memsize import format_bytes
+from naspipe.inputs.memsize import format_bytes
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
+from naspipe.sched.trace import Trace
 from naspipe.sim.memory.settings import Key, MemoryBudgetError
-from naspipe.trace import Trace
 
 # ---- per-stage device state -----------------------------------------------------------------------
 RESIDENT, LOADING, EVICTING = "resident", "loading", "evicting"  # states of a candidate on the device

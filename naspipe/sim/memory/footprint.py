@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from naspipe.partition import Partition
 from naspipe.sim.memory.settings import Key
-from naspipe.space import SearchSpace, Subnet
+from naspipe.spaces.partition import Partition
+from naspipe.spaces.space import SearchSpace, Subnet
 
 
 class Footprint:

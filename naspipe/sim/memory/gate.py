@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from naspipe.sched.tasks import FORWARD, Task
 from naspipe.sim.memory.footprint import Footprint
 from naspipe.sim.memory.settings import Key
-from naspipe.space import Subnet
+from naspipe.spaces.space import Subnet
 
 
 class Gate:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from naspipe.memsize import Budget, parse_budget
+from naspipe.inputs.memsize import Budget, parse_budget
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
 
 SWAP_MODES = ("predictive", "on-demand", "resident")  # the one list (runtime and CLI import it)

@@ -1,0 +1,282 @@
+"""What a run folder holds: its kind (``train`` or ``reference``) and its identity, in ``run.json``.
+
+Why it exists: bit-identity is promised only between runs of the same configuration, so a run must say
+what produced it. ``naspipe train`` (and the torchrun entry point) and ``naspipe reference`` both write
+``run.json`` here, before training and again once the sequence is known::
+
+    {"kind": "train", "identity": {"space": ..., "space_sha256": ..., "updates": ..., "seed": ..., "subnets": ...,
+     "sampler": ..., "sequence_sha256": ..., "optimizer": ..., "lr": ..., "threads": ..., "shared_layers": ...}}
+
+A user supernet's run adds the digests of its definition, ``source_sha256`` and ``weights_sha256`` (per block;
+``naspipe.supernet.definition``): an edit of its module between two runs is named by ``verify`` and refused by
+``--resume``. ``updates`` is ``exact`` for the reference and every causal policy, else the policy (``pipedream``):
+such a run differs from the reference by design, and ``verify`` says so.
+
+The identity holds what decides the numbers of a CSP run besides the schedule-free parts (policy, stages,
+window and timing must not change them). Threads belong to it: another intra-op thread count changes the
+order of floating-point reductions inside an operation, so results agree bit for bit only at equal counts.
+
+``naspipe verify`` compares the identities of two runs before their numbers (``differences``); a reference
+refuses to write into a train run, and a train run into a reference, unless ``--overwrite`` clears the folder
+first (``kind_of``, ``clear``). A folder is a naspipe run only when its ``run.json`` says so: its kind is never
+guessed from other files, and ``clear`` deletes only the exact names a run writes (``RUN_FILES``, ``checkpoint``
+and ``RUN_PATTERN``: ``weights-stage3.pt``, never ``weights-stage-best.pt``), never an input the command reads
+(``keep``). No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from naspipe.fileio import jsonfile
+
+RUN_JSON = "run.json"
+# the file names of a run directory, written here once (every module that reads or writes one imports them)
+LOSSES = "losses.csv"
+PARAMS = "params.json"
+TRACE = "trace.json"
+METRICS = "metrics.json"
+EVENTS = "events.jsonl"
+STATUS = "status.json"
+SEQUENCE = "sequence.json"
+SPACE = "space.json"  # a custom search space put beside a trace by hand (the report reads it)
+WEIGHTS = "weights.pt"
+PARTS = "parts"
+KINDS = ("train", "reference")
+# the fields of an identity, in the order verify reports them
+IDENTITY = ("space", "space_sha256", "source_sha256", "weights_sha256", "updates", "seed", "subnets", "sampler",
+            "sequence_sha256", "optimizer", "lr", "threads", "shared_layers", "replicas", "replica_exchange")
+# the supernet's definition (``naspipe.supernet.definition``): only comparable between spaces of one name
+DEFINITION = ("source_sha256", "weights_sha256")
+EXACT = "exact"  # ``updates`` of the reference and of every causal policy: one write per subnet, in order
+# files and folders a run writes (cleared by ``clear``): both kinds, a failed run's leftovers, checkpoints
+RUN_FILES = (LOSSES, PARAMS, TRACE, METRICS, EVENTS, STATUS, PARTS, SEQUENCE, WEIGHTS, RUN_JSON)
+CHECKPOINTS = "checkpoint"
+# per-stage files (rank digits only): a stage's error, its weights, an older naspipe's per-stage parameter hashes
+RUN_PATTERN = re.compile(r"(?:error-stage\d+\.txt|weights-stage\d+\.pt|params-stage\d+\.json)\Z")
+RUN_DIRS = (PARTS, CHECKPOINTS)  # the entries a run writes that are folders (every other one is a file)
+REFERENCE_FILES = (LOSSES, PARAMS, METRICS, WEIGHTS, SEQUENCE, STATUS, RUN_JSON)  # what a reference writes
+
+
+class RunFileError(ValueError):
+    """``run.json`` is malformed (the message names the file)."""
+
+
+def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequence_sha256: str | None, optimizer: str,
+             lr: float, threads: int, shared_layers: str, replicas: int = 1,
+             replica_exchange: str | None = None, updates: str = EXACT,
+             subnets_sha256: str | None = None) -> dict[str, Any]:
+    """A run's identity (JSON-ready). ``space``: a ``SearchSpace``; ``lr``: the learning rate actually used;
+    ``replica_exchange``: how replicas combine gradients (``exact`` or ``native``; None with one replica);
+    ``updates``: ``exact`` (the reference, a causal policy) or the policy whose updates are not (``pipedream``).
+    A user supernet's space adds the digests of its definition (``source_sha256``, ``weights_sha256``).
+    ``structure_sha256`` (the space without its name, ``SearchSpace.structure_digest``) and ``subnets_sha256``
+    (the sequence without the space's name) let ``differences`` compare a space under two names."""
+    digests = getattr(space.model, "digests", None) or {}
+    return {
+        "space": space.name, "space_sha256": space.digest(), "structure_sha256": space.structure_digest(),
+        **{k: digests[k] for k in DEFINITION if k in digests}, "updates": str(updates),
+        "seed": int(seed), "subnets": int(subnets), "sampler": None if sampler is None else str(sampler),
+        "sequence_sha256": sequence_sha256,
+        **({"subnets_sha256": subnets_sha256} if subnets_sha256 is not None else {}),
+        "optimizer": str(optimizer), "lr": float(lr), "threads": int(threads), "shared_layers": str(shared_layers),
+        "replicas": int(replicas),
+        **({"replica_exchange": str(replica_exchange)} if replica_exchange is not None else {}),
+        # not compared (not in IDENTITY): which in-process definition of a notebook supernet (search finds it)
+        **({"definition": space.model.definition} if getattr(space.model, "definition", None) else {}),
+    }
+
+
+def write_run(out: str | Path, kind: str, ident: Mapping[str, Any]) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"unknown run kind {kind!r}; one of {', '.join(KINDS)}")
+    from naspipe.fileio.atomic import write_text_atomic
+
+    data = {"kind": kind, "identity": dict(ident)}
+    write_text_atomic(Path(out, RUN_JSON), json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def read_run(out: str | Path) -> dict[str, Any] | None:
+    """``run.json`` of a folder (None when it has none); RunFileError when it is malformed."""
+    p = Path(out, RUN_JSON)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunFileError(f"cannot read {str(p)!r}: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        data = jsonfile.loads(text)
+    except (json.JSONDecodeError, jsonfile.NestedTooDeeply) as e:
+        raise RunFileError(f"{p}: not valid JSON ({getattr(e, 'msg', 'nested too deeply')})") from None
+    if not isinstance(data, dict) or data.get("kind") not in KINDS or not isinstance(data.get("identity"), dict):
+        raise RunFileError(f"{p}: must be an object with 'kind' ({' or '.join(KINDS)}) and 'identity'")
+    return data
+
+
+def kind_of(out: str | Path) -> str | None:
+    """The kind of run a folder holds, as its ``run.json`` says (None: no run, or a malformed ``run.json``)."""
+    d = Path(out)
+    if not d.is_dir():
+        return None
+    try:
+        data = read_run(d)
+    except RunFileError:
+        return None
+    return None if data is None else str(data["kind"])
+
+
+def is_run_name(name: str) -> bool:
+    """``name`` is one a run writes in its folder (``RUN_FILES``, ``checkpoint``, ``RUN_PATTERN``)."""
+    return name in RUN_FILES or name == CHECKPOINTS or RUN_PATTERN.match(name) is not None
+
+
+def run_entries(out: str | Path, checkpoints: bool = True) -> list[Path]:
+    """The entries of ``out`` named as a run's (symbolic links included), in ``RUN_FILES`` order, then the
+    checkpoints (if ``checkpoints``), then the per-stage files by name."""
+    d = Path(out)
+    if not d.is_dir():
+        return []
+    names = [*RUN_FILES, *([CHECKPOINTS] if checkpoints else [])]
+    fixed = [d / f for f in names if os.path.lexists(d / f)]
+    staged = sorted(p for p in d.iterdir() if RUN_PATTERN.match(p.name))
+    return fixed + staged
+
+
+def held_file(out: str | Path) -> str | None:
+    """The first run file a folder holds (None: it holds no run)."""
+    entries = run_entries(out)
+    return entries[0].name if entries else None
+
+
+def misplaced(out: str | Path) -> str | None:
+    """Why an entry of ``out`` named as a run's cannot be replaced safely: a symbolic link (naspipe neither
+    follows nor deletes links), or a folder where a run writes a file (or a file where it writes a folder)."""
+    for p in run_entries(out):
+        if p.is_symlink():
+            return f"{str(p)!r} is a symbolic link (to {os.readlink(p)!r})"
+        if p.is_dir() != (p.name in RUN_DIRS):
+            what, wants = ("a folder", "file") if p.is_dir() else ("not a folder", "folder")
+            return f"{str(p)!r} is {what}, where a naspipe run writes a {wants} of that name"
+    return None
+
+
+def writes(kind: str, name: str) -> bool:
+    """A run of ``kind`` writes an entry ``name`` in its folder (a train run: every run name but
+    ``weights.pt``; a reference: ``REFERENCE_FILES``)."""
+    if kind == "reference":
+        return name in REFERENCE_FILES
+    return is_run_name(name) and name != WEIGHTS
+
+
+def clear(out: str | Path, checkpoints: bool = True, keep: Sequence[str | Path] = (), kind: str | None = None) -> None:
+    """Delete the entries of ``out`` that the run there (its ``run.json``'s kind) or a run of ``kind`` (the one
+    about to replace it) writes; nothing else (``kind`` None and no ``run.json``: any run's). Its checkpoints only
+    if ``checkpoints``, never a file in ``keep`` (the inputs of the command). A symbolic link is removed itself,
+    never followed; a folder only under the names a run gives its folders."""
+    kinds = {k for k in (kind_of(out), kind) if k is not None} or set(KINDS)
+    kept = {os.path.realpath(k) for k in keep}
+    for p in run_entries(out, checkpoints):
+        if os.path.realpath(p) in kept or not any(writes(k, p.name) for k in kinds):
+            continue
+        if p.name in RUN_DIRS and p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        elif not p.is_dir() or p.is_symlink():
+            p.unlink()
+
+
+def same_structure(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Both runs record the structure of their space (blocks, candidates, batch size, model kind: ``identity``)
+    and it agrees: one space, whatever each run calls it (a notebook's supernet and ``module:function``)."""
+    sa, sb = a.get("structure_sha256"), b.get("structure_sha256")
+    return sa is not None and sa == sb
+
+
+def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """The identity fields both runs record with different values, in ``IDENTITY`` order.
+
+    Runs whose spaces agree by structure (``same_structure``) are the same space under two names: the name, the
+    name-keyed digests (``space_sha256``, ``sequence_sha256``) and where the definition lives (``source_sha256``:
+    a module's files or a notebook's pickled supernet) are not compared; the blocks' parameter shapes and initial
+    weights (``weights_sha256``) and the subnets (``subnets_sha256``) are."""
+    renamed = a.get("space") != b.get("space") and same_structure(a, b)
+    out = []
+    for k in IDENTITY:
+        if renamed and k in ("space", "space_sha256", "source_sha256", "sequence_sha256"):
+            if k == "sequence_sha256" and (x := a.get("subnets_sha256")) and (y := b.get("subnets_sha256")) \
+                    and x != y:
+                out.append(("subnets_sha256", x, y))
+            continue
+        if renamed and k == "weights_sha256":  # compared: the structure is one (the names differ by design)
+            if a.get(k) is not None and b.get(k) is not None and a[k] != b[k]:
+                out.append((k, a[k], b[k]))
+            continue
+        if k in a and k in b and a[k] is not None and b[k] is not None and a[k] != b[k]:
+            if k in ("space_sha256", *DEFINITION) and a.get("space") != b.get("space"):
+                continue  # the names already differ
+            if k == "source_sha256" and a.get("space_sha256") != b.get("space_sha256"):
+                continue  # the blocks or candidates already differ (the source then differs too)
+            if k == "sampler" and a.get("sequence_sha256") and b.get("sequence_sha256"):
+                continue  # the sequences themselves are compared (a replayed generated one is the same run)
+            out.append((k, a[k], b[k]))
+    return out
+
+
+def describe_differences(diffs: Sequence[tuple[str, Any, Any]]) -> str:
+    """``threads 2 vs 1, seed 0 vs 3`` (digests shortened)."""
+    def show(k: str, v: Any) -> str:
+        if k.endswith("sha256") and isinstance(v, str):
+            return v[:12]
+        if k == "space_sha256":
+            return v
+        return repr(v) if isinstance(v, str) else json.dumps(v)
+
+    names = {"space_sha256": "space definition", "sequence_sha256": "sequence digest", "subnets_sha256": "subnets",
+             "shared_layers": "shared-layer policy", "threads": "thread count", "replicas": "data-parallel replicas",
+             "replica_exchange": "gradient exchange"}
+
+    def one(k: str, x: Any, y: Any) -> str:
+        if k == "source_sha256":
+            return f"the supernet's source {show(k, x)} vs {show(k, y)} (its code was edited between the runs)"
+        if k == "weights_sha256":
+            return blocks_differ(x, y)
+        if k == "updates":
+            async_ = [v for v in (x, y) if v != EXACT]
+            return (f"updates {x!r} vs {y!r} (policy {' and '.join(map(repr, async_))} does not update exactly "
+                    "as the reference does: its numbers differ by design)")
+        return f"{names.get(k, k)} {show(k, x)} vs {show(k, y)}"
+
+    return ", ".join(one(k, x, y) for k, x, y in diffs)
+
+
+def blocks_differ(a: Any, b: Any) -> str:
+    """Which blocks' initial weights or parameter shapes differ (``weights_sha256``: label -> digest)."""
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        return "the candidates' initial weights or parameter shapes differ"
+    labels = [k for k in a if a.get(k) != b.get(k)] + [k for k in b if k not in a]
+    shown = ", ".join(repr(k) for k in labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+    return (f"the initial weights or parameter shapes of block{'s' if len(labels) > 1 else ''} {shown} differ "
+            "(another factory or init)")
+
+
+def train_identity(cfg: Any, sequence_sha256: str | None = None, subnets_sha256: str | None = None) -> dict[str, Any]:
+    """The identity of a training run's ``TrainConfig`` (the sequence digests: given, or from its fixed
+    sequence)."""
+    from naspipe.sequences.sequence import sequence_digest
+    from naspipe.sequences.sequence import subnets_digest as plain
+
+    if sequence_sha256 is None and not cfg.online:
+        sequence_sha256 = sequence_digest(cfg.space.name, cfg.sequence)
+    if subnets_sha256 is None and not cfg.online:
+        subnets_sha256 = plain(cfg.sequence)
+    return identity(space=cfg.space, seed=cfg.seed, subnets=cfg.n, sampler=cfg.sampler,
+                    sequence_sha256=sequence_sha256, optimizer=cfg.optimizer, lr=cfg.learning_rate(),
+                    threads=cfg.threads, shared_layers=str(cfg.shared), replicas=getattr(cfg, "replicas", 1),
+                    replica_exchange=cfg.replica_exchange if getattr(cfg, "replicas", 1) > 1 else None,
+                    updates=EXACT if cfg.policy_spec.causal else str(cfg.policy), subnets_sha256=subnets_sha256)
