@@ -24,6 +24,7 @@ from torch.func import functional_call
 
 from naspipe.spaces.shared import SharedLayers
 from naspipe.spaces.space import SearchSpace
+from naspipe.supernet import messages
 
 USER_KIND = "supernet"  # a naspipe.Supernet declared by the user; the presets' kinds: naspipe.models.presets
 PRESET_KINDS = ("transformer", "cnn", "mlp")
@@ -130,6 +131,7 @@ class StageModel(nn.Module):
                 except KeyError as e:
                     raise KeyError(f"fixed_params lacks {e.args[0]!r}") from None
                 x = functional_call(mod, local, (x,))  # type: ignore[arg-type]
+            x = messages.at_boundary(x)  # one layout after every block, forward and backward (in messages)
             if capture is not None:
                 capture.append(x)
         return x

@@ -14,7 +14,20 @@ is, for the probe (``naspipe.supernet.validate``), the stage executor, the trans
 * ``problem(msg)``: why a value cannot be a message (a non-tensor leaf named by its path, a dtype or a rank the
   transport does not send), or None;
 * ``nbytes``, ``describe``, ``identical``: bytes of its distinct leaves, a short description for error lines,
-  bit equality of two messages (the probe's determinism check).
+  bit equality of two messages (the probe's determinism check);
+* ``at_boundary(msg)``: the one layout every block boundary has, forward and backward (below).
+
+One layout at every block boundary. A block may return any view: transposed or permuted (a token-mixing block
+ends in ``.transpose()``), expanded (stride 0), channels-last, sliced, overlapping. The next block computes with
+what it gets, and a matrix product or a convolution rounds differently on another layout. The transport sends a
+fresh contiguous copy to the next stage, so without one rule the block after a stage boundary would see another
+layout than in the sequential reference, and another than on a partition that keeps both blocks on one stage.
+The rule: after every block, in every trainer (the reference, the stages, replicas, the split backward, the truth
+trainer: they all run ``StageModel.forward``), each leaf is made *canonical*: standard contiguous strides, offset
+0 and a 64-byte-aligned start, copied only where it is not (``canonical``); and the gradient that flows back into
+a block's output is made canonical the same way (a gradient hook), as the transport's copy makes it between stages.
+A plain contiguous output passes unchanged (no copy), so supernets whose blocks return plain tensors keep their
+bits.
 
 A plain tensor stays a plain tensor everywhere (the wire format of single-tensor supernets is unchanged).
 """
@@ -193,3 +206,44 @@ def roots_and_seeds(msg: Any, grads: Any) -> tuple[list[Tensor], list[Tensor]]:
         raise RuntimeError(f"a gradient message of {len(gs)} tensors for an output of {len(outs)}")
     pairs = [(o, g) for o, g in zip(outs, gs, strict=True) if g is not None and o.requires_grad]
     return [o for o, _ in pairs], [g for _, g in pairs]
+
+
+ALIGN = 64  # bytes: what torch's CPU allocator gives every fresh tensor (a copy received from the transport)
+
+
+def _standard_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+def is_canonical(t: Tensor) -> bool:
+    """Standard contiguous strides (size-1 dimensions included), offset 0 and an aligned start: the layout of a
+    fresh contiguous tensor, as the transport delivers one."""
+    if t.numel() == 0 or t.layout != torch.strided:
+        return True
+    return (t.stride() == _standard_strides(t.shape) and t.storage_offset() == 0
+            and t.data_ptr() % ALIGN == 0)
+
+
+def canonical(t: Tensor) -> Tensor:
+    """``t`` itself when canonical, else a fresh contiguous copy of it: the same values, and differentiable (the
+    copy's gradient flows back to ``t``)."""
+    if is_canonical(t):
+        return t
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
+
+
+def _at_boundary_leaf(t: Tensor) -> Tensor:
+    out = canonical(t)
+    if out.requires_grad and torch.is_grad_enabled():
+        out.register_hook(canonical)  # the gradient into the block's output, as the transport delivers one
+    return out
+
+
+def at_boundary(msg: Any) -> Any:
+    """``msg`` as every next block sees it: each distinct leaf canonical, forward and backward (a tensor in two
+    places stays one tensor)."""
+    return map_leaves(_at_boundary_leaf, msg)
