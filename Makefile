@@ -50,9 +50,12 @@ LAB_SETTINGS ?= .jupyterlab
 NEWS_SETTINGS = $(LAB_SETTINGS)/@jupyterlab/apputils-extension/notification.jupyterlab-settings
 NO_BROWSER = naspipe: no web browser found here; open the http://127.0.0.1:PORT/lab?token=... URL that JupyterLab \
 prints below in a browser (from another machine: ssh -L PORT:127.0.0.1:PORT this-host first)
+# The notebooks' kernels compute under naspipe's default CPU kernels (its recipe in their environment), so a reference
+# trained in a notebook runs in the kernel itself and matches `naspipe reference` bit for bit.
+KERNELS_ENV = $$($(BIN)/python -c "from naspipe.lifecycle import kernels as k; print(*(f'{a}={b}' for a, b in k.RECIPES[k.DEFAULT].items()))")
 lab: $(STAMP) lab-settings
 	@$(BIN)/python -c "import webbrowser; webbrowser.get()" 2>/dev/null || echo "$(NO_BROWSER)"
-	JUPYTERLAB_SETTINGS_DIR=$(LAB_SETTINGS) $(BIN)/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir=notebooks \
+	env $(KERNELS_ENV) JUPYTERLAB_SETTINGS_DIR=$(LAB_SETTINGS) $(BIN)/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir=notebooks \
 	  $$($(BIN)/python -c "import webbrowser; webbrowser.get()" 2>/dev/null || echo --no-browser) \
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 

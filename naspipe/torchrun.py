@@ -40,6 +40,15 @@ def _env_int(name: str) -> int:
     return int(value)
 
 
+def _enter_kernels(kind: str) -> None:
+    from naspipe.lifecycle.kernels import KernelsError, enter
+
+    try:
+        enter(kind)
+    except KernelsError as e:
+        raise UsageError(str(e)) from None
+
+
 def _config(argv: Sequence[str] | None, world: int, rank: int) -> Any:
     from naspipe.cli.cmd_train import world_config
 
@@ -196,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
         cfg, connect_timeout = _config(argv, world, rank)
+        _enter_kernels(cfg.kernels)  # this rank computes nothing before it (its stage checks it again)
         if rank == 0:
             from naspipe.runfolder.runlock import RunLocked, acquire, release
             from naspipe.runtime.checkpoint import prepare_run_dir, verify_resume

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from naspipe.lifecycle import kernels
 from naspipe.lifecycle.startup import collector_paused
 from tests.helpers.processes import leftovers
 
@@ -25,6 +26,11 @@ pytest_plugins = ["tests.helpers.runs"]  # trained runs shared by several module
 HELPERS = Path(__file__).resolve().parent / "helpers"
 if str(HELPERS) not in sys.path:
     sys.path.insert(0, str(HELPERS))
+
+# The suite computes under naspipe's default CPU kernels, as every naspipe command does (naspipe.lifecycle.kernels):
+# set before any test computes, so in-process references and the processes tests start share the bits; a test of
+# another kind gets fresh processes, as a notebook's user would
+kernels.enter(kernels.DEFAULT)
 
 
 def pytest_configure(config):  # noqa: ANN001, ANN201

@@ -38,7 +38,7 @@ def _commands() -> list:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="naspipe", description="Reproducible pipeline-parallel supernet training (CSP).")
-    parser.set_defaults(_run=None, _argv=None)  # (no command given: the help)
+    parser.set_defaults(_run=None, _argv=None, kernels=None)  # (no command given: the help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for mod in _commands():
         p = sub.add_parser(mod.COMMAND, help=mod.HELP, description=mod.HELP)
@@ -59,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 2
         args._argv = list(sys.argv[1:] if argv is None else argv)  # (a resume hint repeats the command line)
+        if _AS_COMMAND and args.kernels is not None:
+            _enter_kernels(args.kernels)
         return int(args._run(args) or 0)
     except UsageError as e:
         print(f"naspipe: error: {e}", file=sys.stderr)
@@ -71,6 +73,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         _stopping()
         print(f"naspipe: terminated by SIGTERM{_resume_hint(e, args)}", file=sys.stderr)
         return EXIT_TERMINATED
+
+
+def _enter_kernels(kind: str) -> None:
+    """The ``naspipe`` command's own process computes under ``kind`` (it has computed nothing yet)."""
+    from naspipe.lifecycle.kernels import KernelsError, enter
+
+    try:
+        enter(kind)
+    except KernelsError as e:
+        raise UsageError(str(e)) from None
 
 
 def _stopping() -> None:

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from naspipe.cli.common import UsageError, named, positive_int
+from naspipe.cli.common import UsageError, add_kernels_argument, named, positive_int
 
 COMMAND = "demo"
 HELP = "train a CSP supernet on the embedded default data, verify it against the reference, summarise"
@@ -64,6 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=named("--out"), default="runs/demo",
                    help="directory for the three runs (default %(default)s)")
+    add_kernels_argument(p)
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (speedup, identical, rates, paths) instead of the table")
 
@@ -163,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         # (serial, the default for a user's supernet, trains the fixed blocks but serialises their stages)
         csp_cfg = TrainConfig.create(args.space, out / "csp", stages=stages, subnets=args.subnets,
                                      seed=args.seed, policy="csp", overwrite=True, save_weights=False,
-                                     shared_layers="frozen")
+                                     shared_layers="frozen", kernels=args.kernels)
         seq_cfg = csp_cfg.replace(out=out / "sequential", policy="sequential")
     except ConfigError as e:
         raise UsageError(str(e)) from None
@@ -174,6 +175,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     _check_outs(out)
+    from naspipe.lifecycle import kernels
+
+    try:  # the reference trains in this process: under the run's kernels
+        kernels.require(args.kernels, "the demo's reference")
+    except kernels.KernelsError as e:
+        raise UsageError(str(e)) from None
 
     from naspipe.oracle.sequential_trainer import train_reference
     from naspipe.runtime.processes.launcher import TrainError, train  # (naspipe.runtime.train: its hint is for Python)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from naspipe.cli.common import (
     UsageError,
+    add_kernels_argument,
     add_optimizer_arguments,
     add_run_arguments,
     add_sampler_argument,
@@ -56,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="directory for losses.csv, params.json, metrics.json, weights.pt (refused if it holds "
                         "a train run or files no naspipe run wrote)")
     p.add_argument("--overwrite", action="store_true", help="clear a run already in --out first")
+    add_kernels_argument(p)
     p.add_argument("--threads", type=thread_count, default=1,
                    help="intra-op threads (default %(default)s); compare with train runs of the same --threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -66,6 +68,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from naspipe.lifecycle import kernels
+
+    if not kernels.runs_here(args.kernels):  # this process computes under other kernels (a notebook, a test)
+        return kernels.in_fresh_process(args.kernels, run, args)
     spec = sampler_from_args(args)
     args.stages = 1  # accepted and ignored: the reference has one stage (a supernet of few blocks needs no --stages)
     cfg = resolve_run(args)
@@ -103,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
 
     from naspipe.inputs.optim_names import DEFAULT_LR
+    from naspipe.lifecycle.kernels import machine
     from naspipe.runfolder import runs
     from naspipe.sequences.samplers import make_stream
     from naspipe.sequences.sequence import subnets_digest
@@ -115,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
                              sequence_sha256=digest, optimizer=args.optimizer,
                              lr=DEFAULT_LR[args.optimizer] if args.lr is None else args.lr, threads=args.threads,
                              shared_layers=str(cfg.shared), replicas=args.replicas,
-                             replica_exchange="exact" if args.replicas > 1 else None, subnets_sha256=subnets)
+                             replica_exchange="exact" if args.replicas > 1 else None, subnets_sha256=subnets,
+                             kernels=args.kernels, machine=machine(args.kernels))
 
     digest = getattr(cfg.stream, "digest", None)
     if spec.online:  # the sequence is known once trained (result.save records it)

@@ -23,6 +23,7 @@ from typing import Any
 
 from naspipe.cli.common import (
     UsageError,
+    add_kernels_argument,
     add_run_arguments,
     named,
     non_negative_float,
@@ -56,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "run's arguments again (--out defaults to DIR)")
     p.add_argument("--jitter-ms", type=non_negative_float("--jitter-ms"), default=0.0,
                    help="seeded random delay of 0..X ms before every task (results must not change)")
+    add_kernels_argument(p)
     p.add_argument("--threads", type=thread_count, default=1,
                    help="intra-op threads per stage process (default %(default)s, as the reference)")
     p.add_argument("--device", choices=DEVICES, default="cpu",
@@ -166,7 +168,7 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
             part = measured_partition(run.space, part.stages, run.seed)
         cfg = TrainConfig.from_spec(
             dataclasses.replace(run, partition=part, policy=policy), args.out, balance=args.balance, sampler=str(spec),
-            optimizer=args.optimizer, lr=args.lr, jitter_ms=args.jitter_ms,
+            optimizer=args.optimizer, lr=args.lr, jitter_ms=args.jitter_ms, kernels=args.kernels,
             threads=args.threads, device=args.device, timeout=args.timeout, micro_batches=args.micro_batches,
             max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,
             progress=not args.no_progress, fault=args.fault, start_method=args.start_method,

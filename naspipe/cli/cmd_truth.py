@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from naspipe.cli.common import UsageError, named, positive_int
+from naspipe.cli.common import UsageError, add_kernels_argument, named, positive_int
 
 COMMAND = "truth"
 HELP = "train architectures stand-alone (the ground truth naspipe rank compares a supernet with)"
@@ -24,9 +24,14 @@ ORDER = 62
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from naspipe.inputs.optim_names import OPTIMIZERS
 
-    p.add_argument("--space", required=True, help="preset name, JSON file, or module:function")
-    p.add_argument("--out", type=named("--out"), required=True,
-                   help="the truth folder (started again: continues the build)")
+    p.add_argument("--space", help="preset name, JSON file, or module:function (required to build)")
+    p.add_argument("--out", type=named("--out"),
+                   help="the truth folder (required to build; started again: continues the build)")
+    p.add_argument("--check", type=named("--check"), metavar="DIR", default=None,
+                   help="retrain --sample N (default 3) random entries of the finished truth DIR under its kernels "
+                        "and compare them bit for bit (exit 0: identical, 1: they differ)")
+    p.add_argument("--check-seed", type=int, default=None,
+                   help="the seed of --check's random entries (default: a fresh one, printed)")
     p.add_argument("--steps", type=positive_int("--steps"), default=200,
                    help="training steps per architecture (default %(default)s)")
     p.add_argument("--seeds", type=positive_int("--seeds"), default=3, help="seeds 0..S-1 (default %(default)s)")
@@ -41,9 +46,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-archs", type=positive_int("--max-archs"), default=5000,
                    help="refuse a space with more architectures than this unless --sample (default %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_kernels_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.check is not None:
+        return _check(args)
+    for option, value in (("--space", args.space), ("--out", args.out)):
+        if value is None:
+            raise UsageError(f"the following arguments are required to build a truth: {option} (or --check DIR)")
     from naspipe.inputs.optim_names import DEFAULT_LR, lr_error
 
     lr = DEFAULT_LR[args.optimizer] if args.lr is None else args.lr
@@ -79,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
                              seeds=tuple(range(args.seeds)), optimizer=args.optimizer, lr=float(lr),
                              archs=choose_archs(space, args.sample, args.sample_seed),
                              sample=args.sample if args.sample is not None and args.sample < n else None,
-                             sample_seed=args.sample_seed if args.sample is not None and args.sample < n else None)
+                             sample_seed=args.sample_seed if args.sample is not None and args.sample < n else None,
+                             kernels=args.kernels)
     try:
         start(out, settings)
         if args.space.endswith(".json") and not (out / SPACE_JSON).exists():
@@ -102,3 +114,17 @@ def run(args: argparse.Namespace) -> int:
     print(f"truth: {len(truth.archs)} architectures x {len(settings.seeds)} seeds of {space.name} "
           f"({settings.steps} steps, {settings.optimizer} lr {settings.lr:g}) in {wall:.1f} s{tau}; wrote {out}")
     return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    """``--check DIR``: the one-line verdict of ``naspipe.truth.check``; exit 0 identical, 1 differ."""
+    from naspipe.truth.check import check_truth
+    from naspipe.truth.records import TruthError
+
+    try:
+        result = check_truth(args.check, sample=args.sample or 3, seed=args.check_seed)
+    except TruthError as e:
+        raise UsageError(str(e)) from None
+    print(f"truth check: {result.line}")
+    return 0 if result.ok else 1
+

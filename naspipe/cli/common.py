@@ -96,6 +96,23 @@ learning_rate = _ruled("--lr", float, "number", _lr_error)  # the type of --lr (
 thread_count = _ruled("--threads", int, "whole number", _threads_error)  # (naspipe.runtime.config.threads_error)
 
 
+def _kernels_error(v: str) -> str | None:
+    from naspipe.lifecycle.kernels import kind_error
+
+    return kind_error(v)
+
+
+def add_kernels_argument(p: argparse.ArgumentParser) -> None:
+    """``--kernels KIND``: which CPU kernels every process of the run computes with (``naspipe.lifecycle.kernels``;
+    part of the run's identity, so compare runs of one kind)."""
+    from naspipe.lifecycle.kernels import DEFAULT, KINDS
+
+    p.add_argument("--kernels", type=_ruled("--kernels", str, "kernels kind", _kernels_error), default=DEFAULT,
+                   metavar="KIND", help=f"CPU kernels: {', '.join(KINDS)} (default %(default)s). native: the "
+                   "fastest, the same bits only on the same kind of CPU; avx2: the same bits on x86-64 CPUs of one "
+                   "vendor with AVX2; portable: meant for the same bits across vendors (docs/reproducibility.md)")
+
+
 def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-k48",
                       default_subnets: int = 1000, default_policy: str = DEFAULT_POLICY,
                       ignored: str | None = None) -> None:

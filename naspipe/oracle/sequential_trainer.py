@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from naspipe.lifecycle import kernels
 from naspipe.models import StageModel, build_stage, make_batch, make_optimizer
 from naspipe.models.shards import combine, combine_present, shard_batch
 from naspipe.sequences.sequence import SubnetStream, subnets_digest
@@ -95,7 +96,8 @@ class ReferenceResult:
             sequence_sha256=c.get("sequence_sha256"), optimizer=str(c["optimizer"]), lr=float(c["lr"]),
             threads=int(c["threads"]), shared_layers=str(c["shared_layers"]), replicas=int(c.get("replicas", 1)),
             replica_exchange="exact" if int(c.get("replicas", 1)) > 1 else None,
-            subnets_sha256=c.get("subnets_sha256")))
+            subnets_sha256=c.get("subnets_sha256"), kernels=str(c.get("kernels", runs.NATIVE_KERNELS)),
+            machine=c.get("machine")))
 
 
 def _snapshot(params: dict[str, torch.nn.Parameter]) -> dict[str, Tensor]:
@@ -256,6 +258,9 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
               "optimizer": optimizer, "lr": opt.param_groups[0]["lr"], "threads": threads,
               "torch": torch.__version__, "replicas": replicas,
               "sequence_sha256": digest() if digest is not None else None,
-              "subnets_sha256": subnets_digest([list(stream[j]) for j in range(n)])}
+              "subnets_sha256": subnets_digest([list(stream[j]) for j in range(n)]),
+              # the CPU kernels that computed it, as they are in force here (naspipe.lifecycle.kernels)
+              "kernels": kernels.in_force() or "unknown",
+              "machine": {"cpu": kernels.cpu_name(), "cpu_capability": kernels.capability()}}
     return ReferenceResult(losses, model, wall, config)
 

@@ -184,7 +184,8 @@ def verify(dir_a: str | Path, dir_b: str | Path) -> tuple[bool, str]:
         tail = f"; first difference: {numbers}" if numbers else "; their numbers agree nevertheless"
         return False, f"the runs were made with different configurations: {runs.describe_differences(diffs)}{tail}"
     if numbers:
-        return False, numbers
+        note = runs.machines_note(ia, ib) if ia is not None and ib is not None else None
+        return False, numbers + (f"; {note}" if note else "")
     return True, f"identical: {len(la)} subnets, {len(pa)} tensors"
 
 

@@ -51,7 +51,10 @@ PARTS = "parts"
 KINDS = ("train", "reference")
 # the fields of an identity, in the order verify reports them
 IDENTITY = ("space", "space_sha256", "source_sha256", "weights_sha256", "updates", "seed", "subnets", "sampler",
-            "sequence_sha256", "optimizer", "lr", "threads", "shared_layers", "replicas", "replica_exchange")
+            "sequence_sha256", "optimizer", "lr", "threads", "kernels", "shared_layers", "replicas", "replica_exchange")
+# which CPU kernels computed the run (naspipe.lifecycle.kernels); a run from before they were recorded computed
+# natively. Under ``native`` the CPU decides the bits too, so two native runs also compare ``cpu``
+NATIVE_KERNELS = "native"
 # the supernet's definition (``naspipe.supernet.definition``): only comparable between spaces of one name
 DEFINITION = ("source_sha256", "weights_sha256")
 EXACT = "exact"  # ``updates`` of the reference and of every causal policy: one write per subnet, in order
@@ -71,13 +74,15 @@ class RunFileError(ValueError):
 def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequence_sha256: str | None, optimizer: str,
              lr: float, threads: int, shared_layers: str, replicas: int = 1,
              replica_exchange: str | None = None, updates: str = EXACT,
-             subnets_sha256: str | None = None) -> dict[str, Any]:
+             subnets_sha256: str | None = None, kernels: str = NATIVE_KERNELS,
+             machine: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A run's identity (JSON-ready). ``space``: a ``SearchSpace``; ``lr``: the learning rate actually used;
     ``replica_exchange``: how replicas combine gradients (``exact`` or ``native``; None with one replica);
     ``updates``: ``exact`` (the reference, a causal policy) or the policy whose updates are not (``pipedream``).
     A user supernet's space adds the digests of its definition (``source_sha256``, ``weights_sha256``).
     ``structure_sha256`` (the space without its name, ``SearchSpace.structure_digest``) and ``subnets_sha256``
-    (the sequence without the space's name) let ``differences`` compare a space under two names."""
+    (the sequence without the space's name) let ``differences`` compare a space under two names. ``kernels``: the
+    CPU kernels kind; ``machine``: the CPU and torch's capability in force (``naspipe.lifecycle.kernels.machine``)."""
     digests = getattr(space.model, "digests", None) or {}
     return {
         "space": space.name, "space_sha256": space.digest(), "structure_sha256": space.structure_digest(),
@@ -85,7 +90,8 @@ def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequen
         "seed": int(seed), "subnets": int(subnets), "sampler": None if sampler is None else str(sampler),
         "sequence_sha256": sequence_sha256,
         **({"subnets_sha256": subnets_sha256} if subnets_sha256 is not None else {}),
-        "optimizer": str(optimizer), "lr": float(lr), "threads": int(threads), "shared_layers": str(shared_layers),
+        "optimizer": str(optimizer), "lr": float(lr), "threads": int(threads), "kernels": str(kernels),
+        **dict(machine or {}), "shared_layers": str(shared_layers),
         "replicas": int(replicas),
         **({"replica_exchange": str(replica_exchange)} if replica_exchange is not None else {}),
         # not compared (not in IDENTITY): which in-process definition of a notebook supernet (search finds it)
@@ -206,6 +212,7 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, A
     a module's files or a notebook's pickled supernet) are not compared; the blocks' parameter shapes and initial
     weights (``weights_sha256``) and the subnets (``subnets_sha256``) are."""
     renamed = a.get("space") != b.get("space") and same_structure(a, b)
+    a, b = _with_kernels(a), _with_kernels(b)
     out = []
     for k in IDENTITY:
         if renamed and k in ("space", "space_sha256", "source_sha256", "sequence_sha256"):
@@ -224,8 +231,42 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, A
                 continue  # the blocks or candidates already differ (the source then differs too)
             if k == "sampler" and a.get("sequence_sha256") and b.get("sequence_sha256"):
                 continue  # the sequences themselves are compared (a replayed generated one is the same run)
-            out.append((k, a[k], b[k]))
+            out.append((k, machine_of(a), machine_of(b)) if k == "kernels" else (k, a[k], b[k]))
+        if k == "kernels" and a[k] == b[k] == NATIVE_KERNELS and a.get("cpu") and b.get("cpu") \
+                and a["cpu"] != b["cpu"]:  # native bits belong to the kind of CPU
+            out.append(("cpu", machine_of(a), machine_of(b)))
     return out
+
+
+def _with_kernels(ident: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A run from before kernels were recorded computed natively."""
+    return ident if "kernels" in ident else {**ident, "kernels": NATIVE_KERNELS}
+
+
+def machine_of(ident: Mapping[str, Any]) -> str:
+    """``native AVX512 on GenuineIntel Intel(R) Xeon(R) Processor`` (what a run says of its kernels and CPU)."""
+    ident = _with_kernels(ident)
+    cap, cpu = ident.get("cpu_capability"), ident.get("cpu")
+    return f"{ident['kernels']}{f' {cap}' if cap else ''}{f' on {cpu}' if cpu else ' (CPU not recorded)'}"
+
+
+def machines_note(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """Why two runs of one configuration may differ in their bits because of where they ran (None: no reason
+    seen): other kernels, two CPUs under ``native``, or two CPU vendors under ``avx2``."""
+    a, b = _with_kernels(a), _with_kernels(b)
+    ka, kb = a["kernels"], b["kernels"]
+    if ka != kb:
+        want = kb if ka == NATIVE_KERNELS else ka
+        return f"kernels {machine_of(a)} vs {machine_of(b)}: rerun the native one with --kernels {want}"
+    if not (a.get("cpu") and b.get("cpu")) or a["cpu"] == b["cpu"]:
+        return None
+    if ka == NATIVE_KERNELS:
+        return (f"kernels {machine_of(a)} vs {machine_of(b)}: native kernels give the same bits only on the same "
+                "kind of CPU; rerun both with --kernels portable (or avx2 on CPUs of one vendor)")
+    if ka == "avx2" and a["cpu"].split(" ")[0] != b["cpu"].split(" ")[0]:
+        return (f"kernels {machine_of(a)} vs {machine_of(b)}: avx2 gives the same bits only on CPUs of one "
+                "vendor; rerun both with --kernels portable")
+    return None
 
 
 def describe_differences(diffs: Sequence[tuple[str, Any, Any]]) -> str:
@@ -239,13 +280,20 @@ def describe_differences(diffs: Sequence[tuple[str, Any, Any]]) -> str:
 
     names = {"space_sha256": "space definition", "sequence_sha256": "sequence digest", "subnets_sha256": "subnets",
              "shared_layers": "shared-layer policy", "threads": "thread count", "replicas": "data-parallel replicas",
-             "replica_exchange": "gradient exchange"}
+             "replica_exchange": "gradient exchange", "cpu": "kernels and CPU"}
 
     def one(k: str, x: Any, y: Any) -> str:
         if k == "source_sha256":
             return f"the supernet's source {show(k, x)} vs {show(k, y)} (its code was edited between the runs)"
         if k == "weights_sha256":
             return blocks_differ(x, y)
+        if k == "kernels":
+            kinds = [str(v).split(" ")[0] for v in (x, y)]
+            want = next((v for v in kinds if v != NATIVE_KERNELS), kinds[0])
+            return f"kernels {x} vs {y}: rerun with --kernels {want}"
+        if k == "cpu":
+            return (f"kernels and CPU {x} vs {y} (native kernels give the same bits only on the same kind of CPU: "
+                    "rerun both with --kernels portable)")
         if k == "updates":
             async_ = [v for v in (x, y) if v != EXACT]
             return (f"updates {x!r} vs {y!r} (policy {' and '.join(map(repr, async_))} does not update exactly "
@@ -275,8 +323,11 @@ def train_identity(cfg: Any, sequence_sha256: str | None = None, subnets_sha256:
         sequence_sha256 = sequence_digest(cfg.space.name, cfg.sequence)
     if subnets_sha256 is None and not cfg.online:
         subnets_sha256 = plain(cfg.sequence)
+    from naspipe.lifecycle.kernels import machine
+
     return identity(space=cfg.space, seed=cfg.seed, subnets=cfg.n, sampler=cfg.sampler,
                     sequence_sha256=sequence_sha256, optimizer=cfg.optimizer, lr=cfg.learning_rate(),
                     threads=cfg.threads, shared_layers=str(cfg.shared), replicas=getattr(cfg, "replicas", 1),
                     replica_exchange=cfg.replica_exchange if getattr(cfg, "replicas", 1) > 1 else None,
-                    updates=EXACT if cfg.policy_spec.causal else str(cfg.policy), subnets_sha256=subnets_sha256)
+                    updates=EXACT if cfg.policy_spec.causal else str(cfg.policy), subnets_sha256=subnets_sha256,
+                    kernels=cfg.kernels, machine=machine(cfg.kernels))

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from naspipe.fileio import jsonfile
 from naspipe.fileio.atomic import write_atomic
+from naspipe.lifecycle import kernels
 from naspipe.runtime.rundir import ConfigError, prepare_out_dir
 
 if TYPE_CHECKING:
@@ -106,6 +107,9 @@ def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
         "sequence_sha256": hashlib.sha256(seq.encode()).hexdigest(),
         "device": cfg.device,
         "threads": cfg.threads,
+        # the CPU kernels (naspipe.lifecycle.kernels); natively, the kind of CPU decides the bits too
+        "kernels": cfg.kernels,
+        **({"cpu": kernels.cpu_key()} if cfg.kernels == kernels.NATIVE else {}),
         **({"replicas": cfg.replicas, "replica_exchange": cfg.replica_exchange}
            if getattr(cfg, "replicas", 1) != 1 else {}),
         # last, so a refusal names the cause first: the default's plan (csp-plan:plan=S) follows from the above
@@ -311,7 +315,8 @@ def load_stage(cfg: TrainConfig, rank: int, ex: Any) -> None:
     if state["stage"] != rank or state["position"] != cfg.start:
         raise RuntimeError(f"checkpoint {d} holds stage {state['stage']} at {state['position']}, expected stage "
                            f"{rank} at {cfg.start}")
-    if state["fingerprint"] != fingerprint(cfg):
+    want = fingerprint(cfg)
+    if _kernels_of_older(state["fingerprint"], want) != want:
         raise RuntimeError(f"checkpoint {d} stage {rank} was taken by another run")
     ex.model.load_state_dict(state["model"])
     try:
@@ -372,6 +377,7 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
             raise CheckpointError(f"checkpoint file {str(side)!r} is corrupted ({type(e).__name__})") from None
         if pos != c:
             raise CheckpointError(f"checkpoint file {str(side)!r} is corrupted (position {pos} in {d.name})")
+        fp = _kernels_of_older(fp, want)
         if fp != want:
             differ = [k for k in want if fp.get(k) != want[k]]  # name a cause before what follows from costs
             key = next((k for k in differ if k not in _FROM_COSTS), None) or next(iter(differ), None) \
@@ -399,6 +405,14 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
     if c >= cfg.n:
         raise CheckpointError(f"checkpoint {str(d)!r} is at subnet {c}, the run has only {cfg.n} subnets")
     return c, d
+
+
+def _kernels_of_older(fp: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint from before kernels were recorded was taken natively, on a CPU it did not record (taken to be
+    this one)."""
+    if "kernels" in fp:
+        return fp
+    return {**fp, "kernels": kernels.NATIVE, **({"cpu": want["cpu"]} if "cpu" in want else {})}
 
 
 # fingerprint fields recorded only when they differ from their default (a run of one replica records neither)

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from naspipe.inputs.optim_names import lr_error
+from naspipe.lifecycle import kernels
+from naspipe.lifecycle.kernels import DEFAULT as DEFAULT_KERNELS
 from naspipe.runfolder import runs
 from naspipe.runspec.spec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError, check_replicas
 from naspipe.runtime.rundir import ConfigError, check_out_dir, prepare_out_dir  # noqa: F401
@@ -98,6 +100,8 @@ class TrainConfig:
     lr: float | None = None  # None: the optimizer's default (naspipe.models.DEFAULT_LR)
     jitter_ms: float = 0.0
     threads: int = 1
+    # which CPU kernels every stage computes with (naspipe.lifecycle.kernels): part of the run's bits
+    kernels: str = DEFAULT_KERNELS
     device: str = "cpu"
     timeout: float = 120.0
     micro_batches: int | None = None
@@ -293,7 +297,8 @@ class TrainConfig:
             "space": self.space.name, "model": dict(self.space.model), "stages": self.stages,
             "partition": self.partition.to_list(), "policy": self.policy, "subnets": self.n, "seed": self.seed,
             "shared_layers": str(self.shared), "window": self.window, "optimizer": self.optimizer,
-            "lr": self.learning_rate(), "jitter_ms": self.jitter_ms, "threads": self.threads, "device": self.device,
+            "lr": self.learning_rate(), "jitter_ms": self.jitter_ms, "threads": self.threads, "kernels": self.kernels,
+            "device": self.device,
             "backend": self.backend, "timeout": self.timeout, "micro_batches": self.micro_batches,
             "max_pending_w": self.max_pending_w, "batch_size": self.space.batch_size,
             "start_method": self.start_method, "balance": self.balance, "sampler": self.sampler,
@@ -378,6 +383,8 @@ class TrainConfig:
             raise ConfigError(f"jitter_ms must be a finite number >= 0, got {self.jitter_ms!r}")
         if (why := threads_error(self.threads)) is not None:
             raise ConfigError(f"threads {why}")
+        if (why := kernels.kind_error(self.kernels)) is not None:
+            raise ConfigError(why)
         self._validate_replicas()
         if not (isinstance(self.timeout, (int, float)) and 0 < self.timeout < math.inf):
             raise ConfigError(f"timeout must be a finite number of seconds > 0, got {self.timeout!r}")

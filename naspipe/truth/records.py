@@ -49,22 +49,26 @@ class TruthSettings:
     sample: int | None = None
     sample_seed: int | None = None
     shared_layers: str = SHARED_LAYERS
+    # the CPU kernels every entry is trained with (naspipe.lifecycle.kernels); a truth from before they were
+    # recorded was trained natively
+    kernels: str = "native"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"space": self.space, "space_digest": self.space_digest, "steps": self.steps,
                 "seeds": list(self.seeds), "optimizer": self.optimizer, "lr": self.lr,
                 "shared_layers": self.shared_layers, "sample": self.sample, "sample_seed": self.sample_seed,
-                "archs": [list(a) for a in self.archs], **self.extra}
+                "archs": [list(a) for a in self.archs], "kernels": self.kernels, **self.extra}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TruthSettings:
         known = {"space", "space_digest", "steps", "seeds", "optimizer", "lr", "shared_layers", "sample",
-                 "sample_seed", "archs"}
+                 "sample_seed", "archs", "kernels"}
         return cls(space=str(d["space"]), space_digest=str(d["space_digest"]), steps=int(d["steps"]),
                    seeds=tuple(int(s) for s in d["seeds"]), optimizer=str(d["optimizer"]), lr=float(d["lr"]),
                    archs=tuple(tuple(int(c) for c in a) for a in d["archs"]), sample=d.get("sample"),
                    sample_seed=d.get("sample_seed"), shared_layers=str(d.get("shared_layers", SHARED_LAYERS)),
+                   kernels=str(d.get("kernels", "native")),
                    extra={k: v for k, v in d.items() if k not in known})
 
     def differences(self, other: TruthSettings) -> list[str]:

@@ -76,6 +76,12 @@ def train_entry(space: SearchSpace, arch: tuple[int, ...], seed: int, steps: int
             "wall_s": round(res.wall_s, 3)}
 
 
+def train_job(job: tuple[str, str, tuple[int, ...], int, int, str, float]) -> dict[str, Any]:
+    """A pool's task that only trains: ``(space spec, its digest, arch, seed, steps, optimizer, lr)``'s record."""
+    spec, digest, arch, seed, steps, optimizer, lr = job
+    return train_entry(_space(spec, digest), arch, seed, steps, optimizer, lr)
+
+
 def work(job: tuple[str, str, tuple[int, ...], int, int, str, float, str]) -> dict[str, Any]:
     """The pool's task: train the entry and store its record in the truth folder (atomically)."""
     from pathlib import Path

@@ -38,8 +38,12 @@ def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: Tru
         total = len(settings.archs) * len(settings.seeds)
         bar = tqdm(total=total, initial=total - len(pending(d, settings)), desc=f"truth {space.name}",
                    unit="entry", file=sys.stderr)
+    from naspipe.lifecycle import kernels
+
+    # one worker trains here, unless this process computes under other kernels: then one worker process does
+    here = workers <= 1 and kernels.runs_here(settings.kernels)
     try:
-        if workers <= 1:
+        if here:
             from naspipe.truth.standalone import init_worker, work
 
             init_worker()
@@ -52,8 +56,9 @@ def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: Tru
 
             from naspipe.truth.standalone import work
 
-            with mp.get_context("spawn").Pool(min(workers, len(jobs)), initializer=start_worker,
-                                                  initargs=(os.getpid(),)) as pool:
+            with kernels.launching(settings.kernels), mp.get_context("spawn").Pool(
+                    max(1, min(workers, len(jobs))), initializer=start_worker,
+                    initargs=(os.getpid(), settings.kernels)) as pool:
                 for _ in pool.imap_unordered(work, jobs):
                     if bar is not None:
                         bar.update(1)
@@ -68,11 +73,12 @@ def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: Tru
     return truth
 
 
-def start_worker(parent: int) -> None:
+def start_worker(parent: int, kind: str = "native") -> None:
     """A pool worker's start (this module, which the spawned worker imports to find this function, imports no
     torch): on Linux, first, the worker is killed when the build process that started it (``parent``) dies,
     however it dies, so a killed build leaves no worker; then torch and torch._dynamo as start-up imports
-    (``naspipe.lifecycle.startup``) and ``standalone.init_worker``."""
+    (``naspipe.lifecycle.startup``) and ``standalone.init_worker``; it computes under the truth's kernels
+    ``kind`` (inherited with its environment: checked before any entry)."""
     if sys.platform.startswith("linux"):
         import ctypes
         import signal
@@ -83,6 +89,8 @@ def start_worker(parent: int) -> None:
     from naspipe.lifecycle.startup import TRAINER, import_at_start
 
     import_at_start(*TRAINER)
+    from naspipe.lifecycle import kernels
     from naspipe.truth.standalone import init_worker
 
+    kernels.enter(kind)
     init_worker()

@@ -27,11 +27,13 @@ orphans is worse than none. The launcher
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from multiprocessing.connection import wait as mp_wait
 from typing import Any
 
+from naspipe.lifecycle import kernels
 from naspipe.runtime import checkpoint
 from naspipe.runtime.config import ConfigError, TrainConfig, check_model_of
 from naspipe.runtime.outputs import MergeError, RunResult, merge_failed, merge_outputs, write_status
@@ -57,10 +59,13 @@ class TrainError(RuntimeError):
         self.base = message
 
 
-def process_context(method: str) -> Any:
+def process_context(method: str, kind: str | None = None) -> Any:
     """torch.multiprocessing's context for ``method`` (spawn where the platform has no fork server); the fork
     server loads torch, torch._dynamo and the stage worker once (``server_preload``), for every process it starts
-    (tests use it too)."""
+    (tests use it too). ``kind``: the CPU kernels its processes compute with (``naspipe.lifecycle.kernels``;
+    None: as this process's environment says). A fork server passes its own environment on, so one started under
+    another kind is stopped first, and the new one starts under ``kind``; start processes inside
+    ``kernels.launching(kind)`` (spawned ones take the environment at their start)."""
     import torch.multiprocessing as tmp
 
     if method not in tmp.get_all_start_methods():  # e.g. no fork server on Windows
@@ -68,8 +73,24 @@ def process_context(method: str) -> Any:
     ctx = tmp.get_context(method)
     if method == "forkserver":  # torch._dynamo is imported by the first torch.optim optimizer: once, in the server
         ctx.set_forkserver_preload(["naspipe.runtime.processes.server_preload"])
-        start_fork_server_deaf_to_ctrl_c()
+        with kernels.launching(kind) if kind is not None else contextlib.nullcontext():
+            _fork_server_under(kernels.recipe_kind())
+            start_fork_server_deaf_to_ctrl_c()
     return ctx
+
+
+_server_kernels: list[str | None] = [None]  # the kernels kind of this process's fork server (None: none started)
+
+
+def _fork_server_under(kind: str | None) -> None:
+    """Stop this process's fork server when it was started under another kernels kind than ``kind``; record the
+    kind of the one that starts next (now, or at the first process started)."""
+    import multiprocessing.forkserver as fs
+
+    running = getattr(fs._forkserver, "_forkserver_pid", None) is not None  # noqa: SLF001 - no public query
+    if running and _server_kernels[0] != kind:
+        fs._forkserver._stop()  # noqa: SLF001 - Python has no public way to restart it
+    _server_kernels[0] = kind
 
 
 def _describe_exit(code: int | None) -> str:
@@ -128,7 +149,7 @@ def _run(config: TrainConfig, port: int | None) -> RunResult:
     checkpoint.verify_resume(config)  # a resumed run: its checkpoint is still there and intact
     checkpoint.prepare_run_dir(config)
     t_start = time.perf_counter()
-    ctx = process_context(config.start_method)
+    ctx = process_context(config.start_method, config.kernels)
     port = port or free_port(HOST)
     stages: list[_Stage] = []
     bar = _bar(config)
@@ -140,7 +161,8 @@ def _run(config: TrainConfig, port: int | None) -> RunResult:
             life_read, life_write = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=spawn_entry, name=f"naspipe-stage{rank}", daemon=True,
                                args=(rank, config.world, config, HOST, port, send_end, life_read))
-            proc.start()
+            with kernels.launching(config.kernels):  # (spawned stages take the environment at their start)
+                proc.start()
             send_end.close()
             life_read.close()
             stages.append(_Stage(rank, proc, recv_end, life_write))

@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from naspipe.fileio.atomic import disk_full_message, is_disk_full, write_atomic, write_text_atomic
+from naspipe.lifecycle import kernels
 from naspipe.lifecycle.startup import import_at_start
 from naspipe.models import build_stage
 from naspipe.models.weights import save_weights
@@ -107,6 +108,7 @@ def run_stage(rank: int, world: int, cfg: TrainConfig, report: Report | None = N
     every rank after the final barrier, before the process group is destroyed (rank 0 merges there).
     """
     report = report or (lambda *a: None)
+    kernels.require(cfg.kernels, f"stage {rank % cfg.stages}")  # never trains one kind while the run says another
     if world != cfg.world:
         raise RuntimeError(f"the run has {cfg.stages} stages x {cfg.replicas} replicas but the process group has "
                            f"{world} processes")

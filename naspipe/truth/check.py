@@ -1,0 +1,72 @@
+"""``naspipe truth --check DIR``: retrain a few random entries of a finished truth and compare them bit for bit.
+
+Why it exists: a shipped or downloaded truth is only as good as its claim that its numbers are what its settings
+give. An entry's bits depend on its (architecture, seed), the settings and the CPU kernels it was trained with
+(``naspipe.lifecycle.kernels``), never on the worker or the order, so any entry can be trained again anywhere its
+kernels run and must come out identical: held-out accuracy and loss, the final training loss and the digest of
+the trained weights. The entries retrained are a seeded random sample (the seed is printed, so a failure can be
+repeated); they are trained in worker processes started under the truth's kernels.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from naspipe.lifecycle import kernels
+from naspipe.truth.records import SPACE_JSON, TruthError, read_entry, read_settings
+
+FIELDS = ("accuracy", "loss", "train_loss", "params_sha256")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    ok: bool
+    line: str  # the one-line verdict
+
+
+def space_spec(folder: Path, name: str) -> str:
+    """How a worker resolves the truth's space: its ``space.json`` when it came from a file, else its name."""
+    return str(folder / SPACE_JSON) if (folder / SPACE_JSON).is_file() else name
+
+
+def check_truth(folder: str | Path, sample: int = 3, seed: int | None = None) -> CheckResult:
+    """Retrain ``sample`` random entries (``random.Random(seed)``; a fresh seed when None) of the truth in
+    ``folder`` under its kernels and compare their records bit for bit. TruthError (one line) when the folder
+    holds no finished truth or its kernels cannot run here."""
+    d = Path(folder)
+    settings = read_settings(d)
+    if settings is None:
+        raise TruthError(f"{d} holds no truth (no truth-settings.json)")
+    kind = settings.kernels
+    if (why := kernels.kind_error(kind)) is not None:
+        raise TruthError(f"{d} was built with kernels {kind}: {why}")
+    entries = [(a, s) for a in settings.archs for s in settings.seeds]
+    missing = [e for e in entries if read_entry(d, *e) is None]
+    if missing:
+        raise TruthError(f"{d} is not finished: {len(missing)} of {len(entries)} entries are missing")
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**32)
+    chosen = random.Random(seed).sample(entries, min(int(sample), len(entries)))
+    spec = space_spec(d, settings.space)
+    jobs = [(spec, settings.space_digest, a, s, settings.steps, settings.optimizer, settings.lr) for a, s in chosen]
+    import multiprocessing as mp
+
+    from naspipe.truth.standalone import train_job
+    from naspipe.truth.workers import start_worker
+
+    with kernels.launching(kind), mp.get_context("spawn").Pool(
+            min(len(jobs), os.cpu_count() or 1), initializer=start_worker, initargs=(os.getpid(), kind)) as pool:
+        again = pool.map(train_job, jobs)
+    where = f"kernels {kind} on {kernels.cpu_name()}; --sample {len(jobs)} --check-seed {seed}"
+    for (arch, s), rec in zip(chosen, again, strict=True):
+        old = read_entry(d, arch, s) or {}
+        for k in FIELDS:
+            if old.get(k) != rec[k]:
+                native = " (a truth built with native kernels agrees only on the kind of CPU that built it)" \
+                    if kind == kernels.NATIVE else ""
+                return CheckResult(False, f"differ: entry {list(arch)} seed {s}: {k} {old.get(k)!r} retrained is "
+                                          f"{rec[k]!r}{native} ({where})")
+    return CheckResult(True, f"identical: {len(jobs)} of {len(entries)} entries retrained bit for bit ({where})")
