@@ -9,7 +9,9 @@ sampling: throughput, and subnets that reuse a candidate of one of the ``stages 
 (``naspipe.sequences.conflicts``).
 
 With ``--nodes N`` it prints instead how to start a run on N machines: the torchrun line for each node
-and a SLURM script (``naspipe.cli.nodes``), after checking the training arguments given after ``--``.
+and a SLURM script (``naspipe.cli.nodes``), after checking the training arguments given after ``--`` as every
+rank will, except that the device is the other machines' (a ``--device cuda`` plan is made on a CPU-only login
+node). ``--slurm`` prints the script alone, which ``sbatch`` takes as it is.
 """
 
 from __future__ import annotations
@@ -52,11 +54,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="each machine's address on the network the ranks use; machine 0 hosts the rendezvous")
     g.add_argument("--ifname", default=None, metavar="IF|IF0,IF1,...",
                    help="the interface of that network (GLOO_SOCKET_IFNAME), one for all or one per machine")
-    g.add_argument("--rdzv-port", type=positive_int("--rdzv-port"), default=29400,
+    g.add_argument("--rdzv-port", type=positive_int("--rdzv-port", maximum=65535), default=29400,
                    help="the rendezvous store's port on machine 0 (default %(default)s)")
     g.add_argument("--rdzv-id", default="naspipe", help="the rendezvous id (default %(default)s)")
     g.add_argument("--join-timeout", type=positive_int("--join-timeout"), default=60,
                    help="seconds torchrun waits for every machine to join (default %(default)s)")
+    g.add_argument("--slurm", action="store_true",
+                   help="only the SLURM script, which sbatch takes as it is (naspipe plan ... --slurm | sbatch)")
     g.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then the naspipe.torchrun options")
 
 
@@ -72,7 +76,8 @@ def run_nodes(args: argparse.Namespace) -> int:
         raise UsageError("give --out after --: the run directory, on a file system every node shares (or collect "
                          "each node's parts/ there afterwards)")
     world = args.nodes * args.procs_per_node
-    cfg, _ = world_config(train, world)  # the same parse and checks every rank makes (one line, exit 2)
+    # the same parse and checks every rank makes (one line, exit 2), on this machine's CPU: the devices are theirs
+    cfg, _ = world_config(train, world, device_here=False)
     addrs = args.node_addrs.split(",") if args.node_addrs else []
     ifnames = args.ifname.split(",") if args.ifname else []
     try:
@@ -80,6 +85,12 @@ def run_nodes(args: argparse.Namespace) -> int:
                          rdzv_id=args.rdzv_id, join_timeout=args.join_timeout)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if args.slurm:
+        if not ifnames:
+            raise UsageError("--slurm needs --ifname: the interface of the network the ranks use (one for all nodes, "
+                             "or one per node); SLURM picks the nodes, and each looks its own address up on it")
+        sys.stdout.write(slurm_script(plan, gpus=cfg.device == "cuda"))
+        return 0
     if not addrs or not ifnames:
         print(f"naspipe: note: replace {HOST_PLACEHOLDER.format('<i>')} with node i's address and "
               f"{IFACE_PLACEHOLDER} with its interface (or give --node-addrs and --ifname)", file=sys.stderr)
@@ -89,7 +100,7 @@ def run_nodes(args: argparse.Namespace) -> int:
     for i in range(args.nodes):
         role = f"; it hosts the rendezvous store on port {args.rdzv_port}" if i == 0 else ""
         w(f"# node {i} ({plan.addrs[i]}{role})\n{plan.node_command(i)}\n")
-    w("# the same under SLURM (sbatch this script)\n")
+    w("# the same under SLURM: the same command with --slurm prints this script alone, for sbatch as it is\n")
     w(slurm_script(plan, gpus=cfg.device == "cuda"))
     return 0
 

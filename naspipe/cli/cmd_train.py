@@ -196,9 +196,12 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def world_config(argv: Sequence[str] | None, world: int, check_out: bool = False) -> tuple[Any, float]:
+def world_config(argv: Sequence[str] | None, world: int, check_out: bool = False,
+                 device_here: bool = True) -> tuple[Any, float]:
     """The options of ``python -m naspipe.torchrun`` for ``world`` processes: ``(config, connect timeout)``;
-    ``--stages`` defaults to the world size over ``--replicas`` (UsageError when they cannot match)."""
+    ``--stages`` defaults to the world size over ``--replicas`` (UsageError when they cannot match).
+    ``device_here=False``: the run is for other machines (``naspipe plan --nodes``), so ``--device cuda`` is
+    checked on this machine's CPU and kept in the config, not refused for a GPU this machine lacks."""
     parser = _Parser(prog="python -m naspipe.torchrun", description="the torchrun entry point")
     add_arguments(parser)
     parser.add_argument("--connect-timeout", type=positive_float("--connect-timeout", "seconds"), default=60.0,
@@ -211,7 +214,13 @@ def world_config(argv: Sequence[str] | None, world: int, check_out: bool = False
     if args.stages * replicas != world:
         raise UsageError(f"--stages {args.stages} x --replicas {replicas} differs from the {world} processes "
                          "torchrun started; use one process per stage and replica")
-    return config_from_args(args, check_out=check_out), args.connect_timeout
+    device = args.device
+    if not device_here:
+        args.device = "cpu"
+    cfg = config_from_args(args, check_out=check_out)
+    if cfg.device != device:
+        cfg = dataclasses.replace(cfg, device=device)
+    return cfg, args.connect_timeout
 
 
 def summary_line(m: dict[str, Any]) -> str:

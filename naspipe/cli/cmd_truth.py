@@ -10,7 +10,7 @@ Arguments and the space are checked before any worker starts.
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 import time
 from pathlib import Path
 
@@ -41,8 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", default="momentum", choices=OPTIMIZERS,
                    help="the supernet's optimizer (default %(default)s)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the optimizer's default)")
-    p.add_argument("--workers", type=positive_int("--workers"), default=os.cpu_count() or 1,
-                   help="worker processes, one per core (default %(default)s)")
+    p.add_argument("--workers", type=positive_int("--workers"), default=None,
+                   help="worker processes, one per core (default: the cores this process may use)")
     p.add_argument("--max-archs", type=positive_int("--max-archs"), default=5000,
                    help="refuse a space with more architectures than this unless --sample (default %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -103,8 +103,9 @@ def run(args: argparse.Namespace) -> int:
 
     from naspipe.truth.workers import build_truth
 
+    workers = _workers(args.workers)
     t0 = time.perf_counter()
-    truth = build_truth(space, args.space, out, settings, workers=args.workers, progress=not args.no_progress)
+    truth = build_truth(space, args.space, out, settings, workers=workers, progress=not args.no_progress)
     wall = time.perf_counter() - t0
     assert truth is not None
     from naspipe.ranking.stats import seed_floor
@@ -128,3 +129,15 @@ def _check(args: argparse.Namespace) -> int:
     print(f"truth check: {result.line}")
     return 0 if result.ok else 1
 
+
+def _workers(asked: int | None) -> int:
+    """``--workers``, by default the cores this process may use; more than those is said on stderr (each worker
+    holds its own torch and model, and they take turns on the cores: more memory, no more speed)."""
+    from naspipe.cli.cmd_demo import usable_cores
+
+    cores = usable_cores()
+    if asked is not None and asked > cores:
+        print(f"naspipe: note: --workers {asked} is more than the {cores} core{'s' if cores > 1 else ''} this process "
+              f"may use: the workers take turns on them, each with its own torch and model (more memory and slower "
+              f"than --workers {cores})", file=sys.stderr)
+    return cores if asked is None else asked

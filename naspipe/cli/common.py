@@ -18,7 +18,7 @@ class UsageError(Exception):
     """Bad user input: reported as one line with exit code 2."""
 
 
-def positive_int(name: str, minimum: int = 1):  # noqa: ANN201
+def positive_int(name: str, minimum: int = 1, maximum: int | None = None):  # noqa: ANN201
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -26,6 +26,8 @@ def positive_int(name: str, minimum: int = 1):  # noqa: ANN201
             raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
         if v < minimum:
             raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {v}")
+        if maximum is not None and v > maximum:
+            raise argparse.ArgumentTypeError(f"{name} must be <= {maximum}, got {v}")
         return v
     return parse
 

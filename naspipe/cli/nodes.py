@@ -4,8 +4,9 @@ Why it exists: torchrun's c10d rendezvous across hosts needs four settings that 
 hosts with several interfaces or one shared host name: which node hosts the rendezvous store (``is_host``),
 each node's own address (``--local-addr``, which torchrun also hands the workers as the master address),
 the interface gloo binds (``GLOO_SOCKET_IFNAME``), and a join timeout shorter than torchrun's 600 s.
-``naspipe plan --nodes N`` prints them filled in (tests/runtime/test_multihost.py runs exactly these lines).
-No torch here.
+``naspipe plan --nodes N`` prints them filled in (tests/runtime/test_multihost.py runs exactly these lines), and
+with ``--slurm`` the sbatch script alone (tests/cli/test_plan_nodes.py runs it against stub ``srun``, ``scontrol``,
+``ip`` and ``torchrun``). No torch here.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 IFNAME_VAR = "GLOO_SOCKET_IFNAME"
 HOST_PLACEHOLDER = "HOST{}"  # printed (and noted) when no address was given
 IFACE_PLACEHOLDER = "IFACE"
+IFNAME_MAX = 15  # Linux: IFNAMSIZ - 1
 
 
 @dataclass(frozen=True)
@@ -50,36 +52,72 @@ class NodePlan:
 
 def make_plan(nodes: int, procs_per_node: int, train_args: Sequence[str], addrs: Sequence[str] = (),
               ifnames: Sequence[str] = (), **kw: object) -> NodePlan:
-    """Placeholders (HOST0.., IFACE) where no address or interface was given; one interface serves all."""
+    """Placeholders (HOST0.., IFACE) where no address or interface was given; one interface serves all.
+    ValueError (one line) for a count that does not match ``nodes``, an empty address or a bad interface name."""
     if addrs and len(addrs) != nodes:
         raise ValueError(f"--node-addrs lists {len(addrs)} addresses for {nodes} nodes")
     if ifnames and len(ifnames) not in (1, nodes):
         raise ValueError(f"--ifname lists {len(ifnames)} interfaces for {nodes} nodes (give one, or one per node)")
+    for i, a in enumerate(addrs):
+        if not a.strip() or a != a.strip():
+            raise ValueError(f"--node-addrs: node {i}'s address {a!r} is empty or has spaces; give one address per "
+                             "node, separated by commas")
+    for i, f in enumerate(ifnames):
+        if (why := ifname_error(f)) is not None:
+            whose = "the" if len(ifnames) == 1 else f"node {i}'s"
+            raise ValueError(f"--ifname: {whose} interface {why}")
     a = tuple(addrs) or tuple(HOST_PLACEHOLDER.format(i) for i in range(nodes))
     f = tuple(ifnames) * (nodes if len(ifnames) == 1 else 1) if ifnames else (IFACE_PLACEHOLDER,) * nodes
     return NodePlan(nodes, procs_per_node, a, f, tuple(train_args), **kw)  # type: ignore[arg-type]
 
 
+def ifname_error(name: str) -> str | None:
+    """Why ``name`` cannot be a Linux interface name (empty, over 15 characters, a slash, colon or space), or None."""
+    if not name:
+        return "name is empty"
+    if len(name) > IFNAME_MAX:
+        return f"name {name!r} is longer than {IFNAME_MAX} characters"
+    if name in (".", "..") or any(c in "/:" or c.isspace() for c in name):
+        return f"name {name!r} is not an interface name (no '/', ':' or spaces)"
+    return None
+
+
 def slurm_script(plan: NodePlan, gpus: bool = False) -> str:
-    """An sbatch script: one srun task per node runs torchrun; node 0's address on the interface is looked
-    up on node 0 itself (the host name may resolve to another interface)."""
-    iface = plan.ifnames[0]
+    """An sbatch script (``sbatch`` takes it as printed): one srun task per node runs torchrun with that node's
+    interface (``SLURM_NODEID`` picks it) and that node's address on it, looked up on the node itself (the host
+    name may resolve to another interface); node 0's address is the rendezvous endpoint. A failing ``ip`` or an
+    interface without an IPv4 address ends the job with one line naming the node, before torchrun starts."""
     train = shlex.join(plan.train_args).replace("'", "'\\''")  # inside the single-quoted bash -c
     gpu_line = f"#SBATCH --gpus-per-node={plan.procs_per_node}\n" if gpus else ""
+    cases = " ".join(f"{i}) echo {shlex.quote(f)} ;;" for i, f in enumerate(plan.ifnames))
     return f"""#!/bin/bash
 #SBATCH --job-name=naspipe
 #SBATCH --nodes={plan.nodes}
 #SBATCH --ntasks-per-node=1
 {gpu_line}set -euo pipefail
-export {IFNAME_VAR}={shlex.quote(iface)}
-addr_of() {{ ip -o addr show dev "${IFNAME_VAR}" | awk '$3 == "inet" {{split($4, a, "/"); print a[1]; exit}}'; }}
-export -f addr_of
-HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-export HEAD_ADDR=$(srun --nodes=1 --ntasks=1 -w "$HEAD" bash -c addr_of)
+# node i's interface ({IFNAME_VAR}), by its SLURM_NODEID
+iface_of() {{ case "$1" in {cases} *) echo "naspipe: no interface for node $1" >&2; return 1 ;; esac; }}
+# the IPv4 address of interface $1 on this node; a failing ip or no address is one line and a failure
+addr_of() {{
+  local out addr
+  out=$(ip -o -4 addr show dev "$1") || {{ echo "naspipe: ip cannot read interface $1 on $(hostname)" >&2; return 1; }}
+  addr=$(printf '%s\\n' "$out" | awk '$3 == "inet" {{split($4, a, "/"); print a[1]; exit}}')
+  [ -n "$addr" ] || {{ echo "naspipe: interface $1 on $(hostname) has no IPv4 address" >&2; return 1; }}
+  echo "$addr"
+}}
+export -f iface_of addr_of
+HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
+HEAD=${{HEAD%%$'\\n'*}}
+HEAD_ADDR=$(srun --nodes=1 --ntasks=1 -w "$HEAD" bash -c 'addr_of "$(iface_of 0)"')
+export HEAD_ADDR
 srun --kill-on-bad-exit=1 bash -c '
+  set -euo pipefail
+  {IFNAME_VAR}=$(iface_of "$SLURM_NODEID")
+  export {IFNAME_VAR}
+  LOCAL_ADDR=$(addr_of "${IFNAME_VAR}")
   IS_HOST=0; [ "$SLURM_NODEID" = 0 ] && IS_HOST=1
   exec {plan.torchrun} --nnodes {plan.nodes} --nproc-per-node {plan.procs_per_node} \\
     --rdzv-backend c10d --rdzv-endpoint "$HEAD_ADDR:{plan.port}" --rdzv-id "naspipe-$SLURM_JOB_ID" \\
-    --rdzv-conf "is_host=$IS_HOST,join_timeout={plan.join_timeout}" --local-addr "$(addr_of)" --max-restarts 0 \\
+    --rdzv-conf "is_host=$IS_HOST,join_timeout={plan.join_timeout}" --local-addr "$LOCAL_ADDR" --max-restarts 0 \\
     -m naspipe.torchrun {train}'
 """

@@ -103,6 +103,7 @@ def run_ddp(space: Any, subnets: Sequence[Sequence[int]], *, ranks: int, mode: s
             threads: int = 1, timeout: float = 600.0, workdir: str | Path) -> dict[str, Any]:
     """Train ``subnets`` on ``ranks`` DDP processes; ``{"wall_s", "subnets", "subnets_per_s", ...}`` of rank 0."""
     from naspipe.runtime.processes.launcher import process_context
+    from naspipe.runtime.processes.mainless import start as start_without_main
     from naspipe.runtime.transport.ports import free_port
     from naspipe.spaces.space import replicas_error
 
@@ -117,7 +118,7 @@ def run_ddp(space: Any, subnets: Sequence[Sequence[int]], *, ranks: int, mode: s
                          args=(r, ranks, space, [list(s) for s in subnets], seed, mode, port, threads, timeout,
                                str(out))) for r in range(ranks)]
     for p in procs:
-        p.start()
+        start_without_main(p)
     deadline = time.monotonic() + timeout
     try:
         for p in procs:

@@ -11,7 +11,7 @@ block (all its candidates) and runs every candidate on the previous block's prob
 block must agree on the output's shape and dtype, and the last block's output must fit the loss. Finally a
 full batch is sized against this machine's memory. Results are cached per (space, seed, shared layers).
 What depends on the run's shape is checked on top: ``check_messages`` (a block output that ends a stage must be
-a dtype the transport sends) and ``check_replicas`` (a user supernet runs on a shard of ``batch_size / R``).
+a dtype and a rank the transport sends) and ``check_replicas`` (a user supernet runs on a shard of ``batch_size / R``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ PROBE_SAMPLES = 2
 MEMORY_SHARE = 0.5  # a batch's activations over all blocks may take at most this share of the machine's memory
 _checked: set[tuple[str, int, str]] = set()
 _out_dtypes: dict[tuple[str, int, str], list] = {}  # (space, seed, shared) -> each block's output dtype
+_unsendable: dict[tuple[str, int, str], list] = {}  # (space, seed, shared) -> per block: why it cannot be sent
 
 
 class ModelCheckError(ValueError):
@@ -72,6 +73,7 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
     nb = space.num_blocks
     per_sample = 0
     dtypes = []
+    unsendable: list[str | None] = []  # per block: why its output (candidate 0's; all agree) cannot be sent
     from naspipe.supernet.seeding import GLOBAL_RNG
 
     # the caller's random state stays as it was, and no other thread's seeded build interleaves with this one
@@ -93,11 +95,13 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
                 if bad is not None:
                     raise ModelCheckError(f"{_where(space, b, c)}: {bad}")
                 if outs and messages.signature(y) != messages.signature(outs[0]):
+                    differ = "" if _shown(y) != _shown(outs[0]) else f" ({messages.difference(y, outs[0])})"
                     raise ModelCheckError(f"{_where(space, b, c)}: gives {_shown(y)}, but candidate 0 "
-                                          f"gives {_shown(outs[0])}: the candidates of a block must agree")
+                                          f"gives {_shown(outs[0])}{differ}: the candidates of a block must agree")
                 outs.append(y)
             x = outs[0]
             dtypes.append([t.dtype for t in messages.leaves(x)])
+            unsendable.append(messages.problem(x, sendable=True))  # (a rank or dtype: check_messages, per partition)
             first = messages.leaves(x)[0]
             per_sample = max(per_sample, messages.nbytes(x) // max(1, first.shape[0] if first.dim() else 1))
         try:
@@ -107,6 +111,7 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
                                   f"loss: {_line(e)}") from None
     _check_batch_memory(space, per_sample)
     _out_dtypes[key] = dtypes
+    _unsendable[key] = unsendable
     _checked.add(key)
 
 
@@ -119,11 +124,17 @@ def _shown(y: object) -> str:
 def check_messages(space: SearchSpace, stage_ends: list[int], sendable: tuple, seed: int = 0,
                    shared: SharedLayers | None = None) -> None:
     """ModelCheckError when the output of block ``b`` in ``stage_ends`` (the message to the next stage) has a
-    dtype not in ``sendable``: found before start, not as a transport error in a stage."""
+    dtype not in ``sendable`` or a leaf of more dims than the transport sends: found before start, naming the
+    candidate and the leaf, not as a transport error in a stage."""
     shared = shared or SharedLayers()
     check_model(space, seed, shared)
-    dtypes = _out_dtypes[(space.to_json(), int(seed), str(shared))]
+    key = (space.to_json(), int(seed), str(shared))
+    dtypes = _out_dtypes[key]
     for b in stage_ends:
+        why = _unsendable[key][b]
+        if why is not None and all(d in sendable for d in dtypes[b]):  # (a dtype: named below, as it always was)
+            raise ModelCheckError(f"{_where(space, b, 0)}: forward {why}; this block's output ends a stage, so it "
+                                  "is sent: reshape it, or partition elsewhere")
         bad = next((d for d in dtypes[b] if d not in sendable), None)
         if bad is not None:
             raise ModelCheckError(f"{_where(space, b, None)}: its output ({bad}) ends a stage, and messages "

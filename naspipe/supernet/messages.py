@@ -129,7 +129,7 @@ def _tensor_problem(t: Tensor, where: str) -> str | None:
         return (f"returned a tensor of dtype {t.dtype}{where}, which cannot be sent between stages; supported: "
                 f"{', '.join(str(d).removeprefix('torch.') for d in WIRE_DTYPES)}")
     if t.dim() > MAX_DIMS:
-        return f"returned a {t.dim()}-d tensor{where}; a message's tensors have at most {MAX_DIMS} dims"
+        return f"returned a tensor of {t.dim()} dims{where}; a message's tensors have at most {MAX_DIMS} dims"
     return None
 
 
@@ -154,6 +154,39 @@ def describe(msg: Any) -> str:
     shapes = ", ".join(str(tuple(t.shape)) if isinstance(t, Tensor) else type(t).__name__ for t in flat[:4])
     more = ", ..." if len(flat) > 4 else ""
     return f"{type(msg).__name__} of {len(flat)} [{shapes}{more}]"
+
+
+def difference(a: Any, b: Any) -> str:
+    """What first tells message ``a`` from ``b`` (for a refusal whose two descriptions read the same): leaves at
+    other paths or in another order (a dict keeps its keys in insertion order), other containers, or the first leaf
+    whose shape or dtype differs, named by its path; empty when their signatures agree."""
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return "" if signature(a) == signature(b) else f"{_leaf_text(a)} against {_leaf_text(b)}"
+    pa, spec_a = pytree.tree_flatten_with_path(a)
+    pb, spec_b = pytree.tree_flatten_with_path(b)
+    paths_a, paths_b = [_path(k) for k, _ in pa], [_path(k) for k, _ in pb]
+    if paths_a != paths_b:
+        order = " (the same leaves in another order: a dict keeps its keys in the order they were set)" \
+            if sorted(paths_a) == sorted(paths_b) else ""
+        return f"leaves {_few(paths_a)} against {_few(paths_b)}{order}"
+    if type(a) is not type(b):
+        return f"a {type(a).__name__} against a {type(b).__name__}"
+    if str(spec_a) != str(spec_b):
+        return f"structure {spec_a} against {spec_b}"
+    for (key, x), (_, y) in zip(pa, pb, strict=True):
+        if signature(x) != signature(y) if isinstance(x, Tensor) and isinstance(y, Tensor) else type(x) is not type(y):
+            return f"{type(a).__name__} element {_path(key)}: {_leaf_text(x)} against {_leaf_text(y)}"
+    return ""
+
+
+def _leaf_text(t: Any) -> str:
+    if isinstance(t, Tensor):
+        return f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}"
+    return describe(t) if isinstance(t, CONTAINERS) else type(t).__name__
+
+
+def _few(paths: list[str], most: int = 6) -> str:
+    return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
 def identical(a: Any, b: Any) -> bool:

@@ -151,7 +151,7 @@ def _probe(sn: Supernet) -> dict[str, str]:
                     first_name, first = name, out
                 elif _signature(out) != _signature(first):
                     raise SupernetError(f"block {blk.label!r}: candidates {first_name!r} and {name!r} give outputs "
-                                        f"{_describe(first, True)} and {_describe(out, True)}; every candidate of a "
+                                        f"{_outputs(first, out)}; every candidate of a "
                                         "block must give the same shape (and, for a tuple, list or dict of tensors, "
                                         "the same structure)")
             digests[blk.label] = weights.hexdigest()
@@ -251,6 +251,15 @@ def _describe(x: Any, dtype: bool = False) -> str:
 
     text = messages.describe(x)
     return f"{text} {x.dtype}" if dtype and hasattr(x, "dtype") else text
+
+
+def _outputs(a: Any, b: Any) -> str:
+    """``A and B``, the two outputs described; where the descriptions read the same (a dtype or a dict's key order
+    inside a structured message), what tells them apart (``naspipe.supernet.messages.difference``)."""
+    from naspipe.supernet import messages
+
+    da, db = _describe(a, True), _describe(b, True)
+    return f"{da} and {db}" if da != db else f"{da} that differ: {messages.difference(a, b)}"
 
 
 def _signature(x: Any) -> Any:

@@ -53,7 +53,8 @@ def plan_lines(capsys, *args: str) -> list[str]:
     assert main(["plan", "--nodes", "2", "--procs-per-node", "2", "--node-addrs", f"{SUBNET}.1,{SUBNET}.2",
                  *args]) == 0
     out = capsys.readouterr().out
-    head, script = out.split("# the same under SLURM (sbatch this script)\n")
+    head, script = out.split("# the same under SLURM: the same command with --slurm prints this script alone, for "
+                             "sbatch as it is\n")
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     lines = [line for line in head.splitlines() if not line.startswith("#")]
     assert len(lines) == 2

@@ -37,6 +37,7 @@ from naspipe.lifecycle import kernels
 from naspipe.runtime import checkpoint
 from naspipe.runtime.config import ConfigError, TrainConfig, check_model_of
 from naspipe.runtime.outputs import MergeError, RunResult, merge_failed, merge_outputs, write_status
+from naspipe.runtime.processes.mainless import start as start_without_main
 from naspipe.runtime.processes.signals import Terminated, deferred, start_fork_server_deaf_to_ctrl_c, terminate_raises
 from naspipe.runtime.transport.ports import free_port, port_free
 
@@ -162,7 +163,7 @@ def _run(config: TrainConfig, port: int | None) -> RunResult:
             proc = ctx.Process(target=spawn_entry, name=f"naspipe-stage{rank}", daemon=True,
                                args=(rank, config.world, config, HOST, port, send_end, life_read))
             with kernels.launching(config.kernels):  # (spawned stages take the environment at their start)
-                proc.start()
+                start_without_main(proc)  # a script without a main guard, or on stdin, is not run again in it
             send_end.close()
             life_read.close()
             stages.append(_Stage(rank, proc, recv_end, life_write))

@@ -1,0 +1,170 @@
+"""``naspipe plan --nodes N``: the SLURM script runs, and the options it is made from are checked first.
+
+Issue 43, item 10. The script ``--slurm`` prints is run by bash against stub ``scontrol``, ``srun``, ``ip`` and
+``torchrun`` (executables in a temporary folder first on ``PATH``; each records its arguments): every node gets its
+own interface, a failing ``ip`` ends the job before torchrun starts, and the printed text is what ``sbatch`` takes as
+it is. An empty node address and a port above 65535 are refused in one line, and a GPU plan is made on a machine
+without one (the plan is for other machines). No torch process starts here; each test takes a second or two.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from naspipe.cli import main
+
+COMMON = ["--space", "digits-cnn", "--subnets", "16", "--shared-layers", "serial", "--no-progress",
+          "--out", "/shared/run"]
+PLAN = ["plan", "--nodes", "2", "--procs-per-node", "2"]
+
+# the stubs: srun runs its command once per node (SLURM_NODEID 0..N-1; -w: the node named), ip prints node i's
+# address 10.0.0.(i+1) on the interface asked for, or fails when STUB_IP_FAILS names the node
+STUBS = {
+    "scontrol": """#!/bin/bash
+echo "scontrol $*" >> "$STUB_LOG"
+for ((i = 0; i < STUB_NODES; i++)); do echo "node$i"; done
+""",
+    "srun": """#!/bin/bash
+echo "srun $*" >> "$STUB_LOG"
+only=""
+while [[ "$1" == -* ]]; do
+  if [[ "$1" == -w ]]; then only=${2#node}; shift; fi
+  shift
+done
+status=0
+for ((i = 0; i < STUB_NODES; i++)); do
+  if [[ -n "$only" && "$i" != "$only" ]]; then continue; fi
+  SLURM_NODEID=$i SLURMD_NODENAME=node$i "$@" || status=$?
+done
+exit $status
+""",
+    "ip": """#!/bin/bash
+echo "ip node$SLURM_NODEID $*" >> "$STUB_LOG"
+if [[ "${STUB_IP_FAILS:-}" == "$SLURM_NODEID" ]]; then echo "ip: cannot talk to the kernel" >&2; exit 1; fi
+dev=${@: -1}
+echo "2: $dev    inet 10.0.0.$((SLURM_NODEID + 1))/24 brd 10.0.0.255 scope global $dev\\       valid_lft forever"
+""",
+    "torchrun": """#!/bin/bash
+echo "torchrun node$SLURM_NODEID GLOO_SOCKET_IFNAME=$GLOO_SOCKET_IFNAME $*" >> "$STUB_LOG"
+""",
+}
+
+
+def _stub_path(tmp_path: Path) -> Path:
+    d = tmp_path / "bin"
+    d.mkdir()
+    for name, text in STUBS.items():
+        (d / name).write_text(text)
+        (d / name).chmod(0o755)
+    return d
+
+
+def _script(capsys, *args: str) -> str:
+    assert main([*PLAN, *args, "--slurm", "--", *COMMON]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == ""
+    return cap.out
+
+
+def _run(script: str, tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run ``script`` as sbatch would (bash, the job's variables set) against the stubs; its result and the log."""
+    log = tmp_path / "calls.log"
+    log.unlink(missing_ok=True)
+    bindir = tmp_path / "bin" if (tmp_path / "bin").exists() else _stub_path(tmp_path)
+    path = f"{bindir}:{os.environ['PATH']}"
+    job = {"PATH": path, "STUB_LOG": str(log), "STUB_NODES": "2", "SLURM_JOB_NODELIST": "node[0-1]",
+           "SLURM_JOB_ID": "77", "HOME": str(tmp_path), **env}
+    (tmp_path / "job.sh").write_text(script)
+    done = subprocess.run([shutil.which("bash") or "/bin/bash", str(tmp_path / "job.sh")], env=job,
+                          capture_output=True, text=True, timeout=30)
+    return done, log.read_text().splitlines() if log.exists() else []
+
+
+def test_the_printed_script_is_what_sbatch_takes(capsys):
+    """The whole of stdout: the interpreter line first, every #SBATCH line before the first command (sbatch stops
+    reading directives there), nothing else; bash parses it."""
+    script = _script(capsys, "--ifname", "eth1")
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    first_command = next(i for i, x in enumerate(lines) if x and not x.startswith("#"))
+    assert [x for x in lines[first_command:] if x.startswith("#SBATCH")] == []
+    assert "#SBATCH --nodes=2" in lines[:first_command] and "#SBATCH --ntasks-per-node=1" in lines[:first_command]
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+def test_each_node_runs_torchrun_on_its_own_interface_and_address(capsys, tmp_path):
+    done, log = _run(_script(capsys, "--ifname", "eth1,ib0"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    runs = [x for x in log if x.startswith("torchrun")]
+    assert len(runs) == 2, log
+    for i, (iface, addr) in enumerate((("eth1", "10.0.0.1"), ("ib0", "10.0.0.2"))):
+        assert runs[i].startswith(f"torchrun node{i} GLOO_SOCKET_IFNAME={iface} --nnodes 2 --nproc-per-node 2 "), runs
+        assert "--rdzv-endpoint 10.0.0.1:29400 --rdzv-id naspipe-77" in runs[i]
+        assert f"--rdzv-conf is_host={int(i == 0)},join_timeout=60 --local-addr {addr} " in runs[i]
+        assert runs[i].endswith("-m naspipe.torchrun " + " ".join(COMMON))
+    assert [x for x in log if x.startswith("ip")] == [  # node 0's address for the endpoint, then each its own
+        "ip node0 -o -4 addr show dev eth1", "ip node0 -o -4 addr show dev eth1", "ip node1 -o -4 addr show dev ib0"]
+    # one interface serves every node
+    done, log = _run(_script(capsys, "--ifname", "eth1"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [x.split()[2] for x in log if x.startswith("torchrun")] == ["GLOO_SOCKET_IFNAME=eth1"] * 2
+
+
+@pytest.mark.parametrize("node", ["0", "1"])
+def test_a_failing_ip_ends_the_job_before_torchrun_starts_with_an_empty_address(capsys, tmp_path, node):
+    done, log = _run(_script(capsys, "--ifname", "eth1,eth2"), tmp_path, STUB_IP_FAILS=node)
+    assert done.returncode != 0
+    assert f"naspipe: ip cannot read interface eth{int(node) + 1} on " in done.stderr, done.stderr
+    assert not any(x.startswith("torchrun") and "--local-addr  " in x for x in log), log
+    if node == "0":  # the rendezvous address is node 0's: nothing starts
+        assert not any(x.startswith("torchrun") for x in log), log
+
+
+def test_an_interface_without_an_ipv4_address_is_named(capsys, tmp_path):
+    _stub_path(tmp_path)
+    (tmp_path / "bin" / "ip").write_text("#!/bin/bash\necho \"ip $*\" >> \"$STUB_LOG\"\n")  # no address at all
+    done, log = _run(_script(capsys, "--ifname", "eth1"), tmp_path)
+    assert done.returncode != 0 and "naspipe: interface eth1 on " in done.stderr and "has no IPv4 address" in \
+        done.stderr, done.stderr
+    assert not any(x.startswith("torchrun") for x in log), log
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--node-addrs", "10.0.0.1,"], "--node-addrs: node 1's address '' is empty"),
+    (["--node-addrs", ",10.0.0.2"], "--node-addrs: node 0's address '' is empty"),
+    (["--rdzv-port", "70000"], "--rdzv-port must be <= 65535, got 70000"),
+    (["--rdzv-port", "0"], "--rdzv-port must be >= 1, got 0"),
+    (["--ifname", "eth1,"], "--ifname: node 1's interface name is empty"),
+    (["--ifname", "eth1 eth2"], "--ifname: the interface name 'eth1 eth2' is not an interface name"),
+    (["--ifname", "a-very-long-interface"], "is longer than 15 characters"),
+])
+def test_bad_node_options_are_one_line_before_anything_is_printed(capsys, args, says):
+    assert main([*PLAN, *args, "--", *COMMON]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and says in cap.err and cap.err.count("\n") == 1, cap.err
+
+
+def test_slurm_needs_the_interface(capsys):
+    assert main([*PLAN, "--slurm", "--", *COMMON]) == 2
+    assert "--slurm needs --ifname" in capsys.readouterr().err
+
+
+def test_a_gpu_plan_is_made_on_a_machine_without_one(capsys):
+    """The plan is for the other machines: --device cuda is kept (and asks SLURM for the GPUs), not refused here."""
+    import torch
+
+    if torch.cuda.is_available():  # (the point is a login node without a GPU: pretend to be one)
+        pytest.skip("this machine has a GPU")
+    assert main([*PLAN, "--ifname", "eth1", "--", *COMMON, "--device", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("--device cuda") == 3 and "#SBATCH --gpus-per-node=2" in out  # two nodes' lines, the script
+    assert main([*PLAN, "--ifname", "eth1", "--", *COMMON]) == 0
+    assert "--gpus-per-node" not in capsys.readouterr().out
+    # training itself still refuses cuda on a machine without it
+    assert main(["train", *COMMON[:-2], "--stages", "2", "--device", "cuda", "--out", "x"]) == 2
+    assert "torch sees no CUDA device" in capsys.readouterr().err

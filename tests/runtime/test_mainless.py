@@ -1,0 +1,89 @@
+"""A script that calls ``naspipe.train`` without ``if __name__ == "__main__":``, or is fed on standard input, trains.
+
+Issue 43, item 11: both used to end in ``TrainError: stage 1 exited with code 1`` after pages of multiprocessing
+tracebacks, because each stage ran the script again before it started (``naspipe.runtime.processes.mainless``).
+Now the stages start as a notebook's do: the script's top level runs once, in the script's own process, and its
+supernet travels by value. Two short runs (2 stages, 4 subnets) of a few seconds each.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing.spawn as mp_spawn
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import naspipe
+from naspipe.runtime.processes.mainless import MAIN_KEYS, main_not_run_again
+
+pytestmark = pytest.mark.usefixtures("no_process_left_behind")
+
+SCRIPT = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+import naspipe
+
+class B(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.a(x))
+
+def data(j, g):
+    x = torch.randn(4, 4, generator=g)
+    return x, (x.sum(1) > 0).long()
+
+sn = naspipe.Supernet([naspipe.Choice("l0", {"x": B, "y": lambda: nn.Linear(4, 4)}),
+                       naspipe.Fixed("head", lambda: nn.Linear(4, 2))], data=data, loss=F.cross_entropy,
+                      batch_size=4)
+print("top level", flush=True)
+result = naspipe.train(sn, out=OUT, stages=2, subnets=4, progress=False)
+print("trained", len(result.losses), flush=True)
+"""
+
+
+def _run(tmp_path: Path, name: str, stdin: bool) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path / name
+    script = tmp_path / f"{name}.py"
+    script.write_text(f"OUT = {str(out)!r}\n" + SCRIPT)
+    root = str(Path(naspipe.__file__).parents[1])  # this naspipe, whatever the environment says
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    argv = [sys.executable, "-"] if stdin else [sys.executable, str(script)]
+    done = subprocess.run(argv, input=script.read_text() if stdin else None, capture_output=True, text=True,
+                          timeout=180, env=env, cwd=tmp_path)
+    return done, out
+
+
+@pytest.mark.parametrize("stdin", [False, True], ids=["no-main-guard", "stdin"])
+def test_a_script_without_a_main_guard_or_on_stdin_trains(tmp_path, stdin):
+    done, out = _run(tmp_path, "run", stdin)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["top level", "trained 4"], done.stdout  # its top level ran once
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert json.loads((out / "run.json").read_text())
+
+
+def test_only_the_calling_threads_starts_leave_main_alone():
+    def prep() -> dict:
+        return mp_spawn.get_preparation_data("x")
+
+    original = mp_spawn.get_preparation_data
+    seen: dict[str, dict] = {}
+    with main_not_run_again():
+        with main_not_run_again():  # (nested: still in force after the inner one ends)
+            pass
+        seen["here"] = prep()
+        t = threading.Thread(target=lambda: seen.setdefault("other", prep()))
+        t.start()
+        t.join()
+    assert mp_spawn.get_preparation_data is original
+    assert not any(k in seen["here"] for k in MAIN_KEYS)
+    assert seen["other"] == original("x")  # another thread's starts are as they were
