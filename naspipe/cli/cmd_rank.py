@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--truth", required=True, help="a truth folder written by naspipe truth")
     p.add_argument("--against", default=None, metavar="RUN2", help="a second run to compare with the first")
     p.add_argument("--seeds", nargs="+", default=(), metavar="RUN",
-                   help="runs equal but the supernet seed: noise floor (b) and the seed band")
+                   help="two or more runs equal but the supernet seed, each of another seed: noise floor (b) and "
+                        "the seed band")
     p.add_argument("--space", default=None, help="the runs' space when its name cannot be resolved")
     p.add_argument("--heldout", type=positive_int("--heldout"), default=None,
                    help="held-out batches (default: as naspipe search)")
