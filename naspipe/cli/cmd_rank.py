@@ -3,7 +3,10 @@
 Prints one screen: Kendall tau, Spearman rho, top-10% overlap and the regret of the search's pick, each with a
 bootstrap 95% interval over architectures, beside the noise floors (``naspipe.ranking``); ``--against RUN2``
 adds run-to-run agreement and says whether the difference clears the seed band; ``--json`` prints one object.
-A truth of another space, or one with missing entries, is refused in one line (exit 2).
+Refused in one line (exit 2), before any model loads where it can be: a truth of another space (by name, or by
+the digest a run records), one with missing or malformed entries or a ``truth.json`` that disagrees with them,
+one of too few architectures (``naspipe.ranking.stats.MIN_ARCHS``), ``--seeds`` runs that differ in more than the
+seed; after scoring, a run that ranks nothing (NaN scores: a diverged run; every architecture scored alike).
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--truth", required=True, help="a truth folder written by naspipe truth")
     p.add_argument("--against", default=None, metavar="RUN2", help="a second run to compare with the first")
     p.add_argument("--seeds", nargs="+", default=(), metavar="RUN",
-                   help="runs equal but the supernet seed: noise floor (b) and the seed band")
+                   help="two or more runs equal but the supernet seed, each of another seed: noise floor (b) and "
+                        "the seed band")
     p.add_argument("--space", default=None, help="the runs' space when its name cannot be resolved")
     p.add_argument("--heldout", type=positive_int("--heldout"), default=None,
                    help="held-out batches (default: as naspipe search)")
@@ -35,10 +39,13 @@ def _check_run(d: str) -> None:
     from naspipe.runfolder import runs
 
     p = Path(d)
-    if not p.is_dir():
-        raise UsageError(f"no such run directory: {d!r}")
-    if not (p / runs.METRICS).is_file():
-        raise UsageError(f"{d}: no metrics.json (is this a naspipe run directory?)")
+    try:
+        if not p.is_dir():
+            raise UsageError(f"no such run directory: {d!r}")
+        if not (p / runs.METRICS).is_file():
+            raise UsageError(f"{d}: no metrics.json (is this a naspipe run directory?)")
+    except OSError as e:  # a name too long, a loop of links
+        raise UsageError(f"run directory {d[:80]!r}... cannot be read: {e.strerror or e}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
         load(args.truth)  # refused before any model loads
     except TruthError as e:
         raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"--truth {args.truth[:80]!r}... cannot be read: {e.strerror or e}") from None
 
     from naspipe.models.weights import WeightsError
     from naspipe.ranking.compare import rank
@@ -61,5 +70,5 @@ def run(args: argparse.Namespace) -> int:
                       heldout=args.heldout)
     except (TruthError, RunError, WeightsError, SpaceError, ValueError) as e:
         raise UsageError(str(e).splitlines()[0]) from None
-    print(json.dumps(report.to_dict()) if args.json else report.text())
+    print(json.dumps(report.to_dict(), allow_nan=False) if args.json else report.text())
     return 0

@@ -19,6 +19,7 @@ from naspipe.cli.common import UsageError, add_kernels_argument, named, positive
 COMMAND = "truth"
 HELP = "train architectures stand-alone (the ground truth naspipe rank compares a supernet with)"
 ORDER = 62
+MAX_SEEDS = 1000  # a truth's seeds are listed in its settings file: a bound keeps a typo from filling memory
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the seed of --check's random entries (default: a fresh one, printed)")
     p.add_argument("--steps", type=positive_int("--steps"), default=200,
                    help="training steps per architecture (default %(default)s)")
-    p.add_argument("--seeds", type=positive_int("--seeds"), default=3, help="seeds 0..S-1 (default %(default)s)")
+    p.add_argument("--seeds", type=positive_int("--seeds"), default=3,
+                   help=f"seeds 0..S-1, at most {MAX_SEEDS} (default %(default)s)")
     p.add_argument("--sample", type=positive_int("--sample"), default=None,
                    help="a seeded sample of N architectures (default: every architecture)")
     p.add_argument("--sample-seed", type=int, default=0, help="seed of --sample (default %(default)s)")
@@ -44,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=positive_int("--workers"), default=None,
                    help="worker processes, one per core (default: the cores this process may use)")
     p.add_argument("--max-archs", type=positive_int("--max-archs"), default=5000,
-                   help="refuse a space with more architectures than this unless --sample (default %(default)s)")
+                   help="refuse to train more architectures than this: a larger space needs --sample N, and N "
+                        "itself must not be larger (default %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_kernels_argument(p)
 
@@ -60,9 +63,19 @@ def run(args: argparse.Namespace) -> int:
     lr = DEFAULT_LR[args.optimizer] if args.lr is None else args.lr
     if (why := lr_error(lr)) is not None:
         raise UsageError(f"--lr {why}")
+    if args.seeds > MAX_SEEDS:
+        raise UsageError(f"--seeds must be <= {MAX_SEEDS}, got {args.seeds}")
+    from naspipe.fileio.atomic import NotWritable, check_writable
+
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {str(out)!r} exists and is not a directory")
+    try:
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {str(out)!r} exists and is not a directory")
+        check_writable(out, "--out")
+    except NotWritable as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:  # a name too long, a loop of links
+        raise UsageError(f"--out {str(out)[:80]!r}... cannot be used: {e.strerror or e}") from None
 
     import naspipe.supernet  # noqa: F401 - registers the module:function resolver
     from naspipe.fileio.atomic import write_text_atomic
@@ -86,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
     if args.sample is None and n > args.max_archs:
         raise UsageError(f"space {space.name!r} has {n} architectures (more than --max-archs {args.max_archs}); "
                          "pass --sample N")
+    if args.sample is not None and min(args.sample, n) > args.max_archs:
+        raise UsageError(f"--sample {args.sample} is more than --max-archs {args.max_archs} (space {space.name!r} "
+                         f"has {n} architectures); pass a smaller --sample, or a larger --max-archs to mean it")
     settings = TruthSettings(space=space.name, space_digest=space.digest(), steps=args.steps,
                              seeds=tuple(range(args.seeds)), optimizer=args.optimizer, lr=float(lr),
                              archs=choose_archs(space, args.sample, args.sample_seed),
@@ -105,13 +121,19 @@ def run(args: argparse.Namespace) -> int:
 
     workers = _workers(args.workers)
     t0 = time.perf_counter()
-    truth = build_truth(space, args.space, out, settings, workers=workers, progress=not args.no_progress)
+    try:
+        truth = build_truth(space, args.space, out, settings, workers=workers, progress=not args.no_progress)
+    except TruthError as e:  # a stored entry that cannot be used, a candidate that raised, another space
+        raise UsageError(str(e).splitlines()[0]) from None
     wall = time.perf_counter() - t0
     assert truth is not None
-    from naspipe.ranking.stats import seed_floor
+    from naspipe.ranking.stats import MIN_ARCHS, seed_floor
 
-    floor = seed_floor(truth)
-    tau = f"; seed-to-seed Kendall tau {floor.text()}" if floor is not None else ""
+    if len(truth.archs) < MIN_ARCHS:
+        tau = f"; seed-to-seed Kendall tau n/a (too few architectures to rank: at least {MIN_ARCHS})"
+    else:
+        floor = seed_floor(truth)
+        tau = f"; seed-to-seed Kendall tau {floor.text()}" if floor is not None else ""
     print(f"truth: {len(truth.archs)} architectures x {len(settings.seeds)} seeds of {space.name} "
           f"({settings.steps} steps, {settings.optimizer} lr {settings.lr:g}) in {wall:.1f} s{tau}; wrote {out}")
     return 0

@@ -4,6 +4,11 @@ Why it exists: one number (a Kendall tau) says nothing without its interval and 
 change of seed alone moves it. Every statistic here is computed by scipy (``kendalltau`` (tau-b),
 ``spearmanr``) and its 95% interval by ``scipy.stats.bootstrap`` (percentile, seeded) resampling the
 architectures with replacement. Torch-free: it takes plain sequences.
+
+Below ``MIN_ARCHS`` architectures a rank statistic's interval says nothing (with 4, every resample of a perfect
+and a reversed ranking gives the same difference: a zero-width interval), so the statistics refuse fewer with
+``TooFewArchitectures``; they refuse NaN or infinite scores too (a diverged supernet), so no NaN is ever
+reported.
 """
 
 from __future__ import annotations
@@ -23,6 +28,32 @@ if TYPE_CHECKING:
 
 RESAMPLES = 1000
 TOP_FRACTION = 0.1
+MIN_ARCHS = 10  # the fewest architectures a statistic with an interval is computed on
+
+
+class TooFewArchitectures(ValueError):
+    """Fewer architectures than ``MIN_ARCHS``: no rank statistic with a meaningful interval."""
+
+
+def check_scores(columns: Sequence[Sequence[float]], *names: str) -> int:
+    """The number of architectures of ``columns`` (one score per architecture each, ``names`` naming them):
+    equally long, finite numbers, at least ``MIN_ARCHS`` of them; ValueError (``TooFewArchitectures``) otherwise."""
+    cols = list(columns)
+    label = [*names, *(f"column {i}" for i in range(len(names), len(cols)))]
+    lengths = [len(c) for c in cols]
+    if len(set(lengths)) > 1:
+        shown = ", ".join(f"{name} {k}" for name, k in zip(label, lengths, strict=False))
+        raise ValueError(f"the columns differ in length ({shown}): one score per architecture in each")
+    for name, c in zip(label, cols, strict=False):
+        bad = [x for x in c if isinstance(x, bool) or not isinstance(x, int | float | np.number)
+               or not math.isfinite(x)]
+        if bad:
+            raise ValueError(f"{name} holds {len(bad)} score(s) that are not finite numbers (first {bad[0]!r})")
+    n = lengths[0] if lengths else 0
+    if n < MIN_ARCHS:
+        raise TooFewArchitectures(f"too few architectures to rank: {n} (a statistic with an interval needs at "
+                                  f"least {MIN_ARCHS})")
+    return n
 
 
 @dataclass(frozen=True)
@@ -34,10 +65,15 @@ class Estimate:
     high: float
 
     def text(self, digits: int = 2) -> str:
-        return f"{self.value:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+        def one(x: float) -> str:
+            return f"{x:.{digits}f}" if math.isfinite(x) else "n/a"
 
-    def to_dict(self) -> dict[str, float]:
-        return {"value": self.value, "low": self.low, "high": self.high}
+        return f"{one(self.value)} [{one(self.low)}, {one(self.high)}]"
+
+    def to_dict(self) -> dict[str, float | None]:
+        """JSON-ready: a bound that is not a finite number is None (JSON has no NaN)."""
+        return {k: (float(v) if math.isfinite(v) else None)
+                for k, v in (("value", self.value), ("low", self.low), ("high", self.high))}
 
 
 def kendall(x: Sequence[float], y: Sequence[float]) -> float:
@@ -104,18 +140,22 @@ class Agreement:
     top: Estimate
     regret: Estimate
     pick: int
+    pick_ties: int = 0  # other architectures the estimate scores exactly as the pick (accuracy and loss)
 
     def to_dict(self) -> dict[str, object]:
         return {"kendall_tau": self.kendall.to_dict(), "spearman_rho": self.spearman.to_dict(),
-                "top10_overlap": self.top.to_dict(), "regret": self.regret.to_dict(), "pick": self.pick}
+                "top10_overlap": self.top.to_dict(), "regret": self.regret.to_dict(), "pick": self.pick,
+                "pick_ties": self.pick_ties}
 
 
 def agreement(truth: Sequence[float], est: Sequence[float], est_loss: Sequence[float] | None = None,
               seed: int = 0) -> Agreement:
-    """Kendall tau, Spearman rho, top-10% overlap and the regret of the pick, with bootstrap intervals."""
+    """Kendall tau, Spearman rho, top-10% overlap and the regret of the pick, with bootstrap intervals.
+    ValueError for columns of different lengths, NaN or infinite scores, or fewer than ``MIN_ARCHS``."""
+    cols = [truth, est] + ([est_loss] if est_loss is not None else [])
+    n = check_scores(cols, "the truth", "the estimate", "the estimate's loss")
     t, e = np.asarray(truth, dtype=float), np.asarray(est, dtype=float)
     el = np.asarray(est_loss if est_loss is not None else np.zeros(len(e)), dtype=float)
-    n = len(t)
 
     def sub(f: Callable[..., float]) -> Callable[[np.ndarray], float]:
         return lambda i: f(t[i].tolist(), e[i].tolist(), el[i].tolist())
@@ -123,14 +163,16 @@ def agreement(truth: Sequence[float], est: Sequence[float], est_loss: Sequence[f
     return Agreement(kendall=estimate(sub(lambda a, b, _: kendall(a, b)), n, seed),
                      spearman=estimate(sub(lambda a, b, _: spearman(a, b)), n, seed),
                      top=estimate(sub(lambda a, b, c: top_overlap(a, b, est_loss=c)), n, seed),
-                     regret=estimate(sub(regret), n, seed), pick=pick(e.tolist(), el.tolist()))
+                     regret=estimate(sub(regret), n, seed), pick=(p := pick(e.tolist(), el.tolist())),
+                     pick_ties=int(np.sum((e == e[p]) & (el == el[p]))) - 1)
 
 
 def pairwise_tau(columns: Sequence[Sequence[float]], seed: int = 0) -> Estimate | None:
     """Mean Kendall tau over every pair of ``columns`` (seeds), with its interval; None for one column."""
-    cols = [np.asarray(c, dtype=float) for c in columns]
-    if len(cols) < 2:
+    if len(columns) < 2:
         return None
+    check_scores(columns)
+    cols = [np.asarray(c, dtype=float) for c in columns]
     pairs = list(combinations(range(len(cols)), 2))
 
     def stat(i: np.ndarray) -> float:
@@ -140,13 +182,16 @@ def pairwise_tau(columns: Sequence[Sequence[float]], seed: int = 0) -> Estimate 
 
 
 def seed_floor(truth: Truth) -> Estimate | None:
-    """Floor (a): the truth's own seed-to-seed Kendall tau of held-out accuracy (mean over seed pairs)."""
+    """Floor (a): the truth's own seed-to-seed Kendall tau of held-out accuracy (mean over seed pairs); None for a
+    truth of one seed (``TooFewArchitectures`` for one of fewer than ``MIN_ARCHS`` architectures)."""
     s = len(truth.settings.seeds)
     return pairwise_tau([[truth.accuracy[a][k] for a in truth.archs] for k in range(s)])
 
 
 def difference(truth: Sequence[float], est_a: Sequence[float], est_b: Sequence[float], seed: int = 0) -> Estimate:
-    """tau(truth, a) - tau(truth, b) on the same architectures, with its paired bootstrap interval."""
+    """tau(truth, a) - tau(truth, b) on the same architectures, with its paired bootstrap interval (ValueError
+    as ``agreement``)."""
+    check_scores([truth, est_a, est_b], "the truth", "estimate a", "estimate b")
     t, a, b = (np.asarray(v, dtype=float) for v in (truth, est_a, est_b))
     return estimate(lambda i: kendall(t[i], a[i]) - kendall(t[i], b[i]), len(t), seed)
 

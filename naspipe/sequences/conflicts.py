@@ -4,10 +4,10 @@ Why it exists: CSP runs two subnets that share a candidate in sequence order, so
 subnets a pipeline keeps in flight is a stall the scheduler cannot remove. These numbers say how much a
 sequence (a sampler: ``naspipe.sequences.samplers``, ``naspipe.sequences.fair``) leaves for the scheduler to hide:
 
-* ``reuse distance``: for each choice block with more than one candidate, the gap ``j - i`` between two
-  consecutive subnets ``i < j`` that pick the same candidate there (fixed blocks are shared by every subnet
-  and never counted); ``min_reuse_distance`` and ``mean_reuse_distance`` over all such gaps (None without a
-  reuse);
+* ``reuse distance``: for each choice block, the gap ``j - i`` between two consecutive subnets ``i < j`` that
+  pick the same candidate there (a choice block of one candidate too: every subnet uses it, and CSP orders
+  them on it as on any other; fixed blocks are the shared layers' business and never counted);
+  ``min_reuse_distance`` and ``mean_reuse_distance`` over all such gaps (None without a reuse);
 * ``conflicts``: subnets ``j`` that share a candidate with one of the ``in_flight - 1`` subnets before
   them (a reuse distance below ``in_flight``); ``conflict_share`` = conflicts / subnets. ``in_flight``
   defaults to the stage count (a pipeline of P stages keeps about P subnets in flight).
@@ -27,7 +27,7 @@ def conflict_stats(space: SearchSpace, subnets: Sequence[Sequence[int]], in_flig
     """``{"in_flight", "conflicts", "conflict_share", "min_reuse_distance", "mean_reuse_distance", "reuses"}``."""
     if in_flight < 1:
         raise ValueError(f"in_flight must be >= 1, got {in_flight}")
-    blocks = [b for b in range(space.num_blocks) if space.blocks[b].k > 1]
+    blocks = list(space.choice_blocks)  # as the scheduler: every non-fixed block is a conflict, K=1 included
     last: dict[tuple[int, int], int] = {}
     gaps_sum, gaps, gap_min, conflicts = 0, 0, None, 0
     for j, s in enumerate(subnets):

@@ -7,12 +7,20 @@ the architectures), ``entries/`` with one JSON record per (architecture, seed), 
 them), and ``truth.json`` / ``truth.csv``,
 the table assembled from the records when every entry is done. Torch-free: ``naspipe rank`` reads it without
 loading a model.
+
+Nothing in the folder is trusted alone: ``load`` assembles the truth from the settings and the entries (each
+checked: its own architecture and seed, the settings it was trained with where it records them, an accuracy in
+[0, 1] and a finite loss) and refuses a table that disagrees with them; ``naspipe truth`` run again rewrites a
+table or CSV that is missing or differs. Architectures are lists of whole numbers >= 0 (``check_archs`` checks
+them against the space when it is known).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from naspipe.fileio import jsonfile
-from naspipe.fileio.atomic import atomic_path, write_text_atomic
-from naspipe.spaces.space import SearchSpace
+from naspipe.fileio.atomic import write_text_atomic
+from naspipe.inputs.wholes import whole
+from naspipe.spaces.space import SearchSpace, SpaceError, load_space
 
 SETTINGS = "truth-settings.json"
 TABLE = "truth.json"
@@ -62,19 +71,71 @@ class TruthSettings:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TruthSettings:
+        """The settings of a file a user can edit, read strictly (TruthError: what is wrong, in one line)."""
+        if not isinstance(d, dict):
+            raise TruthError(f"must be a JSON object, got {type(d).__name__}")
         known = {"space", "space_digest", "steps", "seeds", "optimizer", "lr", "shared_layers", "sample",
                  "sample_seed", "archs", "kernels"}
-        return cls(space=str(d["space"]), space_digest=str(d["space_digest"]), steps=int(d["steps"]),
-                   seeds=tuple(int(s) for s in d["seeds"]), optimizer=str(d["optimizer"]), lr=float(d["lr"]),
-                   archs=tuple(tuple(int(c) for c in a) for a in d["archs"]), sample=d.get("sample"),
-                   sample_seed=d.get("sample_seed"), shared_layers=str(d.get("shared_layers", SHARED_LAYERS)),
-                   kernels=str(d.get("kernels", "native")),
+        missing = [k for k in ("space", "space_digest", "steps", "seeds", "optimizer", "lr", "archs") if k not in d]
+        if missing:
+            raise TruthError(f"has no {', '.join(missing)}")
+        for k in ("space", "space_digest", "optimizer"):
+            if not isinstance(d[k], str):
+                raise TruthError(f"{k} must be a string, got {d[k]!r}")
+        if not isinstance(d["seeds"], list) or not d["seeds"]:
+            raise TruthError(f"seeds must be a non-empty list, got {d['seeds']!r}")
+        seeds = tuple(whole("a seed", x, 0, TruthError) for x in d["seeds"])
+        if len(set(seeds)) != len(seeds):
+            raise TruthError(f"seeds repeat a seed: {list(seeds)}")
+        lr = d["lr"]
+        if isinstance(lr, bool) or not isinstance(lr, int | float) or not 0 < lr < math.inf:
+            raise TruthError(f"lr must be a finite number > 0, got {lr!r}")
+        return cls(space=d["space"], space_digest=d["space_digest"], steps=whole("steps", d["steps"], 1, TruthError),
+                   seeds=seeds, optimizer=d["optimizer"], lr=float(lr), archs=parse_archs(d["archs"]),
+                   sample=d.get("sample"), sample_seed=d.get("sample_seed"),
+                   shared_layers=str(d.get("shared_layers", SHARED_LAYERS)), kernels=str(d.get("kernels", "native")),
                    extra={k: v for k, v in d.items() if k not in known})
 
     def differences(self, other: TruthSettings) -> list[str]:
         """The names of the settings that differ (empty when the two describe the same truth)."""
         a, b = self.to_dict(), other.to_dict()
         return [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def parse_arch(value: Any) -> tuple[int, ...]:
+    """An architecture as a file holds it: a list of whole numbers >= 0 (TruthError otherwise)."""
+    if not isinstance(value, list) or not value:
+        raise TruthError(f"an architecture must be a non-empty list of candidate indices, got {value!r}")
+    return tuple(whole(f"a candidate index (in architecture {value})", c, 0, TruthError) for c in value)
+
+
+def parse_archs(value: Any) -> tuple[tuple[int, ...], ...]:
+    """The architectures of a truth: a non-empty list of distinct architectures of one length."""
+    if not isinstance(value, list) or not value:
+        raise TruthError(f"archs must be a non-empty list of architectures, got {str(value)[:60]}")
+    archs = tuple(parse_arch(a) for a in value)
+    if len({len(a) for a in archs}) != 1:
+        raise TruthError(f"archs have different lengths ({sorted({len(a) for a in archs})})")
+    seen: set[tuple[int, ...]] = set()
+    for a in archs:
+        if a in seen:
+            raise TruthError(f"archs list architecture {list(a)} twice")
+        seen.add(a)
+    return archs
+
+
+def check_archs(space: SearchSpace, archs: Sequence[Sequence[int]], where: str) -> None:
+    """Every architecture is one of ``space``: a candidate index per block, within the block's candidates (0 on
+    a fixed block). TruthError names the first that is not, and ``where`` it was read."""
+    for a in archs:
+        if len(a) != space.num_blocks:
+            raise TruthError(f"{where}: architecture {list(a)} has {len(a)} blocks; space {space.name!r} has "
+                             f"{space.num_blocks}")
+        for blk, c in zip(space.blocks, a, strict=True):
+            if not 0 <= c < blk.k:
+                what = "a fixed block: its only candidate is 0" if blk.fixed else f"candidates 0..{blk.k - 1}"
+                raise TruthError(f"{where}: architecture {list(a)} picks candidate {c} of block {blk.name!r} "
+                                 f"({what})")
 
 
 def space_size(space: SearchSpace) -> int:
@@ -117,6 +178,7 @@ def write_entry(folder: Path, record: dict[str, Any]) -> Path:
 
 
 def read_entry(folder: Path, arch: Sequence[int], seed: int) -> dict[str, Any] | None:
+    """The stored record of an entry (None when it is not stored); TruthError when it cannot be read."""
     path = folder / ENTRIES / entry_name(arch, seed)
     try:
         return jsonfile.loads(path.read_text())
@@ -124,6 +186,37 @@ def read_entry(folder: Path, arch: Sequence[int], seed: int) -> dict[str, Any] |
         return None
     except (OSError, ValueError) as e:
         raise TruthError(f"{path}: unreadable entry ({e}); delete it to train it again") from None
+
+
+# what an entry records of the settings that trained it (older entries record none of them: not checked there)
+RECORDED = ("space_digest", "steps", "optimizer", "lr")
+
+
+def check_entry(path: Path, record: Any, arch: Sequence[int], seed: int, settings: TruthSettings) -> None:
+    """An entry's record is the entry its file names, trained with ``settings``, with an accuracy in [0, 1] and
+    a finite loss >= 0 (TruthError naming the file and what is wrong; deleting it trains it again)."""
+    again = "; delete it to train it again"
+    if not isinstance(record, dict):
+        raise TruthError(f"{path}: an entry must be a JSON object, got {type(record).__name__}{again}")
+    for k in ("arch", "seed", "name", "accuracy", "loss"):
+        if k not in record:
+            raise TruthError(f"{path}: the entry has no {k!r}{again}")
+    if record["arch"] != list(arch) or record["seed"] != seed or isinstance(record["seed"], bool):
+        raise TruthError(f"{path}: the entry is of architecture {record['arch']!r} seed {record['seed']!r}, not "
+                         f"the {list(arch)} seed {seed} its name says{again}")
+    for k, high in (("accuracy", 1.0), ("loss", math.inf)):
+        v = record[k]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= high or math.isinf(v):
+            bound = "a number in [0, 1]" if k == "accuracy" else "a finite number >= 0"
+            raise TruthError(f"{path}: {k} must be {bound}, got {v!r}{again}")
+    if not isinstance(record["name"], str):
+        raise TruthError(f"{path}: name must be a string, got {record['name']!r}{again}")
+    want = {"space_digest": settings.space_digest, "steps": settings.steps, "optimizer": settings.optimizer,
+            "lr": settings.lr}
+    for k in RECORDED:
+        if k in record and record[k] != want[k]:
+            raise TruthError(f"{path}: the entry was trained with {k} {record[k]!r}, the truth's settings say "
+                             f"{want[k]!r}{again}")
 
 
 def pending(folder: Path, settings: TruthSettings) -> list[tuple[tuple[int, ...], int]]:
@@ -165,12 +258,14 @@ def start(folder: Path, settings: TruthSettings) -> None:
 
 @dataclass
 class Truth:
-    """A finished truth: per architecture, accuracy and loss per seed (in ``settings.seeds`` order)."""
+    """A finished truth: per architecture, accuracy and loss per seed (in ``settings.seeds`` order); ``folder``:
+    where it was read (``naspipe.rank`` finds the truth's ``space.json`` there)."""
 
     settings: TruthSettings
     accuracy: dict[tuple[int, ...], tuple[float, ...]]
     loss: dict[tuple[int, ...], tuple[float, ...]]
     names: dict[tuple[int, ...], str]
+    folder: Path | None = None
 
     @property
     def archs(self) -> tuple[tuple[int, ...], ...]:
@@ -194,7 +289,8 @@ class Truth:
 
 
 def assemble(folder: Path) -> Truth:
-    """The truth of a folder whose entries are all stored (TruthError naming what is missing)."""
+    """The truth of a folder whose entries are all stored, each checked (``check_entry``); TruthError naming
+    what is missing or wrong."""
     settings = read_settings(folder)
     if settings is None:
         raise TruthError(f"{folder}: no {SETTINGS} (is this a naspipe truth folder?)")
@@ -207,6 +303,8 @@ def assemble(folder: Path) -> Truth:
         if any(r is None for r in recs):
             missing += sum(r is None for r in recs)
             continue
+        for s, r in zip(settings.seeds, recs, strict=True):
+            check_entry(folder / ENTRIES / entry_name(a, s), r, a, s, settings)
         acc[a] = tuple(float(r["accuracy"]) for r in recs)  # type: ignore[index]
         loss[a] = tuple(float(r["loss"]) for r in recs)  # type: ignore[index]
         names[a] = str(recs[0]["name"])  # type: ignore[index]
@@ -214,43 +312,107 @@ def assemble(folder: Path) -> Truth:
         total = len(settings.archs) * len(settings.seeds)
         raise TruthError(f"{folder}: {missing} of {total} entries are missing (run naspipe truth again to "
                          "finish it)")
-    return Truth(settings, acc, loss, names)
+    return Truth(settings, acc, loss, names, folder)
 
 
-def write_table(folder: Path, truth: Truth) -> None:
-    """``truth.json`` (settings and rows) and ``truth.csv`` (one row per architecture)."""
-    write_text_atomic(folder / TABLE, json.dumps(truth.to_dict(), indent=1) + "\n")
+def table_texts(truth: Truth) -> tuple[str, str]:
+    """What ``truth.json`` (settings and rows) and ``truth.csv`` (one row per architecture) hold."""
     seeds = truth.settings.seeds
-    with atomic_path(folder / CSV) as tmp, open(tmp, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["arch", "name", *[f"accuracy_s{s}" for s in seeds], *[f"loss_s{s}" for s in seeds],
-                    "accuracy_mean", "loss_mean"])
-        for a in truth.archs:
-            w.writerow(["-".join(map(str, a)), truth.names[a], *map(repr, truth.accuracy[a]),
-                        *map(repr, truth.loss[a]), repr(truth.mean_accuracy(a)), repr(truth.mean_loss(a))])
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(["arch", "name", *[f"accuracy_s{s}" for s in seeds], *[f"loss_s{s}" for s in seeds],
+                "accuracy_mean", "loss_mean"])
+    for a in truth.archs:
+        w.writerow(["-".join(map(str, a)), truth.names[a], *map(repr, truth.accuracy[a]),
+                    *map(repr, truth.loss[a]), repr(truth.mean_accuracy(a)), repr(truth.mean_loss(a))])
+    return json.dumps(truth.to_dict(), indent=1, allow_nan=False) + "\n", buf.getvalue()
+
+
+def write_table(folder: Path, truth: Truth) -> list[str]:
+    """Write ``truth.json`` and ``truth.csv`` where they are missing or differ from the truth's; the names of the
+    files written."""
+    wrote = []
+    for name, text in zip((TABLE, CSV), table_texts(truth), strict=True):
+        try:
+            same = (folder / name).read_bytes() == text.encode("utf-8")
+        except OSError:
+            same = False
+        if not same:
+            write_text_atomic(folder / name, text)
+            wrote.append(name)
+    return wrote
+
+
+def _table_difference(table: Any, truth: Truth) -> str | None:
+    """How ``truth.json``'s content differs from the truth assembled from the entries (None: it does not)."""
+    want = truth.to_dict()
+    if not isinstance(table, dict):
+        return "not a JSON object"
+    for k in want:
+        if k != "entries" and table.get(k) != want[k]:
+            return f"its {k} is {str(table.get(k))[:40]}, the settings say {str(want[k])[:40]}"
+    rows = table.get("entries")
+    if not isinstance(rows, list):
+        return "it has no list of entries"
+    have = [r.get("arch") if isinstance(r, dict) else None for r in rows]
+    archs = [list(a) for a in truth.archs]
+    for a in archs:
+        if have.count(a) > 1:
+            return f"it lists architecture {a} {have.count(a)} times"
+    if extra := [a for a in have if a not in archs]:
+        return f"it lists architecture {extra[0]}, which the truth does not hold"
+    if lost := [a for a in archs if a not in have]:
+        return f"it lacks {len(lost)} of the {len(archs)} architectures (first {lost[0]})"
+    for row, wrow in zip(rows, want["entries"], strict=False):
+        if row != wrow:
+            key = next((k for k in wrow if row.get(k) != wrow[k]), "order")
+            return f"architecture {row.get('arch')}: its {key} differs from the entries'"
+    return None
 
 
 def load(folder: str | Path) -> Truth:
-    """A finished truth folder (``truth.json`` must be there and match its entries' settings)."""
+    """A finished truth folder: assembled from its settings and entries (``assemble``), with a ``truth.json``
+    that agrees with them (TruthError, one line, otherwise)."""
     d = Path(folder)
-    if not d.is_dir():
-        raise TruthError(f"no such truth folder: {str(d)!r}")
-    if not (d / TABLE).is_file():
-        if (d / SETTINGS).is_file():
-            assemble(d)  # names the missing entries
-        raise TruthError(f"{d}: no {TABLE} (is this a naspipe truth folder?)")
     try:
-        data = jsonfile.loads((d / TABLE).read_text())
-        head = {k: v for k, v in data.items() if k != "entries"}
-        settings = TruthSettings.from_dict({**head, "archs": [r["arch"] for r in data["entries"]]})
-        rows = data["entries"]
-        acc = {tuple(r["arch"]): tuple(float(x) for x in r["accuracy"]) for r in rows}
-        loss = {tuple(r["arch"]): tuple(float(x) for x in r["loss"]) for r in rows}
-        names = {tuple(r["arch"]): str(r["name"]) for r in rows}
-    except (OSError, KeyError, TypeError, ValueError) as e:
-        raise TruthError(f"{d / TABLE}: not a truth table ({e})") from None
-    for a in settings.archs:
-        if len(acc[a]) != len(settings.seeds) or len(loss[a]) != len(settings.seeds):
-            raise TruthError(f"{d / TABLE}: entry {list(a)} has {len(acc[a])} accuracies for "
-                             f"{len(settings.seeds)} seeds (missing entries)")
-    return Truth(settings, acc, loss, names)
+        is_dir = d.is_dir()
+    except OSError as e:
+        raise TruthError(f"cannot read truth folder {str(d)[:80]!r}...: {e.strerror or e}") from None
+    if not is_dir:
+        raise TruthError(f"no such truth folder: {str(d)!r}")
+    truth = assemble(d)
+    try:
+        text = (d / TABLE).read_text()
+    except FileNotFoundError:
+        raise TruthError(f"{d}: no {TABLE} (run the same naspipe truth command to write it)") from None
+    except (OSError, ValueError) as e:
+        raise TruthError(f"{d / TABLE}: unreadable ({e})") from None
+    try:
+        table = jsonfile.loads(text)
+    except ValueError as e:
+        why: str | None = f"not valid JSON ({e})"
+    else:
+        why = _table_difference(table, truth)
+    if why is not None:
+        raise TruthError(f"{d / TABLE} disagrees with the truth's entries ({why}); run the same naspipe truth "
+                         "command to rewrite it")
+    return truth
+
+
+def space_of(truth: Truth) -> SearchSpace | None:
+    """The truth's recorded space (``space.json``, written for a space from a JSON file), checked to be the space
+    the truth's settings name by digest; None when the folder has none."""
+    if truth.folder is None:
+        return None
+    path = truth.folder / SPACE_JSON
+    if not path.is_file():
+        return None
+    try:
+        sp = load_space(path)
+    except SpaceError as e:
+        raise TruthError(f"the truth's {path} is not a search space ({str(e).splitlines()[0]})") from None
+    t = truth.settings
+    if sp.digest() != t.space_digest:
+        raise TruthError(f"the truth's {path} is space {sp.name!r} ({sp.digest()[:12]}), not the space "
+                         f"{t.space!r} ({t.space_digest[:12]}) it was built on; restore it from the build's --space")
+    return sp

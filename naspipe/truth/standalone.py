@@ -13,12 +13,13 @@ worker process with one intra-op thread (``set_num_threads(1)`` first), so the b
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 import torch
 
 from naspipe.spaces.space import SearchSpace, resolve_space
-from naspipe.truth.records import SHARED_LAYERS
+from naspipe.truth.records import SHARED_LAYERS, TruthError
 
 _SPACES: dict[str, SearchSpace] = {}
 
@@ -48,7 +49,7 @@ def _space(spec: str, digest: str) -> SearchSpace:
 
         sp = resolve_space(spec)
         if sp.digest() != digest:
-            raise ValueError(f"space {spec!r} resolves to digest {sp.digest()[:12]} in the worker, "
+            raise TruthError(f"space {spec!r} resolves to digest {sp.digest()[:12]} in the worker, "
                              f"not {digest[:12]}")
         _SPACES[spec] = sp
     return _SPACES[spec]
@@ -71,6 +72,7 @@ def train_entry(space: SearchSpace, arch: tuple[int, ...], seed: int, steps: int
     for name, digest in sorted(param_hashes(res.model.global_named_parameters()).items()):
         h.update(f"{name}:{digest}\n".encode())
     return {"arch": list(arch), "seed": int(seed), "name": "/".join(subnet_names(space, arch)),
+            "space_digest": space.digest(), "steps": int(steps), "optimizer": str(optimizer), "lr": float(lr),
             "accuracy": scores["accuracy"], "loss": scores["loss"],
             "train_loss": res.losses[steps - 1] if steps else None, "params_sha256": h.hexdigest(),
             "wall_s": round(res.wall_s, 3)}
@@ -89,6 +91,15 @@ def work(job: tuple[str, str, tuple[int, ...], int, int, str, float, str]) -> di
     from naspipe.truth.records import write_entry
 
     spec, digest, arch, seed, steps, optimizer, lr, folder = job
-    record = train_entry(_space(spec, digest), arch, seed, steps, optimizer, lr)
+    space = _space(spec, digest)
+    try:
+        record = train_entry(space, arch, seed, steps, optimizer, lr)
+    except Exception as e:  # noqa: BLE001 - a user's candidate may raise anything: named in one line, by entry
+        first = (str(e).splitlines() or [""])[0]
+        raise TruthError(f"architecture {list(arch)} seed {seed} failed to train: {type(e).__name__}: {first}") \
+            from None
+    if not all(isinstance(record[k], float) and math.isfinite(record[k]) for k in ("accuracy", "loss")):
+        raise TruthError(f"architecture {list(arch)} seed {seed} diverged: held-out loss {record['loss']} after "
+                         f"{steps} steps at lr {lr:g} (a truth needs finite numbers: try a smaller --lr)")
     write_entry(Path(folder), record)
     return record

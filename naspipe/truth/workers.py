@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from naspipe.spaces.space import SearchSpace
-from naspipe.truth.records import TABLE, Truth, TruthSettings, assemble, pending, start, write_table
+from naspipe.truth.records import Truth, TruthSettings, assemble, pending, start, write_table
 
 
 def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: TruthSettings, *, workers: int = 1,
@@ -68,8 +68,7 @@ def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: Tru
     if pending(d, settings):
         return None
     truth = assemble(d)
-    if jobs or not (d / TABLE).exists():
-        write_table(d, truth)
+    write_table(d, truth)  # also repairs a table or CSV that was deleted, truncated or edited since
     return truth
 
 

@@ -8,7 +8,9 @@ architecture). Plain data in, plotly figures out: the notebook ``09_trust_your_s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -19,7 +21,13 @@ Interval = Mapping[str, float]  # {"value", "low", "high"}, as ``naspipe.ranking
 def rank_scatter(truth_accuracy: Sequence[float], supernet_accuracy: Sequence[float], names: Sequence[str],
                  pick: int | None = None, title: str | None = None) -> go.Figure:
     """Supernet accuracy (y) against stand-alone accuracy (x), one point per architecture; ``pick`` (an index)
-    is the search's pick, marked."""
+    is the search's pick, marked. ValueError for columns of different lengths or a ``pick`` out of range."""
+    n = len(truth_accuracy)
+    if not n or len(supernet_accuracy) != n or len(names) != n:
+        raise ValueError(f"rank_scatter needs one stand-alone accuracy, supernet accuracy and name per architecture; "
+                         f"got {n}, {len(supernet_accuracy)} and {len(names)}")
+    if pick is not None and (isinstance(pick, bool) or not isinstance(pick, int) or not 0 <= pick < n):
+        raise ValueError(f"pick must be the index of an architecture, 0..{n - 1}, got {pick!r}")
     fig = go.Figure(go.Scatter(x=list(truth_accuracy), y=list(supernet_accuracy), mode="markers", text=list(names),
                                name="architecture", marker={"size": 6, "opacity": 0.7},
                                hovertemplate="%{text}<br>stand-alone %{x:.4f}<br>supernet %{y:.4f}<extra></extra>"))
@@ -37,10 +45,21 @@ def rank_scatter(truth_accuracy: Sequence[float], supernet_accuracy: Sequence[fl
     return fig
 
 
-def tau_figure(taus: Mapping[str, Interval], floors: Mapping[str, Interval | None],
+def _interval(label: str, e: Any) -> Interval:
+    """``e`` as ``{"value", "low", "high"}`` of finite numbers: a mapping, or an ``Estimate`` (its ``to_dict``)."""
+    d = e.to_dict() if hasattr(e, "to_dict") else e
+    if not isinstance(d, Mapping) or not all(isinstance(d.get(k), int | float) and math.isfinite(d[k])
+                                             for k in ("value", "low", "high")):
+        raise ValueError(f"{label!r}: expected an Estimate or a mapping of finite value, low and high, got {e!r}")
+    return d
+
+
+def tau_figure(taus: Mapping[str, Interval | Any], floors: Mapping[str, Interval | Any | None],
                title: str | None = None) -> go.Figure:
     """Kendall tau against the truth per run (a point and its 95% interval) over the noise-floor bands
-    (each floor's interval, shaded)."""
+    (each floor's interval, shaded). Each is an ``Estimate`` or its ``to_dict``; a floor may be None."""
+    taus = {k: _interval(k, v) for k, v in taus.items()}
+    floors = {k: None if v is None else _interval(k, v) for k, v in floors.items()}
     fig = go.Figure()
     colours = ("rgba(44,160,44,0.18)", "rgba(255,127,14,0.18)", "rgba(148,103,189,0.18)")
     for (label, e), colour in zip(floors.items(), colours, strict=False):

@@ -10,10 +10,14 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
+import naspipe
 from naspipe.cli import main
 from naspipe.ranking.stats import (
+    MIN_ARCHS,
     Estimate,
+    TooFewArchitectures,
     agreement,
+    difference,
     kendall,
     pairwise_tau,
     regret,
@@ -21,7 +25,7 @@ from naspipe.ranking.stats import (
     top_overlap,
     verdict,
 )
-from naspipe.truth.records import ENTRIES, TABLE
+from naspipe.truth.records import ENTRIES, SETTINGS, SPACE_JSON, TABLE, entry_name, load
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACE = str(ROOT / "data" / "spaces" / "digits-truth.json")
@@ -64,7 +68,8 @@ def test_agreement_intervals_bracket_the_value_and_are_seeded():
 
 
 def test_pairwise_floor_and_verdict():
-    cols = [[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 6, 5], [2, 1, 3, 4, 5, 6]]
+    rest = [7, 8, 9, 10]
+    cols = [[1, 2, 3, 4, 5, 6, *rest], [1, 2, 3, 4, 6, 5, *rest], [2, 1, 3, 4, 5, 6, *rest]]
     f = pairwise_tau(cols)
     assert f is not None
     expect = (kendall(cols[0], cols[1]) + kendall(cols[0], cols[2]) + kendall(cols[1], cols[2])) / 3
@@ -163,6 +168,171 @@ def test_a_truth_with_missing_entries_is_refused(runs, truth, tmp_path, capsys):
     t["entries"][3]["accuracy"] = t["entries"][3]["accuracy"][:-1]
     (broken / TABLE).write_text(json.dumps(t))
     code, _, err = _rank(capsys, runs["ref"], "--truth", broken)
-    assert code == 2 and "missing entries" in err
+    assert code == 2 and "no truth-settings.json" in err  # a table alone is not a truth
+    shutil.rmtree(broken)
+    shutil.copytree(truth, broken)
+    (broken / TABLE).write_text(json.dumps(t))
+    code, _, err = _rank(capsys, runs["ref"], "--truth", broken)
+    assert code == 2 and "disagrees with the truth's entries" in err and "accuracy" in err
     code, _, err = _rank(capsys, runs["ref"], "--truth", tmp_path / "nowhere")
     assert code == 2 and "no such truth folder" in err
+
+
+# ---- issue 43: silent wrong answers and one line instead of a traceback ------------------------------
+@pytest.fixture(scope="module")
+def odd_runs(tmp_path_factory) -> dict[str, Path]:
+    """Runs that must not be ranked as they are: another optimizer (not a seed run), a copy of the truth's space
+    with another batch size under the same name, and a diverged run (lr 1e30: NaN losses)."""
+    d = tmp_path_factory.mktemp("odd")
+    b32 = json.loads(Path(SPACE).read_text())
+    b32["batch_size"] = 32
+    (d / "b32.json").write_text(json.dumps(b32))
+    common = ["--subnets", "40", "--shared-layers", "serial", "--no-progress"]
+    out = {}
+    for name, extra in (("sgd", ["--space", SPACE, "--seed", "1", "--optimizer", "sgd"]),
+                        ("b32", ["--space", str(d / "b32.json"), "--optimizer", "momentum"]),
+                        ("nan", ["--space", SPACE, "--optimizer", "momentum", "--lr", "1e30"])):
+        out[name] = d / name
+        assert main(["reference", *common, *extra, "--out", str(out[name])]) == 0
+    return out
+
+
+def _refused(capsys, *args: str) -> str:
+    code, out, err = _rank(capsys, *args)
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1, (code, out, err)
+    return err
+
+
+def test_seed_runs_must_differ_in_the_seed_alone(runs, odd_runs, truth, capsys):
+    """Item 1: --seeds of the same run twice, or of runs of another optimizer, gave a floor of 1.00 and a band of
+    0.00 (then "difference"); they are refused, naming the field."""
+    err = _refused(capsys, runs["ref"], "--truth", truth, "--seeds", runs["ref"], runs["ref"], "--against",
+                   runs["ref1"])
+    assert "same run (both of seed 0)" in err
+    err = _refused(capsys, runs["ref"], "--truth", truth, "--seeds", runs["ref"], runs["csp"])  # csp == ref, seed 0
+    assert "same run" in err
+    err = _refused(capsys, runs["ref"], "--truth", truth, "--seeds", runs["ref"], odd_runs["sgd"])
+    assert "differ in more than the seed" in err and "optimizer 'momentum' vs 'sgd'" in err and "lr" in err
+    assert "two or more runs" in _refused(capsys, runs["ref"], "--truth", truth, "--seeds", runs["ref1"])
+    with pytest.raises(ValueError, match="not one path"):
+        naspipe.rank(runs["ref"], truth, seeds=str(runs["ref"]))  # a string is not a list of its characters
+
+
+def test_a_run_of_another_space_of_the_same_name_is_refused(odd_runs, truth, capsys):
+    """Item 2: a copy of the truth's space with batch 32, under its name, ranked (the truth's space.json stood in
+    for the run's); the digest the run records is compared with the truth's."""
+    err = _refused(capsys, odd_runs["b32"], "--truth", truth)
+    assert "the same name, another definition" in err
+
+
+def test_a_diverged_run_and_all_tied_scores_are_refused(odd_runs, runs, truth, capsys, monkeypatch):
+    """Item 3: NaN losses gave tau 0.00 [0.00, 0.00], regret 0 and the first architecture as the pick."""
+    err = _refused(capsys, odd_runs["nan"], "--truth", truth)
+    assert "NaN or infinite for 40 of 40 architectures" in err and "diverged" in err
+    import naspipe.search.run as search_run
+
+    monkeypatch.setattr(search_run, "make_evaluator", lambda model, batches: lambda a: {"accuracy": 0.5, "loss": 1.0})
+    assert "same accuracy (0.5000); it ranks nothing" in _refused(capsys, runs["ref"], "--truth", truth)
+    # a tie at the top is said, not hidden: the pick is the first of the tied in the truth's order
+    monkeypatch.setattr(search_run, "make_evaluator",
+                        lambda model, batches: lambda a: {"accuracy": 0.9 if sum(a) > 12 else sum(a) / 20, "loss": 1.0})
+    code, out, _ = _rank(capsys, runs["ref"], "--truth", truth)
+    assert code == 0 and "tied with" in out and "the first in the truth's order" in out
+
+
+def _edit_arch(src: Path, dst: Path, new: object) -> None:
+    """A copy of truth ``src`` whose first architecture is ``new`` everywhere (settings, table, entry files)."""
+    shutil.copytree(src, dst)
+    settings, table = json.loads((dst / SETTINGS).read_text()), json.loads((dst / TABLE).read_text())
+    old = settings["archs"][0]
+    settings["archs"][0] = table["entries"][0]["arch"] = new
+    for s in settings["seeds"]:
+        rec = json.loads((dst / ENTRIES / entry_name(old, s)).read_text())
+        rec["arch"] = new
+        (dst / ENTRIES / entry_name(new, s)).write_text(json.dumps(rec))  # type: ignore[arg-type]
+    (dst / SETTINGS).write_text(json.dumps(settings))
+    (dst / TABLE).write_text(json.dumps(table))
+
+
+@pytest.mark.parametrize("arch, msg", [
+    ([0, -1, 3, 5, 0], "must be a whole number >= 0, got -1"),  # was: candidate 5 by negative indexing
+    ([1, 2, 3, 5, 0], "candidate 1 of block 'stem' (a fixed block"),
+    ([0, 9, 9, 9, 0], "candidate 9 of block 'cell0' (candidates 0..5)"),
+    ([0, 0.5, 3, 5, 0], "must be a whole number >= 0, got 0.5"),
+])
+def test_architectures_outside_the_space_are_refused(runs, truth, tmp_path, capsys, arch, msg):
+    """Items 7 and 15: the truth's architectures are whole numbers within each block's candidates."""
+    _edit_arch(truth, tmp_path / "t", arch)
+    assert msg in _refused(capsys, runs["ref"], "--truth", tmp_path / "t")
+
+
+def test_the_truths_own_files_are_blamed_not_the_run(runs, truth, tmp_path, capsys):
+    """Item 15: an empty list of architectures, a swapped or corrupt space.json, a path too long."""
+    t = tmp_path / "t"
+    shutil.copytree(truth, t)
+    settings = json.loads((t / SETTINGS).read_text())
+    (t / SETTINGS).write_text(json.dumps({**settings, "archs": []}))
+    assert "archs must be a non-empty list" in _refused(capsys, runs["ref"], "--truth", t)
+    (t / SETTINGS).write_text(json.dumps(settings))
+    (t / SPACE_JSON).write_text((ROOT / "data" / "spaces" / "small-mlp.json").read_text())
+    err = _refused(capsys, runs["ref"], "--truth", t)
+    assert "the truth's" in err and "is space 'small-mlp'" in err and "not the space 'digits-truth'" in err
+    (t / SPACE_JSON).write_text('{"name": "digits-truth", "blocks": [')
+    err = _refused(capsys, runs["ref"], "--truth", t)
+    assert "is not a search space" in err and "--space given" not in err
+    long = "x" * 300
+    assert "File name too long" in _refused(capsys, runs["ref"], "--truth", tmp_path / long)
+    assert "File name too long" in _refused(capsys, tmp_path / long, "--truth", truth)
+
+
+def test_too_few_architectures_are_said_not_computed(runs, truth, tmp_path, capsys):
+    """Item 8: a 1-architecture truth printed tau 0.00 [0.00, 0.00]; 4 architectures gave a zero-width interval
+    and "difference"."""
+    with pytest.raises(TooFewArchitectures, match="too few architectures"):
+        difference([0, 1, 2, 3], [0, 1, 2, 3], [3, 2, 1, 0])
+    with pytest.raises(TooFewArchitectures):
+        agreement([], [])
+    small = tmp_path / "small"
+    assert main(["truth", "--space", SPACE, "--sample", str(MIN_ARCHS - 1), "--seeds", "1", "--steps", "1",
+                 "--workers", "1", "--no-progress", "--out", str(small)]) == 0
+    assert "n/a (too few architectures" in capsys.readouterr().out
+    assert "too few to rank" in _refused(capsys, runs["ref"], "--truth", small)
+
+
+def test_json_has_the_numbers_behind_every_statistic_and_no_nan(runs, truth, capsys):
+    """Item 17: --json carries, per architecture, the truth's mean and the runs' accuracy and loss, so anyone
+    can recompute the statistics; item 5: never a bare NaN (an interval's non-finite bound is null)."""
+    code, out, _ = _rank(capsys, runs["ref"], "--truth", truth, "--against", runs["ref1"], "--json")
+    assert code == 0
+    d = json.loads(out, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    rows = d["architectures"]
+    assert len(rows) == 40 and {"arch", "name", "truth_accuracy", "run_accuracy", "run_loss",
+                                "against_accuracy"} <= set(rows[0])
+    t, r = [x["truth_accuracy"] for x in rows], [x["run_accuracy"] for x in rows]
+    assert d["vs_truth"]["kendall_tau"]["value"] == pytest.approx(kendall(t, r))
+    assert regret(t, r, [x["run_loss"] for x in rows]) == pytest.approx(d["vs_truth"]["regret"]["value"])
+    assert Estimate(float("nan"), 0.1, float("inf")).to_dict() == {"value": None, "low": 0.1, "high": None}
+    assert Estimate(float("nan"), 0.1, 0.2).text() == "n/a [0.10, 0.20]"
+
+
+def test_the_python_helpers_refuse_in_one_line(runs, truth):
+    """Item 16: notebook 09's helpers from Python."""
+    from naspipe.viz.trust import rank_scatter, tau_figure
+
+    report = naspipe.rank(runs["ref"], load(truth))  # a loaded Truth finds its folder's space.json
+    assert report.vs_truth.kendall.low <= report.vs_truth.kendall.value
+    for bad in (True, 1.5, "2", 0):
+        with pytest.raises(ValueError, match="heldout must be a whole number"):
+            naspipe.rank(runs["ref"], truth, heldout=bad)
+    tr = load(truth)
+    acc = [tr.mean_accuracy(a) for a in tr.archs]
+    names = [tr.names[a] for a in tr.archs]
+    with pytest.raises(ValueError, match="one stand-alone accuracy"):
+        rank_scatter(acc, report.run.accuracy[:-1], names)
+    for pick in (99, -1):
+        with pytest.raises(ValueError, match="pick must be the index"):
+            rank_scatter(acc, report.run.accuracy, names, pick=pick)
+    fig = tau_figure({"run": report.vs_truth.kendall}, {"(a)": report.floor_truth, "(b)": None})
+    assert fig.data[0].y[0] == report.vs_truth.kendall.value
+    with pytest.raises(ValueError, match="expected an Estimate"):
+        tau_figure({"run": 0.5}, {})

@@ -144,6 +144,15 @@ def test_conflict_stats_count_reuses_within_the_in_flight_window():
     assert conflict_stats(sp, subs[:1], 4)["min_reuse_distance"] is None
 
 
+def test_conflict_stats_count_one_candidate_choice_blocks():
+    """A choice block of one candidate is used by every subnet: CSP serialises them all on it, and the statistics
+    say so (issue 43, item 9: "0 of 20 subnets share a candidate" for a fully serialised run)."""
+    sp = _space([1, 1])
+    got = conflict_stats(sp, [(0, 0, 0)] * 20, in_flight=4)
+    assert got["conflicts"] == 19 and got["min_reuse_distance"] == 1
+    assert conflict_stats(_space([1]), [(0, 0), (0, 0)], 2)["conflicts"] == 1
+
+
 @few_plans()  # which plan wins is not the point here
 def test_simulate_reports_the_sampler_and_the_sequence_structure(capsys):
     args = ["simulate", "--space", "naspipe-k12", "--stages", "4", "--subnets", "120", "--json"]

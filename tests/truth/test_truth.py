@@ -18,7 +18,7 @@ import pytest
 from naspipe.cli import main
 from naspipe.spaces.space import resolve_space
 from naspipe.truth import load
-from naspipe.truth.records import ENTRIES, TABLE, choose_archs, entry_name, space_size
+from naspipe.truth.records import CSV, ENTRIES, SETTINGS, TABLE, TruthError, choose_archs, entry_name, space_size
 from naspipe.truth.standalone import train_entry
 from tests.helpers.per_cpu import AMD_EPYC_AVX2, EARLIER, cpu_key, same_cpu
 
@@ -104,9 +104,25 @@ def test_a_truth_with_other_settings_is_refused_by_name(whole, capsys):
     (["--space", "digits-cnn"], "46656 architectures"),
     (["--space", SPACE, "--steps", "0"], "--steps must be >= 1"),
     (["--space", SPACE, "--lr", "-1"], "--lr must be a finite number > 0"),
+    # issue 43, item 6: a --sample larger than the space meant all of it (1,679,616 entries, a 114 MB settings file)
+    (["--space", "tiny-transformer", "--sample", "99999999999999999999"], "is more than --max-archs 5000"),
+    (["--space", "digits-cnn", "--sample", "6000"], "--sample 6000 is more than --max-archs 5000"),
+    (["--space", SPACE, "--seeds", "99999999999"], "--seeds must be <= 1000"),  # was a MemoryError
+    (["--space", SPACE, "--out-below-a-file"], "is not a directory"),  # item 15
+    (["--space", SPACE, "--out-dangling"], "is a symbolic link to"),
+    (["--space", SPACE, "--out-too-long"], "File name too long"),  # item 14
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, msg):
-    assert main(["truth", *args, "--out", str(tmp_path / "t"), "--no-progress"]) == 2
+    out = tmp_path / "t"
+    if "--out-below-a-file" in args:
+        (tmp_path / "f").write_text("a file")
+        out = tmp_path / "f" / "t"
+    elif "--out-dangling" in args:
+        (tmp_path / "t").symlink_to(tmp_path / "nowhere")
+    elif "--out-too-long" in args:
+        out = tmp_path / ("x" * 300)
+    args = [a for a in args if not a.startswith("--out-")]
+    assert main(["truth", *args, "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and msg in err, err
     assert not (tmp_path / "t").exists()
@@ -225,3 +241,126 @@ def test_a_pool_worker_imports_torch_as_a_start_up_import():
         frozen, stats = pool.apply(gc.get_freeze_count), pool.apply(gc.get_stats)
     collections = sum(s["collections"] for s in stats)
     assert frozen > 100_000 and collections < 50, (frozen, collections)  # (a plain import: hundreds)
+
+
+# ---- issue 43: nothing in a truth folder is trusted alone -------------------------------------------
+def _copy(whole: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(whole, dst)
+    return dst
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (lambda t: t["entries"].pop(2), "it lacks 1 of the 6 architectures"),  # was: a 5-architecture truth
+    (lambda t: t["entries"].__setitem__(3, dict(t["entries"][2])), "lists architecture"),  # overwrote the real one
+    (lambda t: t["entries"].append({**t["entries"][0], "arch": [0, 5, 5, 5, 0]}), "which the truth does not hold"),
+    (lambda t: t["entries"][0].__setitem__("accuracy_mean", 0.99), "its accuracy_mean differs"),
+    (lambda t: t.__setitem__("steps", 60), "its steps is 60"),
+])
+def test_a_table_that_disagrees_with_its_entries_is_refused_and_rebuilt(whole, tmp_path, capsys, edit, msg):
+    """Item 4: the table is checked against the entries it is assembled from; the build command rewrites it."""
+    d = _copy(whole, tmp_path / "t")
+    table = json.loads((d / TABLE).read_text())
+    edit(table)
+    (d / TABLE).write_text(json.dumps(table))
+    with pytest.raises(TruthError, match="disagrees with the truth's entries") as e:
+        load(d)
+    assert msg in str(e.value)
+    assert main(_truth(d, "--workers", "1")) == 0
+    assert (d / TABLE).read_bytes() == (whole / TABLE).read_bytes()
+    assert len(load(d).archs) == 6
+
+
+def test_a_truncated_table_or_a_deleted_csv_is_repaired_by_the_build(whole, tmp_path):
+    d = _copy(whole, tmp_path / "t")
+    (d / TABLE).write_bytes((whole / TABLE).read_bytes()[:100])
+    (d / CSV).unlink()
+    with pytest.raises(TruthError, match="not valid JSON"):
+        load(d)
+    assert main(_truth(d, "--workers", "1")) == 0
+    for name in (TABLE, CSV):
+        assert (d / name).read_bytes() == (whole / name).read_bytes(), name
+    (d / TABLE).unlink()
+    with pytest.raises(TruthError, match="no truth.json"):
+        load(d)
+
+
+@pytest.mark.parametrize("value, msg", [
+    (float("nan"), "accuracy must be a number in [0, 1], got nan"),
+    (float("inf"), "got inf"), (-5, "got -5"), (2.0, "got 2.0"), (True, "got True"), ("abc", "got 'abc'"),
+    ("LIST", "an entry must be a JSON object, got list"), ("EMPTY", "unreadable entry"),
+    ("NO-ACCURACY", "the entry has no 'accuracy'"), ("OTHER-SEED", "seed 1, not the"),
+    ("OTHER-STEPS", "trained with steps 7, the truth's settings say 6"),
+])
+def test_entries_are_checked_and_named(whole, tmp_path, capsys, value, msg):
+    """Items 5 and 14: an entry's values, its architecture and seed, and the settings it records; the build and
+    rank each refuse it in one line, naming the file."""
+    d = _copy(whole, tmp_path / "t")
+    arch = load(whole).archs[1]
+    path = d / ENTRIES / entry_name(arch, 0)
+    rec = json.loads(path.read_text())
+    if value == "LIST":
+        path.write_text("[1, 2]")
+    elif value == "EMPTY":
+        path.write_text("")
+    else:
+        if value == "NO-ACCURACY":
+            rec.pop("accuracy")
+        elif value == "OTHER-SEED":
+            rec["seed"] = 1
+        elif value == "OTHER-STEPS":
+            rec["steps"] = 7
+        else:
+            rec["accuracy"] = value
+        path.write_text(json.dumps(rec))
+    with pytest.raises(TruthError, match="delete it to train it again") as e:
+        load(d)
+    assert msg in str(e.value) and str(path) in str(e.value)
+    assert main(_truth(d, "--workers", "1")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and msg in err
+
+
+def test_entries_record_the_settings_that_trained_them(whole):
+    rec = json.loads(next((whole / ENTRIES).glob("*.json")).read_text())
+    assert rec["steps"] == 6 and rec["optimizer"] == "momentum" and rec["lr"] == 0.02
+    assert rec["space_digest"] == resolve_space(SPACE).digest()
+
+
+def test_settings_are_read_strictly(whole, tmp_path):
+    """Item 7: architectures in the settings are whole numbers >= 0 (``[0, -1, 3, 5, 0]`` trained candidate 5)."""
+    d = _copy(whole, tmp_path / "t")
+    good = json.loads((d / SETTINGS).read_text())
+    for key, bad, msg in (("archs", [[0, -1, 3, 5, 0]], "got -1"), ("archs", [[0, 0.5, 3, 5, 0]], "got 0.5"),
+                          ("archs", [], "non-empty list"), ("archs", [[0, 1, 1, 1, 0]] * 2, "twice"),
+                          ("seeds", [0, 0], "repeat"), ("lr", float("nan"), "finite number"),
+                          ("steps", True, "whole number")):
+        (d / SETTINGS).write_text(json.dumps({**good, key: bad}))
+        with pytest.raises(TruthError, match="not a truth settings file") as e:
+            load(d)
+        assert msg in str(e.value), (key, bad)
+
+
+def test_a_failing_entry_or_another_space_in_a_worker_is_one_line(tmp_path, capsys, monkeypatch):
+    """Item 14: a candidate that raises mid-training (42 lines, architecture and seed unnamed), a worker that
+    resolves another space, and a diverged stand-alone training, each one line naming the entry."""
+    import naspipe.truth.standalone as standalone
+
+    def boom(space, arch, seed, *a):  # noqa: ANN001, ANN002, ANN202
+        raise RuntimeError("out of ideas\nand a second line")
+
+    monkeypatch.setattr(standalone, "train_entry", boom)
+    assert main(_truth(tmp_path / "a", "--workers", "1")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "seed 0 failed to train: RuntimeError: out of ideas" in err
+    assert "architecture [0, " in err
+    monkeypatch.setattr(standalone, "train_entry",
+                        lambda space, arch, seed, *a: {"accuracy": 0.1, "loss": float("nan")})
+    assert main(_truth(tmp_path / "b", "--workers", "1")) == 2
+    assert "diverged: held-out loss nan" in capsys.readouterr().err
+    monkeypatch.setattr(standalone, "_SPACES", {})
+    monkeypatch.setattr(standalone, "resolve_space", lambda spec: resolve_space("digits-cnn"))
+    assert main(_truth(tmp_path / "c", "--workers", "1")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "resolves to digest" in err
