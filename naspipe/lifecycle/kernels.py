@@ -174,9 +174,11 @@ def in_fresh_process(kind: str, fn: Callable[..., Any], *args: Any) -> Any:
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     payload = cloudpickle.dumps((fn, args))
+    from naspipe.lifecycle.mainless import start
+
     with launching(kind):
         proc = ctx.Process(target=_fresh_entry, args=(kind, payload, send), name=f"naspipe-kernels-{kind}")
-        proc.start()
+        start(proc)  # (a script without a main guard is not run again in it)
     send.close()
     try:
         try:

@@ -102,8 +102,8 @@ def _train(rank: int, world: int, space: Any, subnets: Sequence[Sequence[int]], 
 def run_ddp(space: Any, subnets: Sequence[Sequence[int]], *, ranks: int, mode: str = "used", seed: int = 0,
             threads: int = 1, timeout: float = 600.0, workdir: str | Path) -> dict[str, Any]:
     """Train ``subnets`` on ``ranks`` DDP processes; ``{"wall_s", "subnets", "subnets_per_s", ...}`` of rank 0."""
+    from naspipe.lifecycle.mainless import start as start_without_main
     from naspipe.runtime.processes.launcher import process_context
-    from naspipe.runtime.processes.mainless import start as start_without_main
     from naspipe.runtime.transport.ports import free_port
     from naspipe.spaces.space import replicas_error
 

@@ -34,10 +34,10 @@ from multiprocessing.connection import wait as mp_wait
 from typing import Any
 
 from naspipe.lifecycle import kernels
+from naspipe.lifecycle.mainless import start as start_without_main
 from naspipe.runtime import checkpoint
 from naspipe.runtime.config import ConfigError, TrainConfig, check_model_of
 from naspipe.runtime.outputs import MergeError, RunResult, merge_failed, merge_outputs, write_status
-from naspipe.runtime.processes.mainless import start as start_without_main
 from naspipe.runtime.processes.signals import Terminated, deferred, start_fork_server_deaf_to_ctrl_c, terminate_raises
 from naspipe.runtime.transport.ports import free_port, port_free
 

@@ -1,7 +1,7 @@
 """A script that calls ``naspipe.train`` without ``if __name__ == "__main__":``, or is fed on standard input, trains.
 
 Issue 43, item 11: both used to end in ``TrainError: stage 1 exited with code 1`` after pages of multiprocessing
-tracebacks, because each stage ran the script again before it started (``naspipe.runtime.processes.mainless``).
+tracebacks, because each stage ran the script again before it started (``naspipe.lifecycle.mainless``).
 Now the stages start as a notebook's do: the script's top level runs once, in the script's own process, and its
 supernet travels by value. Two short runs (2 stages, 4 subnets) of a few seconds each.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import naspipe
-from naspipe.runtime.processes.mainless import MAIN_KEYS, main_not_run_again
+from naspipe.lifecycle.mainless import MAIN_KEYS, main_not_run_again
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
