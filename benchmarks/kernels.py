@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, RESULTS, write_result
+from _common import RESULTS, ROOT, write_result
 
 from naspipe.lifecycle import kernels
 
