@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from naspipe.cli.common import add_run_arguments, resolve_run
 from naspipe.runspec.spec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError
 from naspipe.runtime.config import ConfigError, TrainConfig
 from naspipe.sched.policies import make_scheduler, stage_specs
+from naspipe.sched.registry import unregister_policy
 from naspipe.sim import choose_plan
 from naspipe.spaces.partition import Partition
 
@@ -85,9 +87,13 @@ def test_sequences_seeds_and_user_policies(tmp_path):
         RunSpec.create("digits-cnn", subnets=4, sequence=str(path))
     replay = RunSpec.create("digits-cnn", subnets=2, sequence=path)
     assert [replay.stream[j] for j in range(2)] == [spec.stream[j] for j in range(2)]
-    user = RunSpec.create("digits-cnn", subnets=2, policy="user_policies:csp-newest")
-    assert user.policy == "csp-newest"
-    assert dataclasses.replace(user, window=3).window == 3
+    try:
+        user = RunSpec.create("digits-cnn", subnets=2, policy="user_policies:csp-newest")
+        assert user.policy == "csp-newest"
+        assert dataclasses.replace(user, window=3).window == 3
+    finally:  # the module's registration is undone: it leaves no policy behind for the worker's next test
+        unregister_policy("csp-newest")
+        sys.modules.pop("user_policies", None)
 
 
 def test_from_spec_refuses_what_create_refuses(tmp_path):

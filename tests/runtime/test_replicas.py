@@ -8,23 +8,28 @@ import pytest
 import torch
 
 from naspipe.cli import main
+from naspipe.lifecycle.kernels import cpu_name
 from naspipe.models.shards import combine, shard, shard_batch
 from naspipe.oracle.sequential_trainer import train_reference
 from naspipe.runtime.transport.ports import free_port
 from naspipe.sequences.sequence import UniformStream
 from naspipe.spaces.shared import SharedLayers
 from naspipe.spaces.space import resolve_space
-from tests.helpers.per_cpu import AMD_EPYC_AVX2, EARLIER, cpu_key, for_this_cpu
+from tests.helpers.per_cpu import PORTABLE, recorded
 
-# params.json digests of ``naspipe reference --space S --subnets 6 --seed 3`` recorded before replicas existed
-# (cb85d0f^): ``--replicas 1`` (the default) must not change a bit. Per kind of CPU (tests/helpers/per_cpu.py):
-# the AMD EPYC set is what cb85d0f^'s own reference gives on that machine.
+# params.json digests of ``naspipe reference --space S --subnets 6 --seed 3 --kernels K`` as before replicas existed
+# (cb85d0f^ under the same kernels' environment gives these): ``--replicas 1`` (the default) must not change a bit.
+# Per kernels kind (tests/helpers/per_cpu.py).
 R1_PARAMS = {
-    EARLIER: {
-        "digits-cnn": "634e0290a336150bf935d2bbfeea4821e75ffc3274eafd1dd5ddba6ea85ad26d",
-        "tiny-transformer": "f9f916b1971a02d43a3eb46278f6013d351c93662072643513ba83a46e43b2df",
+    PORTABLE: {
+        "digits-cnn": "7c5c78bd448168de9892476925534d1f8752d40c767175160faeac0acae56424",
+        "tiny-transformer": "9e8279d4f8b7bfeea9dcd454a9f061002757e175d817798864a54ec1b18c600b",
     },
-    AMD_EPYC_AVX2: {
+    "avx2 on GenuineIntel": {
+        "digits-cnn": "eba5b48177dab5f74bf737019101ba187896ab1455569553558cf61f061d3388",
+        "tiny-transformer": "a7a8f1057e720e314569aa2cf70689bae35e7e1a2ae12a798fb782dda08dee80",
+    },
+    "avx2 on AuthenticAMD": {
         "digits-cnn": "e2a4234f04621dbcf73e9d90fc9e5b0ccd0fbee580f4fc51eb4c93a0f88bcb21",
         "tiny-transformer": "5005b675a68acf6989c28a1ab21d93c49753462fefc0b851d28b4c4e8dc051f3",
     },
@@ -50,12 +55,13 @@ def test_combine_sums_in_replica_order_then_divides():
     assert combine([a]) is not a
 
 
-@pytest.mark.parametrize("name", sorted(R1_PARAMS[EARLIER]))
-def test_one_replica_changes_no_digest(tmp_path, name):
+@pytest.mark.parametrize("kind", [PORTABLE, "avx2"])
+@pytest.mark.parametrize("name", sorted(R1_PARAMS[PORTABLE]))
+def test_one_replica_changes_no_digest(tmp_path, name, kind):
     assert main(["reference", "--space", name, "--subnets", "6", "--seed", "3", "--out", str(tmp_path),
-                 "--no-progress"]) == 0
+                 "--no-progress", "--kernels", kind]) == 0
     digest = hashlib.sha256((tmp_path / "params.json").read_bytes()).hexdigest()
-    assert digest == for_this_cpu(R1_PARAMS)[name], f"on {cpu_key()}"
+    assert digest == recorded(R1_PARAMS, kind)[name], f"{kind} on {cpu_name()}"
 
 
 def test_reference_replicas_split_the_batch():

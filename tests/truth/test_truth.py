@@ -18,9 +18,17 @@ import pytest
 from naspipe.cli import main
 from naspipe.spaces.space import resolve_space
 from naspipe.truth import load
-from naspipe.truth.records import CSV, ENTRIES, SETTINGS, TABLE, TruthError, choose_archs, entry_name, space_size
-from naspipe.truth.standalone import train_entry
-from tests.helpers.per_cpu import AMD_EPYC_AVX2, EARLIER, cpu_key, same_cpu
+from naspipe.truth.records import (
+    CSV,
+    ENTRIES,
+    SETTINGS,
+    TABLE,
+    TruthError,
+    choose_archs,
+    entry_name,
+    read_settings,
+    space_size,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -188,44 +196,32 @@ def test_shipped_truth_is_complete_and_ranks(monkeypatch):
     assert t.settings.steps == 100 and t.settings.lr == 0.02  # the command in data/truth/digits-truth/README.md
 
 
-# The shipped truth was built on the first machine's kind of CPU; on another kind its bits are not reached (one
-# entry's loss differed by 1.5% on an AMD EPYC: 100 steps of training carry a last-bit difference far). There,
-# three entries as the commit that built it (c125099) trains them on that CPU, checked equal to today's code.
-TRUTH_ENTRIES_ON = {
-    AMD_EPYC_AVX2: [
-        ((0, 2, 4, 2, 0), 1, {"accuracy": 0.19491185897435895, "loss": 2.274909774462382,
-                           "train_loss": 2.269893169403076,
-                           "params_sha256": "26d537f6b257597a996015b637f6675dbf77625e66bca261c233db185c84feb4"}),
-        ((0, 0, 1, 4, 0), 1, {"accuracy": 0.9073851495726496, "loss": 0.2882283305128415,
-                           "train_loss": 0.33711540699005127,
-                           "params_sha256": "4dcd07d2b26f0647c692f610c0fccd416fc323e6baead0a12ad38fdb3d67c652"}),
-        ((0, 3, 3, 4, 0), 1, {"accuracy": 0.7825854700854701, "loss": 0.7252253492673238,
-                           "train_loss": 0.8206227421760559,
-                           "params_sha256": "74f8ad170448822dd44ca4be5bfc3e6cd336a466945f78f8ebdde649d6fa2454"}),
-    ],
-}
+def test_shipped_truth_is_built_under_portable_kernels_and_three_random_entries_recheck(capsys):
+    """``naspipe truth --check``: three random entries of the committed truth, retrained here under its kernels
+    (portable: the same bits on every x86-64 CPU with AVX2), match their records bit for bit; the seed is random
+    and printed, so a failure names how to repeat it."""
+    assert read_settings(SHIPPED).kernels == "portable"
+    rc = main(["truth", "--check", str(SHIPPED), "--sample", "3"])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith("truth check: identical: 3 of 648 entries"), out
 
 
-def test_shipped_truth_recheck_three_random_entries():
-    """Three random entries of the committed truth, trained again here, match their records bit for bit (on the
-    kind of CPU that built it; on another, three entries match what the building commit gives on that CPU)."""
-    t = load(SHIPPED)
-    sp = resolve_space(SPACE)
-    seed_of_choice = random.randrange(2**32)
-    rng = random.Random(seed_of_choice)
-    if same_cpu(EARLIER):
-        chosen = []
-        for _ in range(3):
-            arch, seed = rng.choice(t.archs), rng.choice(t.settings.seeds)
-            rec = json.loads((SHIPPED / ENTRIES / entry_name(arch, seed)).read_text())
-            assert t.accuracy[arch][t.settings.seeds.index(seed)] == rec["accuracy"]
-            chosen.append((arch, seed, rec))
-    else:
-        chosen = TRUTH_ENTRIES_ON[cpu_key()]
-    for arch, seed, rec in chosen:
-        again = train_entry(sp, arch, seed, t.settings.steps, t.settings.optimizer, t.settings.lr)
-        for k in ("accuracy", "loss", "train_loss", "params_sha256"):
-            assert again[k] == rec[k], (arch, seed, k, f"random.Random({seed_of_choice})", cpu_key())
+def test_a_truth_check_that_differs_exits_1_naming_the_entry_and_the_kernels(tmp_path, capsys):
+    """An edited record is found: the verdict names the entry, the field and the kernels, exit 1."""
+    import shutil
+
+    d = tmp_path / "t"
+    shutil.copytree(SHIPPED, d)
+    t = load(d)
+    entries = [(a, s) for a in t.archs for s in t.settings.seeds]
+    arch, seed = random.Random(0).sample(entries, 1)[0]  # what --check-seed 0 --sample 1 retrains
+    p = d / ENTRIES / entry_name(arch, seed)
+    rec = json.loads(p.read_text())
+    rec["train_loss"] = rec["train_loss"] * (1 + 2**-40)
+    p.write_text(json.dumps(rec))
+    rc = main(["truth", "--check", str(d), "--sample", "1", "--check-seed", "0"])
+    out = capsys.readouterr().out
+    assert rc == 1 and f"entry {list(arch)} seed {seed}: train_loss" in out and "kernels portable" in out, out
 
 
 def test_a_pool_worker_imports_torch_as_a_start_up_import():
