@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 
 import numpy as np
@@ -14,7 +15,7 @@ from naspipe.cli.common import add_run_arguments, resolve_run
 from naspipe.runspec.spec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError
 from naspipe.runtime.config import ConfigError, TrainConfig
 from naspipe.sched.policies import make_scheduler, stage_specs
-from naspipe.sched.registry import unregister_policy
+from naspipe.sched.registry import ENV, unregister_policy
 from naspipe.sim import choose_plan
 from naspipe.spaces.partition import Partition
 
@@ -76,7 +77,7 @@ def test_bad_descriptions_are_one_line(kwargs, message):
     assert "\n" not in str(e.value)
 
 
-def test_sequences_seeds_and_user_policies(tmp_path):
+def test_sequences_seeds_and_user_policies(tmp_path, monkeypatch):
     spec = RunSpec.create("digits-cnn", subnets=4, seed=np.int64(2))
     assert spec.seed == 2 and type(spec.seed) is int
     counts = RunSpec.create("digits-cnn", stages=np.int64(2), subnets=np.int64(4), window=np.int64(8))
@@ -87,6 +88,7 @@ def test_sequences_seeds_and_user_policies(tmp_path):
         RunSpec.create("digits-cnn", subnets=4, sequence=str(path))
     replay = RunSpec.create("digits-cnn", subnets=2, sequence=path)
     assert [replay.stream[j] for j in range(2)] == [spec.stream[j] for j in range(2)]
+    monkeypatch.setenv(ENV, os.environ.get(ENV, ""))  # where the registration records its module; restored
     try:
         user = RunSpec.create("digits-cnn", subnets=2, policy="user_policies:csp-newest")
         assert user.policy == "csp-newest"

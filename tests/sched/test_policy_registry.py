@@ -69,9 +69,11 @@ def test_unknown_policies_and_bad_declarations_fail_loudly():
 @pytest.fixture
 def user_policy(monkeypatch):
     """``tests/helpers/user_policies.py`` imported (it registers csp-newest), and everything undone afterwards."""
-    monkeypatch.setenv(ENV, os.environ.get(ENV, ""))  # register_policy records the module here; restored
-    # another test module of this worker may have imported it already (RunSpec.create of "user_policies:..."):
-    # imported again, it registers again and records its module last, which the tests below read
+    # register_policy records the module in ENV (restored afterwards). Another test of this worker may have
+    # imported it already (RunSpec.create of "user_policies:..."): imported again, it registers again and records
+    # its module last, which the tests below read
+    others = [m for m in os.environ.get(ENV, "").split(",") if m and m != "user_policies"]
+    monkeypatch.setenv(ENV, ",".join(others))
     sys.modules.pop("user_policies", None)
     if "csp-newest" in naspipe.policy_names():
         unregister_policy("csp-newest")
