@@ -9,8 +9,10 @@ what produced it. ``naspipe train`` (and the torchrun entry point) and ``naspipe
 
 A user supernet's run adds the digests of its definition, ``source_sha256`` and ``weights_sha256`` (per block;
 ``naspipe.supernet.definition``): an edit of its module between two runs is named by ``verify`` and refused by
-``--resume``. ``updates`` is ``exact`` for the reference and every causal policy, else the policy (``pipedream``):
-such a run differs from the reference by design, and ``verify`` says so.
+``--resume``. Every run also records ``behaviour_sha256``, what the supernet computes
+(``naspipe.preflight.behaviour``), compared only between runs of the same kernels and CPU. ``updates`` is
+``exact`` for the reference and every causal policy, else the policy (``pipedream``): such a run differs from the
+reference by design, and ``verify`` says so.
 
 The identity holds what decides the numbers of a CSP run besides the schedule-free parts (policy, stages,
 window and timing must not change them). Threads belong to it: another intra-op thread count changes the

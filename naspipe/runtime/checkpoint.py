@@ -38,7 +38,8 @@ missing checkpoint, a corrupted file (size or sha256 differ from the sidecar, un
 fingerprint that differs from the arguments (space and its JSON, a user supernet's definition (its source and its
 candidates' initial weights, ``naspipe.supernet.definition``), seed, policy, stages, partition, shared
 layers, optimizer, lr, subnets, sequence digest, device, threads: another intra-op thread count changes the
-order of reductions inside an operation, hence the bits).
+order of reductions inside an operation, hence the bits; the kernels; and what the supernet computes,
+``behaviour_sha256`` (``naspipe.preflight.behaviour``), compared where the checkpoint and the run both hold one).
 """
 
 from __future__ import annotations
