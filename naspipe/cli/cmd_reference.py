@@ -108,6 +108,12 @@ def run(args: argparse.Namespace) -> int:
     except ModelCheckError as e:
         raise UsageError(str(e)) from None
 
+    from naspipe.preflight.behaviour import BehaviourError, take
+
+    try:  # here: this process computes under the run's kernels, and the reference is this one process
+        behaviour = take(cfg.space, args.kernels, fresh=False)["behaviour_sha256"]
+    except BehaviourError as e:
+        raise UsageError(str(e)) from None
     from naspipe.inputs.optim_names import DEFAULT_LR
     from naspipe.lifecycle.kernels import machine
     from naspipe.runfolder import runs
@@ -123,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
                              lr=DEFAULT_LR[args.optimizer] if args.lr is None else args.lr, threads=args.threads,
                              shared_layers=str(cfg.shared), replicas=args.replicas,
                              replica_exchange="exact" if args.replicas > 1 else None, subnets_sha256=subnets,
-                             kernels=args.kernels, machine=machine(args.kernels))
+                             kernels=args.kernels, machine=machine(args.kernels), behaviour_sha256=behaviour)
 
     digest = getattr(cfg.stream, "digest", None)
     if spec.online:  # the sequence is known once trained (result.save records it)
@@ -181,7 +187,8 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
                 "command": COMMAND,
                 "final_loss": result.losses[n - 1] if n else None,
                 "config": {**result.config, "sequence_sha256": digest() if digest else None,
-                           "sequence": args.sequence, "sampler": str(spec)},
+                           "sequence": args.sequence, "sampler": str(spec),
+                           "behaviour_sha256": ident.get("behaviour_sha256")},
             })
             if spec.kind != "uniform":  # generated (or made by fair/spread): replayable with --sequence
                 save_sequence(cfg.stream, out / runs.SEQUENCE)

@@ -102,12 +102,22 @@ def run(args: argparse.Namespace) -> int:
     if args.sample is not None and min(args.sample, n) > args.max_archs:
         raise UsageError(f"--sample {args.sample} is more than --max-archs {args.max_archs} (space {space.name!r} "
                          f"has {n} architectures); pass a smaller --sample, or a larger --max-archs to mean it")
+    from naspipe.lifecycle import kernels
+    from naspipe.preflight.behaviour import BehaviourError, take
+    from naspipe.runfolder.runs import machine_of
+    from naspipe.supernet.load import KIND
+
+    try:  # a user's supernet in a spawned interpreter, where per-process state in its weights shows
+        behaviour = take(space, args.kernels, fresh=space.model.get("kind") == KIND)["behaviour_sha256"]
+    except BehaviourError as e:
+        raise UsageError(str(e)) from None
     settings = TruthSettings(space=space.name, space_digest=space.digest(), steps=args.steps,
                              seeds=tuple(range(args.seeds)), optimizer=args.optimizer, lr=float(lr),
                              archs=choose_archs(space, args.sample, args.sample_seed),
                              sample=args.sample if args.sample is not None and args.sample < n else None,
                              sample_seed=args.sample_seed if args.sample is not None and args.sample < n else None,
-                             kernels=args.kernels)
+                             kernels=args.kernels, behaviour_sha256=behaviour,
+                             behaviour_on=machine_of({"kernels": args.kernels, **kernels.machine(args.kernels)}))
     try:
         start(out, settings)
         if args.space.endswith(".json") and not (out / SPACE_JSON).exists():

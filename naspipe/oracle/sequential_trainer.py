@@ -97,7 +97,7 @@ class ReferenceResult:
             threads=int(c["threads"]), shared_layers=str(c["shared_layers"]), replicas=int(c.get("replicas", 1)),
             replica_exchange="exact" if int(c.get("replicas", 1)) > 1 else None,
             subnets_sha256=c.get("subnets_sha256"), kernels=str(c.get("kernels", runs.NATIVE_KERNELS)),
-            machine=c.get("machine")))
+            machine=c.get("machine"), behaviour_sha256=c.get("behaviour_sha256")))
 
 
 def _snapshot(params: dict[str, torch.nn.Parameter]) -> dict[str, Tensor]:

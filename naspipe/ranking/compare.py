@@ -209,10 +209,12 @@ def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int
     if name != t.space:
         raise TruthError(f"{run_dir} trained space {name!r}; the truth is of space {t.space!r} "
                          f"({t.space_digest[:12]})")
-    recorded = _identity(d).get("space_sha256")
+    ident = _identity(d)
+    recorded = ident.get("space_sha256")
     if recorded is not None and recorded != t.space_digest:
         raise TruthError(f"{run_dir} trained space {name!r} ({str(recorded)[:12]}); the truth is of another space of "
                          f"that name ({t.space_digest[:12]}): the same name, another definition")
+    _check_behaviour(run_dir, ident, t)
     run = load_trained_run(run_dir, space)
     if run.space.digest() != t.space_digest:
         raise TruthError(f"{run_dir} trained space {run.space.name!r} ({run.space.digest()[:12]}); the truth is of "
@@ -229,6 +231,21 @@ def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int
         raise TruthError(f"{run_dir}: the supernet scores every architecture at the same accuracy ({acc[0]:.4f}); "
                          "it ranks nothing")
     return Scored(str(run_dir), acc, loss, run.config)
+
+
+def _check_behaviour(run_dir: str | Path, ident: dict[str, Any], t: Any) -> None:
+    """TruthError when the run and the truth both hold the digest of what the supernet computes
+    (``naspipe.preflight.behaviour``), taken on the same kernels and CPU, and they differ: the supernet's code, or
+    what it reads, changed between the truth and the run."""
+    from naspipe.runfolder import runs
+
+    have, want = ident.get(runs.BEHAVIOUR), t.behaviour_sha256
+    if not have or not want or have == want or runs.machine_of(ident) != t.behaviour_on:
+        return
+    raise TruthError(f"{run_dir} trained another behaviour of supernet {t.space!r} than the truth was built with "
+                     f"(behaviour {str(have)[:12]} vs {str(want)[:12]}: the same structure, another forward or "
+                     "backward: what its code reads changed between the truth and the run); train the run with the "
+                     "truth's code, or build the truth again")
 
 
 def _run_space(run: str | Path, truth: Truth, truth_space: Any) -> Any:

@@ -9,8 +9,10 @@ what produced it. ``naspipe train`` (and the torchrun entry point) and ``naspipe
 
 A user supernet's run adds the digests of its definition, ``source_sha256`` and ``weights_sha256`` (per block;
 ``naspipe.supernet.definition``): an edit of its module between two runs is named by ``verify`` and refused by
-``--resume``. ``updates`` is ``exact`` for the reference and every causal policy, else the policy (``pipedream``):
-such a run differs from the reference by design, and ``verify`` says so.
+``--resume``. Every run also records ``behaviour_sha256``, what the supernet computes
+(``naspipe.preflight.behaviour``), compared only between runs of the same kernels and CPU. ``updates`` is
+``exact`` for the reference and every causal policy, else the policy (``pipedream``): such a run differs from the
+reference by design, and ``verify`` says so.
 
 The identity holds what decides the numbers of a CSP run besides the schedule-free parts (policy, stages,
 window and timing must not change them). Threads belong to it: another intra-op thread count changes the
@@ -51,7 +53,11 @@ PARTS = "parts"
 KINDS = ("train", "reference")
 # the fields of an identity, in the order verify reports them
 IDENTITY = ("space", "space_sha256", "source_sha256", "weights_sha256", "updates", "seed", "subnets", "sampler",
-            "sequence_sha256", "optimizer", "lr", "threads", "kernels", "shared_layers", "replicas", "replica_exchange")
+            "sequence_sha256", "optimizer", "lr", "threads", "kernels", "behaviour_sha256", "shared_layers", "replicas",
+            "replica_exchange")
+# what the supernet computes (``naspipe.preflight.behaviour``): compared only between runs whose kernels and CPU
+# are the same (``machine_of``), since the digest is taken under the run's kernels
+BEHAVIOUR = "behaviour_sha256"
 # which CPU kernels computed the run (naspipe.lifecycle.kernels); a run from before they were recorded computed
 # natively. Under ``native`` the CPU decides the bits too, so two native runs also compare ``cpu``
 NATIVE_KERNELS = "native"
@@ -75,14 +81,15 @@ def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequen
              lr: float, threads: int, shared_layers: str, replicas: int = 1,
              replica_exchange: str | None = None, updates: str = EXACT,
              subnets_sha256: str | None = None, kernels: str = NATIVE_KERNELS,
-             machine: Mapping[str, str] | None = None) -> dict[str, Any]:
+             machine: Mapping[str, str] | None = None, behaviour_sha256: str | None = None) -> dict[str, Any]:
     """A run's identity (JSON-ready). ``space``: a ``SearchSpace``; ``lr``: the learning rate actually used;
     ``replica_exchange``: how replicas combine gradients (``exact`` or ``native``; None with one replica);
     ``updates``: ``exact`` (the reference, a causal policy) or the policy whose updates are not (``pipedream``).
     A user supernet's space adds the digests of its definition (``source_sha256``, ``weights_sha256``).
     ``structure_sha256`` (the space without its name, ``SearchSpace.structure_digest``) and ``subnets_sha256``
     (the sequence without the space's name) let ``differences`` compare a space under two names. ``kernels``: the
-    CPU kernels kind; ``machine``: the CPU and torch's capability in force (``naspipe.lifecycle.kernels.machine``)."""
+    CPU kernels kind; ``machine``: the CPU and torch's capability in force (``naspipe.lifecycle.kernels.machine``);
+    ``behaviour_sha256``: what the supernet computes under those kernels (``naspipe.preflight.behaviour``)."""
     digests = getattr(space.model, "digests", None) or {}
     return {
         "space": space.name, "space_sha256": space.digest(), "structure_sha256": space.structure_digest(),
@@ -91,7 +98,8 @@ def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequen
         "sequence_sha256": sequence_sha256,
         **({"subnets_sha256": subnets_sha256} if subnets_sha256 is not None else {}),
         "optimizer": str(optimizer), "lr": float(lr), "threads": int(threads), "kernels": str(kernels),
-        **dict(machine or {}), "shared_layers": str(shared_layers),
+        **dict(machine or {}), **({BEHAVIOUR: behaviour_sha256} if behaviour_sha256 else {}),
+        "shared_layers": str(shared_layers),
         "replicas": int(replicas),
         **({"replica_exchange": str(replica_exchange)} if replica_exchange is not None else {}),
         # not compared (not in IDENTITY): which in-process definition of a notebook supernet (search finds it)
@@ -231,6 +239,10 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, A
                 continue  # the blocks or candidates already differ (the source then differs too)
             if k == "sampler" and a.get("sequence_sha256") and b.get("sequence_sha256"):
                 continue  # the sequences themselves are compared (a replayed generated one is the same run)
+            if k == BEHAVIOUR and (machine_of(a) != machine_of(b) or any(
+                    a.get(d) != b.get(d) for d in ("structure_sha256", "weights_sha256", *(
+                        () if renamed else ("space_sha256", "source_sha256"))))):
+                continue  # taken under other kernels or CPUs (named), or the definition already differs
             out.append((k, machine_of(a), machine_of(b)) if k == "kernels" else (k, a[k], b[k]))
         if k == "kernels" and a[k] == b[k] == NATIVE_KERNELS and a.get("cpu") and b.get("cpu") \
                 and a["cpu"] != b["cpu"]:  # native bits belong to the kind of CPU
@@ -287,6 +299,9 @@ def describe_differences(diffs: Sequence[tuple[str, Any, Any]]) -> str:
             return f"the supernet's source {show(k, x)} vs {show(k, y)} (its code was edited between the runs)"
         if k == "weights_sha256":
             return blocks_differ(x, y)
+        if k == BEHAVIOUR:
+            return (f"the supernet's behaviour {show(k, x)} vs {show(k, y)} (the same structure, source and initial "
+                    "weights, another forward or backward: what its code reads changed between the runs)")
         if k == "kernels":
             kinds = [str(v).split(" ")[0] for v in (x, y)]
             want = next((v for v in kinds if v != NATIVE_KERNELS), kinds[0])
@@ -330,4 +345,5 @@ def train_identity(cfg: Any, sequence_sha256: str | None = None, subnets_sha256:
                     threads=cfg.threads, shared_layers=str(cfg.shared), replicas=getattr(cfg, "replicas", 1),
                     replica_exchange=cfg.replica_exchange if getattr(cfg, "replicas", 1) > 1 else None,
                     updates=EXACT if cfg.policy_spec.causal else str(cfg.policy), subnets_sha256=subnets_sha256,
-                    kernels=cfg.kernels, machine=machine(cfg.kernels))
+                    kernels=cfg.kernels, machine=machine(cfg.kernels),
+                    behaviour_sha256=getattr(cfg, "behaviour_sha256", None))

@@ -38,7 +38,8 @@ missing checkpoint, a corrupted file (size or sha256 differ from the sidecar, un
 fingerprint that differs from the arguments (space and its JSON, a user supernet's definition (its source and its
 candidates' initial weights, ``naspipe.supernet.definition``), seed, policy, stages, partition, shared
 layers, optimizer, lr, subnets, sequence digest, device, threads: another intra-op thread count changes the
-order of reductions inside an operation, hence the bits).
+order of reductions inside an operation, hence the bits; the kernels; and what the supernet computes,
+``behaviour_sha256`` (``naspipe.preflight.behaviour``), compared where the checkpoint and the run both hold one).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from naspipe.runtime.stagerun import StageRun
 
 CHECKPOINT_DIR = "checkpoint"
+BEHAVIOUR = "behaviour_sha256"  # compared only when the checkpoint and the run both hold one
 COMPLETE = "complete.json"
 FORMAT = 1
 
@@ -110,6 +112,8 @@ def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
         # the CPU kernels (naspipe.lifecycle.kernels); natively, the kind of CPU decides the bits too
         "kernels": cfg.kernels,
         **({"cpu": kernels.cpu_key()} if cfg.kernels == kernels.NATIVE else {}),
+        # what the supernet computes under those kernels (naspipe.preflight.behaviour; absent: not taken)
+        **({BEHAVIOUR: cfg.behaviour_sha256} if getattr(cfg, "behaviour_sha256", None) else {}),
         **({"replicas": cfg.replicas, "replica_exchange": cfg.replica_exchange}
            if getattr(cfg, "replicas", 1) != 1 else {}),
         # last, so a refusal names the cause first: the default's plan (csp-plan:plan=S) follows from the above
@@ -315,8 +319,8 @@ def load_stage(cfg: TrainConfig, rank: int, ex: Any) -> None:
     if state["stage"] != rank or state["position"] != cfg.start:
         raise RuntimeError(f"checkpoint {d} holds stage {state['stage']} at {state['position']}, expected stage "
                            f"{rank} at {cfg.start}")
-    want = fingerprint(cfg)
-    if _kernels_of_older(state["fingerprint"], want) != want:
+    have, want = comparable(state["fingerprint"], fingerprint(cfg))
+    if have != want:
         raise RuntimeError(f"checkpoint {d} stage {rank} was taken by another run")
     ex.model.load_state_dict(state["model"])
     try:
@@ -363,7 +367,6 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
         raise CheckpointError(f"no complete checkpoint in {str(root)!r} (no position for which every stage "
                               "saved its state)")
     d = position_dir(root, c)
-    want = fingerprint(cfg)
     for s in range(cfg.stages):
         side = d / f"stage{s}.json"
         try:
@@ -377,7 +380,7 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
             raise CheckpointError(f"checkpoint file {str(side)!r} is corrupted ({type(e).__name__})") from None
         if pos != c:
             raise CheckpointError(f"checkpoint file {str(side)!r} is corrupted (position {pos} in {d.name})")
-        fp = _kernels_of_older(fp, want)
+        fp, want = comparable(fp, fingerprint(cfg))
         if fp != want:
             differ = [k for k in want if fp.get(k) != want[k]]  # name a cause before what follows from costs
             key = next((k for k in differ if k not in _FROM_COSTS), None) or next(iter(differ), None) \
@@ -390,6 +393,12 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
                 raise CheckpointError(f"checkpoint {str(d)!r} was taken with another definition of supernet "
                                       f"{cfg.space.name!r}: {why}; resume with the code of the interrupted run, or "
                                       "start a new run")
+            if key == BEHAVIOUR:
+                raise CheckpointError(f"checkpoint {str(d)!r} was taken with another behaviour of supernet "
+                                      f"{cfg.space.name!r} (behaviour {_show(key, have)} vs {_show(key, give)}: the "
+                                      "same structure, source and initial weights, another forward or backward: "
+                                      "what its code reads changed); resume with the code of the interrupted run, "
+                                      "or start a new run")
             raise CheckpointError(f"checkpoint {str(d)!r} was taken with {key} {_show(key, have)}, but the "
                                   f"arguments give {key} {_show(key, give)}; resume with the arguments "
                                   "of the interrupted run")
@@ -405,6 +414,16 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
     if c >= cfg.n:
         raise CheckpointError(f"checkpoint {str(d)!r} is at subnet {c}, the run has only {cfg.n} subnets")
     return c, d
+
+
+def comparable(fp: dict[str, Any], want: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A checkpoint's fingerprint ``fp`` and the run's ``want`` as they are compared: an older checkpoint's
+    kernels read as native (``_kernels_of_older``), and the behaviour only where both hold one (a checkpoint from
+    before it was taken, or a run that did not take it: a torchrun rank)."""
+    fp = _kernels_of_older(fp, want)
+    if BEHAVIOUR not in fp or BEHAVIOUR not in want:
+        fp, want = ({k: v for k, v in x.items() if k != BEHAVIOUR} for x in (fp, want))
+    return fp, want
 
 
 def _kernels_of_older(fp: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
@@ -451,7 +470,7 @@ def adopt_layout(cfg: TrainConfig, path: str | Path, *, adopt_plan: bool = False
         part = Partition(tuple(tuple(int(x) for x in b) for b in fp["partition"]))
     except (CheckpointError, OSError, ValueError, KeyError, TypeError):
         return cfg
-    want = fingerprint(cfg)
+    fp, want = comparable(fp, fingerprint(cfg))
     if any(fp.get(k) != v for k, v in want.items() if k not in _FROM_COSTS) or set(fp) != set(want):
         return cfg
     changes: dict[str, Any] = {}

@@ -115,6 +115,9 @@ class TrainConfig:
     checkpoint_every: int | None = None  # save every stage at subnets N, 2N, ... (naspipe.runtime.checkpoint)
     resume: str | None = None  # the checkpoint position directory this run continues from
     start: int = 0  # subnets < start are done (restored from ``resume``)
+    # the digest of what the supernet computes (``naspipe.preflight.behaviour``), taken by the launcher in a process
+    # forked from the run's fork server before any stage starts; None until then (not compared where absent)
+    behaviour_sha256: str | None = None
     fault: str | None = None
     start_method: str = "forkserver"
     balance: str = "cost"  # how the partition was chosen (recorded only): "cost" model or "measured"

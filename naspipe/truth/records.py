@@ -38,6 +38,7 @@ CSV = "truth.csv"
 ENTRIES = "entries"
 SPACE_JSON = "space.json"  # the space, when it came from a JSON file (a run records only its name)
 SHARED_LAYERS = "serial"  # stand-alone training trains the fixed blocks too, every step
+BEHAVIOUR, BEHAVIOUR_ON = "behaviour_sha256", "behaviour_on"  # (naspipe.preflight.behaviour)
 
 
 class TruthError(ValueError):
@@ -61,13 +62,20 @@ class TruthSettings:
     # the CPU kernels every entry is trained with (naspipe.lifecycle.kernels); a truth from before they were
     # recorded was trained natively
     kernels: str = "native"
+    # what the supernet computes (``naspipe.preflight.behaviour``) and where that digest was taken (the kernels, the
+    # capability and the CPU: ``naspipe.runfolder.runs.machine_of``); a truth from before it was taken has neither,
+    # and is not refused for it
+    behaviour_sha256: str | None = None
+    behaviour_on: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"space": self.space, "space_digest": self.space_digest, "steps": self.steps,
                 "seeds": list(self.seeds), "optimizer": self.optimizer, "lr": self.lr,
                 "shared_layers": self.shared_layers, "sample": self.sample, "sample_seed": self.sample_seed,
-                "archs": [list(a) for a in self.archs], "kernels": self.kernels, **self.extra}
+                "archs": [list(a) for a in self.archs], "kernels": self.kernels,
+                **({BEHAVIOUR: self.behaviour_sha256, BEHAVIOUR_ON: self.behaviour_on}
+                   if self.behaviour_sha256 is not None else {}), **self.extra}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TruthSettings:
@@ -75,7 +83,7 @@ class TruthSettings:
         if not isinstance(d, dict):
             raise TruthError(f"must be a JSON object, got {type(d).__name__}")
         known = {"space", "space_digest", "steps", "seeds", "optimizer", "lr", "shared_layers", "sample",
-                 "sample_seed", "archs", "kernels"}
+                 "sample_seed", "archs", "kernels", BEHAVIOUR, BEHAVIOUR_ON}
         missing = [k for k in ("space", "space_digest", "steps", "seeds", "optimizer", "lr", "archs") if k not in d]
         if missing:
             raise TruthError(f"has no {', '.join(missing)}")
@@ -94,12 +102,23 @@ class TruthSettings:
                    seeds=seeds, optimizer=d["optimizer"], lr=float(lr), archs=parse_archs(d["archs"]),
                    sample=d.get("sample"), sample_seed=d.get("sample_seed"),
                    shared_layers=str(d.get("shared_layers", SHARED_LAYERS)), kernels=str(d.get("kernels", "native")),
+                   behaviour_sha256=_text_or_none(d, BEHAVIOUR), behaviour_on=_text_or_none(d, BEHAVIOUR_ON),
                    extra={k: v for k, v in d.items() if k not in known})
 
     def differences(self, other: TruthSettings) -> list[str]:
-        """The names of the settings that differ (empty when the two describe the same truth)."""
+        """The names of the settings that differ (empty when the two describe the same truth). The behaviour is
+        compared only where both hold one taken on the same kernels and CPU (else the kernels name the change)."""
         a, b = self.to_dict(), other.to_dict()
+        if not (a.get(BEHAVIOUR) and b.get(BEHAVIOUR) and a.get(BEHAVIOUR_ON) == b.get(BEHAVIOUR_ON)):
+            a, b = ({k: v for k, v in x.items() if k not in (BEHAVIOUR, BEHAVIOUR_ON)} for x in (a, b))
         return [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _text_or_none(d: dict[str, Any], key: str) -> str | None:
+    v = d.get(key)
+    if v is not None and not isinstance(v, str):
+        raise TruthError(f"{key} must be a string, got {v!r}")
+    return v
 
 
 def parse_arch(value: Any) -> tuple[int, ...]:
@@ -246,6 +265,12 @@ def start(folder: Path, settings: TruthSettings) -> None:
             for name in (TABLE, CSV):
                 (folder / name).unlink(missing_ok=True)
             return
+        if BEHAVIOUR in diff and not set(diff) & {"space", "space_digest", "kernels"}:
+            raise TruthError(f"{folder} holds a truth of another behaviour of supernet {settings.space!r} (behaviour "
+                             f"{str(old.behaviour_sha256)[:12]} vs {str(settings.behaviour_sha256)[:12]}: the same "
+                             "structure and settings, another forward or backward: what its code reads changed "
+                             "since the truth was started); build it with the code it was started with, or in "
+                             "another folder")
         if diff:
             raise TruthError(f"{folder} holds a truth with other settings ({', '.join(diff)}); "
                              "choose another folder")

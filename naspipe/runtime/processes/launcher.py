@@ -94,6 +94,33 @@ def _fork_server_under(kind: str | None) -> None:
     _server_kernels[0] = kind
 
 
+last_behaviour: dict[str, Any] = {}  # what the last ``take_behaviour`` measured (its cost: tests print it)
+
+
+def take_behaviour(config: TrainConfig) -> TrainConfig:
+    """``config`` with the digest of what its supernet computes (``naspipe.preflight.behaviour``), taken in a
+    process forked from the run's fork server (under the run's kernels, torch loaded: a fraction of a second;
+    spawned where there is none). ConfigError (one line) when a block's initial weights there differ from the
+    probe's here (per-process state, named by its block) or the supernet fails there."""
+    if config.behaviour_sha256 is not None:
+        return config
+    from naspipe.preflight.behaviour import BehaviourError, in_child, weights_differ
+
+    here = (getattr(config.space.model, "digests", None) or {}).get("weights_sha256")
+    t0 = time.perf_counter()
+    ctx = process_context(config.start_method, config.kernels)
+    try:
+        got = in_child(ctx, config.space, config.kernels, weights=bool(here))
+    except BehaviourError as e:
+        raise ConfigError(str(e)) from None
+    why = weights_differ(config.space, here, got["weights_sha256"])
+    if why is not None:
+        raise ConfigError(why)
+    last_behaviour.clear()
+    last_behaviour.update(got, total_s=time.perf_counter() - t0)
+    return config.replace(behaviour_sha256=got["behaviour_sha256"])
+
+
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "still running"
@@ -147,6 +174,7 @@ def _train(config: TrainConfig) -> RunResult:
 
 def _run(config: TrainConfig, port: int | None) -> RunResult:
     """``train`` once the configuration is checked and the run folder locked."""
+    config = take_behaviour(config)  # before the resume check: a checkpoint of another behaviour is refused
     checkpoint.verify_resume(config)  # a resumed run: its checkpoint is still there and intact
     checkpoint.prepare_run_dir(config)
     t_start = time.perf_counter()
