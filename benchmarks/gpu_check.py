@@ -15,7 +15,11 @@ object, printed and written to ``benchmarks/results/gpu_check.json``:
 * ``cell_space_cpu`` (CPU half) and ``cuda_cell_space_vs_cuda_reference``: the NAS-Bench-201-style cell space
   (``data/supernets/nb201_digits.py``: structured messages, a tuple of node states) with ``csp-bw`` on 2 stages
   against the ``sequential`` policy on 1 stage, on the CPU and on one GPU, bit for bit;
-* ``nccl_two_gpus``: CSP on 2 stages, one GPU each (NCCL), against the CUDA reference: only with >= 2 GPUs.
+* ``nccl_two_gpus``: CSP on 2 stages, one GPU each (NCCL), against the CUDA reference: only with >= 2 GPUs;
+* ``cuda_run_twice``: the same CSP run on one GPU twice, bit for bit (deterministic algorithms);
+* ``host_cpu_kernels`` (CPU half): the host's CPU (a lent machine's is another kind of x86 CPU) trains the golden
+  preset reference under ``--kernels portable`` and ``avx2``; its digests are recorded with the CPU's name and
+  compared with the tables of ``tests/supernet/test_runs.py`` (``portable``: one table for every x86-64 CPU).
 
 On a machine without CUDA the CUDA checks are skipped (listed under ``skipped``) and the script exits 0 when
 the CPU half passes; it exits 1 when any check that ran failed.
@@ -142,6 +146,47 @@ def check_cuda_runtime(tmp: Path) -> str:
     return f"{msg} (2 stages on one GPU, backend {backend})"
 
 
+def check_cuda_twice(tmp: Path) -> str:
+    _need_cuda()
+    torch.use_deterministic_algorithms(True)
+    a = _train(tmp / "cuda-a", "cuda", 2, "csp")
+    b = _train(tmp / "cuda-b", "cuda", 2, "csp")
+    ok, msg = a.verify(b.out)
+    assert ok, f"one CSP run on one GPU, twice: {msg}"
+    return f"{msg} (CSP, 2 stages on one GPU, twice)"
+
+
+# tests/supernet/test_runs.py's PRESET_DIGESTS for digits-cnn (30 subnets, seed 0, frozen shared layers)
+GOLDEN_DIGITS_CNN = {
+    "portable": "fc995dde8002a2e408037ff00691862e68cf364f04fd8a22f881d84955024b08",
+    "avx2 on GenuineIntel": "531701f79286d908aada0191c63221179bf44655c73d2cc6e51245044ac3ca67",
+    "avx2 on AuthenticAMD": "0cfcf373cb1517d7fa89b1695ade03c08e95ec04a454f3ef46c59eb4cf75b957",
+}
+
+
+def check_host_kernels(tmp: Path) -> str:
+    import hashlib
+    import subprocess
+
+    from naspipe.lifecycle import kernels
+
+    if kernels.kind_error("portable") is not None:
+        raise Skip(kernels.kind_error("portable"))
+    got, said = {}, []
+    for kind in ("portable", "avx2"):
+        out = tmp / f"host-{kind}"
+        cmd = [str(Path(sys.executable).with_name("naspipe")), "reference", "--space", SPACE, "--subnets", "30",
+               "--seed", "0", "--shared-layers", "frozen", "--no-progress", "--kernels", kind, "--out", str(out)]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+        got[kind] = hashlib.sha256((out / "params.json").read_bytes()).hexdigest()
+        key = kind if kind == "portable" else f"avx2 on {kernels.cpu_vendor()}"
+        want = GOLDEN_DIGITS_CNN.get(key)
+        said.append(f"{kind} {got[kind][:12]} ({'as recorded' if got[kind] == want else 'NOT as recorded'}"
+                    f"{'' if want else ': no record'})")
+    assert got["portable"] == GOLDEN_DIGITS_CNN["portable"], f"portable on {kernels.cpu_name()}: {said}"
+    return f"{kernels.cpu_name()}: " + ", ".join(said)
+
+
 def check_cuda_cache(tmp: Path) -> str:
     _need_cuda()
     torch.use_deterministic_algorithms(True)
@@ -185,6 +230,8 @@ CHECKS: dict[str, Callable[[Path], str]] = {
     "cell_space_cpu": lambda tmp: _check_cell_space(tmp, "cpu"),
     "cuda_cell_space_vs_cuda_reference": check_cuda_cell_space,
     "nccl_two_gpus": check_nccl,
+    "cuda_run_twice": check_cuda_twice,
+    "host_cpu_kernels": check_host_kernels,
 }
 
 

@@ -18,11 +18,13 @@ def test_gpu_check_runs_its_cpu_half_and_lists_what_it_skipped(tmp_path):
     out = tmp_path / "gpu_check.json"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--only", "context_cache_cpu", "--only",
                            "cuda_runtime_vs_cuda_reference", "--only", "context_cache_cuda", "--only",
-                           "cuda_cell_space_vs_cuda_reference", "--out", str(out)],
-                          capture_output=True, text=True, timeout=120)
+                           "cuda_cell_space_vs_cuda_reference", "--only", "cuda_run_twice", "--only",
+                           "host_cpu_kernels", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert data["checks"]["context_cache_cpu"]["ok"] is True
+    assert data["checks"]["host_cpu_kernels"]["ok"] is True, data["checks"]["host_cpu_kernels"]
     assert data["skipped"] == ["cuda_runtime_vs_cuda_reference", "context_cache_cuda",
-                               "cuda_cell_space_vs_cuda_reference"]
+                               "cuda_cell_space_vs_cuda_reference", "cuda_run_twice"]
     assert data["failed"] == []
