@@ -108,12 +108,6 @@ def run(args: argparse.Namespace) -> int:
     except ModelCheckError as e:
         raise UsageError(str(e)) from None
 
-    from naspipe.preflight.behaviour import BehaviourError, take
-
-    try:  # here: this process computes under the run's kernels, and the reference is this one process
-        behaviour = take(cfg.space, args.kernels, fresh=False)["behaviour_sha256"]
-    except BehaviourError as e:
-        raise UsageError(str(e)) from None
     from naspipe.inputs.optim_names import DEFAULT_LR
     from naspipe.lifecycle.kernels import machine
     from naspipe.runfolder import runs
@@ -129,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
                              lr=DEFAULT_LR[args.optimizer] if args.lr is None else args.lr, threads=args.threads,
                              shared_layers=str(cfg.shared), replicas=args.replicas,
                              replica_exchange="exact" if args.replicas > 1 else None, subnets_sha256=subnets,
-                             kernels=args.kernels, machine=machine(args.kernels), behaviour_sha256=behaviour)
+                             kernels=args.kernels, machine=machine(args.kernels))
 
     digest = getattr(cfg.stream, "digest", None)
     if spec.online:  # the sequence is known once trained (result.save records it)
@@ -154,6 +148,7 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
     """Train and save the reference under the folder's lock: its result, or the exit code of a failed run.
     ``status.json`` says how the run ended: complete, the user code's failure, or the signal that stopped it."""
     from naspipe.oracle.sequential_trainer import ReferenceFailed, train_reference
+    from naspipe.preflight.behaviour import BehaviourError, take
     from naspipe.runfolder import runs
     from naspipe.runfolder.runlock import RunLocked, acquire, release
     from naspipe.runtime.outputs import write_status
@@ -182,18 +177,21 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
             result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
                                      lr=args.lr, progress=not args.no_progress, threads=args.threads,
                                      replicas=args.replicas)
+            # what the supernet computes, taken here (this process computes under the run's kernels) and after
+            # training, so user code that counts its calls trains as it would without it
+            behaviour = take(cfg.space, args.kernels, fresh=False)["behaviour_sha256"]
             n = len(result.losses)
             result.save(out, weights=True, metrics={
                 "command": COMMAND,
                 "final_loss": result.losses[n - 1] if n else None,
                 "config": {**result.config, "sequence_sha256": digest() if digest else None,
                            "sequence": args.sequence, "sampler": str(spec),
-                           "behaviour_sha256": ident.get("behaviour_sha256")},
+                           "behaviour_sha256": behaviour},
             })
             if spec.kind != "uniform":  # generated (or made by fair/spread): replayable with --sequence
                 save_sequence(cfg.stream, out / runs.SEQUENCE)
             write_status(out, True)
-        except ReferenceFailed as e:  # user code failed partway (as train reports a stage's failure: one line)
+        except (ReferenceFailed, BehaviourError) as e:  # user code failed partway (one line, as a stage's failure)
             write_status(out, False, str(e))
             if args._api:
                 raise

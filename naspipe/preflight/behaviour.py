@@ -159,7 +159,11 @@ def in_child(ctx: Any, space: Any, kind: str, weights: bool = False) -> dict[str
 
 
 def _child(space: Any, kind: str, weights: bool, conn: Any) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the caller's to handle: it stops this one
     try:
+        import naspipe.models  # noqa: F401 - registers the presets' families (a spawned child has none yet)
         from naspipe.lifecycle import kernels
 
         kernels.enter(kind)
@@ -168,8 +172,11 @@ def _child(space: Any, kind: str, weights: bool, conn: Any) -> None:
         from naspipe.supernet.usercode import first_line
 
         result = (False, f"{type(e).__name__}: {first_line(e) or e}")
-    conn.send(result)
-    conn.close()
+    try:
+        conn.send(result)
+        conn.close()
+    except OSError:  # the caller stopped waiting (Ctrl-C, its own failure): nothing to say
+        pass
 
 
 def take(space: Any, kind: str, fresh: bool) -> dict[str, Any]:

@@ -1,0 +1,73 @@
+"""CPU kernels as part of a run (``naspipe.lifecycle.kernels``): each kind's recipe, what a process computing under
+other kernels does, and what ``verify`` and ``--resume`` say of two kinds.
+
+The golden digests of each kind are in ``tests/supernet/test_runs.py`` and ``tests/runtime/test_replicas.py``; the
+fresh-process route from a process that already computed natively is taken there too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from naspipe.cli import main
+from naspipe.lifecycle import kernels
+
+pytestmark = pytest.mark.usefixtures("no_process_left_behind")
+
+
+def test_each_kind_sets_its_recipe_and_clears_the_others():
+    base = {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AVX512", "HOME": "/x"}
+    assert kernels.environment("native", base) == {"HOME": "/x"}
+    avx2 = kernels.environment("avx2", base)
+    assert avx2["MKL_ENABLE_INSTRUCTIONS"] == "AVX2" and "MKL_CBWR" not in avx2 and avx2["HOME"] == "/x"
+    assert kernels.environment("portable", base)["MKL_CBWR"] == "COMPATIBLE"
+    assert kernels.recipe_kind(kernels.environment("portable", base)) == "portable"
+    assert kernels.recipe_kind(base) is None  # caps of no kind
+    assert "unknown kernels kind 'sse'" in kernels.kind_error("sse")
+
+
+def test_launching_restores_this_process_environment():
+    before = {k: os.environ.get(k) for k in kernels.MANAGED}
+    with kernels.launching("portable"):
+        assert kernels.recipe_kind() == "portable"
+    assert {k: os.environ.get(k) for k in kernels.MANAGED} == before
+
+
+def test_a_process_that_computed_natively_cannot_enter_another_kind():
+    code = ("import torch; torch.ones(64) @ torch.ones(64)\n"
+            "from naspipe.lifecycle import kernels\n"
+            "try:\n    kernels.enter('avx2')\nexcept kernels.KernelsError as e:\n    print(e)\n")
+    env = {k: v for k, v in os.environ.items() if k not in kernels.MANAGED and k != "PYTEST_CURRENT_TEST"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env).stdout
+    if kernels.native_capability() == kernels.CAPPED_AT:  # (an AVX2 CPU: ATen's choice is the capped one anyway)
+        assert out == "", out
+    else:
+        assert f"computed with torch's {kernels.native_capability()} kernels before --kernels avx2" in out, out
+
+
+def test_verify_of_a_native_and_an_avx2_run_names_both(tmp_path, capsys):
+    common = ["--space", "tiny-transformer", "--subnets", "6", "--no-progress"]
+    assert main(["reference", *common, "--out", str(tmp_path / "n")]) == 0
+    assert main(["reference", *common, "--kernels", "avx2", "--out", str(tmp_path / "a")]) == 0
+    ident = json.loads((tmp_path / "a" / "run.json").read_text())["identity"]
+    assert ident["kernels"] == "avx2" and ident["cpu_capability"] == "AVX2" and ident["cpu"] == kernels.cpu_name()
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "n"), str(tmp_path / "a")]) == 1
+    out = capsys.readouterr().out
+    assert "kernels native" in out and "vs avx2 AVX2 on" in out and "rerun with --kernels avx2" in out, out
+
+
+def test_a_checkpoint_of_other_kernels_is_refused_by_name(tmp_path, capsys):
+    common = ["--space", "digits-cnn", "--stages", "2", "--subnets", "8", "--no-progress"]
+    assert main(["train", *common, "--checkpoint-every", "4", "--fault", "raise:1:6", "--out",
+                 str(tmp_path / "r")]) == 1
+    capsys.readouterr()
+    assert main(["train", *common, "--checkpoint-every", "4", "--kernels", "portable", "--resume",
+                 str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "was taken with kernels 'native', but the arguments give kernels 'portable'" in err, err
