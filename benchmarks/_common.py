@@ -86,3 +86,17 @@ def bounded_run(space: str, stages: int, policy: str, *, subnets: int, seed: int
         "tight_efficiency": b.tight_bound / r.makespan,
         "bound_utilization": sum(b.stage_work) / (stages * b.lower_bound),
     }
+
+
+def replace_marked(doc: Path, begin: str, end: str, body: str) -> None:
+    """Put ``body`` between the markers ``begin`` and ``end`` of ``doc`` (a docs page whose table a benchmark
+    writes), appending the marked block at the end when the page has none."""
+    text = doc.read_text()
+    block = f"{begin}\n{body}\n{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    doc.write_text(text)
+

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, ROOT, write_result
+from _common import RESULTS, ROOT, replace_marked, write_result
 
 from naspipe.lifecycle import kernels
 
@@ -95,21 +95,14 @@ def table(data: dict[str, Any]) -> str:
 
 
 def write_doc_table(data: dict[str, Any]) -> None:
-    text = DOC.read_text()
-    block = f"{BEGIN}\n{table(data)}\n{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    DOC.write_text(text)
+    replace_marked(DOC, BEGIN, END, table(data))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--subnets", type=int, default=200)
-    ap.add_argument("--quick", action="store_true", help="one case, two rounds, 12 subnets (the test's smoke run)")
+    ap.add_argument("--quick", action="store_true", help="one case, one round, 12 subnets (the test's smoke run)")
     ap.add_argument("--table-only", action="store_true", help="rewrite the docs table from kernels.json")
     ap.add_argument("--no-write", action="store_true", help="print the JSON only (the smoke run)")
     a = ap.parse_args()
@@ -117,7 +110,7 @@ def main() -> None:
         write_doc_table(json.loads((RESULTS / "kernels.json").read_text()))
         return
     cases = {"sparse-mlp": CASES["sparse-mlp"]} if a.quick else CASES
-    rounds, subnets = (2, 12) if a.quick else (a.rounds, a.subnets)
+    rounds, subnets = (1, 12) if a.quick else (a.rounds, a.subnets)
     res = measure(rounds, subnets, cases)
     presets = [c for n, c in res.items() if not n.startswith("digits-truth")]
     geo = {k: round(statistics.geometric_mean([c["ratio_to_native_median"][k] for c in presets]), 3)

@@ -34,7 +34,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, ROOT, write_result
+from _common import RESULTS, ROOT, replace_marked, write_result
 
 POLICIES = ("csp", "csp-plan", "bsp:4", "pipedream", "2bw", "pipemare", "pipeoptim")
 SHARED_VARIANTS = ("delayed:4", "delayed:4+predict", "delayed:4+t1=K")
@@ -287,14 +287,7 @@ def table(data: dict[str, Any]) -> str:
 
 def write_doc_table(data: dict[str, Any]) -> None:
     """Replace the block between the markers of docs/trust.md (appended at the end when there is none)."""
-    text = DOC.read_text()
-    block = f"{BEGIN}\n{table(data)}\n{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    DOC.write_text(text)
+    replace_marked(DOC, BEGIN, END, table(data))
 
 
 def write_figure(data: dict[str, Any]) -> None:
