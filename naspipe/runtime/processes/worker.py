@@ -20,6 +20,7 @@ import gc
 import json
 import os
 import queue
+import re
 import signal
 import sys
 import threading
@@ -119,7 +120,7 @@ def run_stage(rank: int, world: int, cfg: TrainConfig, report: Report | None = N
                             timeout=datetime.timedelta(seconds=max(2 * cfg.timeout, 60.0)))
     try:
         result = _run(rank, world, cfg, device, report)
-        dist.barrier()
+        barrier(cfg, rank, "the end of the run")
         if after_barrier is not None:
             after_barrier()
         return result
@@ -161,7 +162,7 @@ def _run(grank: int, world: int, cfg: TrainConfig, device: torch.device, report:
         links.start()
         if ex.reducer is not None:
             ex.reducer.start(cfg.n - ckpt.start, inbox)
-        dist.barrier()  # every stage is built and listening: the run starts now
+        barrier(cfg, grank, "the start of the run")  # every stage is built and listening: the run starts now
         log.start_clock()
         report("ready", rank)
         book = LossBook(stream, sched)
@@ -342,6 +343,35 @@ def consequence_names() -> set[str]:
         names.add(cls.__name__)
         todo.extend(cls.__subclasses__())
     return names
+
+
+BARRIER_FLOOR_S = 10.0  # a barrier waits at least this long (stages build and warm up at their own pace)
+
+
+def barrier(cfg: TrainConfig, rank: int, where: str) -> None:
+    """Every rank meets here, waiting at most ``cfg.timeout`` s (``BARRIER_FLOOR_S`` at least); past it, a
+    ``StageTimeout`` names the place and, on rank 0, the ranks that did not arrive. A rank that went away is
+    met as before (its error, a consequence, names no stage that timed out)."""
+    limit = max(cfg.timeout, BARRIER_FLOOR_S)
+    if dist.get_backend() != "gloo":  # (NCCL has no monitored barrier: the process group's own timeout holds)
+        dist.barrier()
+        return
+    t0 = time.monotonic()
+    try:
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=limit), wait_all_ranks=True)
+    except Exception as e:
+        if time.monotonic() - t0 < 0.9 * limit:  # (ended early: a lost rank, not a timeout)
+            raise
+        missing = _ranks_named(str(e)) if rank == 0 else []
+        who = f"rank(s) {', '.join(map(str, missing))}" if missing else "the other ranks (rank 0's error names them)"
+        raise StageTimeout(f"stage {rank % cfg.stages} (rank {rank}) waited {limit:g} s at {where} for {who} "
+                           "(--timeout)") from None
+
+
+def _ranks_named(text: str) -> list[int]:
+    """The ranks gloo's monitored barrier names as not arrived (``Ranks 1, 3 failed to pass ...``)."""
+    m = re.search(r"Ranks? ([\d, ]+) failed to pass", text)
+    return sorted({int(x) for x in re.findall(r"\d+", m.group(1))}) if m else []
 
 
 def _stuck(rank: int, cfg: TrainConfig, sched: Any, links: Links) -> str:
