@@ -114,8 +114,8 @@ def run_stage(rank: int, world: int, cfg: TrainConfig, report: Report | None = N
         raise RuntimeError(f"the run has {cfg.stages} stages x {cfg.replicas} replicas but the process group has "
                            f"{world} processes")
     device = device_for(cfg, local_rank)
-    # the process group's own timeout (rendezvous, barriers, a receive in flight) leaves the stage loop's
-    # shorter inbox timeout room to fire first with its clearer message
+    # the process group's own timeout (its rendezvous, a receive in flight) leaves the stage loop's shorter inbox
+    # timeout room to fire first with its clearer message; the barriers wait --timeout (``barrier``)
     dist.init_process_group(cfg.backend, init_method="env://", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=max(2 * cfg.timeout, 60.0)))
     try:
