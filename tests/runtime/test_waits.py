@@ -1,10 +1,9 @@
 """Every blocking wait of a stage has a limit tied to ``--timeout``: a stalled run ends with one line naming the wait.
 
-Why it exists: a resumed multi-host run stalled 190 s against a 120 s stage timeout under load; the stages' barriers
-(the start of the run, its end) waited for the process group's own timeout (twice ``--timeout``, 60 s at least)
-and then named a store key, not a stage. Here a stage that is late to the start ends its neighbour within the
-barrier's limit (``--timeout``, ``BARRIER_FLOOR_S`` at least) with a ``StageTimeout`` naming the place and the rank.
-"""
+Why it exists: a stage late to the start of the run (a slow resume, a loaded host) must end the stages waiting for
+it within the barrier's limit (``--timeout``, ``BARRIER_FLOOR_S`` at least), with a ``StageTimeout`` naming the
+place and the rank, not after the process group's own timeout (twice ``--timeout``, 60 s at least) with a line
+naming a store key."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ Why it exists: this is the runtime's event loop. Each iteration delivers every m
 (``on_activation`` / ``on_gradient``), asks the scheduler for the next task, runs it on the
 ``StageExecutor``, sends the result to the neighbour, tells the scheduler (``on_finish``) and records a
 trace event. When nothing is runnable it blocks on the inbox, with a timeout: a stage never waits
-forever, and a timeout names the stage and what it was waiting for.
+forever, and a timeout names the stage and what it was waiting for. The barriers at the start and the end of the
+run wait ``--timeout`` too (``barrier``) and name the ranks that did not come.
 
 Entry points: ``spawn_entry`` is the target of the single-machine launcher (one process per stage,
 progress and errors go back through a pipe, and a lifeline pipe ends the worker if the launcher dies);
