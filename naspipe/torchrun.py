@@ -75,7 +75,7 @@ def lost_host(rank: int, e: BaseException, roster: Any, out: Any) -> dict[str, A
     peer = _peer(e)
     if roster is None or peer is None or roster.host(peer) == roster.host(rank):
         return None
-    if (out / f"error-stage{peer}.txt").exists():
+    if any((out / f"error-stage{peer}.{ext}").exists() for ext in ("json", "txt")):
         return None
     host = roster.host(peer)
     return {"ranks": roster.ranks_on(host), "host": host, "neighbour": peer}
@@ -89,17 +89,34 @@ def _peer(e: BaseException) -> int | None:
     return next((peer for x in chain(e) if isinstance(peer := getattr(x, "peer", None), int)), None)
 
 
+def failure_record(rank: int, e: BaseException) -> dict[str, Any]:
+    """What ``error-stage<rank>.json`` holds: the rank, the exception's class name (``kind``), whether the failure
+    was the rank's own (``own``; not a SIGTERM from torchrun, a lost neighbour or a broken transport: what another
+    rank's failure causes) and the neighbour it lost (``peer``, or None)."""
+    from naspipe.runtime.processes.signals import Terminated
+    from naspipe.runtime.processes.worker import is_root_cause
+
+    peer = _peer(e)
+    own = is_root_cause(e) and not isinstance(e, Terminated) and peer is None
+    return {"rank": rank, "kind": type(e).__name__, "own": own, "peer": peer}
+
+
 def record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) -> None:
-    """Keep what was written, mark the run incomplete: every rank leaves ``error-stage<rank>.txt``; rank 0
-    writes ``status.json`` (naming itself only when its failure is not a lost neighbour) and, with
-    checkpoints, marks the newest complete one and says how to resume. A rank that lost a neighbour on
-    another host writes ``status.json`` naming that host and its ranks (torchrun may stop rank 0 first)."""
+    """Keep what was written, mark the run incomplete: every rank leaves ``error-stage<rank>.json`` (its
+    ``failure_record``), then ``error-stage<rank>.txt`` (the one line, then the traceback); rank 0 writes
+    ``status.json`` (naming itself only when its failure is its own) and, with checkpoints, marks the newest
+    complete one and says how to resume. A rank that lost a neighbour on another host names that host once
+    (``lost-host.json``, written only where none is: the first rank to meet the loss) and writes ``status.json``
+    from it (torchrun may stop rank 0 first); rank 0 writes its own status first and then the lost host's where one
+    was named, so a lost host named at any moment stands."""
+    import json
     import traceback
 
     from naspipe.fileio.atomic import write_text_atomic
     from naspipe.runtime.processes.worker import failure_line
 
-    try:
+    try:  # the record before the text: an error text without its record is an older writer's
+        write_text_atomic(cfg.out / f"error-stage{rank}.json", json.dumps(failure_record(rank, e)) + "\n")
         text = "".join(traceback.format_exception(e))
         write_text_atomic(cfg.out / f"error-stage{rank}.txt", f"{failure_line(e)}\n\n{text}")  # its one line first
     except OSError:
@@ -127,56 +144,100 @@ def record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) ->
                   f"{without} with --resume {cfg.out}", file=sys.stderr)
     primary = is_root_cause(e) and not isinstance(e, Terminated)
     if lost is not None:
-        write_status(cfg.out, False, f"lost host {lost['host']} (rank(s) {', '.join(map(str, lost['ranks']))}): "
-                     f"rank {rank} saw: {e}", lost["neighbour"], checkpoint=saved, lost=lost)
-    elif not _names_a_lost_host(cfg.out):
+        name_lost_host(cfg.out, {"error": f"lost host {lost['host']} (rank(s) {', '.join(map(str, lost['ranks']))}): "
+                                          f"rank {rank} saw: {e}", "rank": lost["neighbour"], "checkpoint": saved,
+                                 "lost": lost})
+        _status_of_lost_host(cfg.out)
+    elif lost_host_named(cfg.out) is None:
         # rank 0 is stopped by torchrun's SIGTERM or meets the failure first as a broken neighbour (whichever
         # comes first): either way the rank whose failure was its own is named, when its report is readable
         failed = [] if primary else failed_ranks(cfg.out, rank)
-        if _names_a_lost_host(cfg.out):  # another rank named a lost host while this one waited: that stands
-            return
         after = f"after rank(s) {', '.join(map(str, failed))} failed (error-stage<rank>.txt)" if failed else ""
         if isinstance(e, Terminated):
             why = "rank 0 was stopped by SIGTERM " + (
                 after or "(torchrun stops every rank when one fails, or the job was cancelled)")
         else:
             why = f"stage 0 (rank 0) failed{' ' + after if after else ''}: {type(e).__name__}: {e}"
-        write_status(cfg.out, False, why, 0 if primary else (failed[0] if failed else None), checkpoint=saved)
+        if lost_host_named(cfg.out) is None:
+            write_status(cfg.out, False, why, 0 if primary else (failed[0] if failed else None), checkpoint=saved)
+        _status_of_lost_host(cfg.out)  # a lost host named meanwhile (also after the check above) stands
+    else:
+        _status_of_lost_host(cfg.out)
 
 
-def failed_ranks(out: Any, me: int, wait_s: float = 3.0) -> list[int]:
-    """The other ranks whose ``error-stage<rank>.txt`` (the run folder is shared) holds a failure of their own:
-    not a SIGTERM from torchrun, not a lost neighbour or a broken transport (what another's failure causes).
-    Waits up to ``wait_s`` for one to appear, or until another rank has named a lost host: the failing rank's
-    connections can close before its report is written (where the run folder is not shared, none ever appears
-    and the failure is not named)."""
-    from naspipe.runtime.processes.worker import consequence_names
+def name_lost_host(out: Any, record: dict[str, Any]) -> bool:
+    """Write ``lost-host.json`` (``error``, ``rank``, ``checkpoint``, ``lost``) unless a rank named a lost host
+    before; returns whether this record stands."""
+    import json
 
-    not_own = consequence_names() | {"Terminated"}
-    deadline = time.monotonic() + wait_s
-    while True:
-        ranks = []
-        for p in out.glob("error-stage*.txt"):
-            tail = p.stem.removeprefix("error-stage")
-            try:
-                first = p.read_text().partition("\n")[0]
-            except OSError:
-                continue
-            if tail.isdigit() and int(tail) != me and first.split(":")[0].split(" ")[0] not in not_own:
-                ranks.append(int(tail))
-        if ranks or time.monotonic() >= deadline or _names_a_lost_host(out):
-            return sorted(ranks)
-        time.sleep(0.1)
+    from naspipe.fileio.atomic import write_once_atomic
+    from naspipe.runfolder import runs
+
+    try:
+        return write_once_atomic(out / runs.LOST_HOST, (json.dumps(record) + "\n").encode())
+    except OSError:
+        return False
 
 
-def _names_a_lost_host(out: Any) -> bool:
+def lost_host_named(out: Any) -> dict[str, Any] | None:
+    """The lost host a rank named (``lost-host.json``), or None."""
     from naspipe.fileio import jsonfile
     from naspipe.runfolder import runs
 
     try:
-        return "lost" in jsonfile.loads((out / runs.STATUS).read_text())
+        data = jsonfile.loads((out / runs.LOST_HOST).read_text())
     except (OSError, ValueError):
-        return False
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("lost"), dict) else None
+
+
+def _status_of_lost_host(out: Any) -> None:
+    """``status.json`` from the lost host named (nothing where none was): every writer writes the same."""
+    from naspipe.runtime.outputs import write_status
+
+    if (named := lost_host_named(out)) is not None:
+        write_status(out, False, str(named.get("error")), named.get("rank"), checkpoint=named.get("checkpoint"),
+                     lost=named["lost"])
+
+
+def failed_ranks(out: Any, me: int, wait_s: float = 3.0) -> list[int]:
+    """The other ranks whose failure was their own, by their records (``error-stage<rank>.json``, the run folder
+    is shared; an error text without a record, an older writer's, by its first word). Waits up to ``wait_s`` for
+    one to appear, or until a rank has named a lost host: the failing rank's connections can close before its
+    report is written (where the run folder is not shared, none ever appears and the failure is not named)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        ranks = [r for r, own in _failures(out).items() if own and r != me]
+        if ranks or time.monotonic() >= deadline or lost_host_named(out) is not None:
+            return sorted(ranks)
+        time.sleep(0.1)
+
+
+def _failures(out: Any) -> dict[int, bool]:
+    """rank -> whether its failure was its own, for every rank that recorded one."""
+    from naspipe.fileio import jsonfile
+    from naspipe.runtime.processes.worker import consequence_names
+
+    found: dict[int, bool] = {}
+    for p in out.glob("error-stage*.json"):
+        try:
+            rec = jsonfile.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("rank"), int) and isinstance(rec.get("own"), bool):
+            found[rec["rank"]] = rec["own"]
+    not_own = None
+    for p in out.glob("error-stage*.txt"):
+        tail = p.stem.removeprefix("error-stage")
+        if not tail.isdigit() or int(tail) in found:
+            continue
+        try:
+            first = p.read_text().partition("\n")[0]
+        except OSError:
+            continue
+        not_own = not_own if not_own is not None else consequence_names() | {"Terminated"}
+        found[int(tail)] = first.split(":")[0].split(" ")[0] not in not_own
+    return found
 
 
 def _said_first() -> str | None:

@@ -71,6 +71,30 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     write_atomic(path, text.encode("utf-8"))
 
 
+def write_once_atomic(path: str | Path, data: bytes) -> bool:
+    """Write ``data`` to ``path`` atomically unless ``path`` exists: the complete file is linked into place, which
+    fails where another writer's is already there (compare and swap on a file's absence). Returns whether this
+    writer's data stands; the other's is left intact."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.once{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+    _fsync_dir(path.parent)
+    return True
+
+
 def is_disk_full(e: BaseException) -> bool:
     """The error is a full disk or an exhausted quota."""
     return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)

@@ -46,6 +46,7 @@ TRACE = "trace.json"
 METRICS = "metrics.json"
 EVENTS = "events.jsonl"
 STATUS = "status.json"
+LOST_HOST = "lost-host.json"  # a torchrun run's lost host, named once (the first rank to meet it: naspipe.torchrun)
 SEQUENCE = "sequence.json"
 SPACE = "space.json"  # a custom search space put beside a trace by hand (the report reads it)
 WEIGHTS = "weights.pt"
@@ -65,10 +66,11 @@ NATIVE_KERNELS = "native"
 DEFINITION = ("source_sha256", "weights_sha256")
 EXACT = "exact"  # ``updates`` of the reference and of every causal policy: one write per subnet, in order
 # files and folders a run writes (cleared by ``clear``): both kinds, a failed run's leftovers, checkpoints
-RUN_FILES = (LOSSES, PARAMS, TRACE, METRICS, EVENTS, STATUS, PARTS, SEQUENCE, WEIGHTS, RUN_JSON)
+RUN_FILES = (LOSSES, PARAMS, TRACE, METRICS, EVENTS, STATUS, LOST_HOST, PARTS, SEQUENCE, WEIGHTS, RUN_JSON)
 CHECKPOINTS = "checkpoint"
-# per-stage files (rank digits only): a stage's error, its weights, an older naspipe's per-stage parameter hashes
-RUN_PATTERN = re.compile(r"(?:error-stage\d+\.txt|weights-stage\d+\.pt|params-stage\d+\.json)\Z")
+# per-stage files (rank digits only): a stage's error and its record, its weights, an older naspipe's per-stage
+# parameter hashes
+RUN_PATTERN = re.compile(r"(?:error-stage\d+\.(?:txt|json)|weights-stage\d+\.pt|params-stage\d+\.json)\Z")
 RUN_DIRS = (PARTS, CHECKPOINTS)  # the entries a run writes that are folders (every other one is a file)
 REFERENCE_FILES = (LOSSES, PARAMS, METRICS, WEIGHTS, SEQUENCE, STATUS, RUN_JSON)  # what a reference writes
 

@@ -115,16 +115,80 @@ def test_rank_0_waits_briefly_for_the_failing_rank_s_report(tmp_path: Path):
     assert failed_ranks(tmp_path / "none", 0, wait_s=0.2) == []  # no shared folder: nothing named, no hang
 
 
+def _lost_by_rank_1(out: Path) -> None:
+    """Rank 1 (host a) loses its neighbour rank 2 (host b) and names the lost host."""
+    record_failure(SimpleNamespace(out=out, checkpoint_every=0, fault=None), 1,
+                   PeerLost("stage 1: receiving gradients from stage 2 failed", 2), ROSTER)
+
+
+def _lost_status(out: Path) -> dict:
+    return {"complete": False, "rank": 2, "lost": {"ranks": [2, 3], "host": "10.0.0.2", "neighbour": 2},
+            "error": "lost host 10.0.0.2 (rank(s) 2, 3): rank 1 saw: stage 1: receiving gradients from stage 2 failed"}
+
+
 def test_rank_0_leaves_a_lost_host_named_by_another_rank_while_it_waited(tmp_path: Path):
     """Host b is lost: rank 1 names it while rank 0, stopped by SIGTERM, waits for a report of an own failure
     (none comes: a killed host writes nothing); rank 0 stops waiting and keeps rank 1's status.json."""
     (tmp_path / "error-stage1.txt").write_text("PeerLost: stage 1: receiving gradients from stage 2 failed\n")
-    lost = {"complete": False, "error": "lost host 10.0.0.2 (rank(s) 2, 3)", "rank": 2,
-            "lost": {"ranks": [2, 3], "host": "10.0.0.2", "neighbour": 2}}
-    named = threading.Timer(0.5, lambda: (tmp_path / "status.json").write_text(json.dumps(lost)))
+    named = threading.Timer(0.5, _lost_by_rank_1, (tmp_path,))
     named.start()
     t0 = time.monotonic()
     record_failure(SimpleNamespace(out=tmp_path, checkpoint_every=0, fault=None), 0, Terminated("SIGTERM"), ROSTER)
     named.join()
     assert time.monotonic() - t0 < 2.5
-    assert json.loads((tmp_path / "status.json").read_text()) == lost
+    assert json.loads((tmp_path / "status.json").read_text()) == _lost_status(tmp_path)
+
+
+def test_a_lost_host_named_just_before_rank_0_s_status_lands_still_stands(tmp_path: Path, monkeypatch):
+    """The window between rank 0's look for a lost host and its own write: rank 1 names the lost host there (its
+    status.json lands first); rank 0's status then must not be the last word."""
+    from naspipe.runtime import outputs
+
+    write = outputs.write_status
+    calls = []
+
+    def rank_1_first(out, *args, **kwargs):
+        if not calls:  # rank 0's first write: rank 1 gets in between its check and its write
+            calls.append(1)
+            _lost_by_rank_1(out)
+        write(out, *args, **kwargs)
+
+    monkeypatch.setattr(outputs, "write_status", rank_1_first)
+    (tmp_path / "error-stage3.txt").write_text("InjectedFault: injected\n")  # (rank 0 does not wait)
+    record_failure(SimpleNamespace(out=tmp_path, checkpoint_every=0, fault=None), 0, Terminated("SIGTERM"), ROSTER)
+    assert calls and json.loads((tmp_path / "status.json").read_text()) == _lost_status(tmp_path)
+
+
+def test_a_lost_host_is_named_once(tmp_path: Path):
+    """Two ranks meet the same lost host: the first one's record stands, and status.json says what it says."""
+    _lost_by_rank_1(tmp_path)
+    record_failure(SimpleNamespace(out=tmp_path, checkpoint_every=0, fault=None), 0,
+                   SendFailure("stage 0: sending to stage 3 failed", 3), ROSTER)
+    assert json.loads((tmp_path / "status.json").read_text()) == _lost_status(tmp_path)
+    assert json.loads((tmp_path / "lost-host.json").read_text())["error"].endswith("rank 1 saw: stage 1: receiving "
+                                                                                   "gradients from stage 2 failed")
+
+
+def test_each_rank_records_its_failure_and_rank_0_reads_the_records(tmp_path: Path):
+    """Rank 2 fails on its own; rank 1, which lost it, ends in a later error of its cleanup (a RuntimeError whose
+    class name says nothing of the lost neighbour): its record says it was a consequence, so rank 0 names rank 2
+    alone (the first word of rank 1's error text named it too)."""
+    cfg = SimpleNamespace(out=tmp_path, checkpoint_every=0, fault=None)
+    record_failure(cfg, 2, RuntimeError("injected"), ROSTER)
+    try:
+        try:
+            raise SendFailure("stage 1: sending to stage 2 failed", 2)
+        finally:
+            raise RuntimeError("destroy_process_group: Connection closed by peer")  # noqa: B012
+    except RuntimeError as e:
+        record_failure(cfg, 1, e, ROSTER)
+    assert json.loads((tmp_path / "error-stage1.json").read_text()) == {"rank": 1, "kind": "RuntimeError",
+                                                                      "own": False, "peer": 2}
+    assert json.loads((tmp_path / "error-stage2.json").read_text()) == {"rank": 2, "kind": "RuntimeError",
+                                                                      "own": True, "peer": None}
+    assert (tmp_path / "error-stage1.txt").read_text().startswith("RuntimeError")  # (the text leads with its line)
+    t0 = time.monotonic()
+    record_failure(cfg, 0, Terminated("SIGTERM"), ROSTER)
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["rank"] == 2 and status["error"].startswith("rank 0 was stopped by SIGTERM after rank(s) 2 failed")
+    assert time.monotonic() - t0 < 2.5 and not (tmp_path / "lost-host.json").exists()

@@ -4,7 +4,8 @@ Why it exists: this is the runtime's event loop. Each iteration delivers every m
 (``on_activation`` / ``on_gradient``), asks the scheduler for the next task, runs it on the
 ``StageExecutor``, sends the result to the neighbour, tells the scheduler (``on_finish``) and records a
 trace event. When nothing is runnable it blocks on the inbox, with a timeout: a stage never waits
-forever, and a timeout names the stage and what it was waiting for.
+forever, and a timeout names the stage and what it was waiting for. The barriers at the start and the end of the
+run wait ``--timeout`` too (``barrier``) and name the ranks that did not come.
 
 Entry points: ``spawn_entry`` is the target of the single-machine launcher (one process per stage,
 progress and errors go back through a pipe, and a lifeline pipe ends the worker if the launcher dies);
@@ -20,6 +21,7 @@ import gc
 import json
 import os
 import queue
+import re
 import signal
 import sys
 import threading
@@ -113,13 +115,13 @@ def run_stage(rank: int, world: int, cfg: TrainConfig, report: Report | None = N
         raise RuntimeError(f"the run has {cfg.stages} stages x {cfg.replicas} replicas but the process group has "
                            f"{world} processes")
     device = device_for(cfg, local_rank)
-    # the process group's own timeout (rendezvous, barriers, a receive in flight) leaves the stage loop's
-    # shorter inbox timeout room to fire first with its clearer message
+    # the process group's own timeout (its rendezvous, a receive in flight) leaves the stage loop's shorter inbox
+    # timeout room to fire first with its clearer message; the barriers wait --timeout (``barrier``)
     dist.init_process_group(cfg.backend, init_method="env://", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=max(2 * cfg.timeout, 60.0)))
     try:
         result = _run(rank, world, cfg, device, report)
-        dist.barrier()
+        barrier(cfg, rank, "the end of the run")
         if after_barrier is not None:
             after_barrier()
         return result
@@ -161,7 +163,7 @@ def _run(grank: int, world: int, cfg: TrainConfig, device: torch.device, report:
         links.start()
         if ex.reducer is not None:
             ex.reducer.start(cfg.n - ckpt.start, inbox)
-        dist.barrier()  # every stage is built and listening: the run starts now
+        barrier(cfg, grank, "the start of the run")  # every stage is built and listening: the run starts now
         log.start_clock()
         report("ready", rank)
         book = LossBook(stream, sched)
@@ -342,6 +344,35 @@ def consequence_names() -> set[str]:
         names.add(cls.__name__)
         todo.extend(cls.__subclasses__())
     return names
+
+
+BARRIER_FLOOR_S = 10.0  # a barrier waits at least this long (stages build and warm up at their own pace)
+
+
+def barrier(cfg: TrainConfig, rank: int, where: str) -> None:
+    """Every rank meets here, waiting at most ``cfg.timeout`` s (``BARRIER_FLOOR_S`` at least); past it, a
+    ``StageTimeout`` names the place and, on rank 0, the ranks that did not arrive. A rank that went away is
+    met as before (its error, a consequence, names no stage that timed out)."""
+    limit = max(cfg.timeout, BARRIER_FLOOR_S)
+    if dist.get_backend() != "gloo":  # (NCCL has no monitored barrier: the process group's own timeout holds)
+        dist.barrier()
+        return
+    t0 = time.monotonic()
+    try:
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=limit), wait_all_ranks=True)
+    except Exception as e:
+        if time.monotonic() - t0 < 0.9 * limit:  # (ended early: a lost rank, not a timeout)
+            raise
+        missing = _ranks_named(str(e)) if rank == 0 else []
+        who = f"rank(s) {', '.join(map(str, missing))}" if missing else "the other ranks (rank 0's error names them)"
+        raise StageTimeout(f"stage {rank % cfg.stages} (rank {rank}) waited {limit:g} s at {where} for {who} "
+                           "(--timeout)") from None
+
+
+def _ranks_named(text: str) -> list[int]:
+    """The ranks gloo's monitored barrier names as not arrived (``Ranks 1, 3 failed to pass ...``)."""
+    m = re.search(r"Ranks? ([\d, ]+) failed to pass", text)
+    return sorted({int(x) for x in re.findall(r"\d+", m.group(1))}) if m else []
 
 
 def _stuck(rank: int, cfg: TrainConfig, sched: Any, links: Links) -> str:

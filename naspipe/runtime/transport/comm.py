@@ -47,6 +47,7 @@ import datetime
 import queue
 import struct
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -466,19 +467,20 @@ class Links:
 
     def flush(self) -> None:
         """Wait (with the timeout) until every send completed."""
-        limit = datetime.timedelta(seconds=self.timeout)
+        deadline = time.monotonic() + self.timeout  # (one limit for all of them, not one each)
         while self._pending:
             work, _, peer = self._pending.popleft()
             try:
-                work.wait(limit)
+                work.wait(datetime.timedelta(seconds=max(0.001, deadline - time.monotonic())))
             except Exception as e:
                 raise TransportError(f"stage {self.rank}: a send to rank {peer} did not complete within "
                                      f"{self.timeout:g} s: {e}") from e  # (slow or hung is not lost: no peer)
 
     def join(self, timeout: float) -> None:
         """Wait for the receiver threads (they end after the expected messages)."""
+        deadline = time.monotonic() + timeout  # (one limit for all of them, not one each)
         for t in self._threads:
-            t.join(timeout)
+            t.join(max(0.0, deadline - time.monotonic()))
             if t.is_alive():
                 raise TransportError(f"stage {self.rank}: receiver thread {t.name} still running after "
                                      f"{timeout:g} s")
