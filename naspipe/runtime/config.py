@@ -277,7 +277,7 @@ class TrainConfig:
         """The run's stream; with a run-time sampler a fresh ``OnlineStream`` (each stage builds its own)."""
         if self.online:
             return make_stream(self.space, self.seed, self.n, self.sampler)
-        return ReplayStream.materialize(_TupleStream(self.space, self.sequence))
+        return ReplayStream(self.space, self.sequence, valid=True)
 
     def learning_rate(self) -> float:
         from naspipe.models.optim import DEFAULT_LR
@@ -474,17 +474,6 @@ class TrainConfig:
         if every is not None and m and every % m:
             raise ConfigError(f"policy {self.policy} checkpoints only at group boundaries: checkpoint_every "
                               f"must be a multiple of its {m} micro-batches, got {every}")
-
-
-class _TupleStream:
-    def __init__(self, space: SearchSpace, subnets: tuple[Subnet, ...]):
-        self.space, self._s = space, subnets
-
-    def __len__(self) -> int:
-        return len(self._s)
-
-    def __getitem__(self, j: int) -> Subnet:
-        return self._s[j]
 
 
 SEQUENCE_MEMORY_SHARE = 0.25  # the fixed sequence's copies (launcher and every stage) may take this share of memory
