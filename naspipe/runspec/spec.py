@@ -68,7 +68,7 @@ class RunSpec:
     @property
     def replayed(self) -> bool:
         """The sequence was given (a file, a stream or a list), not sampled from the seed."""
-        return not is_seeded(self.stream)
+        return self.sampler == "uniform" and not is_seeded(self.stream)  # (another sampler made the stream)
 
     @property
     def stages(self) -> int:
