@@ -25,9 +25,13 @@ loss never changes.
 For a pipeline: ``lag`` must not depend on the stage count (or runs on different stage counts would train
 different sequences); with a lag below the number of subnets in flight the pipeline waits for losses.
 
-Samplers fixed by the seed alone (``make_stream``): ``uniform`` (``naspipe.sequences.sequence.UniformStream``),
-``fair`` (strict fairness) and ``spread[:fair|uniform]`` (conflict spreading over that base, fair by
-default), both in ``naspipe.sequences.fair``, whose docstring states their frequency bounds.
+Every sampler is declared once, as a ``Sampler`` given to ``register_sampler`` (as policies are in
+``naspipe.sched.registry``): its name, the factory of its stream, whether it is online, the parser of its argument
+and the words of ``--sampler``'s help. ``parse_sampler``, ``make_stream``, the commands and ``fixed_sampler`` (the
+refusal of an online sampler where the sequence must be fixed up front) read the registry. The built-ins, at the
+end of this module: ``uniform`` (``naspipe.sequences.sequence.UniformStream``), ``fair`` (strict fairness) and
+``spread[:fair|uniform]`` (conflict spreading over that base, fair by default), both in ``naspipe.sequences.fair``,
+whose docstring states their frequency bounds, are fixed by the seed alone; ``evolution[:LAG]`` is online.
 """
 
 from __future__ import annotations
