@@ -31,6 +31,8 @@ ORDER = 11
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from naspipe.sequences.samplers import sampler_forms
+
     p.add_argument("--devices", type=positive_int("--devices"), default=None, help="devices N to split")
     p.add_argument("--space", default="naspipe-k96", help="preset name or JSON file (default %(default)s)")
     p.add_argument("--subnets", type=positive_int("--subnets"), default=500,
@@ -38,8 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default=DEFAULT_POLICY, help="scheduling policy (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the subnet sequence")
     p.add_argument("--sampler", default="uniform",
-                   help="sequence to plan on: uniform, fair or spread[:fair|uniform]; other than uniform, each split "
-                        "is also simulated on the uniform sequence and the change reported (default %(default)s)")
+                   help=f"sequence to plan on: {sampler_forms(online=False, full=True)}; other than uniform, each "
+                        "split is also simulated on the uniform sequence and the change reported (default %(default)s)")
     p.add_argument("--window", type=positive_int("--window"), default=200, help="scheduler window")
     p.add_argument("--shared-layers", default=DEFAULT_SHARED, help="fixed-block semantics (default %(default)s)")
     p.add_argument("--batch-alpha", type=float, default=None,
@@ -142,15 +144,11 @@ def run(args: argparse.Namespace) -> int:
         get_policy(args.policy)
     except PolicyError as e:
         raise UsageError(str(e)) from None
-    from naspipe.sequences.samplers import SamplerError, parse_sampler
+    from naspipe.cli.common import fixed_sampler_arg
+    from naspipe.sequences.samplers import sampler_forms
 
-    try:
-        sampler = parse_sampler(args.sampler)
-    except SamplerError as e:
-        raise UsageError(str(e)) from None
-    if sampler.online:
-        raise UsageError(f"--sampler {args.sampler} generates the sequence from training losses; a plan needs "
-                         "one fixed up front (uniform, fair, spread[:BASE])")
+    sampler = fixed_sampler_arg(args, "generates the sequence from training losses; a plan needs one fixed up "
+                                      f"front ({sampler_forms(online=False, last=', ')})")
     alpha = DEFAULT_BATCH_ALPHA if args.batch_alpha is None else args.batch_alpha
     if not 0 <= alpha < 1:
         raise UsageError(f"--batch-alpha must lie in [0, 1), got {alpha}")

@@ -48,16 +48,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from naspipe.cli.common import fixed_sampler_arg
     from naspipe.search.constraints import ConstraintError, parse_constraints
-    from naspipe.sequences.samplers import SamplerError, parse_sampler
+    from naspipe.sequences.samplers import sampler_forms
 
-    try:
-        sampler = parse_sampler(args.sampler)
-    except SamplerError as e:
-        raise UsageError(str(e)) from None
-    if sampler.online:
-        raise UsageError(f"--sampler {args.sampler} needs training losses; search draws uniform, fair or "
-                         "spread[:BASE]")
+    sampler = fixed_sampler_arg(args, f"needs training losses; search draws {sampler_forms(online=False)}")
     try:
         constraints = parse_constraints(args.constraint)
     except ConstraintError as e:

@@ -167,14 +167,11 @@ def memory_config(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from naspipe.sequences.samplers import SamplerError, parse_sampler
+    from naspipe.cli.common import fixed_sampler_arg
+    from naspipe.sequences.samplers import sampler_forms
 
-    try:
-        if parse_sampler(args.sampler).online:
-            raise UsageError(f"--sampler {args.sampler} generates the sequence from training losses; the simulator "
-                             "needs a sequence fixed up front (uniform, fair, spread[:BASE], or --sequence)")
-    except SamplerError as e:
-        raise UsageError(str(e)) from None
+    fixed_sampler_arg(args, "generates the sequence from training losses; the simulator needs a sequence fixed up "
+                            f"front ({sampler_forms(online=False, last=', ')}, or --sequence)")
     cfg = resolve_run(args, probe=False)  # names and costs only: nothing is built, no process started
     if args.jitter >= 1:
         raise UsageError(f"--jitter must lie in [0, 1), got {args.jitter}")

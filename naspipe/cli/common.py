@@ -160,12 +160,22 @@ def _seeded_sampler(args: argparse.Namespace) -> str:
 
 
 def add_sampler_argument(p: argparse.ArgumentParser, online: bool = True) -> None:
-    """``--sampler``: for ``naspipe reference``, ``train`` (also run-time ``evolution[:LAG]``), ``simulate``."""
-    text = ("subnet sequence: uniform (seeded), fair (strict fairness: every candidate once per group of K "
-            "subnets), spread[:fair|uniform] (the base's candidate frequencies, reuses kept apart)")
-    if online:
-        text += " or evolution[:LAG], generated at run time from the losses of subnets <= j - LAG (default LAG 16)"
-    p.add_argument("--sampler", default="uniform", help=text + "; default %(default)s")
+    """``--sampler``: for ``naspipe reference``, ``train`` (also run-time ``evolution[:LAG]``), ``simulate``; its
+    help lists the registered samplers (``naspipe.sequences.samplers``)."""
+    from naspipe.sequences.samplers import sampler_help
+
+    p.add_argument("--sampler", default="uniform", help=sampler_help(online) + "; default %(default)s")
+
+
+def fixed_sampler_arg(args: argparse.Namespace, needs: str) -> SamplerSpec:
+    """The parsed ``--sampler`` of a command that needs the sequence fixed up front (plan, simulate, search);
+    UsageError for a bad value, and ``--sampler X NEEDS`` for one generated at run time."""
+    from naspipe.sequences.samplers import SamplerError, fixed_sampler
+
+    try:
+        return fixed_sampler(args.sampler, needs, f"--sampler {args.sampler}")
+    except SamplerError as e:
+        raise UsageError(str(e)) from None
 
 
 def resolve_run(args: argparse.Namespace, probe: bool = True) -> RunSpec:

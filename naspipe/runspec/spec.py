@@ -68,6 +68,8 @@ class RunSpec:
     @property
     def replayed(self) -> bool:
         """The sequence was given (a file, a stream or a list), not sampled from the seed."""
+        if self.sampler != "uniform" and not parse_sampler(self.sampler).online:
+            return False  # another seeded sampler made the stream (one registered by a user too)
         return not is_seeded(self.stream)
 
     @property

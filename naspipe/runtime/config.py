@@ -25,7 +25,7 @@ from naspipe.runspec.spec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW,
 from naspipe.runtime.rundir import ConfigError, check_out_dir, prepare_out_dir  # noqa: F401
 from naspipe.sched.policies import PolicyError, StageSpec, make_scheduler
 from naspipe.sched.registry import Policy, get_policy, policy_names
-from naspipe.sequences.samplers import SamplerError, make_stream, parse_sampler
+from naspipe.sequences.samplers import SamplerError, SamplerSpec, make_stream, parse_sampler
 from naspipe.sequences.sequence import ReplayStream, SubnetStream
 from naspipe.spaces.partition import Partition, split_error
 from naspipe.spaces.partition import partition as make_partition
@@ -39,19 +39,15 @@ FAULT_ACTIONS = ("raise", "kill", "exit", "hang")
 # policies whose writes can be ordered by subnet across a stage's replicas (naspipe.runtime.transport.replica_group)
 
 
-def _online(sampler: Any) -> bool:
+def _parsed_sampler(sampler: Any) -> SamplerSpec:
     try:
-        return parse_sampler(str(sampler)).online
+        return parse_sampler(str(sampler))
     except SamplerError as e:
         raise ConfigError(str(e)) from None
 
 
-def _with_sampler(spec: RunSpec, sampler: Any) -> RunSpec:
-    """``spec`` with the sequence of a seeded ``sampler`` (fair, spread) when it was built with another one."""
-    try:
-        parsed = parse_sampler(str(sampler))
-    except SamplerError as e:
-        raise ConfigError(str(e)) from None
+def _with_sampler(spec: RunSpec, parsed: SamplerSpec) -> RunSpec:
+    """``spec`` with the sequence of a seeded sampler (fair, spread) when it was built with another one."""
     if parsed.online or str(parsed) == spec.sampler:
         return spec
     if spec.replayed:
@@ -177,15 +173,15 @@ class TrainConfig:
         options.setdefault("replica_exchange", spec.replica_exchange)
         resume = options.pop("resume", None)  # a run directory or checkpoint/: resolved below
         options.pop("start", None)
-        spec = _with_sampler(spec, options.setdefault("sampler", spec.sampler))
-        if not _online(options["sampler"]):
-            options["sampler"] = spec.sampler  # its canonical name (spread: spread:fair)
-        if _online(options["sampler"]):
+        sampler = _parsed_sampler(options.setdefault("sampler", spec.sampler))
+        spec = _with_sampler(spec, sampler)
+        if sampler.online:
             if spec.replayed:
                 raise ConfigError("a run-time generated sequence (sampler) cannot be combined with sequence")
             subs: tuple[Subnet, ...] = ()
             options["subnet_count"] = spec.subnets
         else:  # refuse a sequence too large to hold before it is materialised
+            options["sampler"] = spec.sampler  # its canonical name (spread: spread:fair)
             replicas = options.get("replicas", 1)  # one that cannot split the batch is refused by validate()
             ok = isinstance(replicas, int) and 1 <= replicas <= spec.space.batch_size
             processes = spec.stages * (replicas if ok else 1) + 1  # stages and launcher
@@ -247,7 +243,7 @@ class TrainConfig:
     @property
     def online(self) -> bool:
         """The sequence is generated at run time from the training losses (every stage builds the stream)."""
-        return parse_sampler(self.sampler).online
+        return _parsed_sampler(self.sampler).online
 
     @property
     def policy_name(self) -> str:
@@ -277,7 +273,7 @@ class TrainConfig:
         """The run's stream; with a run-time sampler a fresh ``OnlineStream`` (each stage builds its own)."""
         if self.online:
             return make_stream(self.space, self.seed, self.n, self.sampler)
-        return ReplayStream.materialize(_TupleStream(self.space, self.sequence))
+        return ReplayStream(self.space, self.sequence, valid=True)
 
     def learning_rate(self) -> float:
         from naspipe.models.optim import DEFAULT_LR
@@ -347,10 +343,7 @@ class TrainConfig:
             raise ConfigError(str(e)) from None
         if (why := split_error(self.partition, self.space)) is not None:
             raise ConfigError(why)
-        try:
-            online = self.online
-        except SamplerError as e:
-            raise ConfigError(str(e)) from None
+        online = self.online
         if online and self.sequence:
             raise ConfigError(f"sampler {self.sampler} generates the sequence; it cannot be combined with one")
         if self.n < 1:
@@ -366,10 +359,11 @@ class TrainConfig:
             raise ConfigError(f"window must be >= 1, got {self.window!r}")
         try:
             spec = StageSpec(0, self.stages, (), False, self.shared)
-            sched = make_scheduler(self.policy, spec, self.stream(), self.window, **self.policy_options)
+            stream = self.stream()
+            sched = make_scheduler(self.policy, spec, stream, self.window, **self.policy_options)
         except PolicyError as e:
             raise ConfigError(str(e)) from None
-        lag = parse_sampler(self.sampler).lag
+        lag = stream.sampler.lag if online else 0  # an OnlineStream's (naspipe.sequences.sequence)
         if online and sched.micro_batches and lag < sched.micro_batches:  # bsp: a group's forwards precede its B
             raise ConfigError(f"sampler {self.sampler} with policy {self.policy}: the lag must be at least the "
                               f"group of {sched.micro_batches} subnets"
@@ -474,17 +468,6 @@ class TrainConfig:
         if every is not None and m and every % m:
             raise ConfigError(f"policy {self.policy} checkpoints only at group boundaries: checkpoint_every "
                               f"must be a multiple of its {m} micro-batches, got {every}")
-
-
-class _TupleStream:
-    def __init__(self, space: SearchSpace, subnets: tuple[Subnet, ...]):
-        self.space, self._s = space, subnets
-
-    def __len__(self) -> int:
-        return len(self._s)
-
-    def __getitem__(self, j: int) -> Subnet:
-        return self._s[j]
 
 
 SEQUENCE_MEMORY_SHARE = 0.25  # the fixed sequence's copies (launcher and every stage) may take this share of memory

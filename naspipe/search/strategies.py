@@ -26,7 +26,7 @@ from naspipe.inputs.wholes import whole
 from naspipe.search.constraints import Constraint, parse_constraints
 from naspipe.search.result import Evaluated, SearchResult
 from naspipe.search.subnet_costs import SearchCosts
-from naspipe.sequences.samplers import make_stream, parse_sampler
+from naspipe.sequences.samplers import fixed_sampler, make_stream, sampler_forms
 from naspipe.spaces.space import SearchSpace, Subnet
 
 EvaluateFn = Callable[[Subnet], Mapping[str, float]]
@@ -135,10 +135,8 @@ def search_space(space: SearchSpace, costs: SearchCosts, evaluate: EvaluateFn, *
         constraints = tuple(c for c in given if not isinstance(c, str)) + parse_constraints(texts)
     if not 0.0 <= crossover <= 1.0:
         raise ValueError(f"crossover probability must lie in [0, 1], got {crossover}")
-    spec = parse_sampler(sampler)  # a SamplerError is a ValueError
-    if spec.online:
-        raise ValueError(f"sampler {spec} needs training losses; a search draws uniform, fair or spread[:BASE]")
-    sampler = str(spec)
+    # a SamplerError is a ValueError
+    sampler = str(fixed_sampler(sampler, f"needs training losses; a search draws {sampler_forms(online=False)}"))
     check_feasible(costs, constraints)
     rng = random.Random(f"naspipe-search:{strategy}:{int(seed)}")
     settings: dict[str, object] = {"params_source": costs.params_source, "latency_source": costs.latency_source,

@@ -26,27 +26,28 @@ reuse distance is never below fair's on the same seed. ``d < k`` on purpose: ``d
 permutation forever (only ``k`` distinct subnets for equal ``k``); the slack keeps the subnets diverse.
 The distance does not depend on the stage count, so runs on any number of stages train the same sequence.
 
-Every random number comes from SHAKE-256 of ``(seed, block, group)`` (as ``UniformStream``), so streams are
-identical on every machine and Python version; subnet ``j`` is a pure function of the seed and ``j``
+Every random number comes from SHAKE-256 of ``(seed, block, group)`` (``shake_words``, as ``UniformStream``), so
+streams are identical on every machine and Python version; subnet ``j`` is a pure function of the seed and ``j``
 (random access, so a run resumes mid-group bit for bit). No torch here.
 """
 
 from __future__ import annotations
 
-import hashlib
-
-from naspipe.sequences.sequence import SubnetStream, UniformStream, _ListLike
+from naspipe.sequences.sequence import SubnetStream, UniformStream, _ListLike, shake_words
 from naspipe.spaces.space import SearchSpace, Subnet
 
 
 def _permutation(seed: int, block: int, group: int, k: int) -> list[int]:
     """A seeded random permutation of ``range(k)`` (Fisher-Yates on SHAKE-256 words)."""
-    raw = hashlib.shake_256(f"naspipe-fair:{seed}:{block}:{group}".encode()).digest(8 * k)
+    words = shake_words(f"naspipe-fair:{seed}:{block}:{group}", k)
     perm = list(range(k))
     for i in range(k - 1, 0, -1):
-        r = int.from_bytes(raw[8 * i: 8 * i + 8], "little") % (i + 1)
+        r = words[i] % (i + 1)
         perm[i], perm[r] = perm[r], perm[i]
     return perm
+
+
+SPREAD_BASES: tuple[str, ...] = ("fair", "uniform")  # the streams ``SpreadStream`` reorders
 
 
 def spread_distance(k: int) -> int:
@@ -92,7 +93,7 @@ class SpreadStream(_ListLike):
     seeded = True
 
     def __init__(self, space: SearchSpace, seed: int, n: int, base: str = "fair"):
-        if base not in ("fair", "uniform"):
+        if base not in SPREAD_BASES:
             raise ValueError(f"spread's base is fair or uniform, got {base!r}")
         if n < 0:
             raise ValueError("number of subnets must be >= 0")

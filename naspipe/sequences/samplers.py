@@ -25,25 +25,29 @@ loss never changes.
 For a pipeline: ``lag`` must not depend on the stage count (or runs on different stage counts would train
 different sequences); with a lag below the number of subnets in flight the pipeline waits for losses.
 
-Samplers fixed by the seed alone (``make_stream``): ``uniform`` (``naspipe.sequences.sequence.UniformStream``),
-``fair`` (strict fairness) and ``spread[:fair|uniform]`` (conflict spreading over that base, fair by
-default), both in ``naspipe.sequences.fair``, whose docstring states their frequency bounds.
+Every sampler is declared once, as a ``Sampler`` given to ``register_sampler`` (as policies are in
+``naspipe.sched.registry``): its name, the factory of its stream, whether it is online, the parser of its argument
+and the words of ``--sampler``'s help. ``parse_sampler``, ``make_stream``, the commands and ``fixed_sampler`` (the
+refusal of an online sampler where the sequence must be fixed up front) read the registry. The built-ins, at the
+end of this module: ``uniform`` (``naspipe.sequences.sequence.UniformStream``), ``fair`` (strict fairness) and
+``spread[:fair|uniform]`` (conflict spreading over that base, fair by default), both in ``naspipe.sequences.fair``,
+whose docstring states their frequency bounds, are fixed by the seed alone; ``evolution[:LAG]`` is online.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
+import os
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from naspipe.sequences.fair import FairStream, SpreadStream
+from naspipe.sequences.fair import SPREAD_BASES, FairStream, SpreadStream
 from naspipe.sequences.sequence import OnlineStream, SubnetStream, UniformStream
 from naspipe.spaces.space import SearchSpace, Subnet
 
-SAMPLERS: tuple[str, ...] = ("uniform", "fair", "spread", "evolution")
-SPREAD_BASES: tuple[str, ...] = ("fair", "uniform")
-CHOICES = "uniform, fair, spread[:fair|uniform] or evolution[:LAG]"
 DEFAULT_LAG = 16
 
 
@@ -121,59 +125,186 @@ def _loss(results: Mapping[int, float], i: int, j: int) -> float:
 
 
 @dataclass(frozen=True)
+class Sampler:
+    """A sampler, declared once: ``register_sampler(Sampler(...))`` is all it takes for ``--sampler NAME`` (its
+    help and its refusals), ``RunSpec``, ``TrainConfig``, ``make_stream``, a plan, the simulator and a search.
+
+    * ``name``: what ``--sampler`` names (lower case, no ``:``);
+    * ``make(space, seed, n, arg)``: the stream of ``n`` subnets; ``arg`` is ``parse``'s value (None for a sampler
+      without argument). A seeded sampler's subnet ``j`` is a pure function of the space, seed, ``arg`` and ``j``
+      (a run resumes and replays it); an online sampler's stream is an ``OnlineStream``;
+    * ``online``: the sequence is generated at run time from the training losses (a plan, the simulator and a
+      search need it fixed up front and refuse it);
+    * ``parse(text)``: the text after the colon (None when there is none) to ``arg``, whose ``str`` is written back
+      in the canonical name (``spread`` is ``spread:fair``); raises SamplerError saying what is allowed. None: the
+      sampler takes no argument;
+    * ``metavar``: the argument's name in messages (``spread[:BASE]``); ``syntax``: the form the choices list
+      (default ``NAME[:METAVAR]``); ``help``: what follows the syntax in ``--sampler``'s help.
+    """
+
+    name: str
+    make: Callable[[SearchSpace, int, int, Any], SubnetStream]
+    online: bool = False
+    parse: Callable[[str | None], Any] | None = None
+    metavar: str = ""
+    syntax: str = ""
+    help: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name or ":" in self.name or self.name != self.name.strip().lower():
+            raise SamplerError(f"bad sampler name {self.name!r}: lower case, no ':'")
+
+    def form(self, full: bool = False) -> str:
+        """``spread[:BASE]``; ``full``: with the argument's values where declared (``spread[:fair|uniform]``)."""
+        if full and self.syntax:
+            return self.syntax
+        return f"{self.name}[:{self.metavar}]" if self.metavar else self.name
+
+
+_REGISTRY: dict[str, Sampler] = {}
+ENV = "NASPIPE_SAMPLER_MODULES"  # modules that registered samplers, imported by a process that misses a name
+_IMPORTED: set[str] = set()
+
+
+def register_sampler(sampler: Sampler, *, replace: bool = False) -> Sampler:
+    """Add ``sampler`` to the registry (``replace=True`` to redefine a name; the same object again is a no-op).
+    A sampler registered from a user's module is recorded in ``NASPIPE_SAMPLER_MODULES``, which the processes a run
+    starts inherit and import on a miss (as ``naspipe.register_policy``). Returns it."""
+    if not isinstance(sampler, Sampler):
+        raise SamplerError(f"register_sampler takes a naspipe Sampler, not {type(sampler).__name__}")
+    old = _REGISTRY.get(sampler.name)
+    if old is not None and old != sampler and not replace:
+        raise SamplerError(f"sampler {sampler.name!r} is already registered; pass replace=True to redefine it")
+    _REGISTRY[sampler.name] = sampler
+    module = getattr(sampler.make, "__module__", None) or ""
+    if module and not module.startswith("naspipe.") and module != "__main__":
+        known = [m for m in os.environ.get(ENV, "").split(",") if m]
+        if module not in known:
+            os.environ[ENV] = ",".join([*known, module])
+    return sampler
+
+
+def unregister_sampler(name: str) -> Sampler:
+    """Remove a registered sampler (tests, notebooks); SamplerError if it is not registered."""
+    try:
+        return _REGISTRY.pop(name)
+    except KeyError:
+        raise SamplerError(f"unknown sampler {name!r}") from None
+
+
+def get_sampler(name: str) -> Sampler | None:
+    """The registered ``Sampler`` of ``name`` (importing the recorded user modules on a miss), or None."""
+    if name not in _REGISTRY:
+        for module in filter(None, os.environ.get(ENV, "").split(",")):
+            if module not in _IMPORTED:
+                _IMPORTED.add(module)
+                importlib.import_module(module)
+    return _REGISTRY.get(name)
+
+
+def sampler_names() -> list[str]:
+    """Registered sampler names, in registration order (the built-ins first)."""
+    return list(_REGISTRY)
+
+
+def sampler_forms(*, online: bool | None = None, full: bool = False, last: str = " or ") -> str:
+    """The registered samplers for a message, in registration order: ``uniform, fair or spread[:BASE]``.
+    ``online``: only those generated at run time (True) or fixed by the seed (False); ``full``: the arguments'
+    values where declared (``spread[:fair|uniform]``); ``last``: what precedes the last one."""
+    forms = [s.form(full) for s in _REGISTRY.values() if online is None or s.online == online]
+    return last.join([", ".join(forms[:-1]), forms[-1]]) if len(forms) > 1 else "".join(forms)
+
+
+def sampler_help(online: bool = True) -> str:
+    """``--sampler``'s help: every sampler fixed by the seed, then (``online``) those generated at run time."""
+    def listed(group: list[Sampler]) -> str:
+        return ", ".join(s.form(True) + s.help for s in group)
+
+    text = "subnet sequence: " + listed([s for s in _REGISTRY.values() if not s.online])
+    run_time = [s for s in _REGISTRY.values() if s.online]
+    return text + " or " + listed(run_time) if online and run_time else text
+
+
+@dataclass(frozen=True)
 class SamplerSpec:
-    """A parsed ``--sampler`` value: ``uniform``, ``fair``, ``spread[:BASE]`` or ``evolution[:LAG]``."""
+    """A parsed ``--sampler`` value: a registered sampler's name and its parsed argument (None without one)."""
 
     kind: str = "uniform"
-    lag: int = DEFAULT_LAG
-    base: str = "fair"  # spread's base distribution
+    arg: Any = None
+
+    @property
+    def sampler(self) -> Sampler:
+        found = get_sampler(self.kind)
+        if found is None:
+            raise SamplerError(f"unknown sampler {self.kind!r}; choose {sampler_forms(full=True)}")
+        return found
 
     @property
     def online(self) -> bool:
         """The sequence is generated at run time from the losses (not a function of the seed alone)."""
-        return self.kind == "evolution"
+        return self.sampler.online
 
     def __str__(self) -> str:
-        if self.kind in ("uniform", "fair"):
-            return self.kind
-        if self.kind == "spread":
-            return f"spread:{self.base}"
-        return f"{self.kind}:{self.lag}"
+        return self.kind if self.arg is None else f"{self.kind}:{self.arg}"
 
 
 def parse_sampler(text: str) -> SamplerSpec:
-    """``uniform``, ``fair``, ``spread[:fair|uniform]`` (default base fair) or ``evolution[:LAG]`` (LAG a
-    whole number >= 1, default 16); SamplerError otherwise."""
-    kind, sep, lag_text = str(text).strip().lower().partition(":")
-    if kind not in SAMPLERS:
-        raise SamplerError(f"unknown sampler {text!r}; choose {CHOICES}")
-    if kind in ("uniform", "fair"):
+    """``NAME[:ARG]`` of a registered sampler (the built-ins: ``uniform``, ``fair``, ``spread[:fair|uniform]``,
+    default base fair, and ``evolution[:LAG]``, LAG a whole number >= 1, default 16); SamplerError otherwise."""
+    kind, sep, arg = str(text).strip().lower().partition(":")
+    sampler = get_sampler(kind)
+    if sampler is None:
+        raise SamplerError(f"unknown sampler {text!r}; choose {sampler_forms(full=True)}")
+    if sampler.parse is None:
         if sep:
             raise SamplerError(f"sampler {kind!r} takes no argument, got {text!r}")
         return SamplerSpec(kind)
-    if kind == "spread":
-        base = lag_text.strip() if sep else "fair"
-        if base not in SPREAD_BASES:
-            raise SamplerError(f"bad sampler {text!r}: spread's base is fair or uniform (spread:fair, spread:uniform)")
-        return SamplerSpec("spread", base=base)
-    if not sep:
-        return SamplerSpec(kind, DEFAULT_LAG)
-    if not lag_text.strip().isdigit() or int(lag_text) < 1:
-        raise SamplerError(f"bad sampler {text!r}: use evolution:LAG with a whole number LAG >= 1")
-    return SamplerSpec(kind, int(lag_text))
+    try:
+        return SamplerSpec(kind, sampler.parse(arg if sep else None))
+    except SamplerError as e:
+        raise SamplerError(f"bad sampler {text!r}: {e}") from None
+
+
+def fixed_sampler(text: str, needs: str, named: str | None = None) -> SamplerSpec:
+    """``text`` parsed for a reader that needs the sequence fixed before the run (a plan, the simulator, a search);
+    SamplerError ``"NAMED NEEDS"`` for a sampler that generates it at run time (``named``: default ``sampler``
+    and its canonical name)."""
+    spec = parse_sampler(text)
+    if spec.online:
+        raise SamplerError(f"{named or f'sampler {spec}'} {needs}")
+    return spec
 
 
 def make_stream(space: SearchSpace, seed: int, n: int, spec: SamplerSpec | str = "uniform") -> SubnetStream:
-    """The subnet stream of a run: ``UniformStream``, ``FairStream``, ``SpreadStream`` or an ``OnlineStream``
-    over an ``EvolutionSampler``.
+    """The subnet stream of a run, made by the registered sampler ``spec`` names (the built-ins:
+    ``UniformStream``, ``FairStream``, ``SpreadStream`` or an ``OnlineStream`` over an ``EvolutionSampler``).
 
     An online stream must be told each loss (``stream.report(j, loss)``) right after subnet ``j`` trains.
     """
     spec = parse_sampler(spec) if isinstance(spec, str) else spec
-    if spec.kind == "uniform":
-        return UniformStream(space, seed, n)
-    if spec.kind == "fair":
-        return FairStream(space, seed, n)
-    if spec.kind == "spread":
-        return SpreadStream(space, seed, n, spec.base)
-    return OnlineStream(space, EvolutionSampler(space, seed, lag=spec.lag), n)
+    return spec.sampler.make(space, seed, n, spec.arg)
+
+
+def _spread_base(arg: str | None) -> str:
+    base = "fair" if arg is None else arg.strip()
+    if base not in SPREAD_BASES:
+        raise SamplerError("spread's base is fair or uniform (spread:fair, spread:uniform)")
+    return base
+
+
+def _lag(arg: str | None) -> int:
+    if arg is None:
+        return DEFAULT_LAG
+    if not arg.strip().isdigit() or int(arg) < 1:
+        raise SamplerError("use evolution:LAG with a whole number LAG >= 1")
+    return int(arg)
+
+
+register_sampler(Sampler("uniform", lambda space, seed, n, _: UniformStream(space, seed, n), help=" (seeded)"))
+register_sampler(Sampler("fair", lambda space, seed, n, _: FairStream(space, seed, n),
+                         help=" (strict fairness: every candidate once per group of K subnets)"))
+register_sampler(Sampler("spread", SpreadStream, parse=_spread_base, metavar="BASE", syntax="spread[:fair|uniform]",
+                         help=" (the base's candidate frequencies, reuses kept apart)"))
+register_sampler(Sampler("evolution", lambda space, seed, n, lag: OnlineStream(space, EvolutionSampler(
+    space, seed, lag=lag), n), online=True, parse=_lag, metavar="LAG",
+    help=", generated at run time from the losses of subnets <= j - LAG (default LAG 16)"))

@@ -5,7 +5,7 @@ window ahead. Streams here are deterministic by construction:
 
 * ``UniformStream`` draws subnet ``j`` from SHAKE-256 of ``(seed, j)``, so it is identical for the same
   seed on every machine and Python version, and random access (for resume, for any stage) is free;
-* ``ReplayStream`` replays a file written by ``save_sequence``;
+* ``ReplayStream`` holds a list of subnets: a file written by ``save_sequence``, a materialised stream;
 * ``OnlineStream`` wraps an ``OnlineSampler``: a generator whose subnet ``j`` may depend on results of
   subnets up to ``j - lag`` only, which keeps runs reproducible.
 
@@ -54,6 +54,13 @@ class _ListLike:
         return subnets_digest(list(self))
 
 
+def shake_words(key: str, count: int) -> list[int]:
+    """``count`` 64-bit words (little-endian) of SHAKE-256 of ``key``: every seeded stream's randomness (uniform,
+    fair, spread), the same on every machine and Python version."""
+    raw = hashlib.shake_256(key.encode()).digest(8 * count)
+    return [int.from_bytes(raw[8 * i: 8 * i + 8], "little") for i in range(count)]
+
+
 class UniformStream(_ListLike):
     """Uniform single-path sampling: every choice block picks a candidate uniformly."""
 
@@ -72,23 +79,25 @@ class UniformStream(_ListLike):
             raise IndexError(j)
         s = self._cache.get(j)
         if s is None:
-            raw = hashlib.shake_256(f"naspipe-uniform:{self.seed}:{j}".encode()).digest(8 * len(self._ks))
-            s = tuple(
-                int.from_bytes(raw[8 * b: 8 * b + 8], "little") % k if k > 1 else 0
-                for b, k in enumerate(self._ks)
-            )
+            words = shake_words(f"naspipe-uniform:{self.seed}:{j}", len(self._ks))
+            s = tuple(w % k if k > 1 else 0 for w, k in zip(words, self._ks, strict=True))
             self._cache[j] = s
         return s
 
 
 class ReplayStream(_ListLike):
-    """A recorded sequence (from ``save_sequence`` or any list of subnets)."""
+    """A list of subnets as a stream: a recorded sequence (``from_file``), a materialised stream, any list."""
 
-    def __init__(self, space: SearchSpace, subnets: Sequence[Sequence[int] | Mapping[str, str]]):
-        """``subnets``: index lists or ``{label: candidate}`` dicts."""
+    def __init__(self, space: SearchSpace, subnets: Sequence[Sequence[int] | Mapping[str, str]], *,
+                 valid: bool = False):
+        """``subnets``: index lists or ``{label: candidate}`` dicts, each validated against ``space``;
+        ``valid=True``: subnet tuples already valid in ``space`` (another stream's), held as given."""
         self.space = space
-        self._subnets = [space.subnet_from_dict(s) if isinstance(s, Mapping) else space.validate_subnet(list(s))
-                         for s in subnets]
+        if valid:
+            self._subnets: list[Subnet] = list(subnets)  # type: ignore[arg-type]
+        else:
+            self._subnets = [space.subnet_from_dict(s) if isinstance(s, Mapping)
+                             else space.validate_subnet(list(s)) for s in subnets]
 
     def __len__(self) -> int:
         return len(self._subnets)
@@ -99,10 +108,7 @@ class ReplayStream(_ListLike):
     @classmethod
     def materialize(cls, stream: SubnetStream) -> ReplayStream:
         """A list-backed copy of an already valid stream (no re-validation)."""
-        out = cls.__new__(cls)
-        out.space = stream.space
-        out._subnets = [stream[j] for j in range(len(stream))]
-        return out
+        return cls(stream.space, [stream[j] for j in range(len(stream))], valid=True)
 
     @classmethod
     def from_file(cls, space: SearchSpace, path: str | Path) -> ReplayStream:
@@ -130,23 +136,12 @@ class ReplayStream(_ListLike):
                 subnets.append(space.subnet_from_dict(sub) if isinstance(sub, dict) else space.validate_subnet(sub))
             except SpaceError as e:
                 raise SpaceError(f"{path}: subnet {i}: {e}") from None
-        stream = cls.materialize(_Listed(space, subnets))
+        stream = cls(space, subnets, valid=True)
         recorded = data.get("sha256")
         if recorded is not None and recorded != stream.digest():
             raise SpaceError(f"{path}: its sha256 {str(recorded)[:12]}... does not match its subnets "
                              f"({stream.digest()[:12]}...): the file was changed after it was written")
         return stream
-
-
-class _Listed:
-    def __init__(self, space: SearchSpace, subnets: list[Subnet]):
-        self.space, self._s = space, subnets
-
-    def __len__(self) -> int:
-        return len(self._s)
-
-    def __getitem__(self, j: int) -> Subnet:
-        return self._s[j]
 
 
 def save_sequence(stream: SubnetStream, path: str | Path) -> str:

@@ -202,11 +202,11 @@ def plan(space: SearchSpace | str, devices: int, *, subnets: int = 500, policy: 
     ``refused`` as ``{stages, replicas, reason}``, so a plan never ranks first a split ``train`` refuses."""
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise ValueError(f"devices must be a whole number >= 1, got {devices!r}")
-    from naspipe.sequences.samplers import parse_sampler
+    from naspipe.sequences.samplers import fixed_sampler, sampler_forms
 
-    if parse_sampler(sampler).online:  # (RunSpec.create would stand a uniform placeholder in for its sequence)
-        raise ValueError(f"sampler {sampler} generates the sequence from training losses; a plan needs one fixed "
-                         "up front (uniform, fair, spread[:BASE])")
+    # (RunSpec.create would stand a uniform placeholder in for a run-time sampler's sequence)
+    fixed_sampler(sampler, "generates the sequence from training losses; a plan needs one fixed up front "
+                           f"({sampler_forms(online=False, last=', ')})", f"sampler {sampler}")
     # (a preset name for the space, counts and a seed checked in one line, as every run's; naspipe.runspec.spec)
     base = RunSpec.create(space, subnets=subnets, seed=seed, policy=policy, window=window,
                           shared_layers=shared or SharedLayers(), sampler=sampler)

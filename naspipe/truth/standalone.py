@@ -18,23 +18,11 @@ from typing import Any
 
 import torch
 
+from naspipe.sequences.sequence import ReplayStream
 from naspipe.spaces.space import SearchSpace, resolve_space
 from naspipe.truth.records import SHARED_LAYERS, TruthError
 
 _SPACES: dict[str, SearchSpace] = {}
-
-
-class _Repeat:
-    """The stream of one architecture, ``n`` times."""
-
-    def __init__(self, arch: tuple[int, ...], n: int):
-        self.arch, self.n = arch, n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, j: int) -> tuple[int, ...]:
-        return self.arch
 
 
 def init_worker() -> None:
@@ -65,7 +53,8 @@ def train_entry(space: SearchSpace, arch: tuple[int, ...], seed: int, steps: int
     from naspipe.spaces.shared import parse_shared
 
     torch.set_num_threads(1)
-    res = train_reference(space, _Repeat(tuple(arch), steps), seed, parse_shared(SHARED_LAYERS),
+    repeated = ReplayStream(space, [tuple(arch)] * steps, valid=True)  # one architecture, ``steps`` times
+    res = train_reference(space, repeated, seed, parse_shared(SHARED_LAYERS),
                           optimizer=optimizer, lr=lr, threads=1)
     scores = evaluate(res.model, arch, heldout_batches(space))
     h = hashlib.sha256()

@@ -112,7 +112,7 @@ def test_the_fair_sequence_is_pinned_across_versions():
 
 def test_sampler_names_parse_and_refuse_with_one_line():
     assert str(parse_sampler("fair")) == "fair" and not parse_sampler("fair").online
-    assert parse_sampler("spread") == SamplerSpec("spread", base="fair")
+    assert parse_sampler("spread") == SamplerSpec("spread", "fair")
     assert str(parse_sampler("Spread:Uniform")) == "spread:uniform"
     assert parse_sampler("evolution:4").online
     for bad in ("fair:2", "spread:evolution", "spread:", "annealing"):

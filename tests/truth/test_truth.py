@@ -167,12 +167,12 @@ def test_standalone_entry_is_a_model_of_only_its_candidates():
     so the entry is the same as a fresh model holding only the architecture's candidates."""
     from naspipe.models import build_stage
     from naspipe.oracle.sequential_trainer import train_reference
+    from naspipe.sequences.sequence import ReplayStream
     from naspipe.spaces.shared import parse_shared
-    from naspipe.truth.standalone import _Repeat
 
     sp = resolve_space(SPACE)
     arch = (0, 1, 4, 2, 0)
-    res = train_reference(sp, _Repeat(arch, 5), 3, parse_shared("serial"), optimizer="momentum")
+    res = train_reference(sp, ReplayStream(sp, [arch] * 5), 3, parse_shared("serial"), optimizer="momentum")
     fresh = build_stage(sp, range(sp.num_blocks), 3, parse_shared("serial"))
     for b, blk in enumerate(sp.blocks):
         for c in range(blk.k):
