@@ -220,7 +220,7 @@ class SchedulerTable(MutableMapping[str, type]):
         if kept is not None and kept.scheduler is scheduler:
             _REGISTRY[name] = kept
             return
-        causal = any(c.__name__ == "CSPScheduler" and c.__module__ == "naspipe.sched.policies"
+        causal = any(c.__name__ == "CSPScheduler" and c.__module__ == "naspipe.sched.csp"
                      for c in scheduler.__mro__)
         register_policy(Policy(name, scheduler, causal=causal), replace=True)
 
