@@ -74,7 +74,6 @@ class StageScheduler:
     """
 
     name = "base"
-    options: tuple[str, ...] = ()  # keyword options the policy takes (e.g. "policy:N" sets the first)
     write_kind = BACKWARD  # the task whose completion releases this stage's candidates
     # the write of subnet j waits for the forwards of its whole aligned group [g*G, (g+1)*G) on every stage
     # (BSP's flush: G = micro_batches); 1: a subnet's write waits for no younger subnet's forward. A memory

@@ -11,7 +11,6 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from naspipe.inputs.wholes import whole
 from naspipe.sched.base import DEFAULT_WINDOW, Ready, StageScheduler, StageSpec
 from naspipe.sched.registry import PolicyError
 from naspipe.sched.tasks import BACKWARD, FORWARD, Task
@@ -46,12 +45,11 @@ class BSPScheduler(StageScheduler):
     """GPipe: groups of ``M`` subnets; all forwards, then all backwards, then a flush (one update)."""
 
     name = "bsp"
-    options = ("micro_batches",)
     _containers = (*StageScheduler._containers, "_f_done_in_group", "_held_b")
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, micro_batches: int = 4,
                  **base: Any):
-        micro_batches = whole("bsp's micro_batches", micro_batches, 1, PolicyError)
+        """``micro_batches``: checked by the policy's declaration (a whole number >= 1)."""
         if base.get("start", 0) % micro_batches:
             raise PolicyError(f"bsp resumes only at a group boundary (a multiple of {micro_batches})")
         self.m = self.flush_group = self.micro_batches = micro_batches

@@ -23,6 +23,7 @@ from naspipe.sched.csp import (
     PlannedCriticalPathCSPScheduler,
     SequentialScheduler,
     SplitBackwardCSPScheduler,
+    check_plan_options,
 )
 from naspipe.sched.registry import Policy, register_policy, whole_numbers_from_one
 
@@ -37,7 +38,7 @@ BUILTIN_POLICIES: tuple[Policy, ...] = (
            doc="CSP ranked by critical path: the ready task heading the longest path of work runs first"),
     Policy("csp-plan", PlannedCriticalPathCSPScheduler, causal=True, context_switch=True, replicas=True,
            doc="csp-cp with per-task priority factors chosen by a plan number (naspipe.sim.plan_choice picks one)",
-           options={"plan": int, "eps": float}),
+           options={"plan": int, "eps": float}, check=check_plan_options),
     Policy("csp-bw", SplitBackwardCSPScheduler, causal=True, context_switch=True, replicas=True,
            doc="CSP with a split backward (B, then W)", options={"max_pending_w": int},
            check=whole_numbers_from_one),

@@ -26,7 +26,6 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from naspipe.inputs.wholes import whole
 from naspipe.sched.base import DEFAULT_WINDOW, Ready, StageScheduler, StageSpec
 from naspipe.sched.causal import CausalTracker
 from naspipe.sched.chains import ConflictChains
@@ -274,6 +273,14 @@ def plan_factor_unit(plan: int, stage: int, kind: str, j: int) -> float:
     return (h >> 11) / float(1 << 53)
 
 
+def check_plan_options(name: str, options: dict[str, object]) -> None:
+    """csp-plan's rule beyond types and signs (its ``Policy.check``): ``eps`` lies in [0, 10]."""
+    eps = options.get("eps")
+    if isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 10.0:
+        raise PolicyError(f"csp-plan needs plan >= 0 (a whole number) and eps in [0, 10], "
+                          f"got {options.get('plan', 0)}, {float(eps)}")
+
+
 class PlannedCriticalPathCSPScheduler(CriticalPathCSPScheduler):
     """``csp-cp`` with every priority scaled by a fixed per-task factor ``1 + eps * u(plan, stage, kind, j)``.
 
@@ -287,15 +294,12 @@ class PlannedCriticalPathCSPScheduler(CriticalPathCSPScheduler):
     """
 
     name = "csp-plan"
-    options = ("plan", "eps")
     EPS = 0.2  # the default largest relative perturbation
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, plan: int = 0,
                  eps: float | None = None, **base: Any):
-        eps = self.EPS if eps is None else float(eps)
-        if not isinstance(plan, int) or plan < 0 or not 0.0 <= eps <= 10.0:
-            raise PolicyError(f"csp-plan needs plan >= 0 (a whole number) and eps in [0, 10], got {plan}, {eps}")
-        self.plan, self.eps = plan, eps
+        """``plan``, ``eps``: checked by the policy's declaration (``check_plan_options``)."""
+        self.plan, self.eps = plan, self.EPS if eps is None else float(eps)
         super().__init__(spec, stream, window, **base)
 
     def _factor(self, kind: str, j: int) -> float:
@@ -320,15 +324,14 @@ class SplitBackwardCSPScheduler(ChainCSPScheduler):
     """
 
     name = "csp-bw"
-    options = ("max_pending_w",)
     write_kind = WEIGHT
     _containers = (*ChainCSPScheduler._containers, "_w_ready")
 
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW,
                  max_pending_w: int | None = None, **base: Any):
+        """``max_pending_w`` (default ``2 P``): checked by the policy's declaration (a whole number >= 1)."""
         self._w_ready: list[int] = []
-        self.max_pending_w = whole("max_pending_w", max_pending_w if max_pending_w is not None else 2 * spec.stages,
-                                   1, PolicyError)
+        self.max_pending_w = 2 * spec.stages if max_pending_w is None else max_pending_w
         super().__init__(spec, stream, window, **base)
 
     @property

@@ -29,7 +29,16 @@ from naspipe.sched.csp import (
     SplitBackwardCSPScheduler,
     plan_factor_unit,
 )
-from naspipe.sched.registry import Policy, PolicyError, SchedulerTable, get_policy, parse_policy, register_policy
+from naspipe.sched.registry import (
+    Policy,
+    PolicyError,
+    SchedulerTable,
+    check_options,
+    get_policy,
+    parse_policy,
+    register_policy,
+    scheduler_options,
+)
 from naspipe.sched.registry import policy_names as policy_names
 from naspipe.sequences.sequence import SubnetStream
 
@@ -52,19 +61,18 @@ def follows_causal_rule(policy: str) -> bool:
 
 
 def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, *, start: int = 0,
-                   fence: int | None = None, **options: int) -> StageScheduler:
-    """A fresh scheduler of ``policy`` for one stage. Options: ``micro_batches`` (bsp), ``max_pending_w``."""
+                   fence: int | None = None, **options: object) -> StageScheduler:
+    """A fresh scheduler of ``policy`` for one stage. ``options`` (``micro_batches`` for bsp, ``max_pending_w``,
+    ...; None stands for the default) and those in the policy string are checked by the policy's declaration
+    (``Policy.options`` and ``Policy.check``), the one source; the string's win."""
     pol, text = parse_policy(policy)  # the one grammar (naspipe.sched.registry)
-    name, cls = pol.name, pol.scheduler
-    text_options = getattr(cls, "text_options", False)  # asynchronous baselines: the scheduler reads warmup only
-    options = {**options, **{k: v for k, v in text.items()
-                             if k in cls.options or (text_options and k == "warmup" and v)}}
-    opts = {k: v for k, v in options.items() if v is not None}
-    bad = set(opts) - set(cls.options) - ({"warmup"} if getattr(cls, "text_options", False) else set())
+    taken = scheduler_options(pol.scheduler) & set(pol.options)  # the rest go to the update rule (asynchronous)
+    given = {k: v for k, v in options.items() if v is not None}
+    bad = set(given) - taken
     if bad:
-        raise PolicyError(f"policy {name!r} takes no option {sorted(bad)}")
-    return cls(spec, stream, window, start=start, fence=fence, **opts)
-
+        raise PolicyError(f"policy {pol.name!r} takes no option {sorted(bad)}")
+    opts = {**check_options(pol, given), **{k: v for k, v in text.items() if k in taken}}
+    return pol.scheduler(spec, stream, window, start=start, fence=fence, **opts)
 
 __all__ = [
     "ASPScheduler", "AsyncScheduler", "BSPScheduler", "CSPScheduler", "ChainCSPScheduler", "CriticalPathCSPScheduler",
