@@ -26,7 +26,8 @@ from pathlib import Path
 
 from _common import ROOT, write_result
 
-FILES = ("naspipe/sched/causal.py", "naspipe/sched/policies.py", "naspipe/sched/chains.py",
+FILES = ("naspipe/sched/causal.py", "naspipe/sched/base.py", "naspipe/sched/csp.py", "naspipe/sched/baselines.py",
+         "naspipe/sched/chains.py",
          "naspipe/sched/critical.py", "naspipe/spaces/shared.py", "naspipe/sim/bound.py")  # shared: the layer policies
 TESTS = ("tests/test_shared_layers.py", "tests/sched/test_tables.py", "tests/sched/test_choices.py",
          "tests/test_bound.py", "tests/sched/test_properties.py")  # fastest first: most mutants die early (-x)

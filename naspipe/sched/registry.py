@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
@@ -89,11 +90,11 @@ def register_policy(policy: Policy, *, replace: bool = False) -> Policy:
         raise PolicyError(f"register_policy takes a naspipe Policy, not {type(policy).__name__}")
     if not (isinstance(policy.scheduler, type) and callable(getattr(policy.scheduler, "next_task", None))):
         raise PolicyError(f"policy {policy.name!r}: scheduler must be a StageScheduler subclass")
-    taken = set(getattr(policy.scheduler, "options", ()))
+    taken = scheduler_options(policy.scheduler)
     unread = set(policy.options) - taken
     if unread and not getattr(policy.scheduler, "text_options", False):  # they would be parsed, then dropped
         raise PolicyError(f"policy {policy.name!r}: options {sorted(unread)} are declared but its scheduler "
-                          f"{policy.scheduler.__name__} takes only {sorted(taken)} (its class attribute 'options')")
+                          f"{policy.scheduler.__name__} takes only {sorted(taken)} (its constructor's keywords)")
     old = _REGISTRY.get(policy.name)
     if old is not None and old != policy and not replace:
         raise PolicyError(f"policy {policy.name!r} is already registered; pass replace=True to redefine it")
@@ -162,19 +163,47 @@ def parse_policy(text: str) -> tuple[Policy, dict[str, object]]:
         except ValueError:
             raise PolicyError(f"bad value {value!r} for {name} option {key!r}") from None
         out[key] = v
+    _rules(policy, name, out)
+    return policy, out
+
+
+def check_options(policy: Policy, options: Mapping[str, object]) -> dict[str, object]:
+    """Options given as Python values (``make_scheduler``'s keywords, ``SimOptions.policy_options``) checked
+    against ``policy``'s declaration, the rules of the text grammar: the policy's own ``check`` first, then
+    each value of its declared type (an int stands for a float), then signs. PolicyError (one line)."""
+    out = dict(options)
+    _rules(policy, policy.name, out, typed=True)
+    return out
+
+
+def _rules(policy: Policy, name: str, out: dict[str, object], typed: bool = False) -> None:
     if policy.check is not None:  # the policy's own rule first (bsp:-3 and bsp:0 are refused alike, ">= 1")
         policy.check(name, out)
     for key, v in out.items():
+        want = policy.options[key]
+        if typed and not (type(v) is want or want is float and type(v) is int):
+            raise PolicyError(f"bad value {v!r} for {name} option {key!r}")
         if isinstance(v, (int, float)) and v < 0:
             raise PolicyError(f"{name} option {key!r} must be >= 0, got {v}")
-    return policy, out
+
+
+def scheduler_options(scheduler: type) -> frozenset[str]:
+    """The options a scheduler class takes: its constructors' keyword parameters beyond those of every
+    scheduler (spec, stream, window, start, fence)."""
+    names: set[str] = set()
+    for c in scheduler.__mro__:
+        init = c.__dict__.get("__init__")
+        if init is not None and c is not object:
+            names |= {p.name for p in inspect.signature(init).parameters.values()
+                      if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return frozenset(names - {"self", "spec", "stream", "window", "start", "fence"})
 
 
 def whole_numbers_from_one(name: str, options: dict[str, object]) -> None:
     """A ``Policy.check``: every option is a whole number >= 1 (``bsp:M``, ``csp-bw:N``)."""
     for key, v in options.items():
-        if not isinstance(v, int) or v < 1:
-            raise PolicyError(f"bad policy argument in {name}: {key} must be a whole number >= 1, got {v}")
+        if type(v) is not int or v < 1:
+            raise PolicyError(f"bad policy argument in {name}: {key} must be a whole number >= 1, got {v!r}")
 
 
 def load_policy_spec(text: str) -> str:
@@ -220,7 +249,7 @@ class SchedulerTable(MutableMapping[str, type]):
         if kept is not None and kept.scheduler is scheduler:
             _REGISTRY[name] = kept
             return
-        causal = any(c.__name__ == "CSPScheduler" and c.__module__ == "naspipe.sched.policies"
+        causal = any(c.__name__ == "CSPScheduler" and c.__module__ == "naspipe.sched.csp"
                      for c in scheduler.__mro__)
         register_policy(Policy(name, scheduler, causal=causal), replace=True)
 
@@ -237,6 +266,6 @@ class SchedulerTable(MutableMapping[str, type]):
         return name in _REGISTRY
 
 
-__all__ = ["ENV", "Policy", "PolicyError", "SchedulerTable", "get_policy", "load_policy_spec", "parse_policy",
-           "policy_names", "register_policy", "unregister_policy",
+__all__ = ["ENV", "Policy", "PolicyError", "SchedulerTable", "check_options", "get_policy", "load_policy_spec",
+           "parse_policy", "policy_names", "register_policy", "scheduler_options", "unregister_policy",
            "whole_numbers_from_one"]

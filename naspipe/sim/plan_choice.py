@@ -3,7 +3,7 @@
 Why it exists: optimal schedules hold some ready tasks back, and no fixed greedy rule (csp-cp and a dozen
 variants) gets within a few percent of the optimum on every instance; the best of a few hundred perturbed
 csp-cp rankings per instance does. ``csp-plan`` ranks like csp-cp with per-task factors named by a plan number
-(``naspipe.sched.policies.plan_factor_unit``); ``choose_plan`` (in ``naspipe.sim.engine``, beside ``simulate``,
+(``naspipe.sched.csp.plan_factor_unit``); ``choose_plan`` (in ``naspipe.sim.engine``, beside ``simulate``,
 which calls it) simulates plans ``0, 1, ..., tries - 1`` on the run's own sequence and cost model and keeps
 the shortest makespan (ties: the lowest plan; plan 0 is exactly
 csp-cp, so the chosen plan is never worse than csp-cp in simulation). The budget is a number of simulated

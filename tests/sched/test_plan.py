@@ -107,8 +107,18 @@ def test_needs_plan_and_bad_options():
         with pytest.raises(PolicyError) as e:
             make_scheduler(bad, spec, stream)
         assert "\n" not in str(e.value)
-    with pytest.raises(PolicyError, match="plan >= 0"):
+    with pytest.raises(PolicyError, match="csp-plan option .plan. must be >= 0, got -2"):
         make_scheduler("csp-plan", spec, stream, plan=-2)
+    # keyword options meet the rules of the policy's declaration, the same as those in the policy string
+    with pytest.raises(PolicyError) as text:
+        make_scheduler("csp-plan:eps=11", spec, stream)
+    with pytest.raises(PolicyError) as keyword:
+        make_scheduler("csp-plan", spec, stream, eps=11)
+    assert str(text.value) == str(keyword.value) == "csp-plan needs plan >= 0 (a whole number) and eps in [0, 10], " \
+        "got 0, 11.0"
+    with pytest.raises(PolicyError, match="bad value 1.5 for csp-plan option 'plan'"):
+        make_scheduler("csp-plan", spec, stream, plan=1.5)
+    assert make_scheduler("csp-plan", spec, stream, plan=2, eps=1).eps == 1.0  # an int stands for a float
 
 
 @few_plans()  # the same choice twice, memory-free, among 8 plans (the 200 are the test above)

@@ -107,7 +107,7 @@ class Scenario:
             opts = {"max_pending_w": self.max_pending_w}
         part = partition(self.space, self.stages)
         _LIVE.clear()
-        with mock.patch("naspipe.sched.policies.Window", _RecordingWindow), \
+        with mock.patch("naspipe.sched.base.Window", _RecordingWindow), \
                 mock.patch("naspipe.sim.engine.Trace", _RecordingTrace):
             r = simulate(RunSpec.of(self.space, part, self.stream, policy, window=self.window,
                                     shared=parse_shared(self.shared), seed=self.seed),

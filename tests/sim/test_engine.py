@@ -140,7 +140,7 @@ def test_deadlock_is_reported_with_the_stuck_stages() -> None:
     class Idle(StageScheduler):
         name = "idle"
 
-        def _choose(self):
+        def _choose(self, ready):  # noqa: ANN001
             return None
 
     sp = _unit(2)
