@@ -22,6 +22,7 @@ from typing import Any
 from naspipe.inputs.wholes import whole
 from naspipe.ranking.stats import (
     MIN_ARCHS,
+    RESAMPLES,
     Agreement,
     Estimate,
     TooFewArchitectures,
@@ -295,12 +296,14 @@ def _run_space(run: str | Path, truth: Truth, truth_space: Any) -> Any:
 
 
 def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | None = None,
-         seeds: Sequence[str | Path] = (), space: Any = None, heldout: int | None = None) -> RankReport:
-    """Compare the supernet trained in ``run`` with ``truth`` (a folder or a loaded Truth); see the module.
+         seeds: Sequence[str | Path] = (), space: Any = None, heldout: int | None = None,
+         resamples: int = RESAMPLES) -> RankReport:
+    """Compare the supernet trained in ``run`` with ``truth`` (a folder or a loaded Truth); see the module. Every
+    interval resamples the architectures ``resamples`` times.
 
     Refused before any model loads (ValueError, one line: ``TruthError`` for the truth): ``seeds`` that are one
-    path rather than a list, or runs that differ in more than the seed; a ``heldout`` that is not a whole number
-    >= 1; a truth of fewer than ``MIN_ARCHS`` architectures."""
+    path rather than a list, or runs that differ in more than the seed; a ``heldout`` or ``resamples`` that is not a
+    whole number >= 1; a truth of fewer than ``MIN_ARCHS`` architectures."""
     import time
 
     t0 = time.perf_counter()
@@ -309,6 +312,7 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     seeds = list(seeds)
     if heldout is not None:
         heldout = whole("heldout", heldout, 1)
+    resamples = whole("resamples", resamples, 1)
     tr = truth if isinstance(truth, Truth) else load(truth)
     if len(tr.archs) < MIN_ARCHS:
         raise TooFewArchitectures(f"the truth {tr.folder or ''} holds {len(tr.archs)} architecture"
@@ -322,19 +326,20 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
         space = _run_space(run, tr, truth_space)
     target = [tr.mean_accuracy(a) for a in tr.archs]
     scored = score_run(run, tr, space, heldout)
-    vs_truth, floor_truth = agreement(target, scored.accuracy, scored.loss), seed_floor(tr)
+    vs_truth = agreement(target, scored.accuracy, scored.loss, resamples=resamples)
+    floor_truth = seed_floor(tr, resamples)
     seed_runs = None
     if seeds:
         same = os.path.realpath(run)
         runs = tuple(scored if os.path.realpath(s) == same else score_run(s, tr, space, heldout) for s in seeds)
-        floor = pairwise_tau([s.accuracy for s in runs])
+        floor = pairwise_tau([s.accuracy for s in runs], resamples=resamples)
         assert floor is not None  # (check_seed_runs admits two runs or more)
         seed_runs = SeedRuns(runs, floor, tuple(kendall(target, s.accuracy) for s in runs))
     second = None
     if against is not None:
         other = score_run(against, tr, space, heldout)
-        run_to_run = pairwise_tau([scored.accuracy, other.accuracy])
+        run_to_run = pairwise_tau([scored.accuracy, other.accuracy], resamples=resamples)
         assert run_to_run is not None  # (two columns have a pair)
-        second = Against(other, agreement(target, other.accuracy, other.loss), run_to_run,
-                         difference(target, scored.accuracy, other.accuracy))
+        second = Against(other, agreement(target, other.accuracy, other.loss, resamples=resamples), run_to_run,
+                         difference(target, scored.accuracy, other.accuracy, resamples=resamples))
     return RankReport(tr, scored, vs_truth, floor_truth, seed_runs, second, time.perf_counter() - t0)
