@@ -191,7 +191,7 @@ def test_a_truth_with_missing_entries_is_refused(runs, truth, tmp_path, capsys):
     assert code == 2 and "no such truth folder" in err
 
 
-# ---- issue 43: silent wrong answers and one line instead of a traceback ------------------------------
+# ---- no silent wrong answers: a refusal in one line, not a traceback -----------------------------------
 @pytest.fixture(scope="module")
 def odd_runs(tmp_path_factory) -> dict[str, Path]:
     """Runs that must not be ranked as they are: another optimizer (not a seed run), a copy of the truth's space
@@ -217,8 +217,8 @@ def _refused(capsys, *args: str) -> str:
 
 
 def test_seed_runs_must_differ_in_the_seed_alone(runs, odd_runs, truth, capsys):
-    """Item 1: --seeds of the same run twice, or of runs of another optimizer, gave a floor of 1.00 and a band of
-    0.00 (then "difference"); they are refused, naming the field."""
+    """--seeds of the same run twice, or of runs of another optimizer, would give a floor of 1.00 and a band of 0.00
+    (then "difference"): they are refused, naming the field."""
     err = _refused(capsys, runs["ref"], "--truth", truth, "--seeds", runs["ref"], runs["ref"], "--against",
                    runs["ref1"])
     assert "same run (both of seed 0)" in err
@@ -232,14 +232,15 @@ def test_seed_runs_must_differ_in_the_seed_alone(runs, odd_runs, truth, capsys):
 
 
 def test_a_run_of_another_space_of_the_same_name_is_refused(odd_runs, truth, capsys):
-    """Item 2: a copy of the truth's space with batch 32, under its name, ranked (the truth's space.json stood in
-    for the run's); the digest the run records is compared with the truth's."""
+    """A copy of the truth's space with batch 32, under its name, is not the truth's space: the digest the run
+    records is compared with the truth's (the truth's space.json does not stand in for the run's)."""
     err = _refused(capsys, odd_runs["b32"], "--truth", truth)
     assert "the same name, another definition" in err
 
 
 def test_a_diverged_run_and_all_tied_scores_are_refused(odd_runs, runs, truth, capsys, monkeypatch):
-    """Item 3: NaN losses gave tau 0.00 [0.00, 0.00], regret 0 and the first architecture as the pick."""
+    """NaN losses, or one score for every architecture, rank nothing: refused, not reported as tau 0.00 [0.00,
+    0.00], regret 0 and the first architecture as the pick."""
     err = _refused(capsys, odd_runs["nan"], "--truth", truth)
     assert "NaN or infinite for 40 of 40 architectures" in err and "diverged" in err
     import naspipe.search.run as search_run
@@ -268,19 +269,19 @@ def _edit_arch(src: Path, dst: Path, new: object) -> None:
 
 
 @pytest.mark.parametrize("arch, msg", [
-    ([0, -1, 3, 5, 0], "must be a whole number >= 0, got -1"),  # was: candidate 5 by negative indexing
+    ([0, -1, 3, 5, 0], "must be a whole number >= 0, got -1"),  # (not candidate 5 by negative indexing)
     ([1, 2, 3, 5, 0], "candidate 1 of block 'stem' (a fixed block"),
     ([0, 9, 9, 9, 0], "candidate 9 of block 'cell0' (candidates 0..5)"),
     ([0, 0.5, 3, 5, 0], "must be a whole number >= 0, got 0.5"),
 ])
 def test_architectures_outside_the_space_are_refused(runs, truth, tmp_path, capsys, arch, msg):
-    """Items 7 and 15: the truth's architectures are whole numbers within each block's candidates."""
+    """The truth's architectures are whole numbers within each block's candidates."""
     _edit_arch(truth, tmp_path / "t", arch)
     assert msg in _refused(capsys, runs["ref"], "--truth", tmp_path / "t")
 
 
 def test_the_truths_own_files_are_blamed_not_the_run(runs, truth, tmp_path, capsys):
-    """Item 15: an empty list of architectures, a swapped or corrupt space.json, a path too long."""
+    """An empty list of architectures, a swapped or corrupt space.json, a path too long."""
     t = tmp_path / "t"
     shutil.copytree(truth, t)
     settings = json.loads((t / SETTINGS).read_text())
@@ -299,8 +300,8 @@ def test_the_truths_own_files_are_blamed_not_the_run(runs, truth, tmp_path, caps
 
 
 def test_too_few_architectures_are_said_not_computed(runs, truth, tmp_path, capsys):
-    """Item 8: a 1-architecture truth printed tau 0.00 [0.00, 0.00]; 4 architectures gave a zero-width interval
-    and "difference"."""
+    """Fewer than MIN_ARCHS architectures are refused: one would give tau 0.00 [0.00, 0.00], four a zero-width
+    interval and "difference"."""
     with pytest.raises(TooFewArchitectures, match="too few architectures"):
         difference([0, 1, 2, 3], [0, 1, 2, 3], [3, 2, 1, 0])
     with pytest.raises(TooFewArchitectures):
@@ -313,8 +314,8 @@ def test_too_few_architectures_are_said_not_computed(runs, truth, tmp_path, caps
 
 
 def test_json_has_the_numbers_behind_every_statistic_and_no_nan(runs, truth, capsys):
-    """Item 17: --json carries, per architecture, the truth's mean and the runs' accuracy and loss, so anyone
-    can recompute the statistics; item 5: never a bare NaN (an interval's non-finite bound is null)."""
+    """--json carries, per architecture, the truth's mean and the runs' accuracy and loss, so anyone
+    can recompute the statistics, and never a bare NaN (an interval's non-finite bound is null)."""
     code, out, _ = _rank(capsys, runs["ref"], "--truth", truth, "--against", runs["ref1"], "--json")
     assert code == 0
     d = json.loads(out, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
@@ -329,7 +330,7 @@ def test_json_has_the_numbers_behind_every_statistic_and_no_nan(runs, truth, cap
 
 
 def test_the_python_helpers_refuse_in_one_line(runs, truth):
-    """Item 16: notebook 09's helpers from Python."""
+    """Notebook 09's helpers from Python."""
     from naspipe.viz.trust import rank_scatter, tau_figure
 
     report = naspipe.rank(runs["ref"], load(truth), resamples=FEW)  # a loaded Truth finds its folder's space.json
