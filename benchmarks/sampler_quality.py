@@ -34,11 +34,12 @@ def reference_args(truth: Path) -> list[str]:
 
 
 def joint_bootstrap(stat: Callable[[np.ndarray, np.ndarray], float], n_archs: int, n_seeds: int,
-                    seed: int = 0) -> tuple[float, float]:
+                    seed: int = 0, resamples: int = RESAMPLES) -> tuple[float, float]:
     """95% percentile interval of ``stat(arch_idx, seed_idx)`` resampling architectures and seeds together
-    (both with replacement), so the interval holds the architecture sampling and the seed noise."""
+    (both with replacement, ``resamples`` times), so the interval holds the architecture sampling and the seed
+    noise."""
     rng = np.random.default_rng(seed)
-    values = [stat(rng.integers(0, n_archs, n_archs), rng.integers(0, n_seeds, n_seeds)) for _ in range(RESAMPLES)]
+    values = [stat(rng.integers(0, n_archs, n_archs), rng.integers(0, n_seeds, n_seeds)) for _ in range(resamples)]
     lo, hi = np.percentile(values, [2.5, 97.5])
     return float(lo), float(hi)
 
@@ -47,7 +48,8 @@ def _per_seed(runs: Sequence[dict[str, Any]], key: str) -> list[float]:
     return [r[key]["value"] for r in runs]
 
 
-def compare(target: Sequence[float], base: Sequence[dict[str, Any]], other: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def compare(target: Sequence[float], base: Sequence[dict[str, Any]], other: Sequence[dict[str, Any]],
+            resamples: int = RESAMPLES) -> dict[str, Any]:
     """``other`` against ``base`` (same seeds, in order): mean over seeds of the paired difference of tau
     against the truth and of the regret, each with its joint (architectures x seeds) interval and verdict."""
     from naspipe.ranking.stats import kendall, regret
@@ -68,7 +70,7 @@ def compare(target: Sequence[float], base: Sequence[dict[str, Any]], other: Sequ
     out: dict[str, Any] = {}
     for key, stat in (("tau_difference", tau_diff), ("regret_difference", regret_diff)):
         value = stat(np.arange(len(t)), np.arange(seeds))
-        lo, hi = joint_bootstrap(stat, len(t), seeds)
+        lo, hi = joint_bootstrap(stat, len(t), seeds, resamples=resamples)
         out[key] = {"value": value, "low": lo, "high": hi,
                     "verdict": "difference" if lo > 0 or hi < 0 else "within seed noise"}
     out["per_seed_tau_difference"] = [a - b for a, b in zip(_per_seed(other, "kendall_tau"),

@@ -32,6 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--space", default=None, help="the runs' space when its name cannot be resolved")
     p.add_argument("--heldout", type=positive_int("--heldout"), default=None,
                    help="held-out batches (default: as naspipe search)")
+    p.add_argument("--resamples", type=positive_int("--resamples"), default=None,
+                   help="bootstrap resamples of every interval (default 1000)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -62,12 +64,13 @@ def run(args: argparse.Namespace) -> int:
 
     from naspipe.models.weights import WeightsError
     from naspipe.ranking.compare import rank
+    from naspipe.ranking.stats import RESAMPLES
     from naspipe.search.run import RunError
     from naspipe.spaces.space import SpaceError
 
     try:
         report = rank(args.run_dir, args.truth, against=args.against, seeds=args.seeds, space=args.space,
-                      heldout=args.heldout)
+                      heldout=args.heldout, resamples=args.resamples or RESAMPLES)
     except (TruthError, RunError, WeightsError, SpaceError, ValueError) as e:
         raise UsageError(str(e).splitlines()[0]) from None
     print(json.dumps(report.to_dict(), allow_nan=False) if args.json else report.text())

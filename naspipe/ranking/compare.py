@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 from naspipe.inputs.wholes import whole
 from naspipe.ranking.stats import (
     MIN_ARCHS,
+    RESAMPLES,
     Agreement,
     Estimate,
     TooFewArchitectures,
@@ -35,7 +36,7 @@ from naspipe.ranking.stats import (
 from naspipe.truth.records import Truth, TruthError, check_archs, load, space_of
 
 
-@dataclass
+@dataclass(frozen=True)
 class Scored:
     """A run's estimate for each of the truth's architectures (accuracy and loss, in the truth's order)."""
 
@@ -45,30 +46,53 @@ class Scored:
     config: dict[str, Any]
 
 
-@dataclass
+@dataclass(frozen=True)
+class SeedRuns:
+    """Supernets equal but the seed (``seeds``): floor (b), how much they disagree with each other, and the seed
+    band, how far their taus against the truth spread."""
+
+    runs: tuple[Scored, ...]  # two or more
+    floor: Estimate  # mean Kendall tau over every pair of them
+    taus: tuple[float, ...]  # each one's Kendall tau against the truth, in the order of ``runs``
+
+    @property
+    def band(self) -> float:
+        """The largest difference of tau against the truth that a change of supernet seed alone produced."""
+        return max((abs(a - b) for a, b in combinations(self.taus, 2)), default=0.0)
+
+
+@dataclass(frozen=True)
+class Against:
+    """A second run (``against``) compared with the first and with the truth."""
+
+    run: Scored
+    vs_truth: Agreement
+    run_to_run: Estimate  # Kendall tau between the two runs' scores
+    tau_difference: Estimate  # tau(truth, first) - tau(truth, this), paired bootstrap
+
+
+@dataclass(frozen=True)
 class RankReport:
+    """What ``rank`` finds: the run against the truth, beside floor (a) (None: a truth of one seed) and, where
+    given, the seed runs (floor (b), the seed band) and the second run."""
+
     truth: Truth
     run: Scored
     vs_truth: Agreement
     floor_truth: Estimate | None
-    against: Scored | None = None
-    against_vs_truth: Agreement | None = None
-    run_to_run: Estimate | None = None
-    tau_difference: Estimate | None = None
-    seeds: list[Scored] = field(default_factory=list)
-    floor_runs: Estimate | None = None
-    seed_taus: list[float] = field(default_factory=list)
+    seeds: SeedRuns | None = None
+    against: Against | None = None
     wall_s: float = 0.0
 
     @property
     def seed_band(self) -> float:
-        """The largest difference of tau against the truth that a change of supernet seed alone produced."""
-        return max((abs(a - b) for a, b in combinations(self.seed_taus, 2)), default=0.0)
+        """``seeds``' band; 0 without seed runs."""
+        return self.seeds.band if self.seeds is not None else 0.0
 
     def verdict(self) -> str | None:
-        if self.tau_difference is None:
+        if self.against is None:
             return None
-        return verdict(self.tau_difference, self.seed_band)
+        return verdict(self.against.tau_difference, self.seed_band)
 
     def per_architecture(self) -> list[dict[str, Any]]:
         """The numbers every statistic is computed from, one row per architecture in the truth's order: the
@@ -80,9 +104,10 @@ class RankReport:
                                    "truth_accuracy_per_seed": list(tr.accuracy[a]),
                                    "run_accuracy": self.run.accuracy[i], "run_loss": self.run.loss[i]}
             if self.against is not None:
-                row["against_accuracy"], row["against_loss"] = self.against.accuracy[i], self.against.loss[i]
-            if self.seeds:
-                row["seeds_accuracy"] = [s.accuracy[i] for s in self.seeds]
+                other = self.against.run
+                row["against_accuracy"], row["against_loss"] = other.accuracy[i], other.loss[i]
+            if self.seeds is not None:
+                row["seeds_accuracy"] = [s.accuracy[i] for s in self.seeds.runs]
             rows.append(row)
         return rows
 
@@ -90,6 +115,7 @@ class RankReport:
         """JSON-ready (every number finite: the scores are checked, an interval's non-finite bound is None)."""
         t = self.truth.settings
         pick = self.truth.archs[self.vs_truth.pick]
+        seeds = self.seeds
         out: dict[str, Any] = {
             "truth": {"space": t.space, "space_digest": t.space_digest, "steps": t.steps, "seeds": list(t.seeds),
                       "architectures": len(t.archs), "best_accuracy": max(self.truth.mean_accuracy(a)
@@ -98,18 +124,18 @@ class RankReport:
             "pick": {"arch": list(pick), "name": self.truth.names[pick],
                      "truth_accuracy": self.truth.mean_accuracy(pick)},
             "floors": {"truth_seed_vs_seed": self.floor_truth.to_dict() if self.floor_truth else None,
-                       "supernet_seed_vs_seed": self.floor_runs.to_dict() if self.floor_runs else None,
-                       "supernet_seeds": [s.run for s in self.seeds], "supernet_seed_taus": self.seed_taus,
+                       "supernet_seed_vs_seed": seeds.floor.to_dict() if seeds else None,
+                       "supernet_seeds": [s.run for s in seeds.runs] if seeds else [],
+                       "supernet_seed_taus": list(seeds.taus) if seeds else [],
                        "seed_band": self.seed_band},
             "architectures": self.per_architecture(),
             "wall_s": self.wall_s,
         }
-        if self.against is not None:
-            assert self.against_vs_truth is not None and self.run_to_run and self.tau_difference
-            out["against"] = {"run": self.against.run, "vs_truth": self.against_vs_truth.to_dict(),
-                              "run_to_run_tau": self.run_to_run.to_dict(),
-                              "tau_difference": self.tau_difference.to_dict(), "verdict": self.verdict(),
-                              "same_pick": self.against_vs_truth.pick == self.vs_truth.pick}
+        if (b := self.against) is not None:
+            out["against"] = {"run": b.run.run, "vs_truth": b.vs_truth.to_dict(),
+                              "run_to_run_tau": b.run_to_run.to_dict(),
+                              "tau_difference": b.tau_difference.to_dict(), "verdict": self.verdict(),
+                              "same_pick": b.vs_truth.pick == self.vs_truth.pick}
         return out
 
     def text(self) -> str:
@@ -129,24 +155,23 @@ class RankReport:
                  "noise floors (Kendall tau):"]
         ft = self.floor_truth.text() if self.floor_truth else "n/a (one seed)"
         lines.append(f"  (a) truth seed vs seed      {ft}")
-        if self.floor_runs is not None:
-            lines.append(f"  (b) supernet seed vs seed   {self.floor_runs.text()}  ({len(self.seeds)} runs; their tau "
-                         f"vs truth {', '.join(f'{x:.2f}' for x in self.seed_taus)}: band +-{self.seed_band:.2f})")
+        if (seeds := self.seeds) is not None:
+            lines.append(f"  (b) supernet seed vs seed   {seeds.floor.text()}  ({len(seeds.runs)} runs; their tau "
+                         f"vs truth {', '.join(f'{x:.2f}' for x in seeds.taus)}: band +-{seeds.band:.2f})")
         else:
             lines.append("  (b) supernet seed vs seed   not measured (pass --seeds RUN RUN ... of supernets equal "
                          "but the seed)")
         lines.append(f"  (c) this run vs truth       {a.kendall.text()}")
-        if self.against is not None:
-            b = self.against_vs_truth
-            assert b is not None and self.run_to_run is not None and self.tau_difference is not None
+        if (other := self.against) is not None:
+            b = other.vs_truth
             same = "same pick" if b.pick == a.pick else f"other pick ({self.truth.names[self.truth.archs[b.pick]]})"
             same += _ties(b.pick_ties)
-            lines += [f"against: {self.against.run}",
+            lines += [f"against: {other.run.run}",
                       f"  its Kendall tau vs truth {b.kendall.text()}, regret {b.regret.text(4)}, {same}",
-                      f"  run vs run Kendall tau   {self.run_to_run.text()}"
-                      + (f" (seed floor {self.floor_runs.value:.2f})" if self.floor_runs else ""),
-                      f"  tau difference           {self.tau_difference.text()}: {self.verdict()}"
-                      + ("" if self.seeds else " (no seed band: pass --seeds)")]
+                      f"  run vs run Kendall tau   {other.run_to_run.text()}"
+                      + (f" (seed floor {seeds.floor.value:.2f})" if seeds else ""),
+                      f"  tau difference           {other.tau_difference.text()}: {self.verdict()}"
+                      + ("" if seeds else " (no seed band: pass --seeds)")]
         return "\n".join(lines)
 
 
@@ -161,10 +186,10 @@ def _ties(n: int) -> str:
 def _identity(run_dir: Path) -> dict[str, Any]:
     """What decides a run's numbers: its ``run.json`` identity, or (a run without one) its recorded config."""
     from naspipe.runfolder import runs
-    from naspipe.search.run import _read_config
+    from naspipe.search.run import read_config
 
     data = runs.read_run(run_dir)  # RunFileError (a ValueError) names a malformed file
-    return dict(data["identity"]) if data is not None else dict(_read_config(run_dir))
+    return dict(data["identity"]) if data is not None else dict(read_config(run_dir))
 
 
 # what a change of the supernet's seed changes in a run's identity (the seed, and the subnet sequence it draws)
@@ -201,11 +226,11 @@ def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int
     (by name or, where the run records it, by digest), if an architecture of the truth is not one of its space,
     or if its scores rank nothing (NaN or infinite: a diverged run; every architecture scored alike)."""
     from naspipe.models import heldout_batches
-    from naspipe.search.run import _read_config, load_trained_run, make_evaluator
+    from naspipe.search.run import load_trained_run, make_evaluator, read_config
 
     t = truth.settings
     d = Path(run_dir)
-    name = str(_read_config(d)["space"])
+    name = str(read_config(d)["space"])
     if name != t.space:
         raise TruthError(f"{run_dir} trained space {name!r}; the truth is of space {t.space!r} "
                          f"({t.space_digest[:12]})")
@@ -249,29 +274,36 @@ def _check_behaviour(run_dir: str | Path, ident: dict[str, Any], t: Any) -> None
 
 
 def _run_space(run: str | Path, truth: Truth, truth_space: Any) -> Any:
-    """The truth's recorded space, for a run of a space of that name that cannot be resolved by its name alone (a
-    space from a JSON file); None otherwise (the run's own space is used, and checked against the truth)."""
-    from naspipe.search.run import RunError, _read_config, load_trained_run
+    """The truth's recorded space, for a run of a space of that name that its name alone does not resolve (a space
+    from a JSON file: ``UnknownSpace`` of that name); None otherwise (the run's own space is used, and checked
+    against the truth). Reads the run's config, not its weights."""
+    from naspipe.search.run import read_config
+    from naspipe.spaces.space import SpaceError, UnknownSpace, resolve_space
+    from naspipe.supernet.load import recorded_space
 
     if truth_space is None:
         return None
+    name = str(read_config(run)["space"])
+    if name != truth.settings.space:
+        return None
     try:
-        if str(_read_config(Path(run))["space"]) != truth.settings.space:
-            return None
-        load_trained_run(run)
-    except RunError as e:
-        if "unknown space" in str(e):
-            return truth_space
+        resolve_space(recorded_space(run, name))
+    except UnknownSpace as e:
+        return truth_space if e.name == name else None
+    except SpaceError:  # (scoring the run refuses it, saying what to pass)
+        return None
     return None
 
 
 def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | None = None,
-         seeds: Sequence[str | Path] = (), space: Any = None, heldout: int | None = None) -> RankReport:
-    """Compare the supernet trained in ``run`` with ``truth`` (a folder or a loaded Truth); see the module.
+         seeds: Sequence[str | Path] = (), space: Any = None, heldout: int | None = None,
+         resamples: int = RESAMPLES) -> RankReport:
+    """Compare the supernet trained in ``run`` with ``truth`` (a folder or a loaded Truth); see the module. Every
+    interval resamples the architectures ``resamples`` times.
 
     Refused before any model loads (ValueError, one line: ``TruthError`` for the truth): ``seeds`` that are one
-    path rather than a list, or runs that differ in more than the seed; a ``heldout`` that is not a whole number
-    >= 1; a truth of fewer than ``MIN_ARCHS`` architectures."""
+    path rather than a list, or runs that differ in more than the seed; a ``heldout`` or ``resamples`` that is not a
+    whole number >= 1; a truth of fewer than ``MIN_ARCHS`` architectures."""
     import time
 
     t0 = time.perf_counter()
@@ -280,6 +312,7 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     seeds = list(seeds)
     if heldout is not None:
         heldout = whole("heldout", heldout, 1)
+    resamples = whole("resamples", resamples, 1)
     tr = truth if isinstance(truth, Truth) else load(truth)
     if len(tr.archs) < MIN_ARCHS:
         raise TooFewArchitectures(f"the truth {tr.folder or ''} holds {len(tr.archs)} architecture"
@@ -293,17 +326,20 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
         space = _run_space(run, tr, truth_space)
     target = [tr.mean_accuracy(a) for a in tr.archs]
     scored = score_run(run, tr, space, heldout)
-    report = RankReport(tr, scored, agreement(target, scored.accuracy, scored.loss), seed_floor(tr))
+    vs_truth = agreement(target, scored.accuracy, scored.loss, resamples=resamples)
+    floor_truth = seed_floor(tr, resamples)
+    seed_runs = None
     if seeds:
         same = os.path.realpath(run)
-        report.seeds = [scored if os.path.realpath(s) == same else score_run(s, tr, space, heldout) for s in seeds]
-        report.floor_runs = pairwise_tau([s.accuracy for s in report.seeds])
-        report.seed_taus = [kendall(target, s.accuracy) for s in report.seeds]
+        runs = tuple(scored if os.path.realpath(s) == same else score_run(s, tr, space, heldout) for s in seeds)
+        floor = pairwise_tau([s.accuracy for s in runs], resamples=resamples)
+        assert floor is not None  # (check_seed_runs admits two runs or more)
+        seed_runs = SeedRuns(runs, floor, tuple(kendall(target, s.accuracy) for s in runs))
+    second = None
     if against is not None:
         other = score_run(against, tr, space, heldout)
-        report.against = other
-        report.against_vs_truth = agreement(target, other.accuracy, other.loss)
-        report.run_to_run = pairwise_tau([scored.accuracy, other.accuracy])
-        report.tau_difference = difference(target, scored.accuracy, other.accuracy)
-    report.wall_s = time.perf_counter() - t0
-    return report
+        run_to_run = pairwise_tau([scored.accuracy, other.accuracy], resamples=resamples)
+        assert run_to_run is not None  # (two columns have a pair)
+        second = Against(other, agreement(target, other.accuracy, other.loss, resamples=resamples), run_to_run,
+                         difference(target, scored.accuracy, other.accuracy, resamples=resamples))
+    return RankReport(tr, scored, vs_truth, floor_truth, seed_runs, second, time.perf_counter() - t0)

@@ -26,7 +26,7 @@ from scipy import stats
 if TYPE_CHECKING:
     from naspipe.truth.records import Truth
 
-RESAMPLES = 1000
+RESAMPLES = 1000  # the default bootstrap resamples of every interval (each function takes ``resamples``)
 TOP_FRACTION = 0.1
 MIN_ARCHS = 10  # the fewest architectures a statistic with an interval is computed on
 
@@ -113,21 +113,23 @@ def regret(truth: Sequence[float], est: Sequence[float], est_loss: Sequence[floa
     return max(truth) - truth[pick(est, est_loss)]
 
 
-def bootstrap(stat: Callable[[np.ndarray], float], n: int, seed: int = 0) -> tuple[float, float]:
-    """95% percentile interval of ``stat(indices)`` over ``n`` architectures resampled with replacement."""
+def bootstrap(stat: Callable[[np.ndarray], float], n: int, seed: int = 0,
+              resamples: int = RESAMPLES) -> tuple[float, float]:
+    """95% percentile interval of ``stat(indices)`` over ``n`` architectures resampled with replacement
+    ``resamples`` times."""
     if n < 2:
         v = stat(np.arange(n))
         return v, v
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = stats.bootstrap((np.arange(n),), stat, vectorized=False, n_resamples=RESAMPLES,
+        res = stats.bootstrap((np.arange(n),), stat, vectorized=False, n_resamples=resamples,
                               method="percentile", random_state=np.random.default_rng(seed))
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return lo, hi
 
 
-def estimate(stat: Callable[[np.ndarray], float], n: int, seed: int = 0) -> Estimate:
-    lo, hi = bootstrap(stat, n, seed)
+def estimate(stat: Callable[[np.ndarray], float], n: int, seed: int = 0, resamples: int = RESAMPLES) -> Estimate:
+    lo, hi = bootstrap(stat, n, seed, resamples)
     return Estimate(float(stat(np.arange(n))), lo, hi)
 
 
@@ -149,7 +151,7 @@ class Agreement:
 
 
 def agreement(truth: Sequence[float], est: Sequence[float], est_loss: Sequence[float] | None = None,
-              seed: int = 0) -> Agreement:
+              seed: int = 0, resamples: int = RESAMPLES) -> Agreement:
     """Kendall tau, Spearman rho, top-10% overlap and the regret of the pick, with bootstrap intervals.
     ValueError for columns of different lengths, NaN or infinite scores, or fewer than ``MIN_ARCHS``."""
     cols = [truth, est] + ([est_loss] if est_loss is not None else [])
@@ -160,14 +162,14 @@ def agreement(truth: Sequence[float], est: Sequence[float], est_loss: Sequence[f
     def sub(f: Callable[..., float]) -> Callable[[np.ndarray], float]:
         return lambda i: f(t[i].tolist(), e[i].tolist(), el[i].tolist())
 
-    return Agreement(kendall=estimate(sub(lambda a, b, _: kendall(a, b)), n, seed),
-                     spearman=estimate(sub(lambda a, b, _: spearman(a, b)), n, seed),
-                     top=estimate(sub(lambda a, b, c: top_overlap(a, b, est_loss=c)), n, seed),
-                     regret=estimate(sub(regret), n, seed), pick=(p := pick(e.tolist(), el.tolist())),
+    return Agreement(kendall=estimate(sub(lambda a, b, _: kendall(a, b)), n, seed, resamples),
+                     spearman=estimate(sub(lambda a, b, _: spearman(a, b)), n, seed, resamples),
+                     top=estimate(sub(lambda a, b, c: top_overlap(a, b, est_loss=c)), n, seed, resamples),
+                     regret=estimate(sub(regret), n, seed, resamples), pick=(p := pick(e.tolist(), el.tolist())),
                      pick_ties=int(np.sum((e == e[p]) & (el == el[p]))) - 1)
 
 
-def pairwise_tau(columns: Sequence[Sequence[float]], seed: int = 0) -> Estimate | None:
+def pairwise_tau(columns: Sequence[Sequence[float]], seed: int = 0, resamples: int = RESAMPLES) -> Estimate | None:
     """Mean Kendall tau over every pair of ``columns`` (seeds), with its interval; None for one column."""
     if len(columns) < 2:
         return None
@@ -178,22 +180,23 @@ def pairwise_tau(columns: Sequence[Sequence[float]], seed: int = 0) -> Estimate 
     def stat(i: np.ndarray) -> float:
         return float(np.mean([kendall(cols[a][i], cols[b][i]) for a, b in pairs]))
 
-    return estimate(stat, len(cols[0]), seed)
+    return estimate(stat, len(cols[0]), seed, resamples)
 
 
-def seed_floor(truth: Truth) -> Estimate | None:
+def seed_floor(truth: Truth, resamples: int = RESAMPLES) -> Estimate | None:
     """Floor (a): the truth's own seed-to-seed Kendall tau of held-out accuracy (mean over seed pairs); None for a
     truth of one seed (``TooFewArchitectures`` for one of fewer than ``MIN_ARCHS`` architectures)."""
     s = len(truth.settings.seeds)
-    return pairwise_tau([[truth.accuracy[a][k] for a in truth.archs] for k in range(s)])
+    return pairwise_tau([[truth.accuracy[a][k] for a in truth.archs] for k in range(s)], resamples=resamples)
 
 
-def difference(truth: Sequence[float], est_a: Sequence[float], est_b: Sequence[float], seed: int = 0) -> Estimate:
+def difference(truth: Sequence[float], est_a: Sequence[float], est_b: Sequence[float], seed: int = 0,
+               resamples: int = RESAMPLES) -> Estimate:
     """tau(truth, a) - tau(truth, b) on the same architectures, with its paired bootstrap interval (ValueError
     as ``agreement``)."""
     check_scores([truth, est_a, est_b], "the truth", "estimate a", "estimate b")
     t, a, b = (np.asarray(v, dtype=float) for v in (truth, est_a, est_b))
-    return estimate(lambda i: kendall(t[i], a[i]) - kendall(t[i], b[i]), len(t), seed)
+    return estimate(lambda i: kendall(t[i], a[i]) - kendall(t[i], b[i]), len(t), seed, resamples)
 
 
 def verdict(diff: Estimate, band: float) -> str:

@@ -1,8 +1,9 @@
 """Architecture search on a trained supernet: evaluate subnets with inherited weights, rank, evolve.
 
 Torch-free parts load eagerly (constraints, cost model, strategies, results); the torch side
-(``search_run``, ``search_model``, ``load_trained_run``, ``cost_model``, ``measure_profile``) and the plotly
-figure (``accuracy_vs_cost``) load on first use, so the command line can validate its arguments without importing torch.
+(``search_run``, ``search_model``, ``load_trained_run``, ``read_config``, ``cost_model``, ``measure_profile``) and the
+plotly figure (``accuracy_vs_cost``) load on first use, so the command line can validate its arguments without
+importing torch.
 
     from naspipe.search import parse_constraints, search_run
     result = search_run("runs/digits", strategy="evolution", budget=100,
@@ -20,8 +21,8 @@ from naspipe.search.strategies import STRATEGIES, InfeasibleError, search_space
 from naspipe.search.subnet_costs import ProfileError, SearchCosts
 
 _LAZY = {"search_run": "run", "search_model": "run", "load_trained_run": "run", "cost_model": "run", "RunError": "run",
-         "make_evaluator": "run", "SEARCH_JSON": "run", "measure_profile": "naspipe.preflight.measure",
-         "accuracy_vs_cost": "plot"}
+         "read_config": "run", "make_evaluator": "run", "SEARCH_JSON": "run",
+         "measure_profile": "naspipe.preflight.measure", "accuracy_vs_cost": "plot"}
 
 __all__ = ["Constraint", "ConstraintError", "SearchCosts", "Evaluated", "InfeasibleError", "ProfileError",
            "STRATEGIES", "SearchResult", "format_cost", "parse_constraints", "search_space", "subnet_names",

@@ -91,7 +91,10 @@ def search_model(model: StageModel, *, strategy: str = "evolution", budget: int 
     return result
 
 
-def _read_config(run_dir: Path) -> dict[str, Any]:
+def read_config(run_dir: str | Path) -> dict[str, Any]:
+    """The config a run recorded in its ``metrics.json`` (it holds 'space' and 'seed'); RunError (one line) for a
+    folder without one, an unreadable file, or a config without those keys. Reads no weights."""
+    run_dir = Path(run_dir)
     path = run_dir / runs.METRICS
     try:
         data = jsonfile.loads(path.read_text())
@@ -124,7 +127,7 @@ def load_trained_run(run_dir: str | Path, space: str | SearchSpace | None = None
     d = Path(run_dir)
     if not d.is_dir():
         raise RunError(f"no such run directory: {str(d)!r}")
-    cfg = _read_config(d)
+    cfg = read_config(d)
     try:
         sp = resolve_space(space if space is not None else recorded_space(d, str(cfg["space"])))
     except SpaceError as e:
@@ -152,7 +155,7 @@ def search_run(run_dir: str | Path, *, strategy: str = "evolution", budget: int 
                top: int = 10, **strategy_args: Any) -> SearchResult:
     """Search the supernet trained in ``run_dir``; with ``write`` also store ``RUN_DIR/search.json`` (its ``top``
     subnets). ``heldout``: how many held-out batches score a subnet (default all)."""
-    if heldout is not None:  # (each was a TypeError deep inside; heldout None: every held-out batch)
+    if heldout is not None:  # (a heldout or top that is not a whole number is refused here; None: every batch)
         whole("heldout", heldout, 1, RunError)
     whole("top", top, 0, RunError)
     run = load_trained_run(run_dir, space)

@@ -30,6 +30,15 @@ class SpaceError(ValueError):
     """A search-space description is malformed; the message says which field and what is allowed."""
 
 
+class UnknownSpace(SpaceError):
+    """``name`` is neither a preset nor a file nor what a registered resolver accepts (a space loaded from a JSON
+    file, recorded by its name alone, is one)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
 def replicas_error(batch_size: int, replicas: object) -> str | None:
     """Why ``replicas`` data-parallel replicas cannot train batches of ``batch_size`` samples, in one line (None:
     they can). The one statement of the rule: each replica computes an equal shard of every batch, so the
@@ -499,8 +508,8 @@ def preset(name: str) -> SearchSpace:
             if k < 1:
                 raise SpaceError(f"preset {name!r}: K must be >= 1")
             return make(k)
-    raise SpaceError(f"unknown space {name!r}; presets: {', '.join(preset_names())} "
-                     "(or a path to a JSON file, or module:function)")
+    raise UnknownSpace(name, f"unknown space {name!r}; presets: {', '.join(preset_names())} "
+                             "(or a path to a JSON file, or module:function)")
 
 
 _RESOLVERS: list[Callable[[Any], SearchSpace | None]] = []

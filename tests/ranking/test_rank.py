@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
+from itertools import combinations
+from math import sqrt
 from pathlib import Path
 
 import pytest
-from scipy import stats
 
 import naspipe
 from naspipe.cli import main
@@ -29,22 +29,36 @@ from naspipe.truth.records import ENTRIES, SETTINGS, SPACE_JSON, TABLE, entry_na
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACE = str(ROOT / "data" / "spaces" / "digits-truth.json")
+# 200 bootstrap resamples, not 1000: the tests check an interval's shape and what holds whatever its width, never
+# its digits (as tests/benchmarks/test_sampler_quality.py does)
+FEW = 200
 
 
-@pytest.fixture(autouse=True)
-def _fewer_resamples(monkeypatch):  # noqa: ANN001, ANN202
-    """200 bootstrap resamples, not 1000: the tests check an interval's shape and what holds whatever its width,
-    never its digits (as tests/benchmarks/test_sampler_quality.py does)."""
-    monkeypatch.setattr("naspipe.ranking.stats.RESAMPLES", 200)
+def _tau_b_by_pairs(x: list[float], y: list[float]) -> float:
+    """Kendall's tau-b counted pair by pair: (concordant - discordant) / sqrt((pairs - tied in x) * (pairs - tied
+    in y)); a pair tied on either side counts neither way."""
+    conc = disc = tx = ty = pairs = 0
+    for i, j in combinations(range(len(x)), 2):
+        pairs += 1
+        dx, dy = x[i] - x[j], y[i] - y[j]
+        tx, ty = tx + (dx == 0), ty + (dy == 0)
+        conc, disc = conc + (dx * dy > 0), disc + (dx * dy < 0)
+    return (conc - disc) / sqrt((pairs - tx) * (pairs - ty))
 
 
 # ---- statistics on hand-made cases ------------------------------------------------------------------
-def test_tau_and_rho_agree_with_hand_counts_and_scipy():
+def test_tau_and_rho_agree_with_hand_counts_with_and_without_ties():
     x, y = [1, 2, 3, 4, 5], [1, 3, 2, 5, 4]
     # 10 pairs, 2 discordant ((2,3) and (4,5)): tau = (8 - 2) / 10; rho = 1 - 6 * (0+1+1+1+1) / (5 * 24)
-    assert kendall(x, y) == pytest.approx(0.6) == stats.kendalltau(x, y).statistic
-    assert spearman(x, y) == pytest.approx(0.8) == stats.spearmanr(x, y).statistic
+    assert kendall(x, y) == pytest.approx(0.6)
+    assert spearman(x, y) == pytest.approx(0.8)
+    # ties: of 10 pairs, (1,2) is tied in x and (2,3) in y; 7 concordant, 1 discordant ((0,1)):
+    # tau-b = (7 - 1) / sqrt((10 - 1) * (10 - 1)) = 2/3 (tau-a would be 0.6, tau-c 0.75)
     assert kendall(x, x[::-1]) == pytest.approx(-1.0) and kendall(x, [3] * 5) == 0.0
+    u, v = [1, 2, 2, 3, 4], [2, 1, 3, 3, 4]
+    assert kendall(u, v) == pytest.approx(2 / 3) == pytest.approx(_tau_b_by_pairs(u, v))
+    # rho with ties: Pearson's r of the mid-ranks (1, 2.5, 2.5, 4, 5) and (2, 1, 3.5, 3.5, 5): 7.25 / 9.5
+    assert spearman(u, v) == pytest.approx(29 / 38)
 
 
 def test_top_overlap_and_regret_on_a_hand_made_case():
@@ -59,18 +73,19 @@ def test_top_overlap_and_regret_on_a_hand_made_case():
 def test_agreement_intervals_bracket_the_value_and_are_seeded():
     truth = [i / 40 for i in range(40)]
     est = [t + (0.3 if i % 3 == 0 else -0.2) for i, t in enumerate(truth)]
-    a, b = agreement(truth, est), agreement(truth, est)
+    a, b = agreement(truth, est, resamples=FEW), agreement(truth, est, resamples=FEW)
     assert a == b
     for e in (a.kendall, a.spearman, a.top, a.regret):
         assert e.low <= e.value <= e.high
-    assert a.kendall.value == pytest.approx(stats.kendalltau(truth, est).statistic)
+    assert a.kendall.value == pytest.approx(_tau_b_by_pairs(truth, est))
     assert a.kendall.high - a.kendall.low > 0.01  # an interval, not a point
+    assert agreement(truth, est, resamples=50).kendall != a.kendall  # the intervals take the resamples given
 
 
 def test_pairwise_floor_and_verdict():
     rest = [7, 8, 9, 10]
     cols = [[1, 2, 3, 4, 5, 6, *rest], [1, 2, 3, 4, 6, 5, *rest], [2, 1, 3, 4, 5, 6, *rest]]
-    f = pairwise_tau(cols)
+    f = pairwise_tau(cols, resamples=FEW)
     assert f is not None
     expect = (kendall(cols[0], cols[1]) + kendall(cols[0], cols[2]) + kendall(cols[1], cols[2])) / 3
     assert f.value == pytest.approx(expect)
@@ -106,16 +121,14 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 
 def _rank(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(["rank", *map(str, args)])
+    code = main(["rank", "--resamples", str(FEW), *map(str, args)])
     c = capsys.readouterr()
     return code, c.out, c.err
 
 
 def test_rank_of_a_csp_run_and_of_its_reference_print_the_same_numbers(runs, truth, capsys):
-    t0 = time.perf_counter()
     code, ref, _ = _rank(capsys, runs["ref"], "--truth", truth)
-    wall = time.perf_counter() - t0
-    assert code == 0 and wall < 60, wall
+    assert code == 0
     code, csp, _ = _rank(capsys, runs["csp"], "--truth", truth)
     assert code == 0
     strip = [line for line in ref.splitlines() if not line.startswith("run:")]
@@ -178,7 +191,7 @@ def test_a_truth_with_missing_entries_is_refused(runs, truth, tmp_path, capsys):
     assert code == 2 and "no such truth folder" in err
 
 
-# ---- issue 43: silent wrong answers and one line instead of a traceback ------------------------------
+# ---- no silent wrong answers: a refusal in one line, not a traceback -----------------------------------
 @pytest.fixture(scope="module")
 def odd_runs(tmp_path_factory) -> dict[str, Path]:
     """Runs that must not be ranked as they are: another optimizer (not a seed run), a copy of the truth's space
@@ -204,8 +217,8 @@ def _refused(capsys, *args: str) -> str:
 
 
 def test_seed_runs_must_differ_in_the_seed_alone(runs, odd_runs, truth, capsys):
-    """Item 1: --seeds of the same run twice, or of runs of another optimizer, gave a floor of 1.00 and a band of
-    0.00 (then "difference"); they are refused, naming the field."""
+    """--seeds of the same run twice, or of runs of another optimizer, would give a floor of 1.00 and a band of 0.00
+    (then "difference"): they are refused, naming the field."""
     err = _refused(capsys, runs["ref"], "--truth", truth, "--seeds", runs["ref"], runs["ref"], "--against",
                    runs["ref1"])
     assert "same run (both of seed 0)" in err
@@ -219,14 +232,15 @@ def test_seed_runs_must_differ_in_the_seed_alone(runs, odd_runs, truth, capsys):
 
 
 def test_a_run_of_another_space_of_the_same_name_is_refused(odd_runs, truth, capsys):
-    """Item 2: a copy of the truth's space with batch 32, under its name, ranked (the truth's space.json stood in
-    for the run's); the digest the run records is compared with the truth's."""
+    """A copy of the truth's space with batch 32, under its name, is not the truth's space: the digest the run
+    records is compared with the truth's (the truth's space.json does not stand in for the run's)."""
     err = _refused(capsys, odd_runs["b32"], "--truth", truth)
     assert "the same name, another definition" in err
 
 
 def test_a_diverged_run_and_all_tied_scores_are_refused(odd_runs, runs, truth, capsys, monkeypatch):
-    """Item 3: NaN losses gave tau 0.00 [0.00, 0.00], regret 0 and the first architecture as the pick."""
+    """NaN losses, or one score for every architecture, rank nothing: refused, not reported as tau 0.00 [0.00,
+    0.00], regret 0 and the first architecture as the pick."""
     err = _refused(capsys, odd_runs["nan"], "--truth", truth)
     assert "NaN or infinite for 40 of 40 architectures" in err and "diverged" in err
     import naspipe.search.run as search_run
@@ -255,19 +269,19 @@ def _edit_arch(src: Path, dst: Path, new: object) -> None:
 
 
 @pytest.mark.parametrize("arch, msg", [
-    ([0, -1, 3, 5, 0], "must be a whole number >= 0, got -1"),  # was: candidate 5 by negative indexing
+    ([0, -1, 3, 5, 0], "must be a whole number >= 0, got -1"),  # (not candidate 5 by negative indexing)
     ([1, 2, 3, 5, 0], "candidate 1 of block 'stem' (a fixed block"),
     ([0, 9, 9, 9, 0], "candidate 9 of block 'cell0' (candidates 0..5)"),
     ([0, 0.5, 3, 5, 0], "must be a whole number >= 0, got 0.5"),
 ])
 def test_architectures_outside_the_space_are_refused(runs, truth, tmp_path, capsys, arch, msg):
-    """Items 7 and 15: the truth's architectures are whole numbers within each block's candidates."""
+    """The truth's architectures are whole numbers within each block's candidates."""
     _edit_arch(truth, tmp_path / "t", arch)
     assert msg in _refused(capsys, runs["ref"], "--truth", tmp_path / "t")
 
 
 def test_the_truths_own_files_are_blamed_not_the_run(runs, truth, tmp_path, capsys):
-    """Item 15: an empty list of architectures, a swapped or corrupt space.json, a path too long."""
+    """An empty list of architectures, a swapped or corrupt space.json, a path too long."""
     t = tmp_path / "t"
     shutil.copytree(truth, t)
     settings = json.loads((t / SETTINGS).read_text())
@@ -286,8 +300,8 @@ def test_the_truths_own_files_are_blamed_not_the_run(runs, truth, tmp_path, caps
 
 
 def test_too_few_architectures_are_said_not_computed(runs, truth, tmp_path, capsys):
-    """Item 8: a 1-architecture truth printed tau 0.00 [0.00, 0.00]; 4 architectures gave a zero-width interval
-    and "difference"."""
+    """Fewer than MIN_ARCHS architectures are refused: one would give tau 0.00 [0.00, 0.00], four a zero-width
+    interval and "difference"."""
     with pytest.raises(TooFewArchitectures, match="too few architectures"):
         difference([0, 1, 2, 3], [0, 1, 2, 3], [3, 2, 1, 0])
     with pytest.raises(TooFewArchitectures):
@@ -300,8 +314,8 @@ def test_too_few_architectures_are_said_not_computed(runs, truth, tmp_path, caps
 
 
 def test_json_has_the_numbers_behind_every_statistic_and_no_nan(runs, truth, capsys):
-    """Item 17: --json carries, per architecture, the truth's mean and the runs' accuracy and loss, so anyone
-    can recompute the statistics; item 5: never a bare NaN (an interval's non-finite bound is null)."""
+    """--json carries, per architecture, the truth's mean and the runs' accuracy and loss, so anyone
+    can recompute the statistics, and never a bare NaN (an interval's non-finite bound is null)."""
     code, out, _ = _rank(capsys, runs["ref"], "--truth", truth, "--against", runs["ref1"], "--json")
     assert code == 0
     d = json.loads(out, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
@@ -316,14 +330,16 @@ def test_json_has_the_numbers_behind_every_statistic_and_no_nan(runs, truth, cap
 
 
 def test_the_python_helpers_refuse_in_one_line(runs, truth):
-    """Item 16: notebook 09's helpers from Python."""
+    """Notebook 09's helpers from Python."""
     from naspipe.viz.trust import rank_scatter, tau_figure
 
-    report = naspipe.rank(runs["ref"], load(truth))  # a loaded Truth finds its folder's space.json
+    report = naspipe.rank(runs["ref"], load(truth), resamples=FEW)  # a loaded Truth finds its folder's space.json
     assert report.vs_truth.kendall.low <= report.vs_truth.kendall.value
     for bad in (True, 1.5, "2", 0):
         with pytest.raises(ValueError, match="heldout must be a whole number"):
             naspipe.rank(runs["ref"], truth, heldout=bad)
+        with pytest.raises(ValueError, match="resamples must be a whole number"):
+            naspipe.rank(runs["ref"], truth, resamples=bad)
     tr = load(truth)
     acc = [tr.mean_accuracy(a) for a in tr.archs]
     names = [tr.names[a] for a in tr.archs]

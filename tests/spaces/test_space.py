@@ -10,6 +10,7 @@ import pytest
 from naspipe.spaces.space import (
     SearchSpace,
     SpaceError,
+    UnknownSpace,
     load_space,
     preset,
     preset_names,
@@ -143,10 +144,12 @@ def test_undecodable_file_is_a_space_error(tmp_path) -> None:
 
 
 def test_unknown_preset_lists_the_presets() -> None:
-    with pytest.raises(SpaceError, match="unknown space 'naspipe-large'.*naspipe-k48"):
-        preset("naspipe-large")
-    with pytest.raises(SpaceError, match="K must be >= 1"):
+    with pytest.raises(UnknownSpace, match="unknown space 'naspipe-large'.*naspipe-k48") as e:
+        resolve_space("naspipe-large")
+    assert e.value.name == "naspipe-large"  # what naspipe rank asks of a run's recorded space, not the message
+    with pytest.raises(SpaceError, match="K must be >= 1") as k:
         preset("naspipe-k0")
+    assert not isinstance(k.value, UnknownSpace)  # a preset's family, with a K it refuses
 
 
 def test_validate_subnet() -> None:
