@@ -37,6 +37,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from naspipe.errors import UserError
 from naspipe.sequences.fair import FairStream, SpreadStream
 from naspipe.sequences.sequence import OnlineStream, SubnetStream, UniformStream
 from naspipe.spaces.space import SearchSpace, Subnet
@@ -47,7 +48,7 @@ CHOICES = "uniform, fair, spread[:fair|uniform] or evolution[:LAG]"
 DEFAULT_LAG = 16
 
 
-class SamplerError(ValueError):
+class SamplerError(UserError):
     """A sampler description is malformed (one line saying what is allowed)."""
 
 
