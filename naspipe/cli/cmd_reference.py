@@ -148,19 +148,14 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
     from naspipe.oracle.sequential_trainer import ReferenceFailed
     from naspipe.preflight.behaviour import BehaviourError
     from naspipe.runfolder import runs
-    from naspipe.runfolder.runlock import RunLocked, acquire, release
+    from naspipe.runfolder.runlock import release
     from naspipe.runtime.outputs import write_status
     from naspipe.runtime.processes.signals import Terminated, deferred
 
-    written = f"--out {str(out)!r} cannot be written"
-    try:  # the folder is this run's until its last file is written (a second writer is refused)
-        with os_refusal(written):
-            lock = acquire(out)
-    except RunLocked as e:  # (a RuntimeError where the launcher meets it; here a refusal)
-        raise UserError(str(e)) from None
+    lock = _lock(out)  # the folder is this run's until its last file is written (a second writer is refused)
     try:
         _check_out(out, args.overwrite)  # again, under the lock: another run may have written there meanwhile
-        with os_refusal(written):
+        with os_refusal(f"--out {str(out)!r} cannot be written"):
             inputs = [f for f in (args.sequence, args.space) if isinstance(f, (str, Path)) and f]
             runs.clear(out, keep=inputs, kind="reference")  # never an input it reads
             runs.write_run(out, "reference", ident)
@@ -192,6 +187,17 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
             raise  # (naspipe's main prints the one line and exits 143 or 130)
     finally:
         release(out, lock)
+
+
+def _lock(out: Path) -> Any:
+    """The lock of the run folder ``out``; another run holding it, or a folder that cannot be written, is refused."""
+    from naspipe.runfolder.runlock import RunLocked, acquire
+
+    try:
+        with os_refusal(f"--out {str(out)!r} cannot be written"):
+            return acquire(out)
+    except RunLocked as e:  # (a RuntimeError where the launcher meets it; here a refusal)
+        raise UserError(str(e)) from None
 
 
 def _train_and_save(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Path, digest: Any) -> Any:

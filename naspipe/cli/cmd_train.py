@@ -79,6 +79,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how stage processes start (default %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="print metrics.json to stdout")
+    _add_memory_arguments(p)
+    p.add_argument("--replicas", type=positive_int("--replicas"), default=1, metavar="R",
+                   help="data-parallel replicas of every stage: stages x R processes, each batch split into R "
+                        "shards, gradients combined in replica order (default %(default)s)")
+    p.add_argument("--replica-exchange", choices=REPLICA_EXCHANGES, default="exact",
+                   help="exact: gather and sum in replica order, bit-identical to reference --replicas R (default); "
+                        "native: the backend's all-reduce, reproducible run to run but not comparable")
+    p.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # ACTION:STAGE:SUBNET, for tests
+
+
+def _add_memory_arguments(p: argparse.ArgumentParser) -> None:
+    """``--device-memory`` and what it enables: ``--swap``, ``--prefetch-depth``, ``--pin``."""
     p.add_argument("--device-memory", default=None, metavar="SIZE|P%",
                    help="context switching: each stage keeps its candidates in host memory and at most SIZE "
                         "bytes (2GiB) or P%% of its supernet share (25%%) on the device (cpu: a separate buffer pool)")
@@ -95,13 +107,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(subnet, default: the budget counts candidates only) or only while a task uses it (task: "
                         "autograd saves it by reference, so it may leave the device between forward and backward, "
                         "which pays off when activations compete for the device)")
-    p.add_argument("--replicas", type=positive_int("--replicas"), default=1, metavar="R",
-                   help="data-parallel replicas of every stage: stages x R processes, each batch split into R "
-                        "shards, gradients combined in replica order (default %(default)s)")
-    p.add_argument("--replica-exchange", choices=REPLICA_EXCHANGES, default="exact",
-                   help="exact: gather and sum in replica order, bit-identical to reference --replicas R (default); "
-                        "native: the backend's all-reduce, reproducible run to run but not comparable")
-    p.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # ACTION:STAGE:SUBNET, for tests
 
 
 def with_policy_options(policy: str, options: list[str]) -> str:
