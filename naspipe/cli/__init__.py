@@ -1,8 +1,9 @@
 """The ``naspipe`` command. Each subcommand lives in its own module of this package.
 
 A subcommand module defines ``COMMAND`` (its name), ``HELP``, ``add_arguments(parser)`` and
-``run(args) -> int``. Bad input raises ``UsageError``: one line on stderr, exit code 2, no traceback,
-and no process is started.
+``run(args) -> int``. Bad input raises a ``naspipe.errors.UserError`` (the command's own checks and every library
+refusal alike), which ``main`` catches once: one line on stderr, exit code 2, no traceback, and no process is
+started. A failure that is no mistake of the user (a stage that crashed) is said by the command, exit code 1.
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
-from naspipe.cli.common import UsageError
 from naspipe.cli.shutdown import leave_despite_threads
+from naspipe.errors import UserError
 from naspipe.lifecycle.startup import pause_at_first_import
 from naspipe.runtime.processes.signals import EXIT_TERMINATED, Terminated
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2
-        raise UsageError(f"{self.prog}: {message}")
+        raise UserError(f"{self.prog}: {message}")
 
 
 def _commands() -> list:
@@ -62,8 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _AS_COMMAND and args.kernels is not None:
             _enter_kernels(args.kernels)
         return int(args._run(args) or 0)
-    except UsageError as e:
-        print(f"naspipe: error: {e}", file=sys.stderr)
+    except UserError as e:  # a refusal, from the command or the library: its first line (a user's error can span more)
+        print(f"naspipe: error: {first_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
         _stopping()
@@ -77,12 +78,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _enter_kernels(kind: str) -> None:
     """The ``naspipe`` command's own process computes under ``kind`` (it has computed nothing yet)."""
-    from naspipe.lifecycle.kernels import KernelsError, enter
+    from naspipe.lifecycle.kernels import enter
 
-    try:
-        enter(kind)
-    except KernelsError as e:
-        raise UsageError(str(e)) from None
+    enter(kind)  # (a KernelsError is a UserError)
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message: a refusal is said in one line."""
+    return next(iter(str(e).splitlines()), "")
 
 
 def _stopping() -> None:

@@ -30,7 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from naspipe.cli.common import UsageError, add_kernels_argument, named, positive_int
+from naspipe.cli.common import add_kernels_argument, named, positive_int
+from naspipe.errors import UserError
 
 COMMAND = "demo"
 HELP = "train a CSP supernet on the embedded default data, verify it against the reference, summarise"
@@ -105,19 +106,16 @@ def _check_outs(out: Path) -> None:
     """Refuse (one line) when a subfolder of ``out`` holds anything but an earlier demo run of the kind the demo
     writes there: the demo replaces its own runs only (a user's other files there are kept)."""
     from naspipe.runfolder import runs
-    from naspipe.runtime.config import ConfigError, check_out_dir
+    from naspipe.runtime.config import check_out_dir
 
     for sub, kind in RUNS:
         d = out / sub
         owner, held = runs.kind_of(d), runs.held_file(d)
         if held is not None and owner != kind:
             what = f"a {owner} run" if owner else f"{held}, which no naspipe run wrote there"
-            raise UsageError(f"{str(d)!r} holds {what}; naspipe demo writes a {kind} run there and replaces only "
+            raise UserError(f"{str(d)!r} holds {what}; naspipe demo writes a {kind} run there and replaces only "
                              "its own: choose another --out")
-        try:
-            check_out_dir(d, overwrite=True, kind=kind)
-        except ConfigError as e:
-            raise UsageError(str(e)) from None
+        check_out_dir(d, overwrite=True, kind=kind)
     _check_demo_files(out / "csp")
 
 
@@ -140,81 +138,92 @@ def _check_demo_files(d: Path) -> None:
             why = f"is a file which naspipe demo did not write (no {runs.RUN_JSON} marks {str(d)!r} as its run)"
         else:
             continue
-        raise UsageError(f"{str(p)!r} {why}; move it out of {str(d)!r} or choose another --out")
+        raise UserError(f"{str(p)!r} {why}; move it out of {str(d)!r} or choose another --out")
 
 
 def _save_reference(ref: Any, d: Path) -> Path:
     """Replace the reference run in ``d`` with ``ref`` (under the folder's lock; only the run's own files)."""
-    from naspipe.runtime.config import ConfigError
     from naspipe.runtime.rundir import save_reference_run
 
-    try:
-        return save_reference_run(d, lambda folder: ref.save(folder, metrics={}))
-    except ConfigError as e:
-        raise UsageError(str(e)) from None
+    return save_reference_run(d, lambda folder: ref.save(folder, metrics={}))
 
 
 def run(args: argparse.Namespace) -> int:
-    from naspipe.runtime import ConfigError, TrainConfig
-
     out = Path(args.out)
     stages = args.stages if args.stages is not None else default_stages()
-    try:
-        # frozen: the demo shows the schedule's speed-up on a preset, as the README's numbers were measured
-        # (serial, the default for a user's supernet, trains the fixed blocks but serialises their stages)
-        csp_cfg = TrainConfig.create(args.space, out / "csp", stages=stages, subnets=args.subnets,
-                                     seed=args.seed, policy="csp", overwrite=True, save_weights=False,
-                                     shared_layers="frozen", kernels=args.kernels)
-        seq_cfg = csp_cfg.replace(out=out / "sequential", policy="sequential")
-    except ConfigError as e:
-        raise UsageError(str(e)) from None
-    from naspipe.models import model_kind
-
-    try:
-        model_kind(csp_cfg.space)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    _check_outs(out)
-    from naspipe.lifecycle import kernels
-
-    try:  # the reference trains in this process: under the run's kernels
-        kernels.require(args.kernels, "the demo's reference")
-    except kernels.KernelsError as e:
-        raise UsageError(str(e)) from None
-
+    csp_cfg, seq_cfg = _configs(args, out, stages)
     from naspipe.oracle.sequential_trainer import train_reference
     from naspipe.runtime.processes.launcher import TrainError, train  # (naspipe.runtime.train: its hint is for Python)
-    from naspipe.spaces.shared import short_list
-    from naspipe.viz import gantt
-    from naspipe.viz.report import write_report
 
-    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-    cores = usable_cores()
-    say(f"naspipe demo: {args.subnets} subnets of {csp_cfg.space.name} on {stages} stage processes "
-        f"({cores} cores found) -> {out}/")
-    if stages > cores:
-        say(f"note: {stages} stage processes share {cores} cores: the speed-up measures contention too")
-    load = _load_average()
-    if load is not None and load > 0.5 * cores:
-        say(f"note: the machine is busy (load average {load:.1f} on {cores} cores): the stage processes compete "
-            "with other work, so the speed-up shown is lower than on an idle machine")
-    fixed = [b.name for b in csp_cfg.space.blocks if b.fixed]
-    if fixed:  # once, and what a demo user can do about it (the demo itself takes no --shared-layers)
-        say(f"note: the shared layers ({short_list(fixed)}) stay frozen in both runs, as the README's speed-ups were "
-            "measured; `naspipe train --shared-layers serial` trains them")
-    try:
-        say("[1/3] CSP, one process per stage")
+    cores, load = _say_setting(args, csp_cfg, out, stages)
+    try:  # (a ConfigError, e.g. another run holds one of the folders, is a refusal: exit code 2)
+        _say("[1/3] CSP, one process per stage")
         csp = train(csp_cfg)
-        say("[2/3] the sequential policy through the same runtime (throughput baseline)")
+        _say("[2/3] the sequential policy through the same runtime (throughput baseline)")
         seq = train(seq_cfg)
     except TrainError as e:
         print(f"naspipe: error: {e}", file=sys.stderr)
         return 1
-    except ConfigError as e:  # e.g. another run holds one of the folders
-        raise UsageError(str(e)) from None
-    say("[3/3] the independent sequential reference trainer (the oracle)")
+    _say("[3/3] the independent sequential reference trainer (the oracle)")
     ref = train_reference(csp_cfg.space, csp_cfg.stream(), args.seed, csp_cfg.shared, progress=True)
     ref_dir = _save_reference(ref, out / "reference")
+    summary, rows, facts = _summarise(args, csp_cfg, seq_cfg, stages, cores, load, csp, seq, ref, ref_dir)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        _print_summary(summary, rows, facts, stages)
+    return 0 if summary["identical"] else 1
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _configs(args: argparse.Namespace, out: Path, stages: int) -> tuple[Any, Any]:
+    """The CSP and sequential runs' configurations, every check made; a UserError (one line) if one fails."""
+    from naspipe.lifecycle import kernels
+    from naspipe.models import model_kind
+    from naspipe.runtime import TrainConfig
+
+    # frozen: the demo shows the schedule's speed-up on a preset, as the README's numbers were measured
+    # (serial, the default for a user's supernet, trains the fixed blocks but serialises their stages)
+    csp_cfg = TrainConfig.create(args.space, out / "csp", stages=stages, subnets=args.subnets,
+                                 seed=args.seed, policy="csp", overwrite=True, save_weights=False,
+                                 shared_layers="frozen", kernels=args.kernels)
+    seq_cfg = csp_cfg.replace(out=out / "sequential", policy="sequential")
+    model_kind(csp_cfg.space)
+    _check_outs(out)
+    kernels.require(args.kernels, "the demo's reference")  # the reference trains in this process: its kernels
+    return csp_cfg, seq_cfg
+
+
+def _say_setting(args: argparse.Namespace, csp_cfg: Any, out: Path, stages: int) -> tuple[int, float | None]:
+    """What the demo runs, and notes on what lowers the speed-up it shows: ``(cores, load average)``."""
+    from naspipe.spaces.shared import short_list
+
+    cores = usable_cores()
+    _say(f"naspipe demo: {args.subnets} subnets of {csp_cfg.space.name} on {stages} stage processes "
+         f"({cores} cores found) -> {out}/")
+    if stages > cores:
+        _say(f"note: {stages} stage processes share {cores} cores: the speed-up measures contention too")
+    load = _load_average()
+    if load is not None and load > 0.5 * cores:
+        _say(f"note: the machine is busy (load average {load:.1f} on {cores} cores): the stage processes compete "
+             "with other work, so the speed-up shown is lower than on an idle machine")
+    fixed = [b.name for b in csp_cfg.space.blocks if b.fixed]
+    if fixed:  # once, and what a demo user can do about it (the demo itself takes no --shared-layers)
+        _say(f"note: the shared layers ({short_list(fixed)}) stay frozen in both runs, as the README's speed-ups "
+             "were measured; `naspipe train --shared-layers serial` trains them")
+    return cores, load
+
+
+def _summarise(args: argparse.Namespace, csp_cfg: Any, seq_cfg: Any, stages: int, cores: int, load: float | None,
+               csp: Any, seq: Any, ref: Any, ref_dir: Path) -> tuple[dict[str, Any], list[list[str]], dict[str, Any]]:
+    """Verify both runs, write the Gantt chart, the report and ``summary.json``: ``(summary, table rows, what
+    the text says besides)``."""
+    from naspipe.fileio.atomic import write_text_atomic
+    from naspipe.viz import gantt
+    from naspipe.viz.report import write_report
 
     ok_csp, msg_csp = csp.verify(ref_dir)
     ok_seq, msg_seq = seq.verify(ref_dir)
@@ -223,7 +232,6 @@ def run(args: argparse.Namespace) -> int:
     fig.write_html(gantt_path, include_plotlyjs=True)
     report_path = write_report(csp_cfg.out, csp_cfg.out / REPORT, reference=ref_dir)
     summary_path = csp_cfg.out / SUMMARY
-
     base = seq.metrics["subnets_per_s"]
     speedup = csp.metrics["subnets_per_s"] / base if base else 0.0
     identical = ok_csp and ok_seq
@@ -241,25 +249,25 @@ def run(args: argparse.Namespace) -> int:
         "report": str(report_path), "gantt": str(gantt_path), "summary": str(summary_path),
         "reproducible": identical,  # the name older summary.json readers know
     }
-    from naspipe.fileio.atomic import write_text_atomic
-
     write_text_atomic(summary_path, json.dumps(summary, indent=1))
-    if args.json:
-        print(json.dumps(summary))
-        return 0 if identical else 1
     rows = [_row("csp", csp.metrics, base, "identical" if ok_csp else "DIFFERS"),
             _row("sequential", seq.metrics, base, "identical" if ok_seq else "DIFFERS")]
+    return summary, rows, {"k": k, "ok_csp": ok_csp, "msg_csp": msg_csp, "speedup": speedup}
+
+
+def _print_summary(summary: dict[str, Any], rows: list[list[str]], facts: dict[str, Any], stages: int) -> None:
+    """The table, the verdict and where to look next."""
+    k, ok_csp = facts["k"], facts["ok_csp"]
     print()
     print(_table(rows))
-    print(f"\nCSP trains {speedup:.2f}x the subnets/s of the sequential policy on {stages} stage processes "
+    print(f"\nCSP trains {facts['speedup']:.2f}x the subnets/s of the sequential policy on {stages} stage processes "
           f"(mean task {summary['mean_task_ms']:.2f} ms), and its weights are "
           + ("bit-identical to the sequential reference." if ok_csp else "NOT identical to the reference."))
     print(f"mean training loss: first {k} subnets {summary['loss_first']:.3f}, last {k} {summary['loss_last']:.3f}")
-    print(f"verify csp vs reference: {msg_csp}")
+    print(f"verify csp vs reference: {facts['msg_csp']}")
     print("\nwhere to look next:")
-    print(f"  report (open in a browser): {report_path}")
-    print(f"  Gantt chart:                {gantt_path}")
-    print(f"  summary (JSON):             {summary_path}")
-    print(f"  same check by hand:         naspipe verify {csp_cfg.out} {ref_dir}")
+    print(f"  report (open in a browser): {summary['report']}")
+    print(f"  Gantt chart:                {summary['gantt']}")
+    print(f"  summary (JSON):             {summary['summary']}")
+    print(f"  same check by hand:         naspipe verify {summary['runs']['csp']} {summary['runs']['reference']}")
     print("  notebooks:                  make lab   (then notebooks/01_quickstart.ipynb)")
-    return 0 if identical else 1

@@ -20,8 +20,9 @@ import argparse
 import json
 import sys
 
-from naspipe.cli.cmd_simulate import add_link_arguments, link_from_args
-from naspipe.cli.common import UsageError, positive_int
+from naspipe.cli.cmd_simulate import add_link_arguments, batch_alpha_from_args, link_from_args
+from naspipe.cli.common import positive_int
+from naspipe.errors import UserError
 from naspipe.runspec.spec import DEFAULT_SHARED
 from naspipe.sched.policies import DEFAULT_POLICY
 
@@ -75,21 +76,18 @@ def run_nodes(args: argparse.Namespace) -> int:
     if train[:1] == ["--"]:
         train = train[1:]
     if "--out" not in train and not any(a.startswith("--out=") for a in train):
-        raise UsageError("give --out after --: the run directory, on a file system every node shares (or collect "
+        raise UserError("give --out after --: the run directory, on a file system every node shares (or collect "
                          "each node's parts/ there afterwards)")
     world = args.nodes * args.procs_per_node
     # the same parse and checks every rank makes (one line, exit 2), on this machine's CPU: the devices are theirs
     cfg, _ = world_config(train, world, device_here=False)
     addrs = args.node_addrs.split(",") if args.node_addrs else []
     ifnames = args.ifname.split(",") if args.ifname else []
-    try:
-        plan = make_plan(args.nodes, args.procs_per_node, train, addrs, ifnames, port=args.rdzv_port,
-                         rdzv_id=args.rdzv_id, join_timeout=args.join_timeout)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    plan = make_plan(args.nodes, args.procs_per_node, train, addrs, ifnames, port=args.rdzv_port,
+                     rdzv_id=args.rdzv_id, join_timeout=args.join_timeout)
     if args.slurm:
         if not ifnames:
-            raise UsageError("--slurm needs --ifname: the interface of the network the ranks use (one for all nodes, "
+            raise UserError("--slurm needs --ifname: the interface of the network the ranks use (one for all nodes, "
                              "or one per node); SLURM picks the nodes, and each looks its own address up on it")
         sys.stdout.write(slurm_script(plan, gpus=cfg.device == "cuda"))
         return 0
@@ -111,10 +109,10 @@ def _train_refuses(space: object):  # noqa: ANN202
     """``replicas -> reason or None``: train's own check that every block of a user supernet runs on a shard of
     ``batch / replicas`` samples (BatchNorm needs two), so no split train refuses is ranked."""
     def refuses(replicas: int) -> str | None:
-        from naspipe.preflight.modelcheck import ModelCheckError, check_replicas
+        from naspipe.preflight.modelcheck import ModelCheckError, probe_replica_shards
 
         try:
-            check_replicas(space, replicas)  # type: ignore[arg-type]
+            probe_replica_shards(space, replicas)  # type: ignore[arg-type]
         except ModelCheckError as e:
             return str(e)
         return None
@@ -123,54 +121,14 @@ def _train_refuses(space: object):  # noqa: ANN202
 
 def run(args: argparse.Namespace) -> int:
     if (args.nodes is None) == (args.devices is None):
-        raise UsageError("give --devices (rank the splits of N devices) or --nodes (commands for N machines)")
+        raise UserError("give --devices (rank the splits of N devices) or --nodes (commands for N machines)")
     if args.nodes is not None:
         return run_nodes(args)
     if args.train_args:
-        raise UsageError(f"unexpected arguments {' '.join(args.train_args)} (training options go with --nodes)")
-    from naspipe.runspec.spec import RunSpecError
-    from naspipe.sched.registry import PolicyError, get_policy
-    from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
-    from naspipe.sim.replicas import plan
-    from naspipe.spaces.shared import SharedPolicyError, resolve_shared
-    from naspipe.spaces.space import SpaceError, resolve_space
-
-    try:
-        space = resolve_space(args.space)
-        shared = resolve_shared(args.shared_layers, space)
-    except (SpaceError, SharedPolicyError) as e:
-        raise UsageError(str(e)) from None
-    try:
-        get_policy(args.policy)
-    except PolicyError as e:
-        raise UsageError(str(e)) from None
-    from naspipe.cli.common import fixed_sampler_arg
-    from naspipe.sequences.samplers import sampler_forms
-
-    sampler = fixed_sampler_arg(args, "generates the sequence from training losses; a plan needs one fixed up "
-                                      f"front ({sampler_forms(online=False, last=', ')})")
-    alpha = DEFAULT_BATCH_ALPHA if args.batch_alpha is None else args.batch_alpha
-    if not 0 <= alpha < 1:
-        raise UsageError(f"--batch-alpha must lie in [0, 1), got {alpha}")
-    link = link_from_args(args)
-    refused: list[dict] = []
-    try:
-        kw = dict(subnets=args.subnets, policy=args.policy, seed=args.seed, window=args.window, shared=shared,
-                  link=link, alpha=alpha, refuses=_train_refuses(space))
-        rows = plan(space, args.devices, sampler=str(sampler), refused=refused, **kw)
-        if sampler.kind != "uniform":
-            _compare_with_uniform(space, rows, plan(space, args.devices, **kw), args.subnets, args.seed, str(sampler))
-    except (PolicyError, RunSpecError) as e:
-        raise UsageError(str(e)) from None
-    for r in refused:  # what train would refuse is not ranked: say so, and why
-        print(f"naspipe: note: {r['stages']} x {r['replicas']} left out: train refuses --replicas {r['replicas']}: "
-              f"{r['reason']}", file=sys.stderr)
-    if not rows:
-        raise UsageError(f"no stages x replicas split of {args.devices} devices fits {space.name!r} (stages <= "
-                         f"{space.num_blocks} blocks, replicas dividing the batch {space.batch_size}"
-                         f"{', a model that runs on the shard' if refused else ''})")
+        raise UserError(f"unexpected arguments {' '.join(args.train_args)} (training options go with --nodes)")
+    space, shared, sampler, alpha, link = _inputs(args)
+    rows, refused = _rank_splits(args, space, shared, sampler, alpha, link)
     unit_costs = getattr(space.model, "profiled", None) is False  # a user supernet not profiled yet: no times
-    per = "/unit" if unit_costs else "/s"  # unit costs are no seconds: never print them as such (as simulate)
     if unit_costs:  # (no bytes either)
         print(f"naspipe: note: unit costs (no bytes: memory and exchange read 0); measure them with naspipe profile "
               f"--space {args.space}", file=sys.stderr)
@@ -181,12 +139,55 @@ def run(args: argparse.Namespace) -> int:
                           "batch_alpha": alpha, "rows": rows, "refused": refused,
                           "time_unit": "unit" if unit_costs else "s"}))
         return 0
+    _print_rows(args, space, sampler, alpha, link, rows, "/unit" if unit_costs else "/s")
+    return 0
+
+
+def _inputs(args: argparse.Namespace) -> tuple:
+    """``(space, shared, sampler, alpha, link)`` from the arguments; a UserError (one line) for a bad one."""
+    from naspipe.cli.common import fixed_sampler_arg
+    from naspipe.sched.registry import get_policy
+    from naspipe.sequences.samplers import sampler_forms
+    from naspipe.spaces.shared import resolve_shared
+    from naspipe.spaces.space import resolve_space
+
+    space = resolve_space(args.space)
+    shared = resolve_shared(args.shared_layers, space)
+    get_policy(args.policy)
+    sampler = fixed_sampler_arg(args, "generates the sequence from training losses; a plan needs one fixed up "
+                                      f"front ({sampler_forms(online=False, last=', ')})")
+    alpha = batch_alpha_from_args(args)
+    return space, shared, sampler, alpha, link_from_args(args)
+
+
+def _rank_splits(args: argparse.Namespace, space, shared, sampler, alpha: float, link) -> tuple[list, list]:  # noqa: ANN001
+    """The simulated rows, best first, and the splits train would refuse (each said on stderr)."""
+    from naspipe.sim.replicas import plan
+
+    refused: list[dict] = []
+    kw = dict(subnets=args.subnets, policy=args.policy, seed=args.seed, window=args.window, shared=shared,
+              link=link, alpha=alpha, refuses=_train_refuses(space))
+    rows = plan(space, args.devices, sampler=str(sampler), refused=refused, **kw)
+    if sampler.kind != "uniform":
+        _compare_with_uniform(space, rows, plan(space, args.devices, **kw), args.subnets, args.seed, str(sampler))
+    for r in refused:  # what train would refuse is not ranked: say so, and why
+        print(f"naspipe: note: {r['stages']} x {r['replicas']} left out: train refuses --replicas {r['replicas']}: "
+              f"{r['reason']}", file=sys.stderr)
+    if not rows:
+        raise UserError(f"no stages x replicas split of {args.devices} devices fits {space.name!r} (stages <= "
+                        f"{space.num_blocks} blocks, replicas dividing the batch {space.batch_size}"
+                        f"{', a model that runs on the shard' if refused else ''})")
+    return rows, refused
+
+
+def _print_rows(args: argparse.Namespace, space, sampler, alpha: float, link, rows: list, per: str) -> None:  # noqa: ANN001
+    """The table, best first (``per``: "/s", or "/unit" for unit costs, which are no seconds)."""
     from naspipe.inputs.memsize import format_bytes
 
     w = sys.stdout.write
     w(f"{args.devices} devices, {space.name}, {args.policy}, {args.subnets} subnets; link {link.bandwidth / 1e9:g} "
       f"GB/s + {link.latency * 1e6:g} us between replicas, batch alpha {alpha:g}\n")
-    tw = len("subnets" + per)  # (9 for subnets/s, as it was)
+    tw = len("subnets" + per)  # (9 for subnets/s)
     w(f"{'rank':>4}  {'stages x replicas':>17}  {'subnets' + per:>{tw}}  {'vs best':>7}  {'util':>5}  "
       f"{'exchange':>8}  "
       f"{'batch/replica':>13}  {'memory/replica':>14}\n")
@@ -204,7 +205,6 @@ def run(args: argparse.Namespace) -> int:
               f"a candidate with one fewer than {r['stages']} places before: {r['sequence']['conflicts']} vs "
               f"{u['sequence']['conflicts']}; min reuse distance {r['sequence']['min_reuse_distance']} vs "
               f"{u['sequence']['min_reuse_distance']}\n")
-    return 0
 
 
 def _compare_with_uniform(space, rows: list[dict], uniform: list[dict], n: int, seed: int, sampler: str) -> None:  # noqa: ANN001

@@ -11,7 +11,8 @@ import argparse
 import json
 import sys
 
-from naspipe.cli.common import UsageError, named, positive_int, thread_count
+from naspipe.cli.common import named, os_refusal, positive_int, thread_count
+from naspipe.errors import UserError
 
 COMMAND = "profile"
 HELP = "measure each candidate's forward/backward time and bytes on a device (costs for simulate and partition)"
@@ -31,39 +32,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from naspipe.spaces.space import SpaceError, resolve_space
-    from naspipe.supernet.load import default_costs_path, is_spec, without_costs
-
-    try:  # without the profile it is about to replace (a stale one is refused everywhere else)
-        space = resolve_space(without_costs(args.space))
-    except SpaceError as e:
-        raise UsageError(str(e)) from None
-    from naspipe.models import model_kind
-
-    try:
-        model_kind(space)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    out = args.out
-    if out is None:
-        out = default_costs_path(args.space) if is_spec(args.space) else None
-        if out is None:
-            raise UsageError("--out is needed for a space that is not module:function")
-    import torch
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda was asked for, but torch sees no CUDA device; use --device cpu")
+    space, out = _inputs(args)
     from naspipe.fileio.atomic import check_writable
     from naspipe.preflight.measure import measure_costs, save_costs
 
-    def refuse(e: OSError) -> UsageError:
-        return UsageError(f"--out: {e}" if args.out is not None else f"{e}; pass --out FILE somewhere writable")
+    def refuse(e: OSError) -> str:
+        return f"--out: {e}" if args.out is not None else f"{e}; pass --out FILE somewhere writable"
 
-    try:  # before measuring: minutes of measurement must not end in a write error
+    with os_refusal(say=refuse):  # before measuring: minutes of measurement must not end in a write error
         check_writable(out, "profile", file=True)
-    except OSError as e:
-        raise refuse(e) from None
-
     from naspipe.supernet.usercode import first_line, origin, user_errors
 
     try:
@@ -72,10 +49,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"naspipe: error: profiling {space.name} failed: {type(e).__name__}{origin(e)}: {first_line(e)}",
               file=sys.stderr)
         return 1
-    try:
+    with os_refusal(say=refuse):
         path = save_costs(costs, out)
-    except OSError as e:
-        raise refuse(e) from None
     if args.json:
         print(json.dumps(costs))
         return 0
@@ -85,3 +60,24 @@ def run(args: argparse.Namespace) -> int:
         row = ", ".join(f"{k} {v['fwd'] * 1e3:.3f}+{v['bwd'] * 1e3:.3f} ms" for k, v in cands.items())
         print(f"  {label}: {row}")
     return 0
+
+
+def _inputs(args: argparse.Namespace) -> tuple:
+    """``(space, out)`` from the arguments; a UserError (one line) for a bad one."""
+    from naspipe.models import model_kind
+    from naspipe.spaces.space import resolve_space
+    from naspipe.supernet.load import default_costs_path, is_spec, without_costs
+
+    # without the profile it is about to replace (a stale one is refused everywhere else)
+    space = resolve_space(without_costs(args.space))
+    model_kind(space)
+    out = args.out
+    if out is None:
+        out = default_costs_path(args.space) if is_spec(args.space) else None
+        if out is None:
+            raise UserError("--out is needed for a space that is not module:function")
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda was asked for, but torch sees no CUDA device; use --device cpu")
+    return space, out

@@ -15,7 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
-from naspipe.cli.common import UsageError, positive_int
+from naspipe.cli.common import os_refusal, positive_int
+from naspipe.errors import UserError
 
 COMMAND = "rank"
 HELP = "rank correlation of a trained supernet with a stand-alone ground truth, with intervals and noise floors"
@@ -41,37 +42,24 @@ def _check_run(d: str) -> None:
     from naspipe.runfolder import runs
 
     p = Path(d)
-    try:
+    with os_refusal(f"run directory {d[:80]!r}... cannot be read"):  # a name too long, a loop of links
         if not p.is_dir():
-            raise UsageError(f"no such run directory: {d!r}")
+            raise UserError(f"no such run directory: {d!r}")
         if not (p / runs.METRICS).is_file():
-            raise UsageError(f"{d}: no metrics.json (is this a naspipe run directory?)")
-    except OSError as e:  # a name too long, a loop of links
-        raise UsageError(f"run directory {d[:80]!r}... cannot be read: {e.strerror or e}") from None
+            raise UserError(f"{d}: no metrics.json (is this a naspipe run directory?)")
 
 
 def run(args: argparse.Namespace) -> int:
     for d in (args.run_dir, *([args.against] if args.against else []), *args.seeds):
         _check_run(d)
-    from naspipe.truth.records import TruthError, load
+    from naspipe.truth.records import load
 
-    try:
+    with os_refusal(f"--truth {args.truth[:80]!r}... cannot be read"):
         load(args.truth)  # refused before any model loads
-    except TruthError as e:
-        raise UsageError(str(e)) from None
-    except OSError as e:
-        raise UsageError(f"--truth {args.truth[:80]!r}... cannot be read: {e.strerror or e}") from None
-
-    from naspipe.models.weights import WeightsError
     from naspipe.ranking.compare import rank
     from naspipe.ranking.stats import RESAMPLES
-    from naspipe.search.run import RunError
-    from naspipe.spaces.space import SpaceError
 
-    try:
-        report = rank(args.run_dir, args.truth, against=args.against, seeds=args.seeds, space=args.space,
-                      heldout=args.heldout, resamples=args.resamples or RESAMPLES)
-    except (TruthError, RunError, WeightsError, SpaceError, ValueError) as e:
-        raise UsageError(str(e).splitlines()[0]) from None
+    report = rank(args.run_dir, args.truth, against=args.against, seeds=args.seeds, space=args.space,
+                  heldout=args.heldout, resamples=args.resamples or RESAMPLES)
     print(json.dumps(report.to_dict(), allow_nan=False) if args.json else report.text())
     return 0

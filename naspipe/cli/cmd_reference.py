@@ -27,17 +27,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from naspipe.cli.common import (
-    UsageError,
     add_kernels_argument,
     add_optimizer_arguments,
     add_run_arguments,
     add_sampler_argument,
     named,
+    os_refusal,
     positive_int,
     resolve_run,
     sampler_from_args,
     thread_count,
 )
+from naspipe.errors import UserError
 
 if TYPE_CHECKING:
     from naspipe.sequences.samplers import SamplerSpec
@@ -72,69 +73,16 @@ def run(args: argparse.Namespace) -> int:
 
     if not kernels.runs_here(args.kernels):  # this process computes under other kernels (a notebook, a test)
         return kernels.in_fresh_process(args.kernels, run, args)
-    spec = sampler_from_args(args)
-    args.stages = 1  # accepted and ignored: the reference has one stage (a supernet of few blocks needs no --stages)
-    cfg = resolve_run(args)
-    from naspipe.preflight.modelcheck import ModelCheckError, check_model
-
-    try:
-        check_model(cfg.space, cfg.seed, cfg.shared)
-    except ModelCheckError as e:
-        raise UsageError(str(e)) from None
-    from naspipe.inputs.optim_names import lr_error
-    from naspipe.runtime.config import threads_error
-
-    for option, why in (("--lr", None if args.lr is None else lr_error(args.lr)),
-                        ("--threads", threads_error(args.threads))):
-        if why is not None:  # (the command's argparse types refused them already: naspipe.reference's options)
-            raise UsageError(f"{option} {why}")
-    out = Path(args.out)
-    _check_out(out, args.overwrite)  # (a file there, or a name too long, first)
-    from naspipe.runtime.config import ConfigError, check_sequence_size
-    from naspipe.spaces.space import replicas_error
-
-    try:
-        check_sequence_size(cfg.space, len(cfg.stream), 1)
-    except ConfigError as e:
-        raise UsageError(str(e)) from None
-    if (why := replicas_error(cfg.space.batch_size, args.replicas)) is not None:
-        raise UsageError(f"--{why} of {cfg.space.name!r}")
-    if args.replicas > 1 and spec.online:
-        raise UsageError(f"--replicas > 1 needs a fixed sequence; --sampler {spec} generates it at run time")
-    from naspipe.preflight.modelcheck import ModelCheckError, check_replicas
-
-    try:
-        check_replicas(cfg.space, args.replicas)  # a user supernet's shard of B/R samples runs
-    except ModelCheckError as e:
-        raise UsageError(str(e)) from None
-
-    from naspipe.inputs.optim_names import DEFAULT_LR
-    from naspipe.lifecycle.kernels import machine
-    from naspipe.runfolder import runs
-    from naspipe.sequences.samplers import make_stream
-    from naspipe.sequences.sequence import subnets_digest
-
+    spec, cfg, out = _inputs(args)
     if spec.online:
+        from naspipe.sequences.samplers import make_stream
+
         cfg = dataclasses.replace(cfg, stream=make_stream(cfg.space, cfg.seed, len(cfg.stream), spec))
-
-    def ident(digest: str | None, subnets: str | None = None) -> dict:
-        return runs.identity(space=cfg.space, seed=cfg.seed, subnets=len(cfg.stream), sampler=str(spec),
-                             sequence_sha256=digest, optimizer=args.optimizer,
-                             lr=DEFAULT_LR[args.optimizer] if args.lr is None else args.lr, threads=args.threads,
-                             shared_layers=str(cfg.shared), replicas=args.replicas,
-                             replica_exchange="exact" if args.replicas > 1 else None, subnets_sha256=subnets,
-                             kernels=args.kernels, machine=machine(args.kernels))
-
     digest = getattr(cfg.stream, "digest", None)
-    if spec.online:  # the sequence is known once trained (result.save records it)
-        identity = ident(None)
-    else:
-        fixed = [cfg.stream[j] for j in range(len(cfg.stream))]
-        identity = ident(digest() if digest else None, subnets_digest(fixed))
     from naspipe.runtime.processes.signals import terminate_raises
 
     with terminate_raises():  # SIGTERM ends the reference as Ctrl-C does (status.json says which)
-        result = _train_locked(args, cfg, spec, out, identity, digest)
+        result = _train_locked(args, cfg, spec, out, _identity(args, cfg, spec, digest), digest)
     if isinstance(result, int):
         return result
     if not args._api:
@@ -143,54 +91,80 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inputs(args: argparse.Namespace) -> tuple[SamplerSpec, Any, Path]:
+    """``(sampler, run description, out)`` from the arguments, every check made; a UserError (one line) if bad."""
+    spec = sampler_from_args(args)
+    args.stages = 1  # accepted and ignored: the reference has one stage (a supernet of few blocks needs no --stages)
+    cfg = resolve_run(args)
+    from naspipe.preflight.modelcheck import check_model
+
+    check_model(cfg.space, cfg.seed, cfg.shared)
+    from naspipe.inputs.optim_names import lr_error
+    from naspipe.runtime.config import threads_error
+
+    for option, why in (("--lr", None if args.lr is None else lr_error(args.lr)),
+                        ("--threads", threads_error(args.threads))):
+        if why is not None:  # (the command's argparse types refused them already: naspipe.reference's options)
+            raise UserError(f"{option} {why}")
+    out = Path(args.out)
+    _check_out(out, args.overwrite)  # (a file there, or a name too long, first)
+    from naspipe.runtime.config import check_sequence_size
+    from naspipe.spaces.space import replicas_error
+
+    check_sequence_size(cfg.space, len(cfg.stream), 1)
+    if (why := replicas_error(cfg.space.batch_size, args.replicas)) is not None:
+        raise UserError(f"--{why} of {cfg.space.name!r}")
+    if args.replicas > 1 and spec.online:
+        raise UserError(f"--replicas > 1 needs a fixed sequence; --sampler {spec} generates it at run time")
+    from naspipe.preflight.modelcheck import probe_replica_shards
+
+    probe_replica_shards(cfg.space, args.replicas)  # a user supernet's shard of B/R samples runs
+    return spec, cfg, out
+
+
+def _identity(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, digest: Any) -> dict[str, Any]:
+    """The run's identity (``run.json``); a sequence generated at run time is known once trained."""
+    from naspipe.inputs.optim_names import lr_or_default
+    from naspipe.lifecycle.kernels import machine
+    from naspipe.runfolder import runs
+    from naspipe.sequences.sequence import subnets_digest
+
+    sequence_sha256, subnets = None, None
+    if not spec.online:  # (result.save records a generated one)
+        sequence_sha256 = digest() if digest else None
+        subnets = subnets_digest([cfg.stream[j] for j in range(len(cfg.stream))])
+    return runs.identity(space=cfg.space, seed=cfg.seed, subnets=len(cfg.stream), sampler=str(spec),
+                         sequence_sha256=sequence_sha256, optimizer=args.optimizer,
+                         lr=lr_or_default(args.optimizer, args.lr), threads=args.threads,
+                         shared_layers=str(cfg.shared), replicas=args.replicas,
+                         replica_exchange="exact" if args.replicas > 1 else None, subnets_sha256=subnets,
+                         kernels=args.kernels, machine=machine(args.kernels))
+
+
 def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Path, ident: dict[str, Any],
                   digest: Any) -> Any:
     """Train and save the reference under the folder's lock: its result, or the exit code of a failed run.
     ``status.json`` says how the run ended: complete, the user code's failure, or the signal that stopped it."""
-    from naspipe.oracle.sequential_trainer import ReferenceFailed, train_reference
-    from naspipe.preflight.behaviour import BehaviourError, take
+    from naspipe.oracle.sequential_trainer import ReferenceFailed
+    from naspipe.preflight.behaviour import BehaviourError
     from naspipe.runfolder import runs
-    from naspipe.runfolder.runlock import RunLocked, acquire, release
+    from naspipe.runfolder.runlock import release
     from naspipe.runtime.outputs import write_status
     from naspipe.runtime.processes.signals import Terminated, deferred
-    from naspipe.sequences.sequence import save_sequence
 
-    try:  # the folder is this run's until its last file is written (a second writer is refused)
-        lock = acquire(out)
-    except RunLocked as e:
-        raise UsageError(str(e)) from None
-    except OSError as e:
-        raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
+    lock = _lock(out)  # the folder is this run's until its last file is written (a second writer is refused)
     try:
         _check_out(out, args.overwrite)  # again, under the lock: another run may have written there meanwhile
-        try:
+        with os_refusal(f"--out {str(out)!r} cannot be written"):
             inputs = [f for f in (args.sequence, args.space) if isinstance(f, (str, Path)) and f]
             runs.clear(out, keep=inputs, kind="reference")  # never an input it reads
             runs.write_run(out, "reference", ident)
-        except OSError as e:
-            raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
         if not args.no_progress:  # every check passed; with the progress bar (--no-progress keeps stderr quiet)
             from naspipe.spaces.shared import announce
 
             announce(cfg.space, cfg.shared, "shared_layers=" if args._api else "--shared-layers")
         try:
-            result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
-                                     lr=args.lr, progress=not args.no_progress, threads=args.threads,
-                                     replicas=args.replicas)
-            # what the supernet computes, taken here (this process computes under the run's kernels) and after
-            # training, so user code that counts its calls trains as it would without it
-            behaviour = take(cfg.space, args.kernels, fresh=False)["behaviour_sha256"]
-            n = len(result.losses)
-            result.save(out, weights=True, metrics={
-                "command": COMMAND,
-                "final_loss": result.losses[n - 1] if n else None,
-                "config": {**result.config, "sequence_sha256": digest() if digest else None,
-                           "sequence": args.sequence, "sampler": str(spec),
-                           "behaviour_sha256": behaviour},
-            })
-            if spec.kind != "uniform":  # generated (or made by fair/spread): replayable with --sequence
-                save_sequence(cfg.stream, out / runs.SEQUENCE)
-            write_status(out, True)
+            return _train_and_save(args, cfg, spec, out, digest)
         except (ReferenceFailed, BehaviourError) as e:  # user code failed partway (one line, as a stage's failure)
             write_status(out, False, str(e))
             if args._api:
@@ -211,9 +185,47 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
                 write_status(out, False, "terminated by SIGTERM" if isinstance(e, Terminated)
                              else "interrupted (SIGINT)")
             raise  # (naspipe's main prints the one line and exits 143 or 130)
-        return result
     finally:
         release(out, lock)
+
+
+def _lock(out: Path) -> Any:
+    """The lock of the run folder ``out``; another run holding it, or a folder that cannot be written, is refused."""
+    from naspipe.runfolder.runlock import RunLocked, acquire
+
+    try:
+        with os_refusal(f"--out {str(out)!r} cannot be written"):
+            return acquire(out)
+    except RunLocked as e:  # (a RuntimeError where the launcher meets it; here a refusal)
+        raise UserError(str(e)) from None
+
+
+def _train_and_save(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Path, digest: Any) -> Any:
+    """Train the reference and write its files, ``status.json`` last (complete)."""
+    from naspipe.oracle.sequential_trainer import train_reference
+    from naspipe.preflight.behaviour import take
+    from naspipe.runfolder import runs
+    from naspipe.runtime.outputs import write_status
+    from naspipe.sequences.sequence import save_sequence
+
+    result = train_reference(cfg.space, cfg.stream, cfg.seed, cfg.shared, optimizer=args.optimizer,
+                             lr=args.lr, progress=not args.no_progress, threads=args.threads,
+                             replicas=args.replicas)
+    # what the supernet computes, taken here (this process computes under the run's kernels) and after
+    # training, so user code that counts its calls trains as it would without it
+    behaviour = take(cfg.space, args.kernels, fresh=False)["behaviour_sha256"]
+    n = len(result.losses)
+    result.save(out, weights=True, metrics={
+        "command": COMMAND,
+        "final_loss": result.losses[n - 1] if n else None,
+        "config": {**result.config, "sequence_sha256": digest() if digest else None,
+                   "sequence": args.sequence, "sampler": str(spec),
+                   "behaviour_sha256": behaviour},
+    })
+    if spec.kind != "uniform":  # generated (or made by fair/spread): replayable with --sequence
+        save_sequence(cfg.stream, out / runs.SEQUENCE)
+    write_status(out, True)
+    return result
 
 
 def write(space: Any, out: str | Path, **options: Any) -> Path:
@@ -239,9 +251,13 @@ def write(space: Any, out: str | Path, **options: Any) -> Path:
     for k, v in options.items():
         setattr(args, k, str(v) if k == "shared_layers" else v)
     args.space, args.no_progress, args._api = space, not progress, True
+    from naspipe.preflight.behaviour import BehaviourError
+
     try:
         run(args)
-    except UsageError as e:
+    except (RunSpecError, BehaviourError):  # (a BehaviourError here: user code failed partway, not a refusal)
+        raise
+    except UserError as e:  # every refusal, as the one type this function promises
         raise RunSpecError(str(e)) from None
     return Path(out)
 
@@ -249,9 +265,6 @@ def write(space: Any, out: str | Path, **options: Any) -> Path:
 def _check_out(out: Path, overwrite: bool) -> None:
     """Refuse a folder that holds a train run or files no naspipe run wrote (unless ``overwrite``), a link or
     folder under a name the run writes, or one that cannot be written (``naspipe.runtime.rundir``)."""
-    from naspipe.runtime.config import ConfigError, check_out_dir
+    from naspipe.runtime.config import check_out_dir
 
-    try:
-        check_out_dir(out, overwrite, kind="reference")
-    except ConfigError as e:
-        raise UsageError(str(e)) from None
+    check_out_dir(out, overwrite, kind="reference")

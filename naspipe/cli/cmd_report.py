@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from naspipe.cli.common import UsageError, named, positive_int
+from naspipe.cli.common import named, positive_int
+from naspipe.errors import UserError
 
 COMMAND = "report"
 HELP = "write a self-contained HTML report of a run directory (needs RUN_DIR/trace.json)"
@@ -32,14 +33,11 @@ def run(args: argparse.Namespace) -> int:
     for item in args.compare:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
-            raise UsageError(f"--compare expects NAME=TRACE, got {item!r}")
+            raise UserError(f"--compare expects NAME=TRACE, got {item!r}")
         extra[name] = Path(path)
-    from naspipe.viz.report import ReportError, write_report
+    from naspipe.viz.report import write_report
 
-    try:
-        out = write_report(args.run_dir, args.out, extra=extra, max_events=args.max_events,
-                           dag_subnets=args.dag_subnets, reference=args.reference)
-    except ReportError as e:
-        raise UsageError(str(e)) from None
+    out = write_report(args.run_dir, args.out, extra=extra, max_events=args.max_events,
+                       dag_subnets=args.dag_subnets, reference=args.reference)
     print(out)
     return 0

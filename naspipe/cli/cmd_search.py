@@ -11,7 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-from naspipe.cli.common import UsageError, positive_int
+from naspipe.cli.common import positive_int
+from naspipe.errors import UserError
 from naspipe.runfolder import runs
 
 COMMAND = "search"
@@ -49,36 +50,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from naspipe.cli.common import fixed_sampler_arg
-    from naspipe.search.constraints import ConstraintError, parse_constraints
+    from naspipe.search.constraints import parse_constraints
     from naspipe.sequences.samplers import sampler_forms
 
     sampler = fixed_sampler_arg(args, f"needs training losses; search draws {sampler_forms(online=False)}")
-    try:
-        constraints = parse_constraints(args.constraint)
-    except ConstraintError as e:
-        raise UsageError(str(e)) from None
+    constraints = parse_constraints(args.constraint)
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
-        raise UsageError(f"no such run directory: {str(run_dir)!r}")
+        raise UserError(f"no such run directory: {str(run_dir)!r}")
     if not (run_dir / runs.METRICS).is_file():
-        raise UsageError(f"{run_dir}: no metrics.json (is this a naspipe run directory?)")
+        raise UserError(f"{run_dir}: no metrics.json (is this a naspipe run directory?)")
     if not (run_dir / "weights.pt").is_file() and not any(run_dir.glob("weights-stage*.pt")):
-        raise UsageError(f"{run_dir}: no weights.pt (nor weights-stage*.pt); the run saved no trained weights")
+        raise UserError(f"{run_dir}: no weights.pt (nor weights-stage*.pt); the run saved no trained weights")
     if args.population is not None and args.sample_size is not None and args.sample_size > args.population:
-        raise UsageError(f"--sample-size {args.sample_size} exceeds --population {args.population}")
+        raise UserError(f"--sample-size {args.sample_size} exceeds --population {args.population}")
 
-    from naspipe.models.weights import WeightsError
-    from naspipe.search import InfeasibleError, ProfileError, search_run
-    from naspipe.search.run import RunError
-    from naspipe.spaces.space import SpaceError
+    from naspipe.search import search_run
 
-    try:
-        result = search_run(run_dir, strategy=args.strategy, budget=args.budget, constraints=constraints,
-                            seed=args.seed, profile=args.profile, heldout=args.heldout, space=args.space,
-                            top=args.top, population=args.population, sample_size=args.sample_size,
-                            sampler=str(sampler))
-    except (RunError, ProfileError, InfeasibleError, WeightsError, SpaceError) as e:
-        raise UsageError(str(e).splitlines()[0]) from None
+    result = search_run(run_dir, strategy=args.strategy, budget=args.budget, constraints=constraints,
+                        seed=args.seed, profile=args.profile, heldout=args.heldout, space=args.space,
+                        top=args.top, population=args.population, sample_size=args.sample_size,
+                        sampler=str(sampler))
     if args.json:
         print(json.dumps(result.to_dict(args.top)))
     else:

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from naspipe.cli.common import UsageError, add_run_arguments, non_negative_float, resolve_run
+from naspipe.cli.common import add_run_arguments, non_negative_float, os_refusal, resolve_run
+from naspipe.errors import UserError
 
 COMMAND = "simulate"
 HELP = "simulate a pipeline schedule on the cost model (no torch, no processes)"
@@ -81,16 +82,16 @@ def add_link_arguments(g: Any) -> None:
 
 
 def link_from_args(args: argparse.Namespace) -> Any:
-    """The ``LinkModel`` of ``--link-bandwidth`` and ``--link-latency``; UsageError when bad."""
+    """The ``LinkModel`` of ``--link-bandwidth`` and ``--link-latency``; UserError when bad."""
     from naspipe.inputs.memsize import SizeError, parse_bytes
     from naspipe.sim.replicas import LinkModel
 
     try:
         bw = parse_bytes(args.link_bandwidth)
-    except SizeError as e:
-        raise UsageError(f"--link-bandwidth: {e}") from None
+    except SizeError as e:  # named as the user typed it
+        raise UserError(f"--link-bandwidth: {e}") from None
     if bw <= 0:
-        raise UsageError("--link-bandwidth must be > 0 bytes/s")
+        raise UserError("--link-bandwidth must be > 0 bytes/s")
     return LinkModel(float(bw), float(args.link_latency))
 
 
@@ -135,31 +136,36 @@ def _memory_summary(result: Any) -> dict[str, Any]:
     return {k: full[k] for k in _MEMORY_KEYS} | {"memory": full}
 
 
+def batch_alpha_from_args(args: argparse.Namespace) -> float:
+    """``--batch-alpha``, or the cost model's default (``naspipe.sim.costs.DEFAULT_BATCH_ALPHA``); refused outside
+    [0, 1). Shared with ``naspipe plan``."""
+    from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
+
+    alpha = DEFAULT_BATCH_ALPHA if args.batch_alpha is None else args.batch_alpha
+    if not 0 <= alpha < 1:
+        raise UserError(f"--batch-alpha must lie in [0, 1), got {alpha}")
+    return alpha
+
+
 def memory_config(args: argparse.Namespace) -> Any:
     """The MemoryConfig the memory flags ask for, or None when memory is not modelled."""
     if args.device_memory is None and args.swap is None:
         return None
-    from naspipe.inputs.memsize import SizeError, parse_budget, parse_bytes
-    from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
+    from naspipe.inputs.memsize import parse_budget, parse_bytes
     from naspipe.sim.memory import MemoryConfig
 
-    try:
-        budget = parse_budget(args.device_memory)
-        h2d = parse_bytes(args.bandwidth_h2d)
-        d2h = parse_bytes(args.bandwidth_d2h) if args.bandwidth_d2h is not None else None
-    except SizeError as e:
-        raise UsageError(str(e)) from None
+    budget = parse_budget(args.device_memory)
+    h2d = parse_bytes(args.bandwidth_h2d)
+    d2h = parse_bytes(args.bandwidth_d2h) if args.bandwidth_d2h is not None else None
     if h2d <= 0 or (d2h is not None and d2h <= 0):
-        raise UsageError("copy bandwidths must be > 0 bytes/s")
+        raise UserError("copy bandwidths must be > 0 bytes/s")
     if args.prefetch_depth < 1:
-        raise UsageError(f"--prefetch-depth must be >= 1, got {args.prefetch_depth}")
+        raise UserError(f"--prefetch-depth must be >= 1, got {args.prefetch_depth}")
     if args.headroom < 0:
-        raise UsageError(f"--headroom must be >= 0, got {args.headroom}")
+        raise UserError(f"--headroom must be >= 0, got {args.headroom}")
     if args.batch_size is not None and args.batch_size < 1:
-        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
-    alpha = DEFAULT_BATCH_ALPHA if args.batch_alpha is None else args.batch_alpha
-    if not 0 <= alpha < 1:
-        raise UsageError(f"--batch-alpha must lie in [0, 1), got {alpha}")
+        raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
+    alpha = batch_alpha_from_args(args)
     return MemoryConfig(device_memory=budget, swap=args.swap or "predictive", prefetch_depth=args.prefetch_depth,
                         bandwidth_h2d=float(h2d), bandwidth_d2h=float(d2h) if d2h else None,
                         batch_size=args.batch_size, batch_alpha=alpha, headroom=args.headroom,
@@ -167,51 +173,10 @@ def memory_config(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from naspipe.cli.common import fixed_sampler_arg
-    from naspipe.sequences.samplers import sampler_forms
-
-    fixed_sampler_arg(args, "generates the sequence from training losses; the simulator needs a sequence fixed up "
-                            f"front ({sampler_forms(online=False, last=', ')}, or --sequence)")
-    cfg = resolve_run(args, probe=False)  # names and costs only: nothing is built, no process started
-    if args.jitter >= 1:
-        raise UsageError(f"--jitter must lie in [0, 1), got {args.jitter}")
-    from naspipe.sched.policies import PolicyError
-    from naspipe.sim import SimOptions, simulate
-    from naspipe.sim.memory import MemoryBudgetError
-    from naspipe.spaces.space import replicas_error
-
-    mem = memory_config(args)
-    for flag, path in (("--trace", args.trace), ("--chrome-trace", args.chrome_trace)):
-        if path and not Path(path).parent.is_dir():
-            raise UsageError(f"{flag}: cannot write {path}: directory {str(Path(path).parent)!r} does not exist")
-    opts = {"micro_batches": args.micro_batches, "max_pending_w": args.max_pending_w}
-    replicas = args.replicas
-    if (why := replicas_error(cfg.space.batch_size, replicas)) is not None:
-        raise UsageError(f"--{why} of {cfg.space.name!r}")
-    if replicas == 1 and args.replica_exchange != "exact":
-        raise UsageError("--replica-exchange native only applies with --replicas > 1")  # as train refuses it
-    if replicas > 1 and mem is not None:
-        raise UsageError("--replicas > 1 cannot be combined with the device-memory model (--device-memory, --swap)")
-    link = link_from_args(args)
-    try:
-        if replicas > 1:
-            from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
-            from naspipe.sim.replicas import simulate_replicas
-
-            alpha = DEFAULT_BATCH_ALPHA if args.batch_alpha is None else args.batch_alpha
-            if not 0 <= alpha < 1:
-                raise UsageError(f"--batch-alpha must lie in [0, 1), got {alpha}")
-            result = simulate_replicas(
-                dataclasses.replace(cfg, replicas=replicas, replica_exchange=args.replica_exchange),
-                SimOptions(jitter=args.jitter, latency=args.latency, bandwidth=args.bandwidth or float("inf"),
-                           policy_options=opts), link=link, alpha=alpha)
-        else:
-            result = simulate(cfg, SimOptions(jitter=args.jitter, latency=args.latency,
-                                              bandwidth=args.bandwidth or float("inf"), policy_options=opts,
-                                              memory=mem))
-    except (PolicyError, MemoryBudgetError) as e:
-        raise UsageError(str(e)) from None
+    cfg, mem, link = _inputs(args)
+    result = _simulate(args, cfg, mem, link)
     out = summarize(cfg, result)
+    replicas = args.replicas
     out["replicas"], out["devices"] = replicas, cfg.partition.stages * replicas
     if replicas > 1:  # a subnet is the whole batch, split over the replicas
         out["samples_per_second"] *= replicas
@@ -219,48 +184,91 @@ def run(args: argparse.Namespace) -> int:
         out.update({k: result.extra[k] for k in ("replica_batch", "link", "exchange", "exchange_share",
                                                  "memory_per_replica")})
     result.trace.meta["sampler"] = cfg.sampler  # a report rebuilds the sequence from the seed and the sampler
-    try:
-        if args.trace:
+    if args.trace:
+        with os_refusal(f"cannot write {args.trace}"):
             result.trace.save(Path(args.trace))
-        if args.chrome_trace:
+    if args.chrome_trace:
+        with os_refusal(f"cannot write {args.chrome_trace}"):
             result.trace.save_chrome(Path(args.chrome_trace))
-    except OSError as e:
-        raise UsageError(f"cannot write {e.filename}: {e.strerror}") from None
     unit_costs = getattr(cfg.space.model, "profiled", None) is False  # a user supernet not profiled yet
     out["time_unit"] = "unit" if unit_costs else "s"  # unit costs are no seconds: never print them as such
-    s, per_s = (" units", " per unit") if unit_costs else (" s", "/s")
     if args.json:
         print(json.dumps(out))
     else:
-        w = sys.stdout.write
-        w(f"{out['policy']} on {out['space']}, {out['stages']} stages, {out['subnets']} subnets, "
-          f"window {out['window']}, shared layers {out['shared_layers']}"
-          + (", unit costs (not measured)" if unit_costs else "") + "\n")
-        w(f"  makespan     {out['makespan']:.4f}{s}   throughput {out['throughput']:.1f} subnets{per_s}\n")
-        q = out["sequence"]
-        w(f"  sequence     sampler {out['sampler']}: {q['conflicts']} of {out['subnets']} subnets share a candidate "
-          f"with a subnet fewer than {q['in_flight']} places before; reuse distance min {q['min_reuse_distance']}, "
-          "mean "
-          + (f"{q['mean_reuse_distance']:.1f}" if q["mean_reuse_distance"] is not None else "None") + "\n")
-        if replicas > 1:
-            from naspipe.inputs.memsize import format_bytes
-
-            w(f"  replicas     {replicas} per stage ({out['devices']} devices), batch {out['replica_batch']} each; "
-              f"{out['exchange']} on {link.bandwidth / 1e9:g} GB/s + {link.latency * 1e6:g} us: "
-              f"{100 * out['exchange_share']:.1f}% of busy time; memory per replica "
-              + " ".join(format_bytes(b) for b in out["memory_per_replica"]) + "\n")
-        w(f"  utilization  {out['utilization']:.3f}   per stage "
-          + " ".join(f"{u:.2f}" for u in out["stage_utilization"]) + "\n")
-        w(f"  lower bound  {out['lower_bound']:.4f}{s} (critical path {out['critical_path']:.4f}, "
-          f"stage work {out['max_stage_work']:.4f})   efficiency {out['efficiency']:.3f}\n")
-        if out["hit_rate"] is not None:
-            from naspipe.inputs.memsize import format_bytes
-
-            w(f"  memory       {out['swap']}, batch {out['batch_size']}, "
-              f"{out['samples_per_second']:.1f} samples{per_s}, hit rate {out['hit_rate']:.4f} "
-              f"(forwards {out['memory']['forward_hit_rate']:.4f}), stall {100 * out['stall_share']:.2f}%, "
-              f"moved {format_bytes(out['bytes_moved'])}, peak "
-              + " ".join(format_bytes(b) for b in out["peak_device_bytes"]) + "\n")
+        _print_summary(out, link, unit_costs)
     if unit_costs:
         print(f"naspipe: note: unit costs; measure them with naspipe profile --space {args.space}", file=sys.stderr)
     return 0
+
+
+def _inputs(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """``(run description, memory config or None, link)`` from the arguments; a UserError (one line) if bad."""
+    from naspipe.cli.common import fixed_sampler_arg
+    from naspipe.sequences.samplers import sampler_forms
+    from naspipe.spaces.space import replicas_error
+
+    fixed_sampler_arg(args, "generates the sequence from training losses; the simulator needs a sequence fixed up "
+                            f"front ({sampler_forms(online=False, last=', ')}, or --sequence)")
+    cfg = resolve_run(args, probe=False)  # names and costs only: nothing is built, no process started
+    if args.jitter >= 1:
+        raise UserError(f"--jitter must lie in [0, 1), got {args.jitter}")
+    mem = memory_config(args)
+    for flag, path in (("--trace", args.trace), ("--chrome-trace", args.chrome_trace)):
+        if path and not Path(path).parent.is_dir():
+            raise UserError(f"{flag}: cannot write {path}: directory {str(Path(path).parent)!r} does not exist")
+    replicas = args.replicas
+    if (why := replicas_error(cfg.space.batch_size, replicas)) is not None:
+        raise UserError(f"--{why} of {cfg.space.name!r}")
+    if replicas == 1 and args.replica_exchange != "exact":
+        raise UserError("--replica-exchange native only applies with --replicas > 1")  # as train refuses it
+    if replicas > 1 and mem is not None:
+        raise UserError("--replicas > 1 cannot be combined with the device-memory model (--device-memory, --swap)")
+    return cfg, mem, link_from_args(args)
+
+
+def _simulate(args: argparse.Namespace, cfg: Any, mem: Any, link: Any) -> Any:
+    """The simulation the arguments ask for: with replicas, or one pipeline (with the memory model or not)."""
+    from naspipe.sim import SimOptions, simulate
+
+    opts = {"micro_batches": args.micro_batches, "max_pending_w": args.max_pending_w}
+    sim = SimOptions(jitter=args.jitter, latency=args.latency, bandwidth=args.bandwidth or float("inf"),
+                     policy_options=opts)
+    if args.replicas == 1:
+        return simulate(cfg, dataclasses.replace(sim, memory=mem))
+    from naspipe.sim.replicas import simulate_replicas
+
+    alpha = batch_alpha_from_args(args)
+    return simulate_replicas(dataclasses.replace(cfg, replicas=args.replicas, replica_exchange=args.replica_exchange),
+                             sim, link=link, alpha=alpha)
+
+
+def _print_summary(out: dict[str, Any], link: Any, unit_costs: bool) -> None:
+    """The human-readable summary of ``out`` (``summarize``'s metrics) on stdout."""
+    s, per_s = (" units", " per unit") if unit_costs else (" s", "/s")
+    w = sys.stdout.write
+    w(f"{out['policy']} on {out['space']}, {out['stages']} stages, {out['subnets']} subnets, "
+      f"window {out['window']}, shared layers {out['shared_layers']}"
+      + (", unit costs (not measured)" if unit_costs else "") + "\n")
+    w(f"  makespan     {out['makespan']:.4f}{s}   throughput {out['throughput']:.1f} subnets{per_s}\n")
+    q = out["sequence"]
+    w(f"  sequence     sampler {out['sampler']}: {q['conflicts']} of {out['subnets']} subnets share a candidate "
+      f"with a subnet fewer than {q['in_flight']} places before; reuse distance min {q['min_reuse_distance']}, "
+      "mean "
+      + (f"{q['mean_reuse_distance']:.1f}" if q["mean_reuse_distance"] is not None else "None") + "\n")
+    from naspipe.inputs.memsize import format_bytes
+
+    if out["replicas"] > 1:
+        w(f"  replicas     {out['replicas']} per stage ({out['devices']} devices), batch {out['replica_batch']} each; "
+          f"{out['exchange']} on {link.bandwidth / 1e9:g} GB/s + {link.latency * 1e6:g} us: "
+          f"{100 * out['exchange_share']:.1f}% of busy time; memory per replica "
+          + " ".join(format_bytes(b) for b in out["memory_per_replica"]) + "\n")
+    w(f"  utilization  {out['utilization']:.3f}   per stage "
+      + " ".join(f"{u:.2f}" for u in out["stage_utilization"]) + "\n")
+    w(f"  lower bound  {out['lower_bound']:.4f}{s} (critical path {out['critical_path']:.4f}, "
+      f"stage work {out['max_stage_work']:.4f})   efficiency {out['efficiency']:.3f}\n")
+    if out["hit_rate"] is not None:
+        w(f"  memory       {out['swap']}, batch {out['batch_size']}, "
+          f"{out['samples_per_second']:.1f} samples{per_s}, hit rate {out['hit_rate']:.4f} "
+          f"(forwards {out['memory']['forward_hit_rate']:.4f}), stall {100 * out['stall_share']:.2f}%, "
+          f"moved {format_bytes(out['bytes_moved'])}, peak "
+          + " ".join(format_bytes(b) for b in out["peak_device_bytes"]) + "\n")

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from naspipe.cli.common import (
-    UsageError,
     add_kernels_argument,
     add_run_arguments,
     named,
@@ -32,6 +31,7 @@ from naspipe.cli.common import (
     resolve_run,
     thread_count,
 )
+from naspipe.errors import UserError
 
 COMMAND = "train"
 HELP = "train a supernet on one process per pipeline stage (torch.distributed) and record the run"
@@ -79,6 +79,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how stage processes start (default %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="print metrics.json to stdout")
+    _add_memory_arguments(p)
+    p.add_argument("--replicas", type=positive_int("--replicas"), default=1, metavar="R",
+                   help="data-parallel replicas of every stage: stages x R processes, each batch split into R "
+                        "shards, gradients combined in replica order (default %(default)s)")
+    p.add_argument("--replica-exchange", choices=REPLICA_EXCHANGES, default="exact",
+                   help="exact: gather and sum in replica order, bit-identical to reference --replicas R (default); "
+                        "native: the backend's all-reduce, reproducible run to run but not comparable")
+    p.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # ACTION:STAGE:SUBNET, for tests
+
+
+def _add_memory_arguments(p: argparse.ArgumentParser) -> None:
+    """``--device-memory`` and what it enables: ``--swap``, ``--prefetch-depth``, ``--pin``."""
     p.add_argument("--device-memory", default=None, metavar="SIZE|P%",
                    help="context switching: each stage keeps its candidates in host memory and at most SIZE "
                         "bytes (2GiB) or P%% of its supernet share (25%%) on the device (cpu: a separate buffer pool)")
@@ -95,42 +107,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(subnet, default: the budget counts candidates only) or only while a task uses it (task: "
                         "autograd saves it by reference, so it may leave the device between forward and backward, "
                         "which pays off when activations compete for the device)")
-    p.add_argument("--replicas", type=positive_int("--replicas"), default=1, metavar="R",
-                   help="data-parallel replicas of every stage: stages x R processes, each batch split into R "
-                        "shards, gradients combined in replica order (default %(default)s)")
-    p.add_argument("--replica-exchange", choices=REPLICA_EXCHANGES, default="exact",
-                   help="exact: gather and sum in replica order, bit-identical to reference --replicas R (default); "
-                        "native: the backend's all-reduce, reproducible run to run but not comparable")
-    p.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # ACTION:STAGE:SUBNET, for tests
 
 
 def with_policy_options(policy: str, options: list[str]) -> str:
     """``policy`` with ``--policy-option`` values appended (``pipemare:t1=200,t2=0.1``); checked."""
     if not options:
         return policy
-    from naspipe.sched.registry import PolicyError, get_policy, parse_policy, policy_names
+    from naspipe.sched.registry import get_policy, parse_policy, policy_names
 
     name, _, arg = policy.partition(":")
     keyed = [n for n in policy_names() if get_policy(n).options]  # policies that declare options (one grammar)
     if name not in keyed:
-        raise UsageError(f"--policy-option is for the policies with options, {', '.join(keyed)}, not {name!r}")
+        raise UserError(f"--policy-option is for the policies with options, {', '.join(keyed)}, not {name!r}")
     full = f"{name}:{','.join([a for a in [arg] if a] + options)}"
-    try:
-        given = {k: f"--policy {policy}" for k in parse_policy(policy)[1]}  # option -> where it was set
-        for opt in options:
-            for key in parse_policy(f"{name}:{opt}")[1]:
-                if key in given:
-                    raise UsageError(f"--policy-option {opt} sets {name} option {key!r}, which {given[key]} "
-                                     "already sets; give each option once")
-                given[key] = f"--policy-option {opt}"
-        parse_policy(full)
-    except PolicyError as e:
-        raise UsageError(str(e)) from None
+    given = {k: f"--policy {policy}" for k in parse_policy(policy)[1]}  # option -> where it was set
+    for opt in options:
+        for key in parse_policy(f"{name}:{opt}")[1]:
+            if key in given:
+                raise UserError(f"--policy-option {opt} sets {name} option {key!r}, which {given[key]} "
+                                "already sets; give each option once")
+            given[key] = f"--policy-option {opt}"
+    parse_policy(full)
     return full
 
 
 def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
-    """A validated ``TrainConfig`` from parsed arguments; raises UsageError (one line).
+    """A validated ``TrainConfig`` from parsed arguments; raises a UserError (one line).
 
     ``check_out``: also refuse an output directory that holds another run (unless ``--overwrite``).
     """
@@ -141,65 +143,52 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
     swapping = {"--swap": args.swap, "--prefetch-depth": args.prefetch_depth, "--pin": args.pin}
     if args.device_memory is None and any(v is not None for v in swapping.values()):
         given = ", ".join(k for k, v in swapping.items() if v is not None)
-        raise UsageError(f"{given} only apply with --device-memory SIZE|P%")
+        raise UserError(f"{given} only apply with --device-memory SIZE|P%")
     if args.out is None:
         if not args.resume:
-            raise UsageError("--out is required (or --resume DIR to continue the run in DIR)")
+            raise UserError("--out is required (or --resume DIR to continue the run in DIR)")
         from naspipe.runtime.checkpoint import locate
-        from naspipe.runtime.config import ConfigError as _CE
 
-        try:
-            args.out = str(locate(args.resume)[0])
-        except _CE as e:
-            raise UsageError(str(e)) from None
+        args.out = str(locate(args.resume)[0])
     run = resolve_run(args)
     policy = with_policy_options(run.policy, args.policy_option)
-    from naspipe.runtime.config import (
-        ConfigError,
-        TrainConfig,
-        check_model_of,
-        check_out_dir,
-        measured_partition,
-    )
+    from naspipe.runtime.config import TrainConfig, check_model_of, check_out_dir, measured_partition
 
-    try:
-        part = run.partition
-        if args.balance == "measured" and part.stages > 1:
-            part = measured_partition(run.space, part.stages, run.seed)
-        cfg = TrainConfig.from_spec(
-            dataclasses.replace(run, partition=part, policy=policy), args.out, balance=args.balance, sampler=str(spec),
-            optimizer=args.optimizer, lr=args.lr, jitter_ms=args.jitter_ms, kernels=args.kernels,
-            threads=args.threads, device=args.device, timeout=args.timeout, micro_batches=args.micro_batches,
-            max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,
-            progress=not args.no_progress, fault=args.fault, start_method=args.start_method,
-            checkpoint_every=args.checkpoint_every, device_memory=args.device_memory,
-            replicas=args.replicas, replica_exchange=args.replica_exchange,
-            # options not given keep TrainConfig's defaults (declared once, there)
-            **{k: v for k, v in (("swap", args.swap), ("prefetch_depth", args.prefetch_depth), ("pin", args.pin))
-               if v is not None})
-        check_model_of(cfg)
-        if args.resume:
-            from naspipe.runtime.checkpoint import apply_resume, resumes_in_place
-            from naspipe.sim.plan_choice import needs_plan
+    part = run.partition
+    if args.balance == "measured" and part.stages > 1:
+        part = measured_partition(run.space, part.stages, run.seed)
+    cfg = TrainConfig.from_spec(
+        dataclasses.replace(run, partition=part, policy=policy), args.out, balance=args.balance, sampler=str(spec),
+        optimizer=args.optimizer, lr=args.lr, jitter_ms=args.jitter_ms, kernels=args.kernels,
+        threads=args.threads, device=args.device, timeout=args.timeout, micro_batches=args.micro_batches,
+        max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,
+        progress=not args.no_progress, fault=args.fault, start_method=args.start_method,
+        checkpoint_every=args.checkpoint_every, device_memory=args.device_memory,
+        replicas=args.replicas, replica_exchange=args.replica_exchange,
+        # options not given keep TrainConfig's defaults (declared once, there)
+        **{k: v for k, v in (("swap", args.swap), ("prefetch_depth", args.prefetch_depth), ("pin", args.pin))
+           if v is not None})
+    check_model_of(cfg)
+    if args.resume:
+        from naspipe.runtime.checkpoint import apply_resume, resumes_in_place
+        from naspipe.sim.plan_choice import needs_plan
 
-            cfg = apply_resume(cfg, args.resume, adopt_plan=needs_plan(policy))  # plain csp-plan: the checkpoint's
-            check_out = check_out and not resumes_in_place(cfg)
-        if check_out:  # the files it reads are inputs: --overwrite must not delete them
-            check_out_dir(cfg.out, cfg.overwrite, inputs=[f for f in (args.sequence, args.space) if f])
-    except ConfigError as e:
-        raise UsageError(str(e)) from None
+        cfg = apply_resume(cfg, args.resume, adopt_plan=needs_plan(policy))  # plain csp-plan: the checkpoint's
+        check_out = check_out and not resumes_in_place(cfg)
+    if check_out:  # the files it reads are inputs: --overwrite must not delete them
+        check_out_dir(cfg.out, cfg.overwrite, inputs=[f for f in (args.sequence, args.space) if f])
     return cfg
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:
-        raise UsageError(f"{self.prog}: {message}")
+        raise UserError(f"{self.prog}: {message}")
 
 
 def world_config(argv: Sequence[str] | None, world: int, check_out: bool = False,
                  device_here: bool = True) -> tuple[Any, float]:
     """The options of ``python -m naspipe.torchrun`` for ``world`` processes: ``(config, connect timeout)``;
-    ``--stages`` defaults to the world size over ``--replicas`` (UsageError when they cannot match).
+    ``--stages`` defaults to the world size over ``--replicas`` (a UserError when they cannot match).
     ``device_here=False``: the run is for other machines (``naspipe plan --nodes``), so ``--device cuda`` is
     checked on this machine's CPU and kept in the config, not refused for a GPU this machine lacks."""
     parser = _Parser(prog="python -m naspipe.torchrun", description="the torchrun entry point")
@@ -212,7 +201,7 @@ def world_config(argv: Sequence[str] | None, world: int, check_out: bool = False
     if args.stages is None:
         args.stages = world // replicas
     if args.stages * replicas != world:
-        raise UsageError(f"--stages {args.stages} x --replicas {replicas} differs from the {world} processes "
+        raise UserError(f"--stages {args.stages} x --replicas {replicas} differs from the {world} processes "
                          "torchrun started; use one process per stage and replica")
     device = args.device
     if not device_here:
@@ -265,7 +254,6 @@ def resume_hint(saved: int, args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    from naspipe.runtime.config import ConfigError
     from naspipe.runtime.processes.launcher import TrainError, train
     from naspipe.spaces.shared import announce
 
@@ -273,9 +261,7 @@ def run(args: argparse.Namespace) -> int:
         announce(cfg.space, cfg.shared)
 
     try:
-        result = train(cfg)
-    except ConfigError as e:  # e.g. the port was taken in the meantime
-        raise UsageError(str(e)) from None
+        result = train(cfg)  # (a ConfigError, e.g. the port taken in the meantime, is a refusal: exit code 2)
     except TrainError as e:
         hint = f"; {resume_hint(e.checkpoint, args)}" if e.checkpoint is not None else ""
         print(f"naspipe: error: {e.base}{hint}", file=sys.stderr)

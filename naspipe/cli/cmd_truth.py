@@ -13,8 +13,10 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from naspipe.cli.common import UsageError, add_kernels_argument, named, positive_int
+from naspipe.cli.common import add_kernels_argument, named, os_refusal, positive_int
+from naspipe.errors import UserError
 
 COMMAND = "truth"
 HELP = "train architectures stand-alone (the ground truth naspipe rank compares a supernet with)"
@@ -55,86 +57,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.check is not None:
         return _check(args)
-    for option, value in (("--space", args.space), ("--out", args.out)):
-        if value is None:
-            raise UsageError(f"the following arguments are required to build a truth: {option} (or --check DIR)")
-    from naspipe.inputs.optim_names import DEFAULT_LR, lr_error
-
-    lr = DEFAULT_LR[args.optimizer] if args.lr is None else args.lr
-    if (why := lr_error(lr)) is not None:
-        raise UsageError(f"--lr {why}")
-    if args.seeds > MAX_SEEDS:
-        raise UsageError(f"--seeds must be <= {MAX_SEEDS}, got {args.seeds}")
-    from naspipe.fileio.atomic import NotWritable, check_writable
-
-    out = Path(args.out)
-    try:
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"--out {str(out)!r} exists and is not a directory")
-        check_writable(out, "--out")
-    except NotWritable as e:
-        raise UsageError(str(e)) from None
-    except OSError as e:  # a name too long, a loop of links
-        raise UsageError(f"--out {str(out)[:80]!r}... cannot be used: {e.strerror or e}") from None
-
-    import naspipe.supernet  # noqa: F401 - registers the module:function resolver
+    out, lr, space, n = _inputs(args)
+    settings = _settings(args, space, n, lr)
     from naspipe.fileio.atomic import write_text_atomic
-    from naspipe.models import model_kind
-    from naspipe.spaces.space import SpaceError, resolve_space
-    from naspipe.truth.records import (
-        SPACE_JSON,
-        TruthError,
-        TruthSettings,
-        choose_archs,
-        space_size,
-        start,
-    )
+    from naspipe.truth.records import SPACE_JSON, start
 
-    try:
-        space = resolve_space(args.space)
-        model_kind(space)
-    except (SpaceError, ValueError) as e:
-        raise UsageError(str(e).splitlines()[0]) from None
-    n = space_size(space)
-    if args.sample is None and n > args.max_archs:
-        raise UsageError(f"space {space.name!r} has {n} architectures (more than --max-archs {args.max_archs}); "
-                         "pass --sample N")
-    if args.sample is not None and min(args.sample, n) > args.max_archs:
-        raise UsageError(f"--sample {args.sample} is more than --max-archs {args.max_archs} (space {space.name!r} "
-                         f"has {n} architectures); pass a smaller --sample, or a larger --max-archs to mean it")
-    from naspipe.lifecycle import kernels
-    from naspipe.preflight.behaviour import BehaviourError, take
-    from naspipe.runfolder.runs import machine_of
-    from naspipe.supernet.load import KIND
-
-    try:  # a user's supernet in a spawned interpreter, where per-process state in its weights shows
-        behaviour = take(space, args.kernels, fresh=space.model.get("kind") == KIND)["behaviour_sha256"]
-    except BehaviourError as e:
-        raise UsageError(str(e)) from None
-    settings = TruthSettings(space=space.name, space_digest=space.digest(), steps=args.steps,
-                             seeds=tuple(range(args.seeds)), optimizer=args.optimizer, lr=float(lr),
-                             archs=choose_archs(space, args.sample, args.sample_seed),
-                             sample=args.sample if args.sample is not None and args.sample < n else None,
-                             sample_seed=args.sample_seed if args.sample is not None and args.sample < n else None,
-                             kernels=args.kernels, behaviour_sha256=behaviour,
-                             behaviour_on=machine_of({"kernels": args.kernels, **kernels.machine(args.kernels)}))
-    try:
+    with os_refusal(f"--out {str(out)!r} cannot be written"):
         start(out, settings)
         if args.space.endswith(".json") and not (out / SPACE_JSON).exists():
             write_text_atomic(out / SPACE_JSON, space.to_json() + "\n")  # naspipe rank resolves the runs' space by it
-    except TruthError as e:
-        raise UsageError(str(e)) from None
-    except OSError as e:
-        raise UsageError(f"--out {str(out)!r} cannot be written: {e.strerror or e}") from None
-
     from naspipe.truth.workers import build_truth
 
     workers = _workers(args.workers)
     t0 = time.perf_counter()
-    try:
-        truth = build_truth(space, args.space, out, settings, workers=workers, progress=not args.no_progress)
-    except TruthError as e:  # a stored entry that cannot be used, a candidate that raised, another space
-        raise UsageError(str(e).splitlines()[0]) from None
+    # (a TruthError: a stored entry that cannot be used, a candidate that raised, another space)
+    truth = build_truth(space, args.space, out, settings, workers=workers, progress=not args.no_progress)
     wall = time.perf_counter() - t0
     assert truth is not None
     from naspipe.ranking.stats import MIN_ARCHS, seed_floor
@@ -149,15 +86,67 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inputs(args: argparse.Namespace) -> tuple[Path, float, Any, int]:
+    """``(out, lr, space, architectures in it)`` from the arguments; a UserError (one line) for a bad one."""
+    for option, value in (("--space", args.space), ("--out", args.out)):
+        if value is None:
+            raise UserError(f"the following arguments are required to build a truth: {option} (or --check DIR)")
+    from naspipe.inputs.optim_names import lr_error, lr_or_default
+
+    lr = lr_or_default(args.optimizer, args.lr)
+    if (why := lr_error(lr)) is not None:
+        raise UserError(f"--lr {why}")
+    if args.seeds > MAX_SEEDS:
+        raise UserError(f"--seeds must be <= {MAX_SEEDS}, got {args.seeds}")
+    from naspipe.fileio.atomic import check_writable
+
+    out = Path(args.out)
+    with os_refusal(f"--out {str(out)[:80]!r}... cannot be used"):  # a name too long, a loop of links
+        if out.exists() and not out.is_dir():
+            raise UserError(f"--out {str(out)!r} exists and is not a directory")
+        check_writable(out, "--out")
+    import naspipe.supernet  # noqa: F401 - registers the module:function resolver
+    from naspipe.models import model_kind
+    from naspipe.spaces.space import resolve_space
+    from naspipe.truth.records import space_size
+
+    space = resolve_space(args.space)
+    model_kind(space)
+    n = space_size(space)
+    if args.sample is None and n > args.max_archs:
+        raise UserError(f"space {space.name!r} has {n} architectures (more than --max-archs {args.max_archs}); "
+                        "pass --sample N")
+    if args.sample is not None and min(args.sample, n) > args.max_archs:
+        raise UserError(f"--sample {args.sample} is more than --max-archs {args.max_archs} (space {space.name!r} "
+                        f"has {n} architectures); pass a smaller --sample, or a larger --max-archs to mean it")
+    return out, lr, space, n
+
+
+def _settings(args: argparse.Namespace, space: Any, n: int, lr: float) -> Any:
+    """The truth's settings, with the digest of what the supernet computes (taken in a spawned interpreter, where
+    per-process state in a user's supernet's weights shows)."""
+    from naspipe.lifecycle import kernels
+    from naspipe.preflight.behaviour import take
+    from naspipe.runfolder.runs import machine_of
+    from naspipe.supernet.load import KIND
+    from naspipe.truth.records import TruthSettings, choose_archs
+
+    behaviour = take(space, args.kernels, fresh=space.model.get("kind") == KIND)["behaviour_sha256"]
+    sampled = args.sample is not None and args.sample < n
+    return TruthSettings(space=space.name, space_digest=space.digest(), steps=args.steps,
+                         seeds=tuple(range(args.seeds)), optimizer=args.optimizer, lr=float(lr),
+                         archs=choose_archs(space, args.sample, args.sample_seed),
+                         sample=args.sample if sampled else None,
+                         sample_seed=args.sample_seed if sampled else None,
+                         kernels=args.kernels, behaviour_sha256=behaviour,
+                         behaviour_on=machine_of({"kernels": args.kernels, **kernels.machine(args.kernels)}))
+
+
 def _check(args: argparse.Namespace) -> int:
     """``--check DIR``: the one-line verdict of ``naspipe.truth.check``; exit 0 identical, 1 differ."""
     from naspipe.truth.check import check_truth
-    from naspipe.truth.records import TruthError
 
-    try:
-        result = check_truth(args.check, sample=args.sample or 3, seed=args.check_seed)
-    except TruthError as e:
-        raise UsageError(str(e)) from None
+    result = check_truth(args.check, sample=args.sample or 3, seed=args.check_seed)
     print(f"truth check: {result.line}")
     return 0 if result.ok else 1
 

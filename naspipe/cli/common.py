@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from naspipe.runspec.spec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError, SequenceTooShort
+from naspipe.errors import UserError
+from naspipe.runspec.spec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, SequenceTooShort
 from naspipe.sched.policies import POLICIES
 from naspipe.spaces.shared import SHARED_MODES
 
@@ -14,49 +16,45 @@ if TYPE_CHECKING:
     from naspipe.sequences.samplers import SamplerSpec
 
 
-class UsageError(Exception):
-    """Bad user input: reported as one line with exit code 2."""
+UsageError = UserError  # the name naspipe.torchrun imports (its main catches every refusal by it)
+
+
+@contextmanager
+def os_refusal(prefix: str = "", say: Callable[[OSError], str] | None = None) -> Iterator[None]:
+    """An OSError in the block is a refusal: ``say(error)``, else ``<prefix>: <the system's reason>`` (a
+    ``NotWritable``, whose message names the path and why, as it is). The one place the commands turn the system's
+    errors into refusals."""
+    from naspipe.fileio.atomic import NotWritable
+
+    try:
+        yield
+    except OSError as e:
+        if say is None:
+            say = lambda e: str(e) if isinstance(e, NotWritable) else f"{prefix}: {e.strerror or e}"  # noqa: E731
+        raise UserError(say(e)) from None
 
 
 def positive_int(name: str, minimum: int = 1, maximum: int | None = None):  # noqa: ANN201
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
+    def rule(v: int, _text: str) -> str | None:
         if v < minimum:
-            raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {v}")
-        if maximum is not None and v > maximum:
-            raise argparse.ArgumentTypeError(f"{name} must be <= {maximum}, got {v}")
-        return v
-    return parse
+            return f"must be >= {minimum}, got {v}"
+        return f"must be <= {maximum}, got {v}" if maximum is not None and v > maximum else None
+    return _ruled(name, int, "whole number", rule)
 
 
 def non_negative_float(name: str):  # noqa: ANN201
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not v >= 0 or v == float("inf"):
-            raise argparse.ArgumentTypeError(f"{name} must be a finite number >= 0, got {text}")
-        return v
-    return parse
+    def rule(v: float, text: str) -> str | None:
+        return None if v >= 0 and v != float("inf") else f"must be a finite number >= 0, got {text}"
+    return _ruled(name, float, "number", rule)
 
 
 def positive_float(name: str, unit: str = ""):  # noqa: ANN201
     """An argparse type for a finite number > 0 (``unit``, e.g. "seconds", names what it counts)."""
     what = f"number of {unit}" if unit else "number"
 
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a {what}, got {text!r}") from None
-        if not 0 < v < float("inf"):
-            raise argparse.ArgumentTypeError(f"{name} must be a finite {what} > 0, got {text}")
-        return v
-    return parse
+    def rule(v: float, text: str) -> str | None:
+        return None if 0 < v < float("inf") else f"must be a finite {what} > 0, got {text}"
+    return _ruled(name, float, what, rule)
 
 
 def named(option: str, what: str = "folder"):  # noqa: ANN201
@@ -69,26 +67,28 @@ def named(option: str, what: str = "folder"):  # noqa: ANN201
     return parse
 
 
-def _ruled(option: str, convert: Callable[[str], Any], what: str, rule: Callable[[Any], str | None]):  # noqa: ANN202
-    """An argparse type: ``convert`` the text (else "must be a ``what``"), then refuse what ``rule`` says why."""
+def _ruled(option: str, convert: Callable[[str], Any], what: str,  # noqa: ANN202
+           rule: Callable[[Any, str], str | None]):
+    """An argparse type: ``convert`` the text (else "must be a ``what``"), then refuse what ``rule(value, text)``
+    says why."""
     def parse(text: str) -> Any:
         try:
             v = convert(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{option} must be a {what}, got {text!r}") from None
-        if (why := rule(v)) is not None:
+        if (why := rule(v, text)) is not None:
             raise argparse.ArgumentTypeError(f"{option} {why}")
         return v
     return parse
 
 
-def _lr_error(v: float) -> str | None:
+def _lr_error(v: float, _text: str) -> str | None:
     from naspipe.inputs.optim_names import lr_error
 
     return lr_error(v)
 
 
-def _threads_error(v: int) -> str | None:
+def _threads_error(v: int, _text: str) -> str | None:
     from naspipe.runtime.config import threads_error  # (imported when the option is given)
 
     return threads_error(v)
@@ -98,7 +98,7 @@ learning_rate = _ruled("--lr", float, "number", _lr_error)  # the type of --lr (
 thread_count = _ruled("--threads", int, "whole number", _threads_error)  # (naspipe.runtime.config.threads_error)
 
 
-def _kernels_error(v: str) -> str | None:
+def _kernels_error(v: str, _text: str) -> str | None:
     from naspipe.lifecycle.kernels import kind_error
 
     return kind_error(v)
@@ -147,15 +147,12 @@ def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-
 
 def _seeded_sampler(args: argparse.Namespace) -> str:
     """``--sampler`` when it makes the sequence from the seed (a run-time one is the run's, not the spec's)."""
-    from naspipe.sequences.samplers import SamplerError, parse_sampler
+    from naspipe.sequences.samplers import parse_sampler
 
     text = args.sampler or "uniform"
-    try:
-        spec = parse_sampler(text)
-    except SamplerError as e:
-        raise UsageError(str(e)) from None
+    spec = parse_sampler(text)
     if spec.kind != "uniform" and args.sequence:
-        raise UsageError(f"--sampler {text} makes the sequence; it cannot be combined with --sequence")
+        raise UserError(f"--sampler {text} makes the sequence; it cannot be combined with --sequence")
     return "uniform" if spec.online else str(spec)
 
 
@@ -170,42 +167,33 @@ def add_sampler_argument(p: argparse.ArgumentParser, online: bool = True) -> Non
 def fixed_sampler_arg(args: argparse.Namespace, needs: str) -> SamplerSpec:
     """The parsed ``--sampler`` of a command that needs the sequence fixed up front (plan, simulate, search);
     UsageError for a bad value, and ``--sampler X NEEDS`` for one generated at run time."""
-    from naspipe.sequences.samplers import SamplerError, fixed_sampler
+    from naspipe.sequences.samplers import fixed_sampler
 
-    try:
-        return fixed_sampler(args.sampler, needs, f"--sampler {args.sampler}")
-    except SamplerError as e:
-        raise UsageError(str(e)) from None
+    return fixed_sampler(args.sampler, needs, f"--sampler {args.sampler}")  # (a SamplerError is a UserError)
 
 
 def resolve_run(args: argparse.Namespace, probe: bool = True) -> RunSpec:
-    """Validate the shared run arguments into the one run description; raises UsageError with one line.
+    """Validate the shared run arguments into the one run description; raises a UserError with one line.
 
     ``probe=False``: a ``module:function`` supernet is read as plain data (labels, names, costs), no candidate
     built or run (``naspipe simulate``: those checks guard processes it never starts)."""
     for flag, value in (("--stages", args.stages), ("--window", args.window)):
         if value < 1:  # named as the user typed them (RunSpec names its own arguments)
-            raise UsageError(f"{flag} must be >= 1, got {value}")
+            raise UserError(f"{flag} must be >= 1, got {value}")
     space = args.space
     if not probe:
         from pathlib import Path
 
-        from naspipe.spaces.space import SpaceError
         from naspipe.supernet.load import is_spec, spec_space
 
         if is_spec(space) and not Path(space).exists():
-            try:
-                space = spec_space(space, probe=False)
-            except SpaceError as e:
-                raise UsageError(str(e)) from None
+            space = spec_space(space, probe=False)
     try:
         spec = RunSpec.create(space, stages=args.stages, subnets=args.subnets, seed=args.seed,
                               policy=args.policy, window=args.window, shared_layers=args.shared_layers,
                               sequence=args.sequence or None, sampler=_seeded_sampler(args))
-    except SequenceTooShort as e:
-        raise UsageError(f"--sequence holds {e.have} subnets, fewer than --subnets {e.need}") from None
-    except RunSpecError as e:
-        raise UsageError(str(e)) from None
+    except SequenceTooShort as e:  # named as the user typed them
+        raise UserError(f"--sequence holds {e.have} subnets, fewer than --subnets {e.need}") from None
     args.policy = spec.policy  # MODULE:NAME resolved to NAME
     return spec
 
@@ -222,13 +210,10 @@ def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def sampler_from_args(args: argparse.Namespace) -> SamplerSpec:
-    """The parsed ``--sampler``; UsageError for a bad value or together with ``--sequence``."""
-    from naspipe.sequences.samplers import SamplerError, parse_sampler
+    """The parsed ``--sampler``; a UserError for a bad value or together with ``--sequence``."""
+    from naspipe.sequences.samplers import parse_sampler
 
-    try:
-        spec = parse_sampler(args.sampler)
-    except SamplerError as e:
-        raise UsageError(str(e)) from None
+    spec = parse_sampler(args.sampler)
     if spec.kind != "uniform" and args.sequence:
-        raise UsageError(f"--sampler {args.sampler} generates the sequence; it cannot be combined with --sequence")
+        raise UserError(f"--sampler {args.sampler} generates the sequence; it cannot be combined with --sequence")
     return spec

@@ -15,6 +15,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from naspipe.errors import UserError
+
 IFNAME_VAR = "GLOO_SOCKET_IFNAME"
 HOST_PLACEHOLDER = "HOST{}"  # printed (and noted) when no address was given
 IFACE_PLACEHOLDER = "IFACE"
@@ -53,19 +55,19 @@ class NodePlan:
 def make_plan(nodes: int, procs_per_node: int, train_args: Sequence[str], addrs: Sequence[str] = (),
               ifnames: Sequence[str] = (), **kw: object) -> NodePlan:
     """Placeholders (HOST0.., IFACE) where no address or interface was given; one interface serves all.
-    ValueError (one line) for a count that does not match ``nodes``, an empty address or a bad interface name."""
+    A UserError (one line) for a count that does not match ``nodes``, an empty address or a bad interface name."""
     if addrs and len(addrs) != nodes:
-        raise ValueError(f"--node-addrs lists {len(addrs)} addresses for {nodes} nodes")
+        raise UserError(f"--node-addrs lists {len(addrs)} addresses for {nodes} nodes")
     if ifnames and len(ifnames) not in (1, nodes):
-        raise ValueError(f"--ifname lists {len(ifnames)} interfaces for {nodes} nodes (give one, or one per node)")
+        raise UserError(f"--ifname lists {len(ifnames)} interfaces for {nodes} nodes (give one, or one per node)")
     for i, a in enumerate(addrs):
         if not a.strip() or a != a.strip():
-            raise ValueError(f"--node-addrs: node {i}'s address {a!r} is empty or has spaces; give one address per "
+            raise UserError(f"--node-addrs: node {i}'s address {a!r} is empty or has spaces; give one address per "
                              "node, separated by commas")
     for i, f in enumerate(ifnames):
         if (why := ifname_error(f)) is not None:
             whose = "the" if len(ifnames) == 1 else f"node {i}'s"
-            raise ValueError(f"--ifname: {whose} interface {why}")
+            raise UserError(f"--ifname: {whose} interface {why}")
     a = tuple(addrs) or tuple(HOST_PLACEHOLDER.format(i) for i in range(nodes))
     f = tuple(ifnames) * (nodes if len(ifnames) == 1 else 1) if ifnames else (IFACE_PLACEHOLDER,) * nodes
     return NodePlan(nodes, procs_per_node, a, f, tuple(train_args), **kw)  # type: ignore[arg-type]

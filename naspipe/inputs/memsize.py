@@ -14,6 +14,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from naspipe.errors import UserError
+
 _UNITS = {
     "": 1, "b": 1,
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -23,7 +25,7 @@ _UNITS = {
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
-class SizeError(ValueError):
+class SizeError(UserError):
     """A size or budget string could not be parsed; the message names the text and the accepted forms."""
 
 

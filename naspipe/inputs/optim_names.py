@@ -10,6 +10,11 @@ DEFAULT_LR: dict[str, float] = {"sgd": 0.2, "momentum": 0.02, "adam": 3e-3, "ada
 LR_MAX = 3.4028234663852886e38  # float32's largest: a larger rate overflows in the first update of float32 weights
 
 
+def lr_or_default(optimizer: str, lr: float | None) -> float:
+    """The learning rate a run of ``optimizer`` trains with: ``lr``, or the optimizer's default when None."""
+    return DEFAULT_LR[optimizer] if lr is None else lr
+
+
 def lr_error(lr: object) -> str | None:
     """Why ``lr`` cannot be a learning rate (None: it can): a finite number > 0 that fits a float32."""
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr <= LR_MAX:

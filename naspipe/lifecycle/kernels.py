@@ -33,6 +33,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from naspipe.errors import UserError
+
 NATIVE, AVX2, PORTABLE = "native", "avx2", "portable"
 KINDS = (NATIVE, AVX2, PORTABLE)
 DEFAULT = NATIVE  # chosen by measurement: benchmarks/kernels.py (docs/reproducibility.md)
@@ -46,7 +48,7 @@ MANAGED = tuple(sorted({k for r in RECIPES.values() for k in r}))
 CAPPED_AT = "AVX2"  # torch's capability under avx2 and portable
 
 
-class KernelsError(ValueError):
+class KernelsError(UserError):
     """A kernels kind that cannot be had here, or a process already computing under another (one line)."""
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from naspipe.inputs.optim_names import DEFAULT_LR, OPTIMIZERS
+from naspipe.inputs.optim_names import DEFAULT_LR, OPTIMIZERS, lr_or_default
 
 __all__ = ["DEFAULT_LR", "OPTIMIZERS", "keep_grads_of", "make_optimizer"]
 
@@ -25,7 +25,7 @@ def make_optimizer(params: Iterable[nn.Parameter], name: str, lr: float | None =
     """``name`` in OPTIMIZERS; ``lr`` None means ``DEFAULT_LR[name]``; ``kw`` goes to the torch class."""
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
-    lr = DEFAULT_LR[name] if lr is None else float(lr)
+    lr = float(lr_or_default(name, lr))
     if not lr > 0 or lr == float("inf"):
         raise ValueError(f"learning rate must be a finite number > 0, got {lr}")
     params = list(params)

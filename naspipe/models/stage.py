@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from naspipe.spaces.shared import SharedLayers
-from naspipe.spaces.space import SearchSpace
+from naspipe.spaces.space import SearchSpace, SpaceError
 from naspipe.supernet import messages
 
 USER_KIND = "supernet"  # a naspipe.Supernet declared by the user; the presets' kinds: naspipe.models.presets
@@ -31,12 +31,12 @@ PRESET_KINDS = ("transformer", "cnn", "mlp")
 
 
 def model_kind(space: SearchSpace) -> str:
-    """The space's ``model.kind`` if naspipe can build it, else a ValueError saying what is possible."""
+    """The space's ``model.kind`` if naspipe can build it, else a SpaceError (a refusal) saying what is possible."""
     kind = space.model.get("kind", "cost-only")
     if kind == USER_KIND:
         return kind
     if kind not in PRESET_KINDS:
-        raise ValueError(f"space {space.name!r} has model kind {kind!r}, which has no torch model; "
+        raise SpaceError(f"space {space.name!r} has model kind {kind!r}, which has no torch model; "
                          f"trainable kinds: {', '.join(PRESET_KINDS)} (e.g. tiny-transformer, digits-cnn) "
                          "or your own naspipe.Supernet (--space module:function)")
     return kind

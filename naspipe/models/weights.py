@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from naspipe.errors import UserError
 from naspipe.fileio.atomic import atomic_path
 from naspipe.models import StageModel, build_stage
 from naspipe.runfolder.results import merge_disjoint
@@ -26,7 +27,7 @@ WEIGHTS = "weights.pt"
 STAGE_WEIGHTS_GLOB = "weights-stage*.pt"
 
 
-class WeightsError(ValueError):
+class WeightsError(UserError):
     """A weights file is missing, unreadable or does not fit the model (the message names the file)."""
 
 

@@ -27,12 +27,14 @@ import random
 import time
 from typing import Any
 
+from naspipe.errors import UserError
+
 SUBNETS = 3  # candidate 0 everywhere, then two drawn by name
 SEED = 0  # the initial weights it runs at (the probe's): a property of the definition, not of a run's seed
 DOMAIN = "naspipe-behaviour"
 
 
-class BehaviourError(ValueError):
+class BehaviourError(UserError):
     """The supernet's behaviour cannot be taken, or differs between two processes (one line)."""
 
 

@@ -11,7 +11,8 @@ block (all its candidates) and runs every candidate on the previous block's prob
 block must agree on the output's shape and dtype, and the last block's output must fit the loss. Finally a
 full batch is sized against this machine's memory. Results are cached per (space, seed, shared layers).
 What depends on the run's shape is checked on top: ``check_messages`` (a block output that ends a stage must be
-a dtype and a rank the transport sends) and ``check_replicas`` (a user supernet runs on a shard of ``batch_size / R``).
+a dtype and a rank the transport sends) and ``probe_replica_shards`` (a user supernet runs on a shard of
+``batch_size / R``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from naspipe.errors import UserError
 from naspipe.spaces.shared import SharedLayers
 from naspipe.spaces.space import SearchSpace
 from naspipe.supernet.usercode import first_line, user_errors
@@ -30,7 +32,7 @@ _out_dtypes: dict[tuple[str, int, str], list] = {}  # (space, seed, shared) -> e
 _unsendable: dict[tuple[str, int, str], list] = {}  # (space, seed, shared) -> per block: why it cannot be sent
 
 
-class ModelCheckError(ValueError):
+class ModelCheckError(UserError):
     """The space's model cannot be built or run (one line naming the block, the candidate and the reason)."""
 
 
@@ -142,7 +144,7 @@ def check_messages(space: SearchSpace, stage_ends: list[int], sendable: tuple, s
                                   "partition elsewhere")
 
 
-def check_replicas(space: SearchSpace, replicas: int) -> None:
+def probe_replica_shards(space: SearchSpace, replicas: int) -> None:
     """With ``replicas`` > 1, run a user supernet's blocks on a shard of ``batch_size / replicas`` samples
     (``naspipe.supernet.validate.probe_replicas``; the presets are known to shard); ModelCheckError if one fails."""
     from naspipe.supernet.declare import SupernetError

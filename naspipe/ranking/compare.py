@@ -19,6 +19,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from naspipe.errors import UserError
 from naspipe.inputs.wholes import whole
 from naspipe.ranking.stats import (
     MIN_ARCHS,
@@ -202,7 +203,7 @@ def check_seed_runs(seeds: Sequence[str | Path]) -> None:
     from naspipe.runfolder import runs
 
     if len(seeds) < 2:
-        raise ValueError(f"--seeds needs two or more runs equal but the seed (got {len(seeds)})")
+        raise UserError(f"--seeds needs two or more runs equal but the seed (got {len(seeds)})")
     ids = [_identity(Path(s)) for s in seeds]
     first, a = seeds[0], ids[0]
     for s, b in zip(seeds[1:], ids[1:], strict=True):
@@ -211,12 +212,12 @@ def check_seed_runs(seeds: Sequence[str | Path]) -> None:
         if sampled and a["sampler"] != b["sampler"] and all(k != "sampler" for k, _, _ in diffs):
             diffs.append(("sampler", a.get("sampler"), b.get("sampler")))
         if diffs:
-            raise ValueError(f"--seeds {first} and {s} differ in more than the seed: "
+            raise UserError(f"--seeds {first} and {s} differ in more than the seed: "
                              f"{runs.describe_differences(diffs)}")
     seen: dict[Any, str | Path] = {}
     for s, b in zip(seeds, ids, strict=True):
         if b.get("seed") in seen:
-            raise ValueError(f"--seeds {seen[b.get('seed')]} and {s} are the same run (both of seed "
+            raise UserError(f"--seeds {seen[b.get('seed')]} and {s} are the same run (both of seed "
                              f"{b.get('seed')}): each seed once")
         seen[b.get("seed")] = s
 
@@ -308,7 +309,7 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
 
     t0 = time.perf_counter()
     if isinstance(seeds, str | bytes | Path):
-        raise ValueError(f"seeds must be a list of run folders, not one path ({str(seeds)!r})")
+        raise UserError(f"seeds must be a list of run folders, not one path ({str(seeds)!r})")
     seeds = list(seeds)
     if heldout is not None:
         heldout = whole("heldout", heldout, 1)

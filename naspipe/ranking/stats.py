@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy import stats
 
+from naspipe.errors import UserError
+
 if TYPE_CHECKING:
     from naspipe.truth.records import Truth
 
@@ -31,7 +33,7 @@ TOP_FRACTION = 0.1
 MIN_ARCHS = 10  # the fewest architectures a statistic with an interval is computed on
 
 
-class TooFewArchitectures(ValueError):
+class TooFewArchitectures(UserError):
     """Fewer architectures than ``MIN_ARCHS``: no rank statistic with a meaningful interval."""
 
 
@@ -43,12 +45,12 @@ def check_scores(columns: Sequence[Sequence[float]], *names: str) -> int:
     lengths = [len(c) for c in cols]
     if len(set(lengths)) > 1:
         shown = ", ".join(f"{name} {k}" for name, k in zip(label, lengths, strict=False))
-        raise ValueError(f"the columns differ in length ({shown}): one score per architecture in each")
+        raise UserError(f"the columns differ in length ({shown}): one score per architecture in each")
     for name, c in zip(label, cols, strict=False):
         bad = [x for x in c if isinstance(x, bool) or not isinstance(x, int | float | np.number)
                or not math.isfinite(x)]
         if bad:
-            raise ValueError(f"{name} holds {len(bad)} score(s) that are not finite numbers (first {bad[0]!r})")
+            raise UserError(f"{name} holds {len(bad)} score(s) that are not finite numbers (first {bad[0]!r})")
     n = lengths[0] if lengths else 0
     if n < MIN_ARCHS:
         raise TooFewArchitectures(f"too few architectures to rank: {n} (a statistic with an interval needs at "

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 from naspipe.fileio.atomic import write_text_atomic
 from naspipe.runfolder.runs import LOSSES, METRICS, PARAMS  # the run-directory names live in naspipe.runfolder.runs
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 STAGE_PARAMS_GLOB = "params-stage*.json"
 
 
-class ResultsError(ValueError):
+class ResultsError(UserError):
     """A results file is missing or malformed (the message names the file)."""
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from naspipe.errors import UserError
 from naspipe.inputs.wholes import whole
 from naspipe.sched.policies import DEFAULT_POLICY, DEFAULT_WINDOW, PolicyError
 from naspipe.sched.registry import get_policy, load_policy_spec
@@ -35,10 +36,10 @@ DEFAULT_SHARED = "auto"
 REPLICA_EXCHANGES = ("exact", "native")  # how replicas combine gradients: a fixed order, or the backend's
 
 __all__ = ["DEFAULT_POLICY", "DEFAULT_SHARED", "DEFAULT_WINDOW", "REPLICA_EXCHANGES", "RunSpec", "RunSpecError",
-           "SequenceTooShort", "check_replicas"]
+           "SequenceTooShort", "check_replica_settings"]
 
 
-class RunSpecError(ValueError):
+class RunSpecError(UserError):
     """A run that cannot be described as given; its message is one line for the user."""
 
 
@@ -131,11 +132,11 @@ class RunSpec:
             raise RunSpecError(str(e)) from None
         except (SpaceError, SharedPolicyError, PolicyError) as e:
             raise RunSpecError(str(e)) from None
-        check_replicas(sp, replicas, replica_exchange)
+        check_replica_settings(sp, replicas, replica_exchange)
         return cls(sp, part, stream, shared, policy, window, seed, str(spec), replicas, replica_exchange)
 
 
-def check_replicas(space: SearchSpace, replicas: object, exchange: str = "exact") -> None:
+def check_replica_settings(space: SearchSpace, replicas: object, exchange: str = "exact") -> None:
     """RunSpecError (one line) for replicas that cannot train ``space`` or an unknown gradient exchange."""
     if (why := replicas_error(space.batch_size, replicas)) is not None:
         raise RunSpecError(f"{why}; space {space.name!r}")

@@ -21,7 +21,14 @@ from naspipe.inputs.optim_names import lr_error
 from naspipe.lifecycle import kernels
 from naspipe.lifecycle.kernels import DEFAULT as DEFAULT_KERNELS
 from naspipe.runfolder import runs
-from naspipe.runspec.spec import DEFAULT_POLICY, DEFAULT_SHARED, DEFAULT_WINDOW, RunSpec, RunSpecError, check_replicas
+from naspipe.runspec.spec import (
+    DEFAULT_POLICY,
+    DEFAULT_SHARED,
+    DEFAULT_WINDOW,
+    RunSpec,
+    RunSpecError,
+    check_replica_settings,
+)
 from naspipe.runtime.rundir import ConfigError, check_out_dir, prepare_out_dir  # noqa: F401
 from naspipe.sched.policies import PolicyError, StageSpec, make_scheduler
 from naspipe.sched.registry import Policy, get_policy, policy_names
@@ -276,9 +283,9 @@ class TrainConfig:
         return ReplayStream(self.space, self.sequence, valid=True)
 
     def learning_rate(self) -> float:
-        from naspipe.models.optim import DEFAULT_LR
+        from naspipe.inputs.optim_names import lr_or_default
 
-        return DEFAULT_LR[self.optimizer] if self.lr is None else float(self.lr)
+        return float(lr_or_default(self.optimizer, self.lr))
 
     def fault_spec(self) -> tuple[str, int, int] | None:
         """``(action, stage, subnet)`` of the injected fault, if any."""
@@ -314,7 +321,7 @@ class TrainConfig:
 
     def _validate_replicas(self) -> None:
         try:  # the rules of replicas in themselves: naspipe.runspec.spec's
-            check_replicas(self.space, self.replicas, self.replica_exchange)
+            check_replica_settings(self.space, self.replicas, self.replica_exchange)
         except RunSpecError as e:
             raise ConfigError(str(e)) from None
         if self.replicas == 1:
@@ -493,7 +500,7 @@ def check_sequence_size(space: SearchSpace, subnets: int, processes: int) -> Non
 def check_model_of(cfg: TrainConfig) -> None:
     """Build the run's model block by block and run every candidate on a probe batch (``naspipe.preflight.modelcheck``);
     ConfigError naming the block and candidate when it cannot be built or run."""
-    from naspipe.preflight.modelcheck import ModelCheckError, check_messages, check_model, check_replicas
+    from naspipe.preflight.modelcheck import ModelCheckError, check_messages, check_model, probe_replica_shards
 
     try:
         check_model(cfg.space, cfg.seed, cfg.shared)
@@ -502,7 +509,7 @@ def check_model_of(cfg: TrainConfig) -> None:
     from naspipe.runtime.transport.comm import DTYPES
 
     try:
-        check_replicas(cfg.space, cfg.replicas)  # a user supernet's shard of B/R samples runs
+        probe_replica_shards(cfg.space, cfg.replicas)  # a user supernet's shard of B/R samples runs
         check_messages(cfg.space, [b - 1 for _, b in cfg.partition.bounds[:-1]], DTYPES, cfg.seed, cfg.shared)
     except ModelCheckError as e:
         raise ConfigError(str(e)) from None

@@ -21,7 +21,8 @@ def replay_schedule(space: Any, stages: int, policy: str, subnets: Sequence[Sequ
     Fast (no processes, no transport) and the same arithmetic as ``naspipe train`` given the same task order.
     Returns the losses and the stage executors (``ex.model``, ``ex.rule.reads``); for notebooks and tests.
     """
-    from naspipe.models import DEFAULT_LR, build_stage
+    from naspipe.inputs.optim_names import lr_or_default
+    from naspipe.models import build_stage
     from naspipe.runtime.stage_exec import StageExecutor
     from naspipe.runtime.stagerun import StageRun
     from naspipe.sequences.sequence import ReplayStream
@@ -36,7 +37,7 @@ def replay_schedule(space: Any, stages: int, policy: str, subnets: Sequence[Sequ
                               seed=seed), SimOptions(jitter=jitter))
     sched = sim.schedulers[0]
     execs = [StageExecutor(build_stage(space, part.blocks(s), seed, sh), subs, StageRun.local(s, stages, policy),
-                           seed=seed, optimizer=optimizer, lr=DEFAULT_LR[optimizer] if lr is None else lr,
+                           seed=seed, optimizer=optimizer, lr=lr_or_default(optimizer, lr),
                            shared_delay=sh.delay if sh.trains_shared else None, write_kind=sched.write_kind,
                            micro_batches=sched.micro_batches) for s in range(stages)]
     acts: dict = {}

@@ -19,13 +19,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
+from naspipe.errors import UserError
 from naspipe.fileio import atomic
 from naspipe.runfolder import runs
 
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A run configuration is invalid; the message is one line saying what is wrong and what is allowed."""
 
 

@@ -27,11 +27,13 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
+from naspipe.errors import UserError
+
 ENV = "NASPIPE_POLICY_MODULES"
 UPDATE_RULES = ("exact", "group", "stashed", "async")  # keys understood by naspipe.runtime.update_rules.rules
 
 
-class PolicyError(ValueError):
+class PolicyError(UserError):
     pass
 
 

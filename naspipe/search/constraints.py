@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from naspipe.errors import UserError
+
 METRICS: tuple[str, ...] = ("params", "latency")
 PARAM_UNITS: dict[str, float] = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
 LATENCY_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}
@@ -20,7 +22,7 @@ _RX = re.compile(r"^\s*([A-Za-z_]+)\s*(<=|=<|<|>=|>|==|=)?\s*(.*?)\s*$")
 _NUM = re.compile(r"^([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-zµ]*)$")
 
 
-class ConstraintError(ValueError):
+class ConstraintError(UserError):
     """A constraint text is malformed; the message says what is allowed."""
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 from naspipe.inputs.wholes import whole
 from naspipe.models import Batch, StageModel, evaluate, heldout_batches, model_kind
@@ -32,7 +33,7 @@ from naspipe.supernet.load import recorded_space
 SEARCH_JSON = "search.json"
 
 
-class RunError(ValueError):
+class RunError(UserError):
     """A run directory cannot be searched (missing files, unknown space); the message says why."""
 
 

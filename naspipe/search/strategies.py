@@ -22,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
+from naspipe.errors import UserError
 from naspipe.inputs.wholes import whole
 from naspipe.search.constraints import Constraint, parse_constraints
 from naspipe.search.result import Evaluated, SearchResult
@@ -176,7 +177,7 @@ def search_space(space: SearchSpace, costs: SearchCosts, evaluate: EvaluateFn, *
                         time.perf_counter() - t0)
 
 
-class InfeasibleError(ValueError):
+class InfeasibleError(UserError):
     """No subnet of the space can satisfy a constraint."""
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 from naspipe.search.constraints import LATENCY_UNITS, Constraint
 from naspipe.spaces.space import SearchSpace, Subnet
@@ -27,7 +28,7 @@ from naspipe.spaces.space import SearchSpace, Subnet
 Table = tuple[tuple[float, ...], ...]
 
 
-class ProfileError(ValueError):
+class ProfileError(UserError):
     """A latency profile file is unreadable or names blocks/candidates the space lacks."""
 
 

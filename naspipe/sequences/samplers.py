@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from naspipe.errors import UserError
 from naspipe.sequences.fair import SPREAD_BASES, FairStream, SpreadStream
 from naspipe.sequences.sequence import OnlineStream, SubnetStream, UniformStream
 from naspipe.spaces.space import SearchSpace, Subnet
@@ -51,7 +52,7 @@ from naspipe.spaces.space import SearchSpace, Subnet
 DEFAULT_LAG = 16
 
 
-class SamplerError(ValueError):
+class SamplerError(UserError):
     """A sampler description is malformed (one line saying what is allowed)."""
 
 

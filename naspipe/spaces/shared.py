@@ -25,8 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from naspipe.errors import UserError
 
-class SharedPolicyError(ValueError):
+
+class SharedPolicyError(UserError):
     pass
 
 

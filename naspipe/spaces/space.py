@@ -21,12 +21,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 
 Subnet = tuple[int, ...]
 
 
-class SpaceError(ValueError):
+class SpaceError(UserError):
     """A search-space description is malformed; the message says which field and what is allowed."""
 
 

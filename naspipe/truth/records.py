@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 from naspipe.fileio.atomic import write_text_atomic
 from naspipe.inputs.wholes import whole
@@ -41,7 +42,7 @@ SHARED_LAYERS = "serial"  # stand-alone training trains the fixed blocks too, ev
 BEHAVIOUR, BEHAVIOUR_ON = "behaviour_sha256", "behaviour_on"  # (naspipe.preflight.behaviour)
 
 
-class TruthError(ValueError):
+class TruthError(UserError):
     """A truth folder that cannot be used here (other space or settings, missing entries); one line."""
 
 

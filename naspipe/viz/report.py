@@ -28,6 +28,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 from naspipe.runfolder import runs
 from naspipe.runfolder.results import ResultsError, verify
@@ -48,7 +49,7 @@ IDLE_HEADERS = {"causal": "idle: causal dependency", "message": "idle: message",
                 "other": "idle: other (policy, start-up, drain)"}
 
 
-class ReportError(ValueError):
+class ReportError(UserError):
     """The run directory or its trace is missing or unreadable (one clear line)."""
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from naspipe.errors import UserError
 from naspipe.inputs.memsize import Budget, parse_budget
 from naspipe.sim.costs import DEFAULT_BATCH_ALPHA
 
@@ -23,7 +24,7 @@ DEFAULT_BANDWIDTH = 25e9
 
 
 
-class MemoryBudgetError(ValueError):
+class MemoryBudgetError(UserError):
     """A memory configuration that cannot work (a budget too small, resident mode that does not fit...)."""
 
 
