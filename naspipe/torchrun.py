@@ -30,23 +30,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from naspipe.cli.common import UsageError
+from naspipe.errors import UserError
 
 
 def _env_int(name: str) -> int:
     value = os.environ.get(name)
     if value is None or not value.isdigit():
-        raise UsageError(f"environment variable {name} is not set to a whole number: run under torchrun")
+        raise UserError(f"environment variable {name} is not set to a whole number: run under torchrun")
     return int(value)
-
-
-def _enter_kernels(kind: str) -> None:
-    from naspipe.lifecycle.kernels import KernelsError, enter
-
-    try:
-        enter(kind)
-    except KernelsError as e:
-        raise UsageError(str(e)) from None
 
 
 def _config(argv: Sequence[str] | None, world: int, rank: int) -> Any:
@@ -109,60 +100,73 @@ def record_failure(cfg: Any, rank: int, e: BaseException, roster: Any = None) ->
     (``lost-host.json``, written only where none is: the first rank to meet the loss) and writes ``status.json``
     from it (torchrun may stop rank 0 first); rank 0 writes its own status first and then the lost host's where one
     was named, so a lost host named at any moment stands."""
+    _write_error_files(cfg.out, rank, e)
+    lost = lost_host(rank, e, roster, cfg.out)
+    if rank != 0 and lost is None:
+        return
+    if lost is not None:
+        print(f"naspipe: error: rank {rank} lost host {lost['host']} (rank(s) {', '.join(map(str, lost['ranks']))})",
+              file=sys.stderr)
+    saved = _checkpoint_said(cfg, rank)
+    if lost is not None:
+        name_lost_host(cfg.out, {"error": f"lost host {lost['host']} (rank(s) {', '.join(map(str, lost['ranks']))}): "
+                                          f"rank {rank} saw: {e}", "rank": lost["neighbour"], "checkpoint": saved,
+                                 "lost": lost})
+    elif lost_host_named(cfg.out) is None:
+        _write_rank0_status(cfg, rank, e, saved)
+    _status_of_lost_host(cfg.out)  # a lost host named meanwhile (also after rank 0's check) stands
+
+
+def _write_error_files(out: Any, rank: int, e: BaseException) -> None:
+    """The rank's failure record, then its text (one line, then the traceback): the record first, since an error
+    text without its record is an older writer's."""
     import json
     import traceback
 
     from naspipe.fileio.atomic import write_text_atomic
     from naspipe.runtime.processes.worker import failure_line
 
-    try:  # the record before the text: an error text without its record is an older writer's
-        write_text_atomic(cfg.out / f"error-stage{rank}.json", json.dumps(failure_record(rank, e)) + "\n")
+    try:
+        write_text_atomic(out / f"error-stage{rank}.json", json.dumps(failure_record(rank, e)) + "\n")
         text = "".join(traceback.format_exception(e))
-        write_text_atomic(cfg.out / f"error-stage{rank}.txt", f"{failure_line(e)}\n\n{text}")  # its one line first
+        write_text_atomic(out / f"error-stage{rank}.txt", f"{failure_line(e)}\n\n{text}")
     except OSError:
         pass
-    lost = lost_host(rank, e, roster, cfg.out)
-    if rank != 0 and lost is None:
-        return
+
+
+def _checkpoint_said(cfg: Any, rank: int) -> int | None:
+    """The newest complete checkpoint (rank 0 marks it: the single writer of complete.json; another rank reads
+    it), with the resume line on stderr; None without checkpoints."""
+    if not cfg.checkpoint_every:
+        return None
+    from naspipe.runtime.checkpoint import finalize, newest_complete, root_of
+
+    saved = finalize(cfg.out) if rank == 0 else newest_complete(root_of(cfg.out))
+    if saved is not None:
+        without = " without --fault" if cfg.fault else ""  # (an injected fault would fire again)
+        print(f"naspipe: the last complete checkpoint is at subnet {saved}: to continue, run the same command"
+              f"{without} with --resume {cfg.out}", file=sys.stderr)
+    return saved
+
+
+def _write_rank0_status(cfg: Any, rank: int, e: BaseException, saved: int | None) -> None:
+    """Rank 0's ``status.json`` where no lost host is named: rank 0 is stopped by torchrun's SIGTERM or meets the
+    failure first as a broken neighbour (whichever comes first); either way the rank whose failure was its own is
+    named, when its record is readable."""
     from naspipe.runtime.outputs import write_status
     from naspipe.runtime.processes.signals import Terminated
     from naspipe.runtime.processes.worker import is_root_cause
 
-    if lost is not None:
-        print(f"naspipe: error: rank {rank} lost host {lost['host']} (rank(s) {', '.join(map(str, lost['ranks']))})",
-              file=sys.stderr)
-
-    saved = None
-    if cfg.checkpoint_every:
-        from naspipe.runtime.checkpoint import finalize, newest_complete, root_of
-
-        # rank 0 is the single writer of complete.json; another rank only reads what is complete
-        saved = finalize(cfg.out) if rank == 0 else newest_complete(root_of(cfg.out))
-        if saved is not None:
-            without = " without --fault" if cfg.fault else ""  # (an injected fault would fire again)
-            print(f"naspipe: the last complete checkpoint is at subnet {saved}: to continue, run the same command"
-                  f"{without} with --resume {cfg.out}", file=sys.stderr)
     primary = is_root_cause(e) and not isinstance(e, Terminated)
-    if lost is not None:
-        name_lost_host(cfg.out, {"error": f"lost host {lost['host']} (rank(s) {', '.join(map(str, lost['ranks']))}): "
-                                          f"rank {rank} saw: {e}", "rank": lost["neighbour"], "checkpoint": saved,
-                                 "lost": lost})
-        _status_of_lost_host(cfg.out)
-    elif lost_host_named(cfg.out) is None:
-        # rank 0 is stopped by torchrun's SIGTERM or meets the failure first as a broken neighbour (whichever
-        # comes first): either way the rank whose failure was its own is named, when its report is readable
-        failed = [] if primary else failed_ranks(cfg.out, rank)
-        after = f"after rank(s) {', '.join(map(str, failed))} failed (error-stage<rank>.txt)" if failed else ""
-        if isinstance(e, Terminated):
-            why = "rank 0 was stopped by SIGTERM " + (
-                after or "(torchrun stops every rank when one fails, or the job was cancelled)")
-        else:
-            why = f"stage 0 (rank 0) failed{' ' + after if after else ''}: {type(e).__name__}: {e}"
-        if lost_host_named(cfg.out) is None:
-            write_status(cfg.out, False, why, 0 if primary else (failed[0] if failed else None), checkpoint=saved)
-        _status_of_lost_host(cfg.out)  # a lost host named meanwhile (also after the check above) stands
+    failed = [] if primary else failed_ranks(cfg.out, rank)
+    after = f"after rank(s) {', '.join(map(str, failed))} failed (error-stage<rank>.txt)" if failed else ""
+    if isinstance(e, Terminated):
+        why = "rank 0 was stopped by SIGTERM " + (
+            after or "(torchrun stops every rank when one fails, or the job was cancelled)")
     else:
-        _status_of_lost_host(cfg.out)
+        why = f"stage 0 (rank 0) failed{' ' + after if after else ''}: {type(e).__name__}: {e}"
+    if lost_host_named(cfg.out) is None:
+        write_status(cfg.out, False, why, 0 if primary else (failed[0] if failed else None), checkpoint=saved)
 
 
 def name_lost_host(out: Any, record: dict[str, Any]) -> bool:
@@ -262,33 +266,56 @@ def _said_first() -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """One rank: its arguments checked (exit 2, the others told), the ranks met, its stage run (exit 1 on a
+    failure, recorded for rank 0's status), rank 0's summary."""
     said = [line] if (line := _said_first()) is not None else []  # (meet finds the same mistake: not said twice)
     try:
-        rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
-        cfg, connect_timeout = _config(argv, world, rank)
-        _enter_kernels(cfg.kernels)  # this rank computes nothing before it (its stage checks it again)
-        if rank == 0:
-            from naspipe.runfolder.runlock import RunLocked, acquire, release
-            from naspipe.runtime.checkpoint import prepare_run_dir, verify_resume
-            from naspipe.runtime.config import ConfigError
-
-            try:  # rank 0 holds the run folder's lock until it exits (a second writer is refused)
-                atexit.register(release, cfg.out, acquire(cfg.out))
-                verify_resume(cfg)
-                prepare_run_dir(cfg)
-            except (ConfigError, RunLocked) as e:
-                raise UsageError(str(e)) from None
-    except UsageError as e:
-        print(f"naspipe: error: {e}", file=sys.stderr)
-        r, w = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
-        if r.isdigit() and w.isdigit() and "MASTER_ADDR" in os.environ:  # the others end now, with this line
-            from naspipe.runtime.transport.arrival import tell_others
-
-            tell_others(int(r), int(w), f"rank {r}: {e}")
-        return 2
+        rank, world, local_rank, cfg, connect_timeout = _prepare(argv)
+    except UserError as e:
+        return _refused(e)
     import torch
 
     torch.set_num_threads(cfg.threads)
+    roster = _meet(cfg, rank, world, connect_timeout, said)
+    if roster is None:
+        return 2
+    return _run(cfg, rank, world, local_rank, roster)
+
+
+def _prepare(argv: Sequence[str] | None) -> tuple[int, int, int, Any, float]:
+    """``(rank, world, local rank, config, connect timeout)``; rank 0 takes the run folder's lock (until it exits)
+    and prepares the folder. A UserError (one line) for what cannot run."""
+    rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
+    cfg, connect_timeout = _config(argv, world, rank)
+    from naspipe.lifecycle.kernels import enter
+
+    enter(cfg.kernels)  # this rank computes nothing before it (its stage checks it again)
+    if rank == 0:
+        from naspipe.runfolder.runlock import RunLocked, acquire, release
+        from naspipe.runtime.checkpoint import prepare_run_dir, verify_resume
+
+        try:  # a second writer is refused
+            atexit.register(release, cfg.out, acquire(cfg.out))
+        except RunLocked as e:  # (a RuntimeError: the lock is held, which the user can act on)
+            raise UserError(str(e)) from None
+        verify_resume(cfg)
+        prepare_run_dir(cfg)
+    return rank, world, local_rank, cfg, connect_timeout
+
+
+def _refused(e: UserError) -> int:
+    """The refusal's line, told to the other ranks too (they end now, with it); exit 2."""
+    print(f"naspipe: error: {e}", file=sys.stderr)
+    r, w = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
+    if r.isdigit() and w.isdigit() and "MASTER_ADDR" in os.environ:
+        from naspipe.runtime.transport.arrival import tell_others
+
+        tell_others(int(r), int(w), f"rank {r}: {e}")
+    return 2
+
+
+def _meet(cfg: Any, rank: int, world: int, connect_timeout: float, said: list[str]) -> Any:
+    """The ranks' roster once all have arrived; None (the line said, rank 0's status written) when they did not."""
     from naspipe.runtime.transport.arrival import meet
     from naspipe.runtime.transport.netcheck import NetworkError
 
@@ -298,21 +325,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             said.append(line)
 
     try:
-        roster = meet(rank, world, connect_timeout, say=say)
+        return meet(rank, world, connect_timeout, say=say)
     except NetworkError as e:
         say(e)
         if rank == 0:
             from naspipe.runtime.outputs import write_status
 
             write_status(cfg.out, False, f"the ranks did not meet: {e}")
-        return 2
+        return None
+
+
+def _run(cfg: Any, rank: int, world: int, local_rank: int, roster: Any) -> int:
+    """This rank's stage, to the end; rank 0 merges the outputs after the last barrier and prints the summary."""
     from naspipe.runtime.outputs import MergeError, merge_failed, merge_outputs
     from naspipe.runtime.processes.signals import Terminated, deferred, terminate_raises
     from naspipe.runtime.processes.worker import failure_line, fresh_process, run_stage
-
-    fresh_process()  # this rank's imports are not garbage: its collections walk only what the run makes
     from naspipe.runtime.progress import for_config
 
+    fresh_process()  # this rank's imports are not garbage: its collections walk only what the run makes
     if rank == 0 and cfg.progress:
         from naspipe.spaces.shared import announce
 
@@ -344,7 +374,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(summary_line(merged[0].metrics))
         print(f"wrote {cfg.out}")
     return 0
-
 
 if __name__ == "__main__":
     from naspipe.cli.shutdown import leave_despite_threads

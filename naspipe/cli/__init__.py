@@ -77,10 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _enter_kernels(kind: str) -> None:
-    """The ``naspipe`` command's own process computes under ``kind`` (it has computed nothing yet)."""
+    """The ``naspipe`` command's own process computes under ``kind`` (it has computed nothing yet; a KernelsError,
+    a UserError, otherwise)."""
     from naspipe.lifecycle.kernels import enter
 
-    enter(kind)  # (a KernelsError is a UserError)
+    enter(kind)
 
 
 def first_line(e: BaseException) -> str:

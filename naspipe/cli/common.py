@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from naspipe.sequences.samplers import SamplerSpec
 
 
-UsageError = UserError  # the name naspipe.torchrun imports (its main catches every refusal by it)
 
 
 @contextmanager
@@ -166,7 +165,7 @@ def add_sampler_argument(p: argparse.ArgumentParser, online: bool = True) -> Non
 
 def fixed_sampler_arg(args: argparse.Namespace, needs: str) -> SamplerSpec:
     """The parsed ``--sampler`` of a command that needs the sequence fixed up front (plan, simulate, search);
-    UsageError for a bad value, and ``--sampler X NEEDS`` for one generated at run time."""
+    a SamplerError (a UserError) for a bad value, and ``--sampler X NEEDS`` for one generated at run time."""
     from naspipe.sequences.samplers import fixed_sampler
 
     return fixed_sampler(args.sampler, needs, f"--sampler {args.sampler}")  # (a SamplerError is a UserError)
