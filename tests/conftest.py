@@ -93,7 +93,7 @@ SLOW_FIRST = ("tests/browser/", "tests/docs/test_docs_code.py::test_every_code_b
               "tests/runtime/test_multihost.py", "tests/supernet/test_runs.py", "tests/docs/",
               "tests/runtime/test_run_endings.py", "tests/benchmarks/", "tests/sched/test_properties.py",
               "tests/sim/test_replicas.py", "tests/truth/", "tests/peers/", "tests/notebooks/", "tests/runtime/",
-              "tests/supernet/", "tests/cli/", "tests/test_reference.py", "tests/search/", "tests/ranking/")
+              "tests/supernet/", "tests/cli/", "tests/lifecycle/", "tests/oracle/", "tests/search/", "tests/ranking/")
 SPLIT = {"tests/docs/test_docs_code.py": 0, "tests/browser/test_browser.py": 2}  # module -> units (0: one per test)
 
 
