@@ -67,6 +67,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then the naspipe.torchrun options")
 
 
+# plan's own run options that the training commands take too: given before ``--`` (other than their defaults),
+# they go into every node's command, as if given after it
+RUN_OPTIONS = ("space", "subnets", "policy", "seed", "sampler", "window", "shared_layers")
+
+
+def _with_run_options(args: argparse.Namespace, train: list[str]) -> list[str]:
+    """``train`` with plan's run options added where they were given and the training options do not name them;
+    a UserError when both name one with different values."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    defaults = parser.parse_args([])
+    out = list(train)
+    for name in RUN_OPTIONS:
+        value, flag = getattr(args, name), "--" + name.replace("_", "-")
+        if value == getattr(defaults, name):
+            continue
+        named = [a for i, a in enumerate(train) if train[i - 1:i] == [flag]] + \
+            [a.split("=", 1)[1] for a in train if a.startswith(flag + "=")]
+        if named and named[-1] != str(value):
+            raise UserError(f"{flag} {value} before -- and {flag} {named[-1]} after it: give it once")
+        if not named:
+            out += [flag, str(value)]
+    return out
+
+
 def run_nodes(args: argparse.Namespace) -> int:
     """``--nodes``: the torchrun line per node and the SLURM script, after checking the training options."""
     from naspipe.cli.cmd_train import world_config
@@ -78,6 +103,7 @@ def run_nodes(args: argparse.Namespace) -> int:
     if "--out" not in train and not any(a.startswith("--out=") for a in train):
         raise UserError("give --out after --: the run directory, on a file system every node shares (or collect "
                          "each node's parts/ there afterwards)")
+    train = _with_run_options(args, train)
     world = args.nodes * args.procs_per_node
     # the same parse and checks every rank makes (one line, exit 2), on this machine's CPU: the devices are theirs
     cfg, _ = world_config(train, world, device_here=False)

@@ -144,8 +144,13 @@ def _settings(args: argparse.Namespace, space: Any, n: int, lr: float) -> Any:
 
 def _check(args: argparse.Namespace) -> int:
     """``--check DIR``: the one-line verdict of ``naspipe.truth.check``; exit 0 identical, 1 differ."""
+    from naspipe.errors import UserError
     from naspipe.truth.check import check_truth
 
+    given = [o for o, v in (("--space", args.space), ("--out", args.out)) if v is not None]
+    if given:
+        raise UserError(f"--check DIR retrains a finished truth with its own settings and kernels; it takes "
+                        f"--sample and --check-seed, not {' or '.join(given)}")
     result = check_truth(args.check, sample=args.sample or 3, seed=args.check_seed)
     print(f"truth check: {result.line}")
     return 0 if result.ok else 1

@@ -296,6 +296,19 @@ def _run_space(run: str | Path, truth: Truth, truth_space: Any) -> Any:
     return None
 
 
+def check_truth_ranks(tr: Truth) -> None:
+    """TruthError (one line) for a truth that cannot rank anything: every architecture at one accuracy, or (with
+    two seeds or more) seeds that do not agree on the order at all (a collapsed or diverged training)."""
+    target = [tr.mean_accuracy(a) for a in tr.archs]
+    if len(set(target)) == 1:
+        raise TruthError(f"the truth {tr.folder or ''} scores every architecture at the same accuracy "
+                         f"({target[0]:.4f}); it ranks nothing")
+    ties = max(target.count(v) for v in set(target))
+    if ties > len(target) // 2:
+        raise TruthError(f"the truth {tr.folder or ''} scores {ties} of its {len(target)} architectures at one "
+                         "accuracy (a collapsed training: see its losses); it ranks too little to compare with")
+
+
 def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | None = None,
          seeds: Sequence[str | Path] = (), space: Any = None, heldout: int | None = None,
          resamples: int = RESAMPLES) -> RankReport:
@@ -318,6 +331,7 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     if len(tr.archs) < MIN_ARCHS:
         raise TooFewArchitectures(f"the truth {tr.folder or ''} holds {len(tr.archs)} architecture"
                                   f"{'s' if len(tr.archs) != 1 else ''}: too few to rank (at least {MIN_ARCHS})")
+    check_truth_ranks(tr)
     if seeds:
         check_seed_runs(seeds)
     truth_space = space_of(tr)  # TruthError: a space.json swapped or corrupt

@@ -39,6 +39,9 @@ class UnknownSpace(SpaceError):
         super().__init__(message)
         self.name = name
 
+    def __reduce__(self) -> tuple:  # (it crosses a pool's pipe: a worker that cannot resolve the space)
+        return type(self), (self.name, str(self))
+
 
 def replicas_error(batch_size: int, replicas: object) -> str | None:
     """Why ``replicas`` data-parallel replicas cannot train batches of ``batch_size`` samples, in one line (None:

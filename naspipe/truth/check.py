@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from naspipe.lifecycle import kernels
-from naspipe.truth.records import SPACE_JSON, TruthError, read_entry, read_settings
+from naspipe.spaces.space import SpaceError, resolve_space
+from naspipe.truth.records import SPACE_JSON, TruthError, load, read_entry, read_settings
 
 FIELDS = ("accuracy", "loss", "train_loss", "params_sha256")
 
@@ -40,6 +41,7 @@ def check_truth(folder: str | Path, sample: int = 3, seed: int | None = None) ->
     settings = read_settings(d)
     if settings is None:
         raise TruthError(f"{d} holds no truth (no truth-settings.json)")
+    load(d)  # the truth is whole and consistent (settings, entries, table), as rank reads it
     kind = settings.kernels
     if (why := kernels.kind_error(kind)) is not None:
         raise TruthError(f"{d} was built with kernels {kind}: {why}")
@@ -51,6 +53,14 @@ def check_truth(folder: str | Path, sample: int = 3, seed: int | None = None) ->
         seed = random.SystemRandom().randrange(2**32)
     chosen = random.Random(seed).sample(entries, min(int(sample), len(entries)))
     spec = space_spec(d, settings.space)
+    import naspipe.supernet  # noqa: F401 - registers the module:function resolver
+
+    try:  # resolved here first: a space the workers cannot resolve is one line, not a worker's failure
+        if resolve_space(spec).digest() != settings.space_digest:
+            raise TruthError(f"{d}'s space {spec!r} resolves to another space than the one it was built on "
+                             f"({settings.space_digest[:12]})")
+    except SpaceError as e:
+        raise TruthError(f"{d}'s space cannot be resolved here: {str(e).splitlines()[0]}") from None
     jobs = [(spec, settings.space_digest, a, s, settings.steps, settings.optimizer, settings.lr) for a, s in chosen]
     import multiprocessing as mp
 
@@ -59,14 +69,19 @@ def check_truth(folder: str | Path, sample: int = 3, seed: int | None = None) ->
 
     with kernels.launching(kind), mp.get_context("spawn").Pool(
             min(len(jobs), os.cpu_count() or 1), initializer=start_worker, initargs=(os.getpid(), kind)) as pool:
-        again = pool.map(train_job, jobs)
+        done = pool.map(train_job, jobs)
+    failed = next((line for ok, line in done if not ok), None)
+    if failed is not None:
+        raise TruthError(f"retraining failed: {failed}")
+    again = [rec for _, rec in done]
     where = f"kernels {kind} on {kernels.cpu_name()}; --sample {len(jobs)} --check-seed {seed}"
     for (arch, s), rec in zip(chosen, again, strict=True):
         old = read_entry(d, arch, s) or {}
         for k in FIELDS:
             if old.get(k) != rec[k]:
+                elsewhere = kind == kernels.NATIVE and kernels.cpu_name() not in str(settings.behaviour_on)
                 native = " (a truth built with native kernels agrees only on the kind of CPU that built it)" \
-                    if kind == kernels.NATIVE else ""
+                    if elsewhere else ""
                 return CheckResult(False, f"differ: entry {list(arch)} seed {s}: {k} {old.get(k)!r} retrained is "
                                           f"{rec[k]!r}{native} ({where})")
     return CheckResult(True, f"identical: {len(jobs)} of {len(entries)} entries retrained bit for bit ({where})")

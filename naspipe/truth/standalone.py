@@ -67,10 +67,15 @@ def train_entry(space: SearchSpace, arch: tuple[int, ...], seed: int, steps: int
             "wall_s": round(res.wall_s, 3)}
 
 
-def train_job(job: tuple[str, str, tuple[int, ...], int, int, str, float]) -> dict[str, Any]:
-    """A pool's task that only trains: ``(space spec, its digest, arch, seed, steps, optimizer, lr)``'s record."""
+def train_job(job: tuple[str, str, tuple[int, ...], int, int, str, float]) -> tuple[bool, Any]:
+    """A pool's task that only trains: ``(True, record)`` of ``(space spec, its digest, arch, seed, steps,
+    optimizer, lr)``, or ``(False, its one line)``: it never raises, so nothing unpicklable crosses the pipe."""
     spec, digest, arch, seed, steps, optimizer, lr = job
-    return train_entry(_space(spec, digest), arch, seed, steps, optimizer, lr)
+    try:
+        return True, train_entry(_space(spec, digest), arch, seed, steps, optimizer, lr)
+    except Exception as e:  # noqa: BLE001 - a user's candidate may raise anything: one line, by entry
+        first = (str(e).splitlines() or [""])[0]
+        return False, f"architecture {list(arch)} seed {seed}: {type(e).__name__}: {first}"
 
 
 def work(job: tuple[str, str, tuple[int, ...], int, int, str, float, str]) -> dict[str, Any]:

@@ -168,3 +168,17 @@ def test_a_gpu_plan_is_made_on_a_machine_without_one(capsys):
     # training itself still refuses cuda on a machine without it
     assert main(["train", *COMMON[:-2], "--stages", "2", "--device", "cuda", "--out", "x"]) == 2
     assert "torch sees no CUDA device" in capsys.readouterr().err
+
+
+def test_plans_run_options_reach_every_nodes_command(capsys):
+    """--space, --subnets (and the other run options) given before -- go into every node's command; the same
+    option before and after -- with two values is refused."""
+    from naspipe.cli import main
+
+    assert main(["plan", "--nodes", "2", "--space", "digits-cnn", "--subnets", "30", "--ifname", "eth0",
+                 "--node-addrs", "10.0.0.1,10.0.0.2", "--", "--out", "/shared/run"]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if "naspipe.torchrun" in x]
+    assert lines and all("--space digits-cnn" in x and "--subnets 30" in x for x in lines), lines
+    assert main(["plan", "--nodes", "2", "--space", "digits-cnn", "--ifname", "eth0", "--", "--out", "/x",
+                 "--space", "tiny-transformer"]) == 2
+    assert "give it once" in capsys.readouterr().err

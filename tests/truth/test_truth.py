@@ -363,3 +363,38 @@ def test_a_failing_entry_or_another_space_in_a_worker_is_one_line(tmp_path, caps
     assert main(_truth(tmp_path / "c", "--workers", "1")) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "resolves to digest" in err
+
+
+def test_truth_check_refuses_in_one_line_what_it_cannot_retrain(tmp_path, capsys):
+    """No hang, no traceback: a truth whose space cannot be resolved here (its space.json gone), a table that
+    disagrees with the entries, and build options beside --check are each one line and exit 2 before any worker."""
+    import shutil
+
+    d = tmp_path / "t"
+    shutil.copytree(SHIPPED, d)
+    (d / "space.json").unlink()
+    assert main(["truth", "--check", str(d), "--sample", "1"]) == 2
+    assert "space cannot be resolved here: unknown space 'digits-truth'" in capsys.readouterr().err
+    shutil.copy(SHIPPED / "space.json", d / "space.json")
+    (d / TABLE).write_text("garbage")
+    assert main(["truth", "--check", str(d), "--sample", "1"]) == 2
+    assert "disagrees with the truth's entries" in capsys.readouterr().err
+    assert main(["truth", "--check", str(SHIPPED), "--space", "x"]) == 2
+    assert "not --space" in capsys.readouterr().err
+
+
+def test_a_truth_that_ranks_nothing_is_refused():
+    """Every architecture at one accuracy, or most of them (a collapsed training), gives no verdict."""
+    import dataclasses
+
+    from naspipe.ranking.compare import check_truth_ranks
+
+    t = load(SHIPPED)
+    check_truth_ranks(t)  # the shipped truth ranks
+    tied = dataclasses.replace(t, accuracy={a: (0.5, 0.5, 0.5) for a in t.archs})
+    with pytest.raises(TruthError, match="every architecture at the same accuracy"):
+        check_truth_ranks(tied)
+    most = dataclasses.replace(t, accuracy={a: (0.1, 0.1, 0.1) if i else t.accuracy[a]
+                                            for i, a in enumerate(t.archs)})
+    with pytest.raises(TruthError, match="215 of its 216 architectures at one accuracy"):
+        check_truth_ranks(most)
