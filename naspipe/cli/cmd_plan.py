@@ -80,8 +80,8 @@ def _with_run_options(args: argparse.Namespace, train: list[str]) -> list[str]:
     defaults = parser.parse_args([])
     out = list(train)
     for name in RUN_OPTIONS:
-        value, flag = getattr(args, name), "--" + name.replace("_", "-")
-        if value == getattr(defaults, name):
+        value, flag = vars(args)[name], "--" + name.replace("_", "-")
+        if value == vars(defaults)[name]:
             continue
         named = [a for i, a in enumerate(train) if train[i - 1:i] == [flag]] + \
             [a.split("=", 1)[1] for a in train if a.startswith(flag + "=")]

@@ -331,7 +331,6 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     if len(tr.archs) < MIN_ARCHS:
         raise TooFewArchitectures(f"the truth {tr.folder or ''} holds {len(tr.archs)} architecture"
                                   f"{'s' if len(tr.archs) != 1 else ''}: too few to rank (at least {MIN_ARCHS})")
-    check_truth_ranks(tr)
     if seeds:
         check_seed_runs(seeds)
     truth_space = space_of(tr)  # TruthError: a space.json swapped or corrupt
@@ -340,7 +339,8 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     if space is None:
         space = _run_space(run, tr, truth_space)
     target = [tr.mean_accuracy(a) for a in tr.archs]
-    scored = score_run(run, tr, space, heldout)
+    scored = score_run(run, tr, space, heldout)  # (what the run is, and whether it was of this truth, first)
+    check_truth_ranks(tr)
     vs_truth = agreement(target, scored.accuracy, scored.loss, resamples=resamples)
     floor_truth = seed_floor(tr, resamples)
     seed_runs = None
