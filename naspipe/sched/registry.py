@@ -22,12 +22,12 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 from naspipe.errors import UserError
+from naspipe.lifecycle import user_modules
 
 ENV = "NASPIPE_POLICY_MODULES"
 UPDATE_RULES = ("exact", "group", "stashed", "async")  # keys understood by naspipe.runtime.update_rules.rules
@@ -101,11 +101,7 @@ def register_policy(policy: Policy, *, replace: bool = False) -> Policy:
     if old is not None and old != policy and not replace:
         raise PolicyError(f"policy {policy.name!r} is already registered; pass replace=True to redefine it")
     _REGISTRY[policy.name] = policy
-    module = policy.scheduler.__module__
-    if not module.startswith("naspipe.") and module != "__main__":
-        known = [m for m in os.environ.get(ENV, "").split(",") if m]
-        if module not in known:
-            os.environ[ENV] = ",".join([*known, module])
+    user_modules.record(ENV, policy.scheduler.__module__)
     return policy
 
 
@@ -118,7 +114,7 @@ def unregister_policy(name: str) -> Policy:
 
 
 def _import_recorded() -> None:
-    for module in filter(None, os.environ.get(ENV, "").split(",")):
+    for module in user_modules.recorded(ENV):
         if module not in _IMPORTED:
             _IMPORTED.add(module)
             importlib.import_module(module)

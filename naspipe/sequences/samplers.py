@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import importlib
 import math
-import os
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from naspipe.errors import UserError
+from naspipe.lifecycle import user_modules
 from naspipe.sequences.fair import SPREAD_BASES, FairStream, SpreadStream
 from naspipe.sequences.sequence import OnlineStream, SubnetStream, UniformStream
 from naspipe.spaces.space import SearchSpace, Subnet
@@ -177,11 +177,7 @@ def register_sampler(sampler: Sampler, *, replace: bool = False) -> Sampler:
     if old is not None and old != sampler and not replace:
         raise SamplerError(f"sampler {sampler.name!r} is already registered; pass replace=True to redefine it")
     _REGISTRY[sampler.name] = sampler
-    module = getattr(sampler.make, "__module__", None) or ""
-    if module and not module.startswith("naspipe.") and module != "__main__":
-        known = [m for m in os.environ.get(ENV, "").split(",") if m]
-        if module not in known:
-            os.environ[ENV] = ",".join([*known, module])
+    user_modules.record(ENV, getattr(sampler.make, "__module__", None) or "")
     return sampler
 
 
@@ -196,7 +192,7 @@ def unregister_sampler(name: str) -> Sampler:
 def get_sampler(name: str) -> Sampler | None:
     """The registered ``Sampler`` of ``name`` (importing the recorded user modules on a miss), or None."""
     if name not in _REGISTRY:
-        for module in filter(None, os.environ.get(ENV, "").split(",")):
+        for module in user_modules.recorded(ENV):
             if module not in _IMPORTED:
                 _IMPORTED.add(module)
                 importlib.import_module(module)
