@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,11 +185,20 @@ def _sharded_backward(model: StageModel, subnet: Any, x: Tensor, target: Tensor,
 
 def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared: SharedLayers,
                     optimizer: str = "sgd", lr: float | None = None, progress: bool = False,
-                    threads: int = 1, replicas: int = 1) -> ReferenceResult:
+                    threads: int = 1, replicas: int = 1,
+                    on_subnet_done: Callable[[int, StageModel], None] | None = None) -> ReferenceResult:
     """Train ``stream`` (``len(stream)`` subnets) sequentially; ``losses[j]`` is subnet ``j``'s loss.
 
     ``replicas``: split each batch into that many shards and combine their gradients as ``R`` data-parallel
-    replicas do (the batch size must be divisible by it)."""
+    replicas do (the batch size must be divisible by it).
+
+    ``on_subnet_done(done, model)``: called after each subnet's update (and the stream's ``report``) with the
+    number of subnets trained so far and the model. Nothing in the loop depends on ``len(stream)`` (no schedule:
+    subnet ``j`` trains on batch ``j`` of the seed, at the one learning rate), so where the stream's first subnets
+    do not depend on its length either (the seeded samplers: uniform, fair, spread) the model it is given at
+    ``done`` is, bit for bit, what a run of ``done`` subnets ends with: one long run yields every shorter length
+    (``benchmarks/trust_curve.py``). It must not change the model (score a copy where the evaluation could touch a
+    buffer); its time counts in ``wall_s``."""
     if (why := replicas_error(space.batch_size, replicas)) is not None:
         raise ValueError(why)
     torch.set_num_threads(threads)
@@ -206,7 +216,7 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
         bar = tqdm(total=n, desc=f"reference {space.name}", unit="subnet", file=sys.stderr)
     report = getattr(stream, "report", None)
     start = time.perf_counter()
-    j = 0
+    j, in_hook = 0, False
     try:
         for j in range(n):
             subnet = space.validate_subnet(stream[j])
@@ -238,6 +248,10 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
             if trains_shared:
                 versions[j + 1] = _predicted(fixed, opt, delay) if shared.predict else _snapshot(fixed)
                 versions.pop(j + 1 - delay - 1, None)  # subnet j+1 and later read v_{>= j+1-D}
+            if on_subnet_done is not None:
+                in_hook = True  # (its failure is the caller's, raised as it is: not the user code's)
+                on_subnet_done(j + 1, model)
+                in_hook = False
             if bar is not None:
                 bar.update(1)
                 if j % 20 == 0:
@@ -245,6 +259,8 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
     except user_errors() as e:  # noqa: BLE001 - user code (data, a candidate, the loss) failed partway: one line
         if bar is not None:
             bar.close()  # (the error goes on a line of its own)
+        if in_hook:
+            raise
         raise ReferenceFailed(f"subnet {j} of {n}: {type(e).__name__}: {first_line(e)}") from e
     except BaseException:  # Ctrl-C, SIGTERM: the bar ends before the command's one line is printed
         if bar is not None:
