@@ -42,13 +42,14 @@ def environment() -> dict[str, Any]:
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
-def write_result(name: str, data: dict[str, Any]) -> Path:
-    """Print ``data`` (plus the environment) as JSON and write it to ``benchmarks/results/NAME.json``."""
+def write_result(name: str, data: dict[str, Any], folder: Path = RESULTS) -> Path:
+    """Print ``data`` (plus the environment) as JSON and write it to ``NAME.json`` in ``folder`` (default
+    ``benchmarks/results``; a smoke test passes a temporary one)."""
     out = {"benchmark": name, **data, "environment": environment()}
     text = json.dumps(out, indent=1, sort_keys=False)
     print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
     path.write_text(text + "\n")
     return path
 
