@@ -1,0 +1,150 @@
+"""``benchmarks/trust_curve.py`` (issue 41, item 1): one long reference run per sampler and seed yields every
+shorter length, because the streams' prefixes and the reference's training do not depend on the total length; the
+powered-length rule; the quick run writes only where it is told and resumes from its scores."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from naspipe.models import heldout_batches
+from naspipe.oracle.sequential_trainer import train_reference
+from naspipe.runfolder.results import param_hashes
+from naspipe.search.run import make_evaluator
+from naspipe.sequences.samplers import make_stream
+from naspipe.spaces.shared import parse_shared
+from naspipe.spaces.space import resolve_space
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "trust_curve.py"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import trust_curve  # noqa: E402
+
+SPACE = resolve_space(str(ROOT / "data" / "spaces" / "digits-truth.json"))
+ARCHS = [(0, a, b, c, 0) for a, b, c in ((1, 3, 1), (0, 0, 0), (4, 4, 5), (2, 5, 3), (5, 1, 0), (3, 2, 4))]
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "fair", "spread", "spread:uniform"])
+def test_the_first_subnets_of_a_long_stream_are_the_short_stream(sampler):
+    """What the benchmark checks before it trains, at its own lengths and seeds."""
+    for seed in range(3):
+        trust_curve.check_prefixes(SPACE, seed, sampler, list(trust_curve.LENGTHS))
+
+
+def test_a_stream_whose_prefix_depends_on_its_length_is_refused(monkeypatch):
+    import naspipe.sequences.samplers as samplers
+
+    real = samplers.make_stream
+    monkeypatch.setattr(samplers, "make_stream", lambda space, seed, n, spec: real(space, seed + n, n, spec))
+    with pytest.raises(AssertionError, match="first 20 subnets"):
+        trust_curve.check_prefixes(SPACE, 0, "uniform", [20, 40])
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "fair", "spread"])
+def test_scoring_at_20_subnets_of_a_40_subnet_run_is_the_20_subnet_run(sampler):
+    """Bit for bit: the weights, and the scores of the evaluator ``naspipe rank`` uses; and the hook (scoring a
+    copy) leaves the long run as it is without it."""
+    shared, batches, seen = parse_shared("serial"), heldout_batches(SPACE), {}
+
+    def snapshot(done, model):
+        if done == 20:
+            seen["params"] = param_hashes(model.global_named_parameters())
+            ev = make_evaluator(copy.deepcopy(model), batches)
+            seen["scores"] = [ev(a) for a in ARCHS]
+
+    kw = {"optimizer": "momentum", "lr": 0.05}
+    hooked = train_reference(SPACE, make_stream(SPACE, 1, 40, sampler), 1, shared, on_subnet_done=snapshot, **kw)
+    short = train_reference(SPACE, make_stream(SPACE, 1, 20, sampler), 1, shared, **kw)
+    plain = train_reference(SPACE, make_stream(SPACE, 1, 40, sampler), 1, shared, **kw)
+    assert seen["params"] == param_hashes(short.model.global_named_parameters())
+    ev = make_evaluator(short.model, batches)
+    assert seen["scores"] == [ev(a) for a in ARCHS]
+    assert len({s["accuracy"] for s in seen["scores"]}) > 1  # (the scores rank something)
+    assert hooked.losses == plain.losses
+    assert param_hashes(hooked.model.global_named_parameters()) == param_hashes(plain.model.global_named_parameters())
+    assert [hooked.losses[j] for j in range(20)] == [short.losses[j] for j in range(20)]
+
+
+def test_a_failing_hook_raises_its_own_error():
+    class Stop(Exception):
+        pass
+
+    def hook(done, model):
+        raise Stop(done)
+
+    with pytest.raises(Stop):
+        train_reference(SPACE, make_stream(SPACE, 0, 3, "uniform"), 0, parse_shared("serial"), on_subnet_done=hook)
+
+
+def _rows(values_lows):
+    return [{"subnets": 100 * 2 ** k, "supernet_seed_vs_seed": {"value": v, "low": lo, "high": v + 0.05}}
+            for k, (v, lo) in enumerate(values_lows)]
+
+
+def test_the_powered_length_rule():
+    # lengths 100, 200, 400, 800; rising to a plateau: 200 is the first at or above the longest's lower bound
+    # (0.40), and so is every longer one
+    assert trust_curve.powered_length(_rows([(0.1, 0.0), (0.42, 0.3), (0.45, 0.35), (0.46, 0.40)])) == 200
+    # an early value above the bound that falls back below does not count
+    assert trust_curve.powered_length(_rows([(0.5, 0.4), (0.3, 0.2), (0.45, 0.35), (0.46, 0.40)])) == 400
+    # still rising at the end: only the longest qualifies, so the plateau is not shown
+    assert trust_curve.powered_length(_rows([(0.1, 0.0), (0.2, 0.1), (0.3, 0.2), (0.5, 0.45)])) is None
+    # one seed (no seed-to-seed tau), or one length: no powered length
+    one_seed = [{"subnets": 100, "supernet_seed_vs_seed": None}, {"subnets": 200, "supernet_seed_vs_seed": None}]
+    assert trust_curve.powered_length(one_seed) is None
+    assert trust_curve.powered_length(_rows([(0.5, 0.4)])) is None
+
+
+def test_a_collapse_ends_the_lengths_the_rule_reads():
+    assert trust_curve.collapsed_scores([0.1] * 6 + [0.2, 0.3, 0.4, 0.5]) and not trust_curve.collapsed_scores(
+        [0.1] * 5 + [0.2, 0.3, 0.4, 0.5, 0.6])
+    rows = _rows([(0.1, 0.0), (0.42, 0.3), (0.45, 0.40), (0.0, 0.0)])
+    for r in rows:
+        r["collapsed_seeds"] = [1] if r["subnets"] == 800 else []
+    assert trust_curve.powered_length(rows) == 200  # over 100, 200 and 400: 400's lower bound 0.40
+    rows[1]["collapsed_seeds"] = [0]
+    assert trust_curve.powered_length(rows) is None  # one length before the collapse: nothing to compare
+
+
+def test_the_quick_run_writes_only_its_out_folder_and_resumes(tmp_path):
+    watched = [ROOT / "docs" / "trust.md", trust_curve.FIGURE, ROOT / "benchmarks" / "results" / "trust_curve.json"]
+    before = [p.read_bytes() if p.is_file() else None for p in watched]
+    cmd = [sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path), "--scores", str(tmp_path / "s.json")]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    data = json.loads((tmp_path / "trust_curve_quick.json").read_text())
+    c = data["config"]
+    assert c["lengths"] == [20, 40] and c["supernet_seeds"] == [0, 1] and c["kernels"] == "portable"
+    assert c["stream_prefixes_checked"] and c["samplers"] == ["uniform", "spread"]
+    for s in data["samplers"].values():
+        assert [r["subnets"] for r in s["rows"]] == [20, 40]
+        for r in s["rows"]:
+            for key in ("kendall_tau", "spearman_rho", "top10_overlap", "regret", "supernet_seed_vs_seed"):
+                e = r[key]
+                assert e["low"] <= e["value"] <= e["high"], (key, e)
+            assert len(r["tau_per_seed"]) == 2
+        assert s["powered_length"] in (None, 20)
+    assert data["floors"]["truth_seed_vs_seed"]["value"] > 0.6
+    assert trust_curve.table(data) in first.stdout
+    trained = [line for line in first.stdout.splitlines() if line.startswith('{"sampler"')]
+    assert len(trained) == 4  # one run per (sampler, seed), not one per length
+    # the same settings spelt out (not --quick) resume from the kept scores, and with another --out write no docs
+    same = [sys.executable, str(SCRIPT), "--lengths", "20", "40", "--seeds", "2", "--samplers", "uniform", "spread",
+            "--resamples", "200", "--out", str(tmp_path), "--scores", str(tmp_path / "s.json")]
+    again = subprocess.run(same, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert not [line for line in again.stdout.splitlines() if line.startswith('{"sampler"')]  # resumed: no training
+    assert json.loads((tmp_path / "trust_curve.json").read_text())["samplers"] == data["samplers"]
+    assert [p.read_bytes() if p.is_file() else None for p in watched] == before
+
+
+def test_the_docs_table_is_the_json_s():
+    path = ROOT / "benchmarks" / "results" / "trust_curve.json"
+    if not path.is_file():
+        pytest.skip("benchmarks/trust_curve.py has not been run yet (no trust_curve.json)")
+    assert trust_curve.table(json.loads(path.read_text())) in (ROOT / "docs" / "trust.md").read_text()
