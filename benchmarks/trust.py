@@ -21,6 +21,13 @@ pairwise tau) and the seed band (largest gap of tau vs truth between two referen
 Run: ``nice -n 10 .venv/bin/python benchmarks/trust.py`` (``--quick``: a small smoke run). Writes
 ``benchmarks/results/trust.json``, ``docs/figures/trust.html`` and the table between the markers of
 ``docs/trust.md`` (regenerate the page's table from the JSON alone with ``--table-only``).
+
+The powered tables (issue 41): the same at the powered length of ``benchmarks/trust_curve.py`` with five seeds, on
+two and on four stages (staleness grows with depth), each under its own ``--name`` (its JSON, its scores cache and
+its table's markers in docs/trust.md)::
+
+    nice -n 10 .venv/bin/python benchmarks/trust.py --name trust_powered_2stages --subnets 1600 --seeds 5 \
+        --stages 2 --lr 0.02
 """
 
 from __future__ import annotations
@@ -43,6 +50,13 @@ FIGURE = ROOT / "docs" / "figures" / "trust.html"
 BEGIN, END = "<!-- trust-table:begin (benchmarks/trust.py) -->", "<!-- trust-table:end -->"
 
 
+def markers(name: str) -> tuple[str, str]:
+    """The markers of ``name``'s table in docs/trust.md (``trust``: the original 200-subnet table's)."""
+    if name == "trust":
+        return BEGIN, END
+    return f"<!-- {name}-table:begin (benchmarks/trust.py --name {name}) -->", f"<!-- {name}-table:end -->"
+
+
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
@@ -59,20 +73,27 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=0.05, help="the supernet's learning rate (default %(default)s)")
     ap.add_argument("--policies", nargs="*", default=list(POLICIES))
     ap.add_argument("--shared-variants", nargs="*", default=list(SHARED_VARIANTS))
-    ap.add_argument("--scores", default=str(Path(tempfile.gettempdir()) / "naspipe-trust-scores.json"),
+    ap.add_argument("--name", default="trust", help="the result's name: NAME.json, its scores cache and its table "
+                    "in docs/trust.md (default %(default)s)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="the folder NAME.json is written to (default "
+                    "benchmarks/results; any other folder writes neither the figure nor docs/trust.md)")
+    ap.add_argument("--scores", default=None,
                     help="each trained run's scores of every architecture are kept here, so a run finished "
                          "before an interruption (or before the truth was built) is not trained again")
-    ap.add_argument("--quick", action="store_true", help="40 subnets, 2 seeds, csp and pipedream (smoke test)")
+    ap.add_argument("--quick", action="store_true", help="16 subnets, 2 seeds, pipedream only (smoke test)")
     ap.add_argument("--table-only", action="store_true", help="rewrite docs/trust.md's table from trust.json")
     args = ap.parse_args()
+    if args.scores is None:
+        args.scores = str(Path(tempfile.gettempdir()) / f"naspipe-{args.name}-scores.json")
     if args.table_only:
-        data = json.loads((RESULTS / "trust.json").read_text())
-        write_doc_table(data)
+        data = json.loads((args.out / f"{args.name}.json").read_text())
+        write_doc_table(data, args.name)
         print(table(data))
         return
     if args.quick:
-        args.subnets, args.seeds, args.policies, args.shared_variants = 40, 2, ["csp", "pipedream"], ["delayed:4"]
+        args.subnets, args.seeds, args.policies, args.shared_variants = 16, 2, ["pipedream"], []
         args.scores = args.scores.replace(".json", "-quick.json")
+        args.name = f"{args.name}_quick"
 
     import torch
 
@@ -228,10 +249,11 @@ def main() -> None:
         "rows": rows,
         "scatter": scatter,
     }
-    write_result("trust" if not args.quick else "trust_quick", data)
-    if not args.quick:
-        write_figure(data)
-        write_doc_table(data)
+    write_result(args.name, data, args.out)
+    if not args.quick and args.out.resolve() == RESULTS.resolve():
+        if args.name == "trust":
+            write_figure(data)
+        write_doc_table(data, args.name)
     print()
     print(table(data))
 
@@ -285,9 +307,9 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_doc_table(data: dict[str, Any]) -> None:
-    """Replace the block between the markers of docs/trust.md (appended at the end when there is none)."""
-    replace_marked(DOC, BEGIN, END, table(data))
+def write_doc_table(data: dict[str, Any], name: str = "trust") -> None:
+    """Replace the block between ``name``'s markers in docs/trust.md (appended at the end when there are none)."""
+    replace_marked(DOC, *markers(name), table(data))
 
 
 def write_figure(data: dict[str, Any]) -> None:

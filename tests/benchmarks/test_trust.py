@@ -1,0 +1,38 @@
+"""``benchmarks/trust.py`` runs its quick path under a name of its own into a folder of its own: a policy on a real
+pipeline against the reference, scored on the shipped truth, with the floors and the verdict column; the committed
+results and docs/trust.md stay as they are."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "trust.py"
+
+
+def test_the_quick_policy_table_writes_only_its_own_name_and_folder(tmp_path):
+    doc = (ROOT / "docs" / "trust.md").read_text()
+    p = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--name", "powered", "--out", str(tmp_path),
+                        "--scores", str(tmp_path / "scores.json")], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads((tmp_path / "powered_quick.json").read_text())
+    assert [r["policy"] for r in data["rows"]] == ["reference", "pipedream"]
+    assert data["config"]["subnets"] == 16 and data["config"]["supernet_seeds"] == [0, 1]
+    ref, pipedream = data["rows"]
+    assert ref["identical_to_reference"] == [True, True] and pipedream["identical_to_reference"] == [False, False]
+    assert pipedream["verdict"] in ("within seed noise", "difference")
+    assert data["floors"]["supernet_seed_vs_seed"] is not None
+    assert (ROOT / "docs" / "trust.md").read_text() == doc
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["powered_quick.json", "scores-quick.json"]
+
+
+def test_each_name_has_its_own_table_in_the_docs():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import trust  # noqa: PLC0415 - the benchmark script as a module
+
+    assert trust.markers("trust") == (trust.BEGIN, trust.END)
+    begin, end = trust.markers("trust_powered_2stages")
+    assert "trust_powered_2stages" in begin and begin != trust.BEGIN and end != trust.END
