@@ -384,3 +384,17 @@ def test_rank_refuses_a_truth_that_is_neither_a_folder_nor_a_truth(runs):
         with pytest.raises(ValueError, match="truth must be a truth folder .a path. or a loaded Truth"):
             naspipe.rank(runs["ref"], bad)  # (None: a TypeError from inside pathlib)
 
+
+def test_rank_scatter_refuses_values_that_are_not_finite_numbers():
+    """A NaN is a point plotly leaves out without a word (and a wrong best line): refused, naming it."""
+    from naspipe.viz.trust import rank_scatter
+
+    names = [f"a{i}" for i in range(4)]
+    good = [0.1, 0.2, 0.3, 0.4]
+    assert len(rank_scatter(good, [0.4, 0.3, 0.2, 0.1], names).data) == 1
+    for column in (0, 1):
+        for bad in (float("nan"), float("inf"), None, "0.5"):
+            cols = [list(good), list(good)]
+            cols[column][2] = bad
+            with pytest.raises(ValueError, match=r"accuracy of architecture 2 \('a2'\) is .*not a finite number"):
+                rank_scatter(cols[0], cols[1], names)
