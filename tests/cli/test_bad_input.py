@@ -93,6 +93,9 @@ def test_an_out_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch
 @pytest.mark.parametrize("command", ["train", "reference"])
 @pytest.mark.parametrize("option,value,message", [
     ("--lr", "1e39", "--lr must be a finite number > 0 and at most 3.403e+38 (float32's largest), got 1e+39"),
+    # a subnormal rate (of float64, and of the float32 weights) was taken: a run that trains nothing
+    ("--lr", "1e-320", "--lr must be at least 1.175e-38 (float32's smallest normal number"),
+    ("--lr", "1e-39", "--lr must be at least 1.175e-38"),
     ("--threads", "100000", "--threads must be a whole number from 1 to 1024, got 100000"),  # (failed to start)
 ])
 def test_a_rate_or_thread_count_that_cannot_run_is_refused_before_start(tmp_path, capsys, command, option, value,

@@ -112,6 +112,7 @@ def test_a_truth_with_other_settings_is_refused_by_name(whole, capsys):
     (["--space", "digits-cnn"], "46656 architectures"),
     (["--space", SPACE, "--steps", "0"], "--steps must be >= 1"),
     (["--space", SPACE, "--lr", "-1"], "--lr must be a finite number > 0"),
+    (["--space", SPACE, "--lr", "1e-320"], "--lr must be at least 1.175e-38"),  # a subnormal rate was taken
     # issue 43, item 6: a --sample larger than the space meant all of it (1,679,616 entries, a 114 MB settings file)
     (["--space", "tiny-transformer", "--sample", "99999999999999999999"], "is more than --max-archs 5000"),
     (["--space", "digits-cnn", "--sample", "6000"], "--sample 6000 is more than --max-archs 5000"),
