@@ -126,6 +126,35 @@ def test_the_python_api_refuses_what_the_commands_refuse(tmp_path, monkeypatch):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("command", ["train", "reference", "truth"])
+@pytest.mark.parametrize("name", ["run\nx", "run\rx", "run\tx", "run\x1bx"])
+def test_an_out_holding_a_control_character_is_refused(tmp_path, capsys, command, name):
+    """A newline in --out was taken, then broke what names the folder line by line (the resume hint, the torchrun
+    lines and SLURM script, the logs): one line, exit 2, nothing made."""
+    args = TINY if command != "truth" else ["--space", "digits-cnn", "--sample", "2", "--steps", "1",
+                                           "--no-progress"]
+    out = tmp_path / name
+    err = refused(capsys, [command, *args, "--out", str(out)], "--out must not hold a control character ("
+                  f"{name[3]!r}", never=out)
+    assert repr(str(out)) in err
+
+
+def test_the_python_api_refuses_an_out_holding_a_control_character(tmp_path, monkeypatch):
+    import naspipe
+    from naspipe.runspec.spec import RunSpecError
+    from naspipe.runtime import TrainConfig
+    from naspipe.runtime.config import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RunSpecError, match="out must not hold a control character"):
+        naspipe.reference("tiny-transformer", "a\nb", subnets=4)
+    with pytest.raises(ConfigError, match="out must not hold a control character"):
+        TrainConfig.create("tiny-transformer", "a\nb", stages=2, subnets=4)
+    with pytest.raises(ConfigError, match="lr must be at least"):
+        TrainConfig.create("tiny-transformer", "o", stages=2, subnets=4, lr=1e-320)
+    assert not list(tmp_path.iterdir())
+
+
 DEEP = "[" * 100_000 + "]" * 100_000
 
 
