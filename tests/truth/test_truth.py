@@ -21,6 +21,7 @@ from naspipe.truth import load
 from naspipe.truth.records import (
     CSV,
     ENTRIES,
+    ENTRY_MAX_BYTES,
     SETTINGS,
     TABLE,
     TruthError,
@@ -292,6 +293,9 @@ def test_a_truncated_table_or_a_deleted_csv_is_repaired_by_the_build(whole, tmp_
     ("LIST", "an entry must be a JSON object, got list"), ("EMPTY", "unreadable entry"),
     ("NO-ACCURACY", "the entry has no 'accuracy'"), ("OTHER-SEED", "seed 1, not the"),
     ("OTHER-STEPS", "trained with steps 7, the truth's settings say 6"),
+    # a named pipe blocked the build and rank for ever, a link to /dev/zero read until memory ran out
+    ("FIFO", "a named pipe, not a file"), ("ZERO", "a character device, not a file"),
+    ("HUGE", f"{ENTRY_MAX_BYTES + 1} bytes, more than the {ENTRY_MAX_BYTES}"), ("DANGLING", "which does not exist"),
 ])
 def test_entries_are_checked_and_named(whole, tmp_path, capsys, value, msg):
     """Items 5 and 14: an entry's values, its architecture and seed, and the settings it records; the build and
@@ -304,6 +308,14 @@ def test_entries_are_checked_and_named(whole, tmp_path, capsys, value, msg):
         path.write_text("[1, 2]")
     elif value == "EMPTY":
         path.write_text("")
+    elif value in ("FIFO", "ZERO", "DANGLING"):
+        path.unlink()
+        if value == "FIFO":
+            os.mkfifo(path)
+        else:
+            path.symlink_to("/dev/zero" if value == "ZERO" else tmp_path / "nowhere")
+    elif value == "HUGE":
+        path.write_text(" " * (ENTRY_MAX_BYTES + 1))
     else:
         if value == "NO-ACCURACY":
             rec.pop("accuracy")
