@@ -22,6 +22,8 @@ COMMAND = "truth"
 HELP = "train architectures stand-alone (the ground truth naspipe rank compares a supernet with)"
 ORDER = 62
 MAX_SEEDS = 1000  # a truth's seeds are listed in its settings file: a bound keeps a typo from filling memory
+# steps per entry: 10**12 was taken, a build that would never end (the default is 200; a million is days per entry)
+MAX_STEPS = 1_000_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,8 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and compare them bit for bit (exit 0: identical, 1: they differ)")
     p.add_argument("--check-seed", type=int, default=None,
                    help="the seed of --check's random entries (default: a fresh one, printed)")
-    p.add_argument("--steps", type=positive_int("--steps"), default=200,
-                   help="training steps per architecture (default %(default)s)")
+    p.add_argument("--steps", type=positive_int("--steps", maximum=MAX_STEPS), default=200,
+                   help=f"training steps per architecture, at most {MAX_STEPS} (default %(default)s)")
     p.add_argument("--seeds", type=positive_int("--seeds"), default=3,
                    help=f"seeds 0..S-1, at most {MAX_SEEDS} (default %(default)s)")
     p.add_argument("--sample", type=positive_int("--sample"), default=None,

@@ -118,6 +118,7 @@ def test_a_truth_with_other_settings_is_refused_by_name(whole, capsys):
     (["--space", "tiny-transformer", "--sample", "99999999999999999999"], "is more than --max-archs 5000"),
     (["--space", "digits-cnn", "--sample", "6000"], "--sample 6000 is more than --max-archs 5000"),
     (["--space", SPACE, "--seeds", "99999999999"], "--seeds must be <= 1000"),  # was a MemoryError
+    (["--space", SPACE, "--steps", str(10**12)], "--steps must be <= 1000000, got 1000000000000"),  # was taken
     (["--space", SPACE, "--out-below-a-file"], "is not a directory"),  # item 15
     (["--space", SPACE, "--out-dangling"], "is a symbolic link to"),
     (["--space", SPACE, "--out-too-long"], "File name too long"),  # item 14
