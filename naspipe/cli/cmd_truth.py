@@ -3,8 +3,9 @@
 Trains every architecture of the space (or ``--sample N`` of them, seeded by ``--sample-seed``) for ``--steps``
 steps and each of ``--seeds`` seeds, with the supernet's data stream, optimizer and loss, and evaluates it on the
 held-out split (``naspipe.truth``). One worker per core (``--workers``); a killed run started again with the
-same command trains only the missing entries; a folder holding a truth with other settings is refused by name.
-Arguments and the space are checked before any worker starts.
+same command trains only the missing entries; a folder holding a truth with other settings is refused by name, and
+one another build holds (its lock, ``naspipe.runfolder.runlock``) is refused naming that build. Arguments (``--steps``
+at most ``MAX_STEPS``), the space and whether ``entries/`` can be written are checked before any worker starts.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -63,18 +65,19 @@ def run(args: argparse.Namespace) -> int:
     settings = _settings(args, space, n, lr)
     from naspipe.fileio.atomic import write_text_atomic
     from naspipe.truth.records import SPACE_JSON, start
+    from naspipe.truth.workers import build_truth, holding
 
-    with os_refusal(f"--out {str(out)!r} cannot be written"):
-        start(out, settings)
-        if args.space.endswith(".json") and not (out / SPACE_JSON).exists():
-            write_text_atomic(out / SPACE_JSON, space.to_json() + "\n")  # naspipe rank resolves the runs' space by it
-    from naspipe.truth.workers import build_truth
-
-    workers = _workers(args.workers)
-    t0 = time.perf_counter()
-    # (a TruthError: a stored entry that cannot be used, a candidate that raised, another space)
-    truth = build_truth(space, args.space, out, settings, workers=workers, progress=not args.no_progress)
-    wall = time.perf_counter() - t0
+    with ExitStack() as held:
+        with os_refusal(f"--out {str(out)!r} cannot be written"):
+            held.enter_context(holding(out))  # (TruthError: another build holds the folder)
+            start(out, settings)
+            if args.space.endswith(".json") and not (out / SPACE_JSON).exists():
+                write_text_atomic(out / SPACE_JSON, space.to_json() + "\n")  # naspipe rank resolves the runs' space
+        workers = _workers(args.workers)
+        t0 = time.perf_counter()
+        # (a TruthError: a stored entry that cannot be used, a candidate that raised, another space)
+        truth = build_truth(space, args.space, out, settings, workers=workers, progress=not args.no_progress)
+        wall = time.perf_counter() - t0
     assert truth is not None
     from naspipe.ranking.stats import MIN_ARCHS, seed_floor
 

@@ -34,6 +34,7 @@ from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 from naspipe.fileio.atomic import write_text_atomic
 from naspipe.inputs.wholes import whole
+from naspipe.runfolder.runlock import LOCK
 from naspipe.spaces.space import SearchSpace, SpaceError, load_space
 
 SETTINGS = "truth-settings.json"
@@ -323,7 +324,7 @@ def start(folder: Path, settings: TruthSettings) -> None:
         if diff:
             raise TruthError(f"{folder} holds a truth with other settings ({', '.join(diff)}); "
                              "choose another folder")
-    elif folder.exists() and any(folder.iterdir()):
+    elif folder.exists() and any(p.name != LOCK for p in folder.iterdir()):  # (the build's own lock file)
         raise TruthError(f"{folder} is not empty and holds no truth; choose another folder")
     (folder / ENTRIES).mkdir(parents=True, exist_ok=True)
     if old is None:

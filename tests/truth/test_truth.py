@@ -335,6 +335,43 @@ def test_entries_are_checked_and_named(whole, tmp_path, capsys, value, msg):
     assert len(err.splitlines()) == 1 and msg in err
 
 
+def test_an_entries_folder_that_cannot_be_written_is_one_line_naming_it(whole, tmp_path, capsys):
+    """A build resumed into a truth whose entries/ cannot be written (read-only; here a link to /proc, which takes
+    no files even from root) was a worker's traceback after training the first entry: one line, before any."""
+    d = _copy(whole, tmp_path / "t")
+    (d / ENTRIES).rename(tmp_path / "kept")
+    (d / ENTRIES).symlink_to("/proc")
+    assert main(_truth(d, "--workers", "1")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"the truth's entries folder {str(d / ENTRIES)!r} cannot be written" in err
+    if os.geteuid() != 0:  # (root writes into a read-only folder)
+        (d / ENTRIES).unlink()
+        (tmp_path / "kept").rename(d / ENTRIES)
+        next((d / ENTRIES).glob("*.json")).unlink()
+        (d / ENTRIES).chmod(0o555)
+        try:
+            assert main(_truth(d, "--workers", "1")) == 2
+        finally:
+            (d / ENTRIES).chmod(0o755)
+        assert "cannot be written: Permission denied" in capsys.readouterr().err
+
+
+def test_a_second_builder_of_one_folder_is_told_another_holds_it(whole, tmp_path, capsys):
+    """Two builds racing on one folder trained the same entries twice, or (the first creating the folder) the second
+    was told the folder held no truth: it is refused naming the build that holds it. The lock goes with the build."""
+    from naspipe.runfolder.runlock import LOCK, locked
+
+    d = _copy(whole, tmp_path / "t")
+    for folder in (d, tmp_path / "new"):
+        with locked(folder):  # (another process's build: flock is per open file, so this process is another holder)
+            assert main(_truth(folder, "--workers", "1")) == 2
+            err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert f"{folder} is in use by another naspipe truth build (process {os.getpid()})" in err
+    assert main(_truth(d, "--workers", "1")) == 0 and not (d / LOCK).exists()
+    capsys.readouterr()
+
+
 def test_entries_record_the_settings_that_trained_them(whole):
     rec = json.loads(next((whole / ENTRIES).glob("*.json")).read_text())
     assert rec["steps"] == 6 and rec["optimizer"] == "momentum" and rec["lr"] == 0.02
