@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         floor = seed_floor(truth)
         tau = f"; seed-to-seed Kendall tau {floor.text()}" if floor is not None else ""
-    print(f"truth: {len(truth.archs)} architectures x {len(settings.seeds)} seeds of {space.name} "
+    print(f"truth: {_count(len(truth.archs), 'architecture')} x {_count(len(settings.seeds), 'seed')} of {space.name} "
           f"({settings.steps} steps, {settings.optimizer} lr {settings.lr:g}) in {wall:.1f} s{tau}; wrote {out}")
     return 0
 
@@ -119,11 +119,12 @@ def _inputs(args: argparse.Namespace) -> tuple[Path, float, Any, int]:
     model_kind(space)
     n = space_size(space)
     if args.sample is None and n > args.max_archs:
-        raise UserError(f"space {space.name!r} has {n} architectures (more than --max-archs {args.max_archs}); "
-                        "pass --sample N")
+        raise UserError(f"space {space.name!r} has {_count(n, 'architecture')} (more than --max-archs "
+                        f"{args.max_archs}); pass --sample N")
     if args.sample is not None and min(args.sample, n) > args.max_archs:
         raise UserError(f"--sample {args.sample} is more than --max-archs {args.max_archs} (space {space.name!r} "
-                        f"has {n} architectures); pass a smaller --sample, or a larger --max-archs to mean it")
+                        f"has {_count(n, 'architecture')}); pass a smaller --sample, or a larger --max-archs to "
+                        "mean it")
     return out, lr, space, n
 
 
@@ -172,3 +173,8 @@ def _workers(asked: int | None) -> int:
               f"may use: the workers take turns on them, each with its own torch and model (more memory and slower "
               f"than --workers {cores})", file=sys.stderr)
     return cores if asked is None else asked
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural but for one ("1 architecture", "2 seeds")."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

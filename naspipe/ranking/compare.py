@@ -144,7 +144,8 @@ class RankReport:
         best = max(self.truth.mean_accuracy(a) for a in t.archs)
         pick = self.truth.archs[self.vs_truth.pick]
         a = self.vs_truth
-        lines = [f"truth: {t.space} ({t.space_digest[:12]}), {len(t.archs)} architectures x {len(t.seeds)} seeds, "
+        n_seeds = f"{len(t.seeds)} seed{'' if len(t.seeds) == 1 else 's'}"
+        lines = [f"truth: {t.space} ({t.space_digest[:12]}), {len(t.archs)} architectures x {n_seeds}, "
                  f"{t.steps} steps; best stand-alone accuracy {best:.4f}",
                  f"run:   {self.run.run}",
                  "                         value [95% bootstrap interval over architectures]",

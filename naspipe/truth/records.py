@@ -438,7 +438,8 @@ def _table_difference(table: Any, truth: Truth) -> str | None:
     if extra := [a for a in have if a not in archs]:
         return f"it lists architecture {extra[0]}, which the truth does not hold"
     if lost := [a for a in archs if a not in have]:
-        return f"it lacks {len(lost)} of the {len(archs)} architectures (first {lost[0]})"
+        many = "" if len(archs) == 1 else "s"
+        return f"it lacks {len(lost)} of the {len(archs)} architecture{many} (first {lost[0]})"
     for row, wrow in zip(rows, want["entries"], strict=False):
         if row != wrow:
             key = next((k for k in wrow if row.get(k) != wrow[k]), "order")

@@ -398,3 +398,16 @@ def test_rank_scatter_refuses_values_that_are_not_finite_numbers():
             cols[column][2] = bad
             with pytest.raises(ValueError, match=r"accuracy of architecture 2 \('a2'\) is .*not a finite number"):
                 rank_scatter(cols[0], cols[1], names)
+
+
+def test_a_truth_of_one_seed_is_said_in_the_singular(runs, truth):
+    """"40 architectures x 1 seeds": rank's header counts one seed as one."""
+    from dataclasses import replace
+
+    from naspipe.truth.records import Truth
+
+    tr = load(truth)
+    one = Truth(replace(tr.settings, seeds=(0,)), {a: v[:1] for a, v in tr.accuracy.items()},
+                {a: v[:1] for a, v in tr.loss.items()}, tr.names)
+    text = naspipe.rank(runs["ref"], one, space=SPACE, resamples=FEW).text()
+    assert "40 architectures x 1 seed, 3 steps" in text and "n/a (one seed)" in text

@@ -372,6 +372,14 @@ def test_a_second_builder_of_one_folder_is_told_another_holds_it(whole, tmp_path
     capsys.readouterr()
 
 
+def test_counts_are_said_in_the_singular_for_one(tmp_path, capsys):
+    """"1 architectures x 1 seeds": the truth's summary says one architecture, one seed."""
+    assert main(["truth", "--space", SPACE, "--sample", "1", "--seeds", "1", "--steps", "1", "--no-progress",
+                 "--workers", "1", "--out", str(tmp_path / "one")]) == 0
+    out = capsys.readouterr().out
+    assert "truth: 1 architecture x 1 seed of digits-truth" in out, out
+
+
 def test_entries_record_the_settings_that_trained_them(whole):
     rec = json.loads(next((whole / ENTRIES).glob("*.json")).read_text())
     assert rec["steps"] == 6 and rec["optimizer"] == "momentum" and rec["lr"] == 0.02
