@@ -59,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the interface of that network (GLOO_SOCKET_IFNAME), one for all or one per machine")
     g.add_argument("--rdzv-port", type=positive_int("--rdzv-port", maximum=65535), default=29400,
                    help="the rendezvous store's port on machine 0 (default %(default)s)")
-    g.add_argument("--rdzv-id", default="naspipe", help="the rendezvous id (default %(default)s)")
+    g.add_argument("--rdzv-id", default=None,
+                   help="the rendezvous id (default naspipe; under --slurm, naspipe-$SLURM_JOB_ID)")
     g.add_argument("--join-timeout", type=positive_int("--join-timeout"), default=60,
                    help="seconds torchrun waits for every machine to join (default %(default)s)")
     g.add_argument("--slurm", action="store_true",

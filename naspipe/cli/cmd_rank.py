@@ -4,7 +4,8 @@ Prints one screen: Kendall tau, Spearman rho, top-10% overlap and the regret of 
 bootstrap 95% interval over architectures, beside the noise floors (``naspipe.ranking``); ``--against RUN2``
 adds run-to-run agreement and says whether the difference clears the seed band; ``--json`` prints one object.
 Refused in one line (exit 2), before any model loads where it can be: a truth of another space (by name, or by
-the digest a run records), one with missing or malformed entries or a ``truth.json`` that disagrees with them,
+the digest a run records; a run without ``run.json`` records none, and needs ``--space``), a ``--space`` that is not
+the truth's (naming both), one with missing or malformed entries or a ``truth.json`` that disagrees with them,
 one of too few architectures (``naspipe.ranking.stats.MIN_ARCHS``), ``--seeds`` runs that differ in more than the
 seed; after scoring, a run that ranks nothing (NaN scores: a diverged run; every architecture scored alike).
 """
@@ -30,7 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", nargs="+", default=(), metavar="RUN",
                    help="two or more runs equal but the supernet seed, each of another seed: noise floor (b) and "
                         "the seed band")
-    p.add_argument("--space", default=None, help="the runs' space when its name cannot be resolved")
+    p.add_argument("--space", default=None,
+                   help="the runs' space when its name cannot be resolved (a run without run.json needs it); the "
+                        "truth's space, checked by digest")
     p.add_argument("--heldout", type=positive_int("--heldout"), default=None,
                    help="held-out batches (default: as naspipe search)")
     p.add_argument("--resamples", type=positive_int("--resamples"), default=None,

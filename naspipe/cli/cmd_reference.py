@@ -235,10 +235,11 @@ def write(space: Any, out: str | Path, **options: Any) -> Path:
     ``options``: the command's options by their Python names (``subnets``, ``seed``, ``shared_layers``,
     ``optimizer``, ``lr``, ``threads``, ``replicas``, ``sequence``, ``sampler``, ``overwrite``, ``progress``).
     Raises ``RunSpecError`` (one line) where the command exits 2, ``ReferenceFailed`` where user code failed."""
+    from naspipe.inputs.paths import out_name_error
     from naspipe.runspec.spec import RunSpecError
 
-    if not str(out).strip():  # (what --out refuses in argparse: an exit there, not the promised exception)
-        raise RunSpecError(f"out must name a folder, got {str(out)!r}")
+    if (why := out_name_error(str(out))) is not None:  # (what --out refuses in argparse: an exit there)
+        raise RunSpecError(f"out {why}")
     parser = argparse.ArgumentParser(prog="naspipe.reference")
     add_arguments(parser)
     args = parser.parse_args(["--out", str(out)])

@@ -3,8 +3,9 @@
 Trains every architecture of the space (or ``--sample N`` of them, seeded by ``--sample-seed``) for ``--steps``
 steps and each of ``--seeds`` seeds, with the supernet's data stream, optimizer and loss, and evaluates it on the
 held-out split (``naspipe.truth``). One worker per core (``--workers``); a killed run started again with the
-same command trains only the missing entries; a folder holding a truth with other settings is refused by name.
-Arguments and the space are checked before any worker starts.
+same command trains only the missing entries; a folder holding a truth with other settings is refused by name, and
+one another build holds (its lock, ``naspipe.runfolder.runlock``) is refused naming that build. Arguments (``--steps``
+at most ``MAX_STEPS``), the space and whether ``entries/`` can be written are checked before any worker starts.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,8 @@ COMMAND = "truth"
 HELP = "train architectures stand-alone (the ground truth naspipe rank compares a supernet with)"
 ORDER = 62
 MAX_SEEDS = 1000  # a truth's seeds are listed in its settings file: a bound keeps a typo from filling memory
+# steps per entry: 10**12 was taken, a build that would never end (the default is 200; a million is days per entry)
+MAX_STEPS = 1_000_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,8 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and compare them bit for bit (exit 0: identical, 1: they differ)")
     p.add_argument("--check-seed", type=int, default=None,
                    help="the seed of --check's random entries (default: a fresh one, printed)")
-    p.add_argument("--steps", type=positive_int("--steps"), default=200,
-                   help="training steps per architecture (default %(default)s)")
+    p.add_argument("--steps", type=positive_int("--steps", maximum=MAX_STEPS), default=200,
+                   help=f"training steps per architecture, at most {MAX_STEPS} (default %(default)s)")
     p.add_argument("--seeds", type=positive_int("--seeds"), default=3,
                    help=f"seeds 0..S-1, at most {MAX_SEEDS} (default %(default)s)")
     p.add_argument("--sample", type=positive_int("--sample"), default=None,
@@ -61,18 +65,19 @@ def run(args: argparse.Namespace) -> int:
     settings = _settings(args, space, n, lr)
     from naspipe.fileio.atomic import write_text_atomic
     from naspipe.truth.records import SPACE_JSON, start
+    from naspipe.truth.workers import build_truth, holding
 
-    with os_refusal(f"--out {str(out)!r} cannot be written"):
-        start(out, settings)
-        if args.space.endswith(".json") and not (out / SPACE_JSON).exists():
-            write_text_atomic(out / SPACE_JSON, space.to_json() + "\n")  # naspipe rank resolves the runs' space by it
-    from naspipe.truth.workers import build_truth
-
-    workers = _workers(args.workers)
-    t0 = time.perf_counter()
-    # (a TruthError: a stored entry that cannot be used, a candidate that raised, another space)
-    truth = build_truth(space, args.space, out, settings, workers=workers, progress=not args.no_progress)
-    wall = time.perf_counter() - t0
+    with ExitStack() as held:
+        with os_refusal(f"--out {str(out)!r} cannot be written"):
+            held.enter_context(holding(out))  # (TruthError: another build holds the folder)
+            start(out, settings)
+            if args.space.endswith(".json") and not (out / SPACE_JSON).exists():
+                write_text_atomic(out / SPACE_JSON, space.to_json() + "\n")  # naspipe rank resolves the runs' space
+        workers = _workers(args.workers)
+        t0 = time.perf_counter()
+        # (a TruthError: a stored entry that cannot be used, a candidate that raised, another space)
+        truth = build_truth(space, args.space, out, settings, workers=workers, progress=not args.no_progress)
+        wall = time.perf_counter() - t0
     assert truth is not None
     from naspipe.ranking.stats import MIN_ARCHS, seed_floor
 
@@ -81,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         floor = seed_floor(truth)
         tau = f"; seed-to-seed Kendall tau {floor.text()}" if floor is not None else ""
-    print(f"truth: {len(truth.archs)} architectures x {len(settings.seeds)} seeds of {space.name} "
+    print(f"truth: {_count(len(truth.archs), 'architecture')} x {_count(len(settings.seeds), 'seed')} of {space.name} "
           f"({settings.steps} steps, {settings.optimizer} lr {settings.lr:g}) in {wall:.1f} s{tau}; wrote {out}")
     return 0
 
@@ -114,11 +119,12 @@ def _inputs(args: argparse.Namespace) -> tuple[Path, float, Any, int]:
     model_kind(space)
     n = space_size(space)
     if args.sample is None and n > args.max_archs:
-        raise UserError(f"space {space.name!r} has {n} architectures (more than --max-archs {args.max_archs}); "
-                        "pass --sample N")
+        raise UserError(f"space {space.name!r} has {_count(n, 'architecture')} (more than --max-archs "
+                        f"{args.max_archs}); pass --sample N")
     if args.sample is not None and min(args.sample, n) > args.max_archs:
         raise UserError(f"--sample {args.sample} is more than --max-archs {args.max_archs} (space {space.name!r} "
-                        f"has {n} architectures); pass a smaller --sample, or a larger --max-archs to mean it")
+                        f"has {_count(n, 'architecture')}); pass a smaller --sample, or a larger --max-archs to "
+                        "mean it")
     return out, lr, space, n
 
 
@@ -167,3 +173,8 @@ def _workers(asked: int | None) -> int:
               f"may use: the workers take turns on them, each with its own torch and model (more memory and slower "
               f"than --workers {cores})", file=sys.stderr)
     return cores if asked is None else asked
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural but for one ("1 architecture", "2 seeds")."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

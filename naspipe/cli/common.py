@@ -57,11 +57,13 @@ def positive_float(name: str, unit: str = ""):  # noqa: ANN201
 
 
 def named(option: str, what: str = "folder"):  # noqa: ANN201
-    """An argparse type for a path option (``--out``) that refuses an empty name: ``--out "$UNSET"`` would
-    otherwise write into the current folder."""
+    """An argparse type for a path option (``--out``) that refuses an empty name (``--out "$UNSET"`` would
+    otherwise write into the current folder) and one holding a control character (``naspipe.inputs.paths``)."""
     def parse(text: str) -> str:
-        if not text.strip():
-            raise argparse.ArgumentTypeError(f"{option} must name a {what}, got {text!r}")
+        from naspipe.inputs.paths import out_name_error
+
+        if (why := out_name_error(text, what)) is not None:
+            raise argparse.ArgumentTypeError(f"{option} {why}")
         return text
     return parse
 

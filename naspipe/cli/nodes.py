@@ -21,6 +21,7 @@ IFNAME_VAR = "GLOO_SOCKET_IFNAME"
 HOST_PLACEHOLDER = "HOST{}"  # printed (and noted) when no address was given
 IFACE_PLACEHOLDER = "IFACE"
 IFNAME_MAX = 15  # Linux: IFNAMSIZ - 1
+RDZV_ID = "naspipe"  # the rendezvous id when none is given (under SLURM: naspipe-$SLURM_JOB_ID)
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class NodePlan:
     ifnames: tuple[str, ...]  # node i's interface
     train_args: tuple[str, ...]  # the naspipe.torchrun arguments, the same on every node
     port: int = 29400
-    rdzv_id: str = "naspipe"
+    rdzv_id: str | None = None  # None: "naspipe" (under SLURM, naspipe-<the job's id>)
     join_timeout: int = 60
     torchrun: str = "torchrun"
 
@@ -42,7 +43,7 @@ class NodePlan:
 
     def torchrun_args(self, local_addr: str, is_host: str) -> list[str]:
         return [self.torchrun, "--nnodes", str(self.nodes), "--nproc-per-node", str(self.procs_per_node),
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", self.endpoint, "--rdzv-id", self.rdzv_id,
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", self.endpoint, "--rdzv-id", self.rdzv_id or RDZV_ID,
                 "--rdzv-conf", f"is_host={is_host},join_timeout={self.join_timeout}", "--local-addr", local_addr,
                 "--max-restarts", "0", "-m", "naspipe.torchrun", *self.train_args]
 
@@ -64,6 +65,11 @@ def make_plan(nodes: int, procs_per_node: int, train_args: Sequence[str], addrs:
         if not a.strip() or a != a.strip():
             raise UserError(f"--node-addrs: node {i}'s address {a!r} is empty or has spaces; give one address per "
                              "node, separated by commas")
+    addrs = [_bare(i, a) for i, a in enumerate(addrs)]
+    rdzv_id = kw.get("rdzv_id")
+    if rdzv_id is not None and (not isinstance(rdzv_id, str) or not rdzv_id
+                                or any(c.isspace() or not c.isprintable() for c in rdzv_id)):
+        raise UserError(f"--rdzv-id must be one word of printable characters, got {rdzv_id!r}")
     for i, f in enumerate(ifnames):
         if (why := ifname_error(f)) is not None:
             whose = "the" if len(ifnames) == 1 else f"node {i}'s"
@@ -71,6 +77,16 @@ def make_plan(nodes: int, procs_per_node: int, train_args: Sequence[str], addrs:
     a = tuple(addrs) or tuple(HOST_PLACEHOLDER.format(i) for i in range(nodes))
     f = tuple(ifnames) * (nodes if len(ifnames) == 1 else 1) if ifnames else (IFACE_PLACEHOLDER,) * nodes
     return NodePlan(nodes, procs_per_node, a, f, tuple(train_args), **kw)  # type: ignore[arg-type]
+
+
+def _bare(i: int, addr: str) -> str:
+    """Node ``i``'s address without the brackets of an IPv6 address written as in a URL (``[::1]``: both forms
+    are taken; the endpoint adds them back, once); a UserError for a bracket without its pair."""
+    inner = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr
+    if not inner or "[" in inner or "]" in inner:
+        raise UserError(f"--node-addrs: node {i}'s address {addr!r} is not an address (an IPv6 address goes bare, "
+                        "::1, or in brackets, [::1])")
+    return inner
 
 
 def ifname_error(name: str) -> str | None:
@@ -90,6 +106,9 @@ def slurm_script(plan: NodePlan, gpus: bool = False) -> str:
     name may resolve to another interface); node 0's address is the rendezvous endpoint. A failing ``ip`` or an
     interface without an IPv4 address ends the job with one line naming the node, before torchrun starts."""
     train = shlex.join(plan.train_args).replace("'", "'\\''")  # inside the single-quoted bash -c
+    # the rendezvous id given (--rdzv-id), else one of this job's own (two jobs never share a rendezvous)
+    rdzv = shlex.quote(plan.rdzv_id).replace("'", "'\\''") if plan.rdzv_id is not None else \
+        f'"{RDZV_ID}-$SLURM_JOB_ID"'
     gpu_line = f"#SBATCH --gpus-per-node={plan.procs_per_node}\n" if gpus else ""
     cases = " ".join(f"{i}) echo {shlex.quote(f)} ;;" for i, f in enumerate(plan.ifnames))
     return f"""#!/bin/bash
@@ -119,7 +138,7 @@ srun --kill-on-bad-exit=1 bash -c '
   LOCAL_ADDR=$(addr_of "${IFNAME_VAR}")
   IS_HOST=0; [ "$SLURM_NODEID" = 0 ] && IS_HOST=1
   exec {plan.torchrun} --nnodes {plan.nodes} --nproc-per-node {plan.procs_per_node} \\
-    --rdzv-backend c10d --rdzv-endpoint "$HEAD_ADDR:{plan.port}" --rdzv-id "naspipe-$SLURM_JOB_ID" \\
+    --rdzv-backend c10d --rdzv-endpoint "$HEAD_ADDR:{plan.port}" --rdzv-id {rdzv} \\
     --rdzv-conf "is_host=$IS_HOST,join_timeout={plan.join_timeout}" --local-addr "$LOCAL_ADDR" --max-restarts 0 \\
     -m naspipe.torchrun {train}'
 """

@@ -144,7 +144,8 @@ class RankReport:
         best = max(self.truth.mean_accuracy(a) for a in t.archs)
         pick = self.truth.archs[self.vs_truth.pick]
         a = self.vs_truth
-        lines = [f"truth: {t.space} ({t.space_digest[:12]}), {len(t.archs)} architectures x {len(t.seeds)} seeds, "
+        n_seeds = f"{len(t.seeds)} seed{'' if len(t.seeds) == 1 else 's'}"
+        lines = [f"truth: {t.space} ({t.space_digest[:12]}), {len(t.archs)} architectures x {n_seeds}, "
                  f"{t.steps} steps; best stand-alone accuracy {best:.4f}",
                  f"run:   {self.run.run}",
                  "                         value [95% bootstrap interval over architectures]",
@@ -222,10 +223,14 @@ def check_seed_runs(seeds: Sequence[str | Path]) -> None:
         seen[b.get("seed")] = s
 
 
-def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int | None = None) -> Scored:
+def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int | None = None, *,
+              space_given: bool = True) -> Scored:
     """The run's accuracy and loss for each of the truth's architectures. TruthError if it trained another space
     (by name or, where the run records it, by digest), if an architecture of the truth is not one of its space,
-    or if its scores rank nothing (NaN or infinite: a diverged run; every architecture scored alike)."""
+    or if its scores rank nothing (NaN or infinite: a diverged run; every architecture scored alike).
+    ``space_given`` False: ``space`` is the truth's own, standing in for a run's space its name does not resolve
+    (``_run_space``); then the run must record its space's digest (``run.json``), or the truth's space would vouch
+    for itself (a run of another space of the same name, without ``run.json``, was ranked)."""
     from naspipe.models import heldout_batches
     from naspipe.search.run import load_trained_run, make_evaluator, read_config
 
@@ -240,6 +245,10 @@ def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int
     if recorded is not None and recorded != t.space_digest:
         raise TruthError(f"{run_dir} trained space {name!r} ({str(recorded)[:12]}); the truth is of another space of "
                          f"that name ({t.space_digest[:12]}): the same name, another definition")
+    if recorded is None and space is not None and not space_given:
+        raise TruthError(f"{run_dir} records no digest of its space {name!r} (no run.json: an older or copied run "
+                         "folder), so it cannot be told from another space of that name; pass the space it was "
+                         "trained on with --space (checked against the truth's)")
     _check_behaviour(run_dir, ident, t)
     run = load_trained_run(run_dir, space)
     if run.space.digest() != t.space_digest:
@@ -296,6 +305,21 @@ def _run_space(run: str | Path, truth: Truth, truth_space: Any) -> Any:
     return None
 
 
+def _check_given_space(space: Any, tr: Truth) -> None:
+    """TruthError when the space given (``--space``, ``space=``) is not the truth's (by digest): the runs are
+    checked against the truth, so such a space is wrong whatever the runs trained; said naming both."""
+    import naspipe.supernet  # noqa: F401 - registers the module:function resolver
+    from naspipe.spaces.space import resolve_space
+
+    sp = resolve_space(space)  # (a SpaceError, one line, for one that does not resolve)
+    t = tr.settings
+    if sp.digest() != t.space_digest:
+        shown = repr(space) if isinstance(space, str) else f"supernet {sp.name!r}"
+        raise TruthError(f"the space given, {shown} (space {sp.name!r}, {sp.digest()[:12]}), differs from the "
+                         f"truth's space {t.space!r} ({t.space_digest[:12]}); give the truth's space with --space, "
+                         "or none")
+
+
 def check_truth_ranks(tr: Truth) -> None:
     """TruthError (one line) for a truth that cannot rank anything: every architecture at one accuracy, or (with
     two seeds or more) seeds that do not agree on the order at all (a collapsed or diverged training)."""
@@ -327,6 +351,9 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     if heldout is not None:
         heldout = whole("heldout", heldout, 1)
     resamples = whole("resamples", resamples, 1)
+    if not isinstance(truth, Truth | str | os.PathLike):
+        raise UserError(f"truth must be a truth folder (a path) or a loaded Truth (naspipe.truth.records.load), "
+                        f"got {type(truth).__name__} {truth!r:.60}")
     tr = truth if isinstance(truth, Truth) else load(truth)
     if len(tr.archs) < MIN_ARCHS:
         raise TooFewArchitectures(f"the truth {tr.folder or ''} holds {len(tr.archs)} architecture"
@@ -336,23 +363,30 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     truth_space = space_of(tr)  # TruthError: a space.json swapped or corrupt
     if truth_space is not None:
         check_archs(truth_space, tr.archs, f"the truth {tr.folder}")
-    if space is None:
+    given = space is not None
+    if given:
+        _check_given_space(space, tr)
+    else:
         space = _run_space(run, tr, truth_space)
+
+    def score(r: str | Path) -> Scored:
+        return score_run(r, tr, space, heldout, space_given=given)
+
     target = [tr.mean_accuracy(a) for a in tr.archs]
-    scored = score_run(run, tr, space, heldout)  # (what the run is, and whether it was of this truth, first)
+    scored = score(run)  # (what the run is, and whether it was of this truth, first)
     check_truth_ranks(tr)
     vs_truth = agreement(target, scored.accuracy, scored.loss, resamples=resamples)
     floor_truth = seed_floor(tr, resamples)
     seed_runs = None
     if seeds:
         same = os.path.realpath(run)
-        runs = tuple(scored if os.path.realpath(s) == same else score_run(s, tr, space, heldout) for s in seeds)
+        runs = tuple(scored if os.path.realpath(s) == same else score(s) for s in seeds)
         floor = pairwise_tau([s.accuracy for s in runs], resamples=resamples)
         assert floor is not None  # (check_seed_runs admits two runs or more)
         seed_runs = SeedRuns(runs, floor, tuple(kendall(target, s.accuracy) for s in runs))
     second = None
     if against is not None:
-        other = score_run(against, tr, space, heldout)
+        other = score(against)
         run_to_run = pairwise_tau([scored.accuracy, other.accuracy], resamples=resamples)
         assert run_to_run is not None  # (two columns have a pair)
         second = Against(other, agreement(target, other.accuracy, other.loss, resamples=resamples), run_to_run,

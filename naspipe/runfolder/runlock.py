@@ -19,7 +19,10 @@ LOCK = ".naspipe.lock"
 
 
 class RunLocked(RuntimeError):
-    """Another process holds the run folder (the message is one line naming it and the holder's pid)."""
+    """Another process holds the run folder (the message is one line naming it and the holder's pid; ``holder``:
+    " (process PID)", or "" where the lock file does not say)."""
+
+    holder = ""
 
 
 def _holder(path: Path) -> str:
@@ -46,8 +49,10 @@ def acquire(out: str | Path) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RunLocked(f"output directory {str(d)!r} is in use by another naspipe run{_holder(path)}; wait "
-                            "for it to end or choose another directory") from None
+            err = RunLocked(f"output directory {str(d)!r} is in use by another naspipe run{_holder(path)}; wait "
+                            "for it to end or choose another directory")
+            err.holder = _holder(path)
+            raise err from None
         except BaseException:
             os.close(fd)
             raise

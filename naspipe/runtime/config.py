@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from naspipe.inputs.optim_names import lr_error
+from naspipe.inputs.paths import out_name_error
 from naspipe.lifecycle import kernels
 from naspipe.lifecycle.kernels import DEFAULT as DEFAULT_KERNELS
 from naspipe.runfolder import runs
@@ -174,8 +175,9 @@ class TrainConfig:
         ``options`` are this class's own fields (optimizer, device, timeout, ``resume``, ...). Validates;
         raises ConfigError."""
         cls._check_options(options)
-        if not str(out).strip():  # (Path("") is the current folder: a run written there by an empty variable)
-            raise ConfigError(f"out must name a folder, got {str(out)!r}")
+        # (Path("") is the current folder: a run written there by an empty variable; a newline broke its scripts)
+        if (why := out_name_error(str(out))) is not None:
+            raise ConfigError(f"out {why}")
         options.setdefault("replicas", spec.replicas)  # (the spec's replicas, unless the options name others)
         options.setdefault("replica_exchange", spec.replica_exchange)
         resume = options.pop("resume", None)  # a run directory or checkpoint/: resolved below

@@ -9,7 +9,8 @@ the table assembled from the records when every entry is done. Torch-free: ``nas
 loading a model.
 
 Nothing in the folder is trusted alone: ``load`` assembles the truth from the settings and the entries (each
-checked: its own architecture and seed, the settings it was trained with where it records them, an accuracy in
+read only where it is a regular file, an entry of at most ``ENTRY_MAX_BYTES``, and checked: its own architecture
+and seed, the settings it was trained with where it records them, an accuracy in
 [0, 1] and a finite loss) and refuses a table that disagrees with them; ``naspipe truth`` run again rewrites a
 table or CSV that is missing or differs. Architectures are lists of whole numbers >= 0 (``check_archs`` checks
 them against the space when it is known).
@@ -21,7 +22,9 @@ import csv
 import io
 import json
 import math
+import os
 import random
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +34,7 @@ from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 from naspipe.fileio.atomic import write_text_atomic
 from naspipe.inputs.wholes import whole
+from naspipe.runfolder.runlock import LOCK
 from naspipe.spaces.space import SearchSpace, SpaceError, load_space
 
 SETTINGS = "truth-settings.json"
@@ -197,15 +201,54 @@ def write_entry(folder: Path, record: dict[str, Any]) -> Path:
     return path
 
 
-def read_entry(folder: Path, arch: Sequence[int], seed: int) -> dict[str, Any] | None:
-    """The stored record of an entry (None when it is not stored); TruthError when it cannot be read."""
-    path = folder / ENTRIES / entry_name(arch, seed)
+# an entry's record is a few hundred bytes: a larger file is no entry (and is not read into memory)
+ENTRY_MAX_BYTES = 1 << 20
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def read_file(path: Path, limit: int | None = None, again: str = "") -> str:
+    """The text of a file of the truth folder, only where it is a regular file (through links) of at most ``limit``
+    bytes: a named pipe blocked the reader, a link to /dev/zero read forever. FileNotFoundError where it is not
+    there; TruthError (one line naming it, then ``again``) where it is something else or too large; OSError or
+    UnicodeDecodeError where it cannot be read."""
     try:
-        return jsonfile.loads(path.read_text())
+        st = path.stat()
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise TruthError(f"{path}: a symbolic link to {os.readlink(path)!r}, which does not exist{again}") \
+                from None
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        raise TruthError(f"{path}: {_kind(st.st_mode)}, not a file{again}")
+    if limit is not None and st.st_size > limit:
+        raise TruthError(f"{path}: {st.st_size} bytes, more than the {limit} a truth's entry can be{again}")
+    with open(path, "rb") as f:
+        data = f.read(-1 if limit is None else limit + 1)
+    if limit is not None and len(data) > limit:  # (it grew since)
+        raise TruthError(f"{path}: more than the {limit} bytes a truth's entry can be{again}")
+    return data.decode("utf-8")
+
+
+def read_entry(folder: Path, arch: Sequence[int], seed: int) -> dict[str, Any] | None:
+    """The stored record of an entry (None when it is not stored); TruthError when it cannot be read, or is no
+    regular file of at most ``ENTRY_MAX_BYTES`` (``read_file``)."""
+    path = folder / ENTRIES / entry_name(arch, seed)
+    again = "; delete it to train it again"
+    try:
+        return jsonfile.loads(read_file(path, ENTRY_MAX_BYTES, again))
     except FileNotFoundError:
         return None
+    except TruthError:
+        raise
     except (OSError, ValueError) as e:
-        raise TruthError(f"{path}: unreadable entry ({e}); delete it to train it again") from None
+        raise TruthError(f"{path}: unreadable entry ({e}){again}") from None
 
 
 # what an entry records of the settings that trained it (older entries record none of them: not checked there)
@@ -248,10 +291,16 @@ def pending(folder: Path, settings: TruthSettings) -> list[tuple[tuple[int, ...]
 def read_settings(folder: Path) -> TruthSettings | None:
     path = folder / SETTINGS
     try:
-        return TruthSettings.from_dict(jsonfile.loads(path.read_text()))
+        text = read_file(path)
     except FileNotFoundError:
         return None
-    except (OSError, KeyError, TypeError, ValueError) as e:
+    except TruthError:
+        raise
+    except (OSError, ValueError) as e:
+        raise TruthError(f"{path}: not a truth settings file ({e})") from None
+    try:
+        return TruthSettings.from_dict(jsonfile.loads(text))
+    except (KeyError, TypeError, ValueError) as e:
         raise TruthError(f"{path}: not a truth settings file ({e})") from None
 
 
@@ -275,7 +324,7 @@ def start(folder: Path, settings: TruthSettings) -> None:
         if diff:
             raise TruthError(f"{folder} holds a truth with other settings ({', '.join(diff)}); "
                              "choose another folder")
-    elif folder.exists() and any(folder.iterdir()):
+    elif folder.exists() and any(p.name != LOCK for p in folder.iterdir()):  # (the build's own lock file)
         raise TruthError(f"{folder} is not empty and holds no truth; choose another folder")
     (folder / ENTRIES).mkdir(parents=True, exist_ok=True)
     if old is None:
@@ -360,8 +409,8 @@ def write_table(folder: Path, truth: Truth) -> list[str]:
     wrote = []
     for name, text in zip((TABLE, CSV), table_texts(truth), strict=True):
         try:
-            same = (folder / name).read_bytes() == text.encode("utf-8")
-        except OSError:
+            same = read_file(folder / name) == text
+        except (OSError, ValueError):  # (a TruthError: no regular file; replaced by one)
             same = False
         if not same:
             write_text_atomic(folder / name, text)
@@ -389,7 +438,8 @@ def _table_difference(table: Any, truth: Truth) -> str | None:
     if extra := [a for a in have if a not in archs]:
         return f"it lists architecture {extra[0]}, which the truth does not hold"
     if lost := [a for a in archs if a not in have]:
-        return f"it lacks {len(lost)} of the {len(archs)} architectures (first {lost[0]})"
+        many = "" if len(archs) == 1 else "s"
+        return f"it lacks {len(lost)} of the {len(archs)} architecture{many} (first {lost[0]})"
     for row, wrow in zip(rows, want["entries"], strict=False):
         if row != wrow:
             key = next((k for k in wrow if row.get(k) != wrow[k]), "order")
@@ -409,9 +459,11 @@ def load(folder: str | Path) -> Truth:
         raise TruthError(f"no such truth folder: {str(d)!r}")
     truth = assemble(d)
     try:
-        text = (d / TABLE).read_text()
+        text = read_file(d / TABLE)
     except FileNotFoundError:
         raise TruthError(f"{d}: no {TABLE} (run the same naspipe truth command to write it)") from None
+    except TruthError:
+        raise
     except (OSError, ValueError) as e:
         raise TruthError(f"{d / TABLE}: unreadable ({e})") from None
     try:

@@ -11,10 +11,21 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from naspipe.spaces.space import SearchSpace
-from naspipe.truth.records import Truth, TruthSettings, assemble, pending, start, write_table
+from naspipe.truth.records import (
+    ENTRIES,
+    Truth,
+    TruthError,
+    TruthSettings,
+    assemble,
+    pending,
+    start,
+    write_table,
+)
 
 
 def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: TruthSettings, *, workers: int = 1,
@@ -25,10 +36,18 @@ def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: Tru
     at most that many entries (None: all), and the truth (None while entries are missing) is returned.
     """
     d = Path(folder)
+    with holding(d):
+        return _build(space, spec, d, settings, workers, progress, limit)
+
+
+def _build(space: SearchSpace, spec: str, d: Path, settings: TruthSettings, workers: int, progress: bool,
+           limit: int | None) -> Truth | None:
     start(d, settings)
     todo = pending(d, settings)
     if limit is not None:
         todo = todo[:limit]
+    if todo:
+        check_entries_writable(d)
     jobs = [(spec, settings.space_digest, a, s, settings.steps, settings.optimizer, settings.lr, str(d))
             for a, s in todo]
     bar = None
@@ -70,6 +89,48 @@ def build_truth(space: SearchSpace, spec: str, folder: str | Path, settings: Tru
     truth = assemble(d)
     write_table(d, truth)  # also repairs a table or CSV that was deleted, truncated or edited since
     return truth
+
+
+_HELD: set[str] = set()  # the truth folders this process holds the lock of (``holding`` is re-entrant)
+
+
+@contextmanager
+def holding(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s lock (``naspipe.runfolder.runlock``: ``.naspipe.lock``, released however this process
+    ends) for the block, creating the folder: a second builder of one truth folder is refused in one line naming
+    the builder that holds it (TruthError), instead of training the same entries twice or, in the moment the first
+    one creates the folder, being told the folder holds no truth. Re-entrant within this process."""
+    from naspipe.runfolder.runlock import RunLocked, acquire, release
+
+    key = os.path.realpath(folder)
+    if key in _HELD:
+        yield
+        return
+    try:
+        fd = acquire(folder)
+    except RunLocked as e:
+        raise TruthError(f"{folder} is in use by another naspipe truth build{e.holder}: wait for it to end (the "
+                         "same command then continues the build), or build in another folder") from None
+    _HELD.add(key)
+    try:
+        yield
+    finally:
+        _HELD.discard(key)
+        release(folder, fd)
+
+
+def check_entries_writable(folder: Path) -> None:
+    """TruthError (one line naming the folder) when the entries cannot be stored in ``folder``'s ``entries/``
+    (read-only, on a file system that takes no files): said before any entry trains, not as a worker's traceback
+    after the first one."""
+    from naspipe.fileio.atomic import check_writable
+
+    entries = folder / ENTRIES
+    try:
+        check_writable(entries, "the truth's entries folder")
+    except OSError as e:
+        raise TruthError(f"{e}; the finished entries are stored there (make it writable, or build the truth in "
+                         "another folder)") from None
 
 
 def start_worker(parent: int, kind: str = "native") -> None:

@@ -9,6 +9,7 @@ architecture). Plain data in, plotly figures out: the notebook ``09_trust_your_s
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,11 +22,17 @@ Interval = Mapping[str, float]  # {"value", "low", "high"}, as ``naspipe.ranking
 def rank_scatter(truth_accuracy: Sequence[float], supernet_accuracy: Sequence[float], names: Sequence[str],
                  pick: int | None = None, title: str | None = None) -> go.Figure:
     """Supernet accuracy (y) against stand-alone accuracy (x), one point per architecture; ``pick`` (an index)
-    is the search's pick, marked. ValueError for columns of different lengths or a ``pick`` out of range."""
+    is the search's pick, marked. ValueError for columns of different lengths, a value that is not a finite number
+    (NaN: a point plotly leaves out without a word) or a ``pick`` out of range."""
     n = len(truth_accuracy)
     if not n or len(supernet_accuracy) != n or len(names) != n:
         raise ValueError(f"rank_scatter needs one stand-alone accuracy, supernet accuracy and name per architecture; "
                          f"got {n}, {len(supernet_accuracy)} and {len(names)}")
+    for label, column in (("stand-alone", truth_accuracy), ("supernet", supernet_accuracy)):
+        for i, v in enumerate(column):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+                raise ValueError(f"rank_scatter: the {label} accuracy of architecture {i} ({names[i]!r}) is {v!r}, "
+                                 "not a finite number (a diverged run's NaN ranks nothing: leave it out, or say it)")
     if pick is not None and (isinstance(pick, bool) or not isinstance(pick, int) or not 0 <= pick < n):
         raise ValueError(f"pick must be the index of an architecture, 0..{n - 1}, got {pick!r}")
     fig = go.Figure(go.Scatter(x=list(truth_accuracy), y=list(supernet_accuracy), mode="markers", text=list(names),

@@ -93,6 +93,9 @@ def test_an_out_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch
 @pytest.mark.parametrize("command", ["train", "reference"])
 @pytest.mark.parametrize("option,value,message", [
     ("--lr", "1e39", "--lr must be a finite number > 0 and at most 3.403e+38 (float32's largest), got 1e+39"),
+    # a subnormal rate (of float64, and of the float32 weights) was taken: a run that trains nothing
+    ("--lr", "1e-320", "--lr must be at least 1.175e-38 (float32's smallest normal number"),
+    ("--lr", "1e-39", "--lr must be at least 1.175e-38"),
     ("--threads", "100000", "--threads must be a whole number from 1 to 1024, got 100000"),  # (failed to start)
 ])
 def test_a_rate_or_thread_count_that_cannot_run_is_refused_before_start(tmp_path, capsys, command, option, value,
@@ -120,6 +123,35 @@ def test_the_python_api_refuses_what_the_commands_refuse(tmp_path, monkeypatch):
                                   ("o", {"threads": 5000}, "threads must be a whole number from 1 to 1024")):
         with pytest.raises(ConfigError, match=message):
             TrainConfig.create("tiny-transformer", out, stages=2, subnets=4, **options)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", ["train", "reference", "truth"])
+@pytest.mark.parametrize("name", ["run\nx", "run\rx", "run\tx", "run\x1bx"])
+def test_an_out_holding_a_control_character_is_refused(tmp_path, capsys, command, name):
+    """A newline in --out was taken, then broke what names the folder line by line (the resume hint, the torchrun
+    lines and SLURM script, the logs): one line, exit 2, nothing made."""
+    args = TINY if command != "truth" else ["--space", "digits-cnn", "--sample", "2", "--steps", "1",
+                                           "--no-progress"]
+    out = tmp_path / name
+    err = refused(capsys, [command, *args, "--out", str(out)], "--out must not hold a control character ("
+                  f"{name[3]!r}", never=out)
+    assert repr(str(out)) in err
+
+
+def test_the_python_api_refuses_an_out_holding_a_control_character(tmp_path, monkeypatch):
+    import naspipe
+    from naspipe.runspec.spec import RunSpecError
+    from naspipe.runtime import TrainConfig
+    from naspipe.runtime.config import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RunSpecError, match="out must not hold a control character"):
+        naspipe.reference("tiny-transformer", "a\nb", subnets=4)
+    with pytest.raises(ConfigError, match="out must not hold a control character"):
+        TrainConfig.create("tiny-transformer", "a\nb", stages=2, subnets=4)
+    with pytest.raises(ConfigError, match="lr must be at least"):
+        TrainConfig.create("tiny-transformer", "o", stages=2, subnets=4, lr=1e-320)
     assert not list(tmp_path.iterdir())
 
 

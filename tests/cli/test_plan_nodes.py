@@ -182,3 +182,40 @@ def test_plans_run_options_reach_every_nodes_command(capsys):
     assert main(["plan", "--nodes", "2", "--space", "digits-cnn", "--ifname", "eth0", "--", "--out", "/x",
                  "--space", "tiny-transformer"]) == 2
     assert "give it once" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("addr", ["::1", "[::1]"])
+def test_an_ipv6_address_is_bracketed_once_in_the_endpoint(capsys, addr):
+    """[::1] gave the endpoint [[::1]]:29400 (and --local-addr [::1]): both forms give [::1]:29400 and ::1."""
+    assert main([*PLAN, "--ifname", "eth0", "--node-addrs", f"{addr},[fe80::2]", "--", *COMMON]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if "naspipe.torchrun" in x and "srun" not in x]
+    node_lines = [x for x in lines if x.startswith("GLOO_SOCKET_IFNAME")]
+    assert len(node_lines) == 2, lines
+    for line, own in zip(node_lines, ("::1", "fe80::2"), strict=True):
+        assert "--rdzv-endpoint '[::1]:29400'" in line and f"--local-addr {own} " in line, line
+        assert "[[" not in line
+
+
+@pytest.mark.parametrize("addr", ["[::1", "::1]", "[]", "[[::1]]"])
+def test_an_address_with_a_bracket_without_its_pair_is_refused(capsys, addr):
+    assert main([*PLAN, "--ifname", "eth0", "--node-addrs", f"10.0.0.1,{addr}", "--", *COMMON]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and f"--node-addrs: node 1's address {addr!r} is not an address" in cap.err
+    assert cap.err.count("\n") == 1
+
+
+def test_the_slurm_script_honours_the_rendezvous_id(capsys, tmp_path):
+    """--rdzv-id was ignored under --slurm (always naspipe-$SLURM_JOB_ID): given, it is the id every node joins;
+    one that is not a word is refused in one line."""
+    done, log = _run(_script(capsys, "--ifname", "eth1", "--rdzv-id", "id-1"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    runs = [x for x in log if x.startswith("torchrun")]
+    assert len(runs) == 2 and all("--rdzv-id id-1 --rdzv-conf" in x for x in runs), runs
+    done, log = _run(_script(capsys, "--ifname", "eth1", "--rdzv-id", "it's"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert all("--rdzv-id it's --rdzv-conf" in x for x in log if x.startswith("torchrun")), log
+    assert main([*PLAN, "--ifname", "eth1", "--rdzv-id", "a b", "--", *COMMON]) == 2
+    assert "--rdzv-id must be one word" in capsys.readouterr().err
+    assert main([*PLAN, "--ifname", "eth1", "--rdzv-id", "job7", "--", *COMMON]) == 0
+    out = capsys.readouterr().out
+    assert out.count("--rdzv-id job7 ") == 3, out  # (two nodes' lines, and the script)

@@ -352,3 +352,62 @@ def test_the_python_helpers_refuse_in_one_line(runs, truth):
     assert fig.data[0].y[0] == report.vs_truth.kendall.value
     with pytest.raises(ValueError, match="expected an Estimate"):
         tau_figure({"run": 0.5}, {})
+
+
+def test_a_run_without_run_json_is_not_vouched_for_by_the_truths_space(odd_runs, runs, truth, tmp_path, capsys):
+    """A run folder without run.json (older, or copied by hand) records only its space's name: the truth's
+    space.json stood in for it, so a run of another space of that name (batch 32) was ranked. It is refused, and
+    ranked once its space is given (--space, checked against the truth's)."""
+    for name, src in (("b32", odd_runs["b32"]), ("ref", runs["ref"])):
+        shutil.copytree(src, tmp_path / name)
+        (tmp_path / name / "run.json").unlink()
+    err = _refused(capsys, tmp_path / "b32", "--truth", truth)
+    assert "records no digest of its space 'digits-truth' (no run.json" in err and "--space" in err
+    err = _refused(capsys, tmp_path / "b32", "--truth", truth, "--space", odd_runs["b32"].parent / "b32.json")
+    assert "differs from the truth's space 'digits-truth'" in err
+    assert "records no digest" in _refused(capsys, tmp_path / "ref", "--truth", truth)
+    code, out, _ = _rank(capsys, tmp_path / "ref", "--truth", truth, "--space", SPACE)
+    assert code == 0 and "Kendall tau" in out
+
+
+def test_a_space_given_that_is_not_the_truths_is_blamed_not_the_run(runs, truth, capsys):
+    """--space of another space than the truth's: the message names the given space and the truth's, not the run
+    (it said the run trained another space than the one given)."""
+    mlp = str(ROOT / "data" / "spaces" / "small-mlp.json")
+    err = _refused(capsys, runs["ref"], "--truth", truth, "--space", mlp)
+    assert f"the space given, {mlp!r} (space 'small-mlp'" in err
+    assert "differs from the truth's space 'digits-truth'" in err
+
+
+def test_rank_refuses_a_truth_that_is_neither_a_folder_nor_a_truth(runs):
+    for bad in (None, 3, ["t"]):
+        with pytest.raises(ValueError, match="truth must be a truth folder .a path. or a loaded Truth"):
+            naspipe.rank(runs["ref"], bad)  # (None: a TypeError from inside pathlib)
+
+
+def test_rank_scatter_refuses_values_that_are_not_finite_numbers():
+    """A NaN is a point plotly leaves out without a word (and a wrong best line): refused, naming it."""
+    from naspipe.viz.trust import rank_scatter
+
+    names = [f"a{i}" for i in range(4)]
+    good = [0.1, 0.2, 0.3, 0.4]
+    assert len(rank_scatter(good, [0.4, 0.3, 0.2, 0.1], names).data) == 1
+    for column in (0, 1):
+        for bad in (float("nan"), float("inf"), None, "0.5"):
+            cols = [list(good), list(good)]
+            cols[column][2] = bad
+            with pytest.raises(ValueError, match=r"accuracy of architecture 2 \('a2'\) is .*not a finite number"):
+                rank_scatter(cols[0], cols[1], names)
+
+
+def test_a_truth_of_one_seed_is_said_in_the_singular(runs, truth):
+    """"40 architectures x 1 seeds": rank's header counts one seed as one."""
+    from dataclasses import replace
+
+    from naspipe.truth.records import Truth
+
+    tr = load(truth)
+    one = Truth(replace(tr.settings, seeds=(0,)), {a: v[:1] for a, v in tr.accuracy.items()},
+                {a: v[:1] for a, v in tr.loss.items()}, tr.names)
+    text = naspipe.rank(runs["ref"], one, space=SPACE, resamples=FEW).text()
+    assert "40 architectures x 1 seed, 3 steps" in text and "n/a (one seed)" in text

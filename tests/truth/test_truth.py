@@ -21,6 +21,7 @@ from naspipe.truth import load
 from naspipe.truth.records import (
     CSV,
     ENTRIES,
+    ENTRY_MAX_BYTES,
     SETTINGS,
     TABLE,
     TruthError,
@@ -112,10 +113,12 @@ def test_a_truth_with_other_settings_is_refused_by_name(whole, capsys):
     (["--space", "digits-cnn"], "46656 architectures"),
     (["--space", SPACE, "--steps", "0"], "--steps must be >= 1"),
     (["--space", SPACE, "--lr", "-1"], "--lr must be a finite number > 0"),
+    (["--space", SPACE, "--lr", "1e-320"], "--lr must be at least 1.175e-38"),  # a subnormal rate was taken
     # issue 43, item 6: a --sample larger than the space meant all of it (1,679,616 entries, a 114 MB settings file)
     (["--space", "tiny-transformer", "--sample", "99999999999999999999"], "is more than --max-archs 5000"),
     (["--space", "digits-cnn", "--sample", "6000"], "--sample 6000 is more than --max-archs 5000"),
     (["--space", SPACE, "--seeds", "99999999999"], "--seeds must be <= 1000"),  # was a MemoryError
+    (["--space", SPACE, "--steps", str(10**12)], "--steps must be <= 1000000, got 1000000000000"),  # was taken
     (["--space", SPACE, "--out-below-a-file"], "is not a directory"),  # item 15
     (["--space", SPACE, "--out-dangling"], "is a symbolic link to"),
     (["--space", SPACE, "--out-too-long"], "File name too long"),  # item 14
@@ -291,6 +294,9 @@ def test_a_truncated_table_or_a_deleted_csv_is_repaired_by_the_build(whole, tmp_
     ("LIST", "an entry must be a JSON object, got list"), ("EMPTY", "unreadable entry"),
     ("NO-ACCURACY", "the entry has no 'accuracy'"), ("OTHER-SEED", "seed 1, not the"),
     ("OTHER-STEPS", "trained with steps 7, the truth's settings say 6"),
+    # a named pipe blocked the build and rank for ever, a link to /dev/zero read until memory ran out
+    ("FIFO", "a named pipe, not a file"), ("ZERO", "a character device, not a file"),
+    ("HUGE", f"{ENTRY_MAX_BYTES + 1} bytes, more than the {ENTRY_MAX_BYTES}"), ("DANGLING", "which does not exist"),
 ])
 def test_entries_are_checked_and_named(whole, tmp_path, capsys, value, msg):
     """Items 5 and 14: an entry's values, its architecture and seed, and the settings it records; the build and
@@ -303,6 +309,14 @@ def test_entries_are_checked_and_named(whole, tmp_path, capsys, value, msg):
         path.write_text("[1, 2]")
     elif value == "EMPTY":
         path.write_text("")
+    elif value in ("FIFO", "ZERO", "DANGLING"):
+        path.unlink()
+        if value == "FIFO":
+            os.mkfifo(path)
+        else:
+            path.symlink_to("/dev/zero" if value == "ZERO" else tmp_path / "nowhere")
+    elif value == "HUGE":
+        path.write_text(" " * (ENTRY_MAX_BYTES + 1))
     else:
         if value == "NO-ACCURACY":
             rec.pop("accuracy")
@@ -319,6 +333,51 @@ def test_entries_are_checked_and_named(whole, tmp_path, capsys, value, msg):
     assert main(_truth(d, "--workers", "1")) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and msg in err
+
+
+def test_an_entries_folder_that_cannot_be_written_is_one_line_naming_it(whole, tmp_path, capsys):
+    """A build resumed into a truth whose entries/ cannot be written (read-only; here a link to /proc, which takes
+    no files even from root) was a worker's traceback after training the first entry: one line, before any."""
+    d = _copy(whole, tmp_path / "t")
+    (d / ENTRIES).rename(tmp_path / "kept")
+    (d / ENTRIES).symlink_to("/proc")
+    assert main(_truth(d, "--workers", "1")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"the truth's entries folder {str(d / ENTRIES)!r} cannot be written" in err
+    if os.geteuid() != 0:  # (root writes into a read-only folder)
+        (d / ENTRIES).unlink()
+        (tmp_path / "kept").rename(d / ENTRIES)
+        next((d / ENTRIES).glob("*.json")).unlink()
+        (d / ENTRIES).chmod(0o555)
+        try:
+            assert main(_truth(d, "--workers", "1")) == 2
+        finally:
+            (d / ENTRIES).chmod(0o755)
+        assert "cannot be written: Permission denied" in capsys.readouterr().err
+
+
+def test_a_second_builder_of_one_folder_is_told_another_holds_it(whole, tmp_path, capsys):
+    """Two builds racing on one folder trained the same entries twice, or (the first creating the folder) the second
+    was told the folder held no truth: it is refused naming the build that holds it. The lock goes with the build."""
+    from naspipe.runfolder.runlock import LOCK, locked
+
+    d = _copy(whole, tmp_path / "t")
+    for folder in (d, tmp_path / "new"):
+        with locked(folder):  # (another process's build: flock is per open file, so this process is another holder)
+            assert main(_truth(folder, "--workers", "1")) == 2
+            err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert f"{folder} is in use by another naspipe truth build (process {os.getpid()})" in err
+    assert main(_truth(d, "--workers", "1")) == 0 and not (d / LOCK).exists()
+    capsys.readouterr()
+
+
+def test_counts_are_said_in_the_singular_for_one(tmp_path, capsys):
+    """"1 architectures x 1 seeds": the truth's summary says one architecture, one seed."""
+    assert main(["truth", "--space", SPACE, "--sample", "1", "--seeds", "1", "--steps", "1", "--no-progress",
+                 "--workers", "1", "--out", str(tmp_path / "one")]) == 0
+    out = capsys.readouterr().out
+    assert "truth: 1 architecture x 1 seed of digits-truth" in out, out
 
 
 def test_entries_record_the_settings_that_trained_them(whole):
