@@ -242,7 +242,9 @@ def test_a_pool_worker_imports_torch_as_a_start_up_import():
     with mp.get_context("spawn").Pool(1, initializer=start_worker, initargs=(os.getpid(),)) as pool:
         frozen, stats = pool.apply(gc.get_freeze_count), pool.apply(gc.get_stats)
     collections = sum(s["collections"] for s in stats)
-    assert frozen > 100_000 and collections < 50, (frozen, collections)  # (a plain import: hundreds)
+    # measured on 2026-12-07 (Intel Xeon): a bare spawned worker 26 collections, this start 49 (50 where its modules
+    # compile from source: a checkout without bytecode), a plain import of torch and torch._dynamo 694
+    assert frozen > 100_000 and collections < 200, (frozen, collections)
 
 
 # ---- issue 43: nothing in a truth folder is trusted alone -------------------------------------------
