@@ -182,16 +182,15 @@ def _say(text: str) -> None:
 def _configs(args: argparse.Namespace, out: Path, stages: int) -> tuple[Any, Any]:
     """The CSP and sequential runs' configurations, every check made; a UserError (one line) if one fails."""
     from naspipe.lifecycle import kernels
-    from naspipe.models import model_kind
     from naspipe.runtime import TrainConfig
+    from naspipe.runtime.preparation import prepare
 
     # frozen: the demo shows the schedule's speed-up on a preset, as the README's numbers were measured
     # (serial, the default for a user's supernet, trains the fixed blocks but serialises their stages)
     csp_cfg = TrainConfig.create(args.space, out / "csp", stages=stages, subnets=args.subnets,
                                  seed=args.seed, policy="csp", overwrite=True, save_weights=False,
                                  shared_layers="frozen", kernels=args.kernels)
-    seq_cfg = csp_cfg.replace(out=out / "sequential", policy="sequential")
-    model_kind(csp_cfg.space)
+    seq_cfg = prepare(csp_cfg.replace(out=out / "sequential", policy="sequential"))  # (create prepared csp_cfg)
     _check_outs(out)
     kernels.require(args.kernels, "the demo's reference")  # the reference trains in this process: its kernels
     return csp_cfg, seq_cfg

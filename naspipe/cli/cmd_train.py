@@ -132,7 +132,8 @@ def with_policy_options(policy: str, options: list[str]) -> str:
 
 
 def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
-    """A validated ``TrainConfig`` from parsed arguments; raises a UserError (one line).
+    """A prepared ``TrainConfig`` from parsed arguments (``naspipe.runtime.preparation``); raises a UserError
+    (one line).
 
     ``check_out``: also refuse an output directory that holds another run (unless ``--overwrite``).
     """
@@ -152,7 +153,8 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
         args.out = str(locate(args.resume)[0])
     run = resolve_run(args)
     policy = with_policy_options(run.policy, args.policy_option)
-    from naspipe.runtime.config import TrainConfig, check_model_of, check_out_dir, measured_partition
+    from naspipe.runtime.checkpoint import resumes_in_place
+    from naspipe.runtime.config import TrainConfig, check_out_dir, measured_partition
 
     part = run.partition
     if args.balance == "measured" and part.stages > 1:
@@ -164,18 +166,12 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
         max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,
         progress=not args.no_progress, fault=args.fault, start_method=args.start_method,
         checkpoint_every=args.checkpoint_every, device_memory=args.device_memory,
-        replicas=args.replicas, replica_exchange=args.replica_exchange,
+        replicas=args.replicas, replica_exchange=args.replica_exchange, resume=args.resume,
         # options not given keep TrainConfig's defaults (declared once, there)
         **{k: v for k, v in (("swap", args.swap), ("prefetch_depth", args.prefetch_depth), ("pin", args.pin))
            if v is not None})
-    check_model_of(cfg)
-    if args.resume:
-        from naspipe.runtime.checkpoint import apply_resume, resumes_in_place
-        from naspipe.sim.plan_choice import needs_plan
-
-        cfg = apply_resume(cfg, args.resume, adopt_plan=needs_plan(policy))  # plain csp-plan: the checkpoint's
-        check_out = check_out and not resumes_in_place(cfg)
-    if check_out:  # the files it reads are inputs: --overwrite must not delete them
+    # (from_spec prepared it, once: model probed, plan chosen, --resume applied; naspipe.runtime.preparation)
+    if check_out and not resumes_in_place(cfg):  # the files it reads are inputs: --overwrite must not delete them
         check_out_dir(cfg.out, cfg.overwrite, inputs=[f for f in (args.sequence, args.space) if f])
     return cfg
 

@@ -10,9 +10,9 @@ by job:
 * ``update_rules``: when and how gradients become weight updates (one protocol; the asynchronous baselines);
 * ``layer_cache``: context switching (candidates in host memory, a budgeted device working set);
 * ``split_backward``: ``csp-bw``'s input-gradient ``B`` and per-layer weight-gradient ``W``;
-* at the top: ``config`` (``TrainConfig``), ``stagerun`` (one stage's place in the run, ``StageRun``),
-  ``stage_exec`` (a stage's tasks on its ``StageModel``), ``checkpoint``, ``rundir``, ``outputs`` and
-  ``replay`` (one process, a simulated order).
+* at the top: ``config`` (``TrainConfig``), ``preparation`` (a run's one ``prepare``), ``stagerun`` (one
+  stage's place in the run, ``StageRun``), ``stage_exec`` (a stage's tasks on its ``StageModel``), ``checkpoint``,
+  ``rundir``, ``outputs`` and ``replay`` (one process, a simulated order).
 
 Library API::
 
@@ -54,6 +54,9 @@ def train(config: TrainConfig | Any = None, /, **kwargs: Any) -> RunResult:
     elif kwargs:
         raise TypeError(f"pass either a TrainConfig or keyword arguments, not both (got a TrainConfig and "
                         f"{', '.join(sorted(kwargs))}=; use config.replace(...) to change it)")
+    from naspipe.runtime.preparation import prepare
+
+    config = prepare(config)  # once: refused before anything is said (create prepared it; replace did not)
     if config.progress:  # with its bar: what the fixed blocks do, in one line (naspipe train says it too)
         from naspipe.spaces.shared import announce
 

@@ -1,12 +1,15 @@
-"""The run configuration of a training job, validated completely before any process starts.
+"""The run configuration of a training job: a frozen record whose fields are checked whenever it is made.
 
 Why it exists: the CLI, the torchrun entry point and notebooks all describe a run the same way — the run
 itself (space, partition, sequence, shared layers, policy, window, seed) as a ``naspipe.runspec.spec.RunSpec``,
 and here what only training adds (optimizer, device, threads, output folder, replicas, checkpoints) — and a
 bad run must be refused with one clear line before a single worker is spawned (``ConfigError``, which the
-CLI turns into exit code 2). A validated ``TrainConfig`` holds only plain, picklable data: it is what
-every stage process receives. The checks that build the model (``check_model_of``, ``measured_partition``)
-live beside it; output folders are ``naspipe.runtime.rundir``'s, ports ``naspipe.runtime.transport.ports``'.
+CLI turns into exit code 2). A ``TrainConfig`` holds only plain, picklable data: it is what every stage
+process receives. Making one (or ``replace``) checks its fields cheaply: names, ranges, the policy's options
+against its declaration (``naspipe.sched.registry.policy_settings``), nothing built. What builds or reads more
+(the model probes, a memory budget's stage models, the plan, a resume) is ``naspipe.runtime.preparation``'s one
+step, which ``create`` and ``from_spec`` take; ``measured_partition`` lives here; output folders are
+``naspipe.runtime.rundir``'s, ports ``naspipe.runtime.transport.ports``'.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from naspipe.inputs.optim_names import lr_error
+from naspipe.inputs.optim_names import OPTIMIZERS, lr_error
 from naspipe.inputs.paths import out_name_error
 from naspipe.lifecycle import kernels
 from naspipe.lifecycle.kernels import DEFAULT as DEFAULT_KERNELS
@@ -31,14 +34,14 @@ from naspipe.runspec.spec import (
     check_replica_settings,
 )
 from naspipe.runtime.rundir import ConfigError, check_out_dir, prepare_out_dir  # noqa: F401
-from naspipe.sched.policies import PolicyError, StageSpec, make_scheduler
-from naspipe.sched.registry import Policy, get_policy, policy_names
+from naspipe.sched.policies import PolicyError
+from naspipe.sched.registry import Policy, get_policy, micro_batches_of, policy_names
 from naspipe.sequences.samplers import SamplerError, SamplerSpec, make_stream, parse_sampler
 from naspipe.sequences.sequence import ReplayStream, SubnetStream
 from naspipe.spaces.partition import Partition, split_error
 from naspipe.spaces.partition import partition as make_partition
 from naspipe.spaces.shared import SharedLayers
-from naspipe.spaces.space import SearchSpace, SpaceError, Subnet
+from naspipe.spaces.space import SearchSpace, Subnet
 
 DEVICES = ("cpu", "cuda")
 START_METHODS = ("forkserver", "spawn")
@@ -85,7 +88,11 @@ RUN_FILES = runs.RUN_FILES
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything a training run needs. Build with ``TrainConfig.create(...)``, which validates.
+    """Everything a training run needs. Build with ``TrainConfig.create(...)``, which checks and prepares it.
+
+    Its fields are checked whenever one is made (``replace`` too: cheap, nothing built); ``prepared`` says that
+    ``naspipe.runtime.preparation.prepare`` has run on it (model probed, plan chosen, resume applied): a
+    ``replace`` drops it, and the launcher prepares a config that is not prepared.
 
     ``fault`` injects a failure for tests of the supervision: ``ACTION:STAGE:SUBNET`` with ACTION one of
     raise, kill (SIGKILL itself), exit (``os._exit(3)``) or hang; it fires when that stage starts a task
@@ -140,6 +147,11 @@ class TrainConfig:
     # how replicas combine gradients: "exact" (gathered, summed in replica order: equals the reference) or
     # "native" (the backend's all-reduce: reproducible run to run, not comparable with the reference)
     replica_exchange: str = "exact"
+    # naspipe.runtime.preparation.prepare ran on this config (not part of what the run is: not compared)
+    prepared: bool = field(default=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._check_fields()
 
     # ---- construction --------------------------------------------------------------------------------
     @classmethod
@@ -172,7 +184,8 @@ class TrainConfig:
     @classmethod
     def from_spec(cls, spec: RunSpec, out: str | Path, **options: Any) -> TrainConfig:
         """The training run of ``spec`` (``naspipe.runspec.spec``, the run description every command shares);
-        ``options`` are this class's own fields (optimizer, device, timeout, ``resume``, ...). Validates;
+        ``options`` are this class's own fields (optimizer, device, timeout, ``resume``: a run directory or
+        checkpoint folder to continue from, ...). Checks and prepares it (``naspipe.runtime.preparation``);
         raises ConfigError."""
         cls._check_options(options)
         # (Path("") is the current folder: a run written there by an empty variable; a newline broke its scripts)
@@ -191,28 +204,22 @@ class TrainConfig:
             options["subnet_count"] = spec.subnets
         else:  # refuse a sequence too large to hold before it is materialised
             options["sampler"] = spec.sampler  # its canonical name (spread: spread:fair)
-            replicas = options.get("replicas", 1)  # one that cannot split the batch is refused by validate()
+            replicas = options.get("replicas", 1)  # one that cannot split the batch: refused by the field checks
             ok = isinstance(replicas, int) and 1 <= replicas <= spec.space.batch_size
             processes = spec.stages * (replicas if ok else 1) + 1  # stages and launcher
             check_sequence_size(spec.space, spec.subnets, processes)
             subs = tuple(spec.stream[j] for j in range(spec.subnets))
         cfg = cls(space=spec.space, out=Path(out), partition=spec.partition, sequence=subs, shared=spec.shared,
-                  seed=spec.seed, policy=spec.policy, window=spec.window, **options)
-        cfg.validate()
-        from naspipe.sim.plan_choice import needs_plan
+                  seed=spec.seed, policy=spec.policy, window=spec.window, **options)  # (checks its fields)
+        from naspipe.runtime.preparation import prepare
 
-        chosen_here = needs_plan(cfg.policy)  # plain csp-plan: the plan follows from today's costs
-        cfg = cfg.planned()
-        if resume is not None:
-            from naspipe.runtime.checkpoint import apply_resume
-
-            cfg = apply_resume(cfg, resume, adopt_plan=chosen_here)  # a resume continues the checkpoint's plan
-        return cfg
+        return prepare(cfg, resume)
 
     @classmethod
     def _check_options(cls, options: dict[str, Any]) -> None:
         """Refuse options that are not training options (the run itself comes from a ``RunSpec``)."""
-        fixed = {"space", "out", "partition", "sequence", "shared", "seed", "policy", "window", "subnet_count"}
+        fixed = {"space", "out", "partition", "sequence", "shared", "seed", "policy", "window", "subnet_count",
+                 "prepared"}
         unknown = set(options) - ({f.name for f in dataclasses.fields(cls)} - fixed)
         if unknown:
             raise ConfigError(f"unknown option(s) {sorted(unknown)}")
@@ -236,9 +243,10 @@ class TrainConfig:
         return self.replace(policy=choice.policy)
 
     def replace(self, **changes: Any) -> TrainConfig:
-        cfg = dataclasses.replace(self, **changes)
-        cfg.validate()
-        return cfg
+        """This config with ``changes``, its fields checked again (cheap: nothing is built). A changed run is not
+        prepared (unless ``changes`` say ``prepared``): the launcher prepares it again."""
+        changes.setdefault("prepared", False)
+        return dataclasses.replace(self, **changes)
 
     # ---- derived -----------------------------------------------------------------------------------------
     @property
@@ -336,20 +344,10 @@ class TrainConfig:
         if self.device_memory is not None:
             raise ConfigError("replicas > 1 cannot be combined with device_memory (context switching)")
 
-    def validate(self) -> None:
-        """Every check that can be made without starting a process; raises ConfigError (one line)."""
-        from naspipe.models import OPTIMIZERS, model_kind  # torch, but no process
-
-        try:
-            model_kind(self.space)
-        except ValueError as e:
-            raise ConfigError(f"{e}; cost-only spaces (naspipe-kK, unit-kK) can only be simulated") from None
-        from naspipe.supernet.load import check_shippable  # a notebook-defined supernet must pickle
-
-        try:
-            check_shippable(self.space)
-        except SpaceError as e:
-            raise ConfigError(str(e)) from None
+    def _check_fields(self) -> None:
+        """The checks of the fields themselves (names, ranges, the policy's options from its declaration): cheap,
+        nothing built; run whenever a config is made. ConfigError (one line). What builds or probes is
+        ``naspipe.runtime.preparation.prepare``'s."""
         if (why := split_error(self.partition, self.space)) is not None:
             raise ConfigError(why)
         online = self.online
@@ -366,17 +364,12 @@ class TrainConfig:
                               "cannot import it; define it in a module and register it there")
         if not isinstance(self.window, int) or self.window < 1:
             raise ConfigError(f"window must be >= 1, got {self.window!r}")
-        try:
-            spec = StageSpec(0, self.stages, (), False, self.shared)
-            stream = self.stream()
-            sched = make_scheduler(self.policy, spec, stream, self.window, **self.policy_options)
-        except PolicyError as e:
-            raise ConfigError(str(e)) from None
-        lag = stream.sampler.lag if online else 0  # an OnlineStream's (naspipe.sequences.sequence)
-        if online and sched.micro_batches and lag < sched.micro_batches:  # bsp: a group's forwards precede its B
-            raise ConfigError(f"sampler {self.sampler} with policy {self.policy}: the lag must be at least the "
-                              f"group of {sched.micro_batches} subnets"
-                              f" (subnet j needs the loss of j - {lag}, known after B)")
+        m = self._micro_batches()
+        if online and m:  # bsp: a group's forwards precede its B
+            lag = self.stream().sampler.lag  # an OnlineStream's (naspipe.sequences.sequence)
+            if lag < m:
+                raise ConfigError(f"sampler {self.sampler} with policy {self.policy}: the lag must be at least the "
+                                  f"group of {m} subnets (subnet j needs the loss of j - {lag}, known after B)")
         if not pol.delayed_shared and self.shared.mode == "delayed" and self.shared.delay > 0:
             raise ConfigError(f"policy {self.policy_name} trains shared layers with its own synchronisation "
                               f"(bsp: at the group's flush, asp: stashed like candidates); use shared layers "
@@ -394,31 +387,37 @@ class TrainConfig:
         self._validate_replicas()
         if not (isinstance(self.timeout, (int, float)) and 0 < self.timeout < math.inf):
             raise ConfigError(f"timeout must be a finite number of seconds > 0, got {self.timeout!r}")
-        if self.device not in DEVICES:
+        if self.device not in DEVICES:  # (whether this machine has CUDA: the preparation's question)
             raise ConfigError(f"unknown device {self.device!r}; choose one of {', '.join(DEVICES)}")
-        if self.device == "cuda":
-            import torch
-
-            if not torch.cuda.is_available():
-                raise ConfigError("device cuda was asked for, but torch sees no CUDA device; use --device cpu")
         if self.balance not in BALANCES:
             raise ConfigError(f"unknown balance {self.balance!r}; choose one of {', '.join(BALANCES)}")
         if self.start_method not in START_METHODS:
             raise ConfigError(f"unknown start method {self.start_method!r}; choose one of {', '.join(START_METHODS)}")
         if self.port is not None and not (isinstance(self.port, int) and 0 < self.port < 65536):
             raise ConfigError(f"port must lie in 1..65535, got {self.port!r}")
+        if not isinstance(self.prepared, bool):
+            raise ConfigError(f"prepared must be True or False, got {self.prepared!r}")
         self.fault_spec()
         self._validate_checkpoints()
         self._validate_memory()
 
+    def _micro_batches(self) -> int | None:
+        """The subnets one update of the policy groups (bsp's micro-batches), read from the policy's declaration
+        (``naspipe.sched.registry``), no scheduler built; None when it writes per subnet."""
+        try:
+            return micro_batches_of(self.policy, **self.policy_options)
+        except PolicyError as e:
+            raise ConfigError(str(e)) from None
+
     def _validate_memory(self) -> None:
+        """The settings of context switching (the budget against the stage models is the preparation's)."""
         if self.device_memory is None:
             return
         from naspipe.inputs.memsize import SizeError, parse_budget
-        from naspipe.runtime.layer_cache.switching import SWAPS
+        from naspipe.sim.memory import SWAP_MODES  # (torch-free: the one list)
 
-        if self.swap not in SWAPS:
-            raise ConfigError(f"unknown swap {self.swap!r}; choose one of {', '.join(SWAPS)}")
+        if self.swap not in SWAP_MODES:
+            raise ConfigError(f"unknown swap {self.swap!r}; choose one of {', '.join(SWAP_MODES)}")
         if self.pin not in ("task", "subnet"):
             raise ConfigError(f"unknown pin {self.pin!r}; choose task or subnet")
         if not isinstance(self.prefetch_depth, int) or isinstance(self.prefetch_depth, bool) or \
@@ -436,21 +435,6 @@ class TrainConfig:
         if not self.policy_spec.context_switch:
             names = ", ".join(n for n in policy_names() if get_policy(n).context_switch)
             raise ConfigError(f"device_memory (context switching) needs policy {names}, not {self.policy}")
-        from naspipe.models import build_stage
-        from naspipe.runtime.layer_cache.switching import resident_bytes, stage_budget
-
-        for s in range(self.stages):
-            model = build_stage(self.space, self.partition.blocks(s), self.seed, self.shared)
-            budget, share, need = stage_budget(self.device_memory, model, self.optimizer)
-            if self.swap == "resident" and budget < resident_bytes(model, self.optimizer):
-                raise ConfigError(f"device memory {self.device_memory} gives stage {s} {budget} bytes, less than its "
-                                  f"whole supernet share with {self.optimizer} state "
-                                  f"({resident_bytes(model, self.optimizer)} bytes) that --swap resident keeps; "
-                                  "use a larger budget or a swapping mode")
-            if share and budget < need:
-                raise ConfigError(f"device memory {self.device_memory} gives stage {s} {budget} bytes, less than "
-                                  f"one subnet's candidates there need ({need} bytes with {self.optimizer} state; "
-                                  f"the stage's supernet share is {share} bytes)")
 
     def _validate_checkpoints(self) -> None:
         every = self.checkpoint_every
@@ -467,13 +451,9 @@ class TrainConfig:
         if not self.policy_spec.checkpoints:
             raise ConfigError(f"policy {self.policy} cannot checkpoint yet: its update rule's state (weight "
                               "versions, pending updates, corrections) is not saved")
-        try:
-            spec = StageSpec(0, self.stages, (), False, self.shared)
-            sched = make_scheduler(self.policy, spec, self.stream(), self.window, start=self.start,
-                                   **self.policy_options)
-        except PolicyError as e:
-            raise ConfigError(str(e)) from None
-        m = sched.micro_batches
+        m = self._micro_batches()
+        if m and self.start % m:  # (the scheduler refuses it too, in every stage)
+            raise ConfigError(f"{self.policy_name} resumes only at a group boundary (a multiple of {m})")
         if every is not None and m and every % m:
             raise ConfigError(f"policy {self.policy} checkpoints only at group boundaries: checkpoint_every "
                               f"must be a multiple of its {m} micro-batches, got {every}")
@@ -497,24 +477,6 @@ def check_sequence_size(space: SearchSpace, subnets: int, processes: int) -> Non
                           f"{processes} process{'es' if processes > 1 else ''}, more than "
                           f"{SEQUENCE_MEMORY_SHARE:.0%} of this machine's {total / 2**30:.1f} GiB; train at most "
                           f"{most} subnets per run")
-
-
-def check_model_of(cfg: TrainConfig) -> None:
-    """Build the run's model block by block and run every candidate on a probe batch (``naspipe.preflight.modelcheck``);
-    ConfigError naming the block and candidate when it cannot be built or run."""
-    from naspipe.preflight.modelcheck import ModelCheckError, check_messages, check_model, probe_replica_shards
-
-    try:
-        check_model(cfg.space, cfg.seed, cfg.shared)
-    except ModelCheckError as e:
-        raise ConfigError(str(e)) from None
-    from naspipe.runtime.transport.comm import DTYPES
-
-    try:
-        probe_replica_shards(cfg.space, cfg.replicas)  # a user supernet's shard of B/R samples runs
-        check_messages(cfg.space, [b - 1 for _, b in cfg.partition.bounds[:-1]], DTYPES, cfg.seed, cfg.shared)
-    except ModelCheckError as e:
-        raise ConfigError(str(e)) from None
 
 
 def measured_partition(space: SearchSpace, stages: int, seed: int = 0) -> Partition:

@@ -33,11 +33,9 @@ from naspipe.sched.registry import (
     Policy,
     PolicyError,
     SchedulerTable,
-    check_options,
     get_policy,
-    parse_policy,
+    policy_settings,
     register_policy,
-    scheduler_options,
 )
 from naspipe.sched.registry import policy_names as policy_names
 from naspipe.sequences.sequence import SubnetStream
@@ -65,14 +63,8 @@ def make_scheduler(policy: str, spec: StageSpec, stream: SubnetStream, window: i
     """A fresh scheduler of ``policy`` for one stage. ``options`` (``micro_batches`` for bsp, ``max_pending_w``,
     ...; None stands for the default) and those in the policy string are checked by the policy's declaration
     (``Policy.options`` and ``Policy.check``), the one source; the string's win."""
-    pol, text = parse_policy(policy)  # the one grammar (naspipe.sched.registry)
-    taken = scheduler_options(pol.scheduler) & set(pol.options)  # the rest go to the update rule (asynchronous)
-    given = {k: v for k, v in options.items() if v is not None}
-    bad = set(given) - taken
-    if bad:
-        raise PolicyError(f"policy {pol.name!r} takes no option {sorted(bad)}")
-    opts = {**check_options(pol, given), **{k: v for k, v in text.items() if k in taken}}
-    return pol.scheduler(spec, stream, window, start=start, fence=fence, **opts)
+    opts = policy_settings(policy, **options)  # the declaration's checks (naspipe.sched.registry)
+    return policy_class(policy)(spec, stream, window, start=start, fence=fence, **opts)
 
 __all__ = [
     "ASPScheduler", "AsyncScheduler", "BSPScheduler", "CSPScheduler", "ChainCSPScheduler", "CriticalPathCSPScheduler",

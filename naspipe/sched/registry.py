@@ -8,8 +8,9 @@ it keeps in flight on a stage (for the memory plan), and which features it suppo
 switching, delayed shared layers, data-parallel replicas).
 
 ``register_policy(Policy(...))`` adds one, from any module; ``get_policy("bsp:8")`` returns the ``Policy`` of a
-policy string (the name before the colon; the options after it are parsed by ``make_scheduler``). An unknown
-name fails loudly (``PolicyError``, one line) - there is no fallback.
+policy string (the name before the colon); ``policy_settings("bsp:8")`` the options its schedulers are built
+with, checked by the declaration alone (what ``make_scheduler`` builds with, and what a run's configuration
+checks). An unknown name fails loudly (``PolicyError``, one line) - there is no fallback.
 
 Processes: a policy registered from a user's module must exist in every stage process too. ``register_policy``
 records that module in ``NASPIPE_POLICY_MODULES`` (inherited by the processes it starts); a lookup that misses
@@ -174,6 +175,45 @@ def check_options(policy: Policy, options: Mapping[str, object]) -> dict[str, ob
     return out
 
 
+def policy_settings(policy: str, **options: object) -> dict[str, object]:
+    """The options a stage's scheduler of ``policy`` (a policy string: ``bsp:8``, ``csp-bw``) is built with,
+    checked by the policy's declaration (``Policy.options``, ``Policy.check``) without building one: ``options``
+    as Python values (None: not given; ``micro_batches``, ``max_pending_w``), those in the string winning, the
+    scheduler's own defaults for the rest (``bsp``: 4 micro-batches). Options the scheduler does not take go to
+    the update rule (the asynchronous baselines) and are not returned. PolicyError (one line)."""
+    pol, text = parse_policy(policy)  # the one grammar
+    taken = scheduler_options(pol.scheduler) & set(pol.options)
+    given = {k: v for k, v in options.items() if v is not None}
+    bad = set(given) - taken
+    if bad:
+        raise PolicyError(f"policy {pol.name!r} takes no option {sorted(bad)}")
+    return {**_defaults(pol.scheduler, taken), **check_options(pol, given),
+            **{k: v for k, v in text.items() if k in taken}}
+
+
+def micro_batches_of(policy: str, **options: object) -> int | None:
+    """The subnets one update of ``policy`` groups (``bsp``'s micro-batches, as ``policy_settings`` reads them),
+    or None for a policy that writes once per subnet. PolicyError (one line)."""
+    settings = policy_settings(policy, **options)
+    if get_policy(policy).updates != "group":
+        return None
+    m = settings.get("micro_batches")
+    return m if isinstance(m, int) else None
+
+
+def _defaults(scheduler: type, names: set[str] | frozenset[str]) -> dict[str, object]:
+    """The defaults of ``names`` in the constructors of ``scheduler`` (the most derived class's first)."""
+    out: dict[str, object] = {}
+    for c in scheduler.__mro__:
+        init = c.__dict__.get("__init__")
+        if init is None or c is object:
+            continue
+        for p in inspect.signature(init).parameters.values():
+            if p.name in names and p.name not in out and p.default is not p.empty:
+                out[p.name] = p.default
+    return out
+
+
 def _rules(policy: Policy, name: str, out: dict[str, object], typed: bool = False) -> None:
     if policy.check is not None:  # the policy's own rule first (bsp:-3 and bsp:0 are refused alike, ">= 1")
         policy.check(name, out)
@@ -265,5 +305,5 @@ class SchedulerTable(MutableMapping[str, type]):
 
 
 __all__ = ["ENV", "Policy", "PolicyError", "SchedulerTable", "check_options", "get_policy", "load_policy_spec",
-           "parse_policy", "policy_names", "register_policy", "scheduler_options", "unregister_policy",
-           "whole_numbers_from_one"]
+           "micro_batches_of", "parse_policy", "policy_names", "policy_settings", "register_policy",
+           "scheduler_options", "unregister_policy", "whole_numbers_from_one"]

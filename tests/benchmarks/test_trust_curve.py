@@ -87,13 +87,18 @@ def _rows(values_lows):
 
 
 def test_the_powered_length_rule():
-    # lengths 100, 200, 400, 800; rising to a plateau: 200 is the first at or above the longest's lower bound
-    # (0.40), and so is every longer one
+    # lengths 100, 200, 400, 800 (upper bound: value + 0.05); rising to a plateau: from 200 on no longer length's
+    # lower bound lies above a length's upper bound
     assert trust_curve.powered_length(_rows([(0.1, 0.0), (0.42, 0.3), (0.45, 0.35), (0.46, 0.40)])) == 200
-    # an early value above the bound that falls back below does not count
+    # an early value that falls back clearly below a longer length's does not count
     assert trust_curve.powered_length(_rows([(0.5, 0.4), (0.3, 0.2), (0.45, 0.35), (0.46, 0.40)])) == 400
     # still rising at the end: only the longest qualifies, so the plateau is not shown
     assert trust_curve.powered_length(_rows([(0.1, 0.0), (0.2, 0.1), (0.3, 0.2), (0.5, 0.45)])) is None
+    # a dip inside the plateau (spread on digits-truth, 2026-12-07): 800 with overlapping intervals after it
+    dip = [(0.49, 0.44, 0.55), (0.52, 0.46, 0.56), (0.64, 0.60, 0.67), (0.62, 0.57, 0.67), (0.67, 0.63, 0.71)]
+    rows = [{"subnets": 200 * 2 ** k, "supernet_seed_vs_seed": {"value": v, "low": lo, "high": hi}}
+            for k, (v, lo, hi) in enumerate(dip)]
+    assert trust_curve.powered_length(rows) == 800
     # one seed (no seed-to-seed tau), or one length: no powered length
     one_seed = [{"subnets": 100, "supernet_seed_vs_seed": None}, {"subnets": 200, "supernet_seed_vs_seed": None}]
     assert trust_curve.powered_length(one_seed) is None

@@ -165,3 +165,29 @@ def test_a_negative_option_meets_the_policys_own_rule_first():
             parse_policy(text)
     with pytest.raises(PolicyError, match="pipemare option 't2' must be >= 0, got -0.1"):  # no rule of its own
         parse_policy("pipemare:t2=-0.1")
+
+
+def test_policy_settings_read_the_declaration_without_a_scheduler(monkeypatch):
+    """What a stage's scheduler is built with, from the declaration alone: the string wins over the given options,
+    the scheduler's own defaults fill the rest; ``make_scheduler`` builds with exactly these (one source)."""
+    from naspipe.sched.base import StageScheduler
+    from naspipe.sched.registry import micro_batches_of, policy_settings
+
+    built = []
+    init = StageScheduler.__init__
+    monkeypatch.setattr(StageScheduler, "__init__", lambda self, *a, **k: built.append(1) or init(self, *a, **k))
+    assert policy_settings("bsp") == {"micro_batches": 4} and micro_batches_of("bsp") == 4
+    assert policy_settings("bsp:8", micro_batches=2) == {"micro_batches": 8}
+    assert policy_settings("bsp", micro_batches=2) == {"micro_batches": 2} == {"micro_batches": micro_batches_of(
+        "bsp", micro_batches=2)}
+    assert micro_batches_of("csp") is None and policy_settings("pipemare:t1=4") == {"warmup": 0}  # (t1: the rule's)
+    for bad, message in ((dict(policy="bsp", micro_batches=2.5), "micro_batches must be a whole number >= 1"),
+                         (dict(policy="csp", micro_batches=2), r"policy 'csp' takes no option \['micro_batches'\]"),
+                         (dict(policy="csp-bw", max_pending_w=0), "max_pending_w must be a whole number >= 1")):
+        policy = bad.pop("policy")
+        with pytest.raises(PolicyError, match=message):
+            policy_settings(policy, **bad)
+    assert built == []
+    sp = preset("naspipe-k12")
+    spec = stage_specs(sp, partition(sp, 2))[0]
+    assert make_scheduler("bsp", spec, UniformStream(sp, 0, 8)).micro_batches == 4 and built

@@ -70,7 +70,8 @@ def test_an_8d_leaf_that_ends_a_stage_is_refused_before_start_naming_block_candi
            "message's tensors have at most 7 dims" in err and "ends a stage" in err, err
     assert not out.exists()
     # inside a stage it may stay: one stage sends nothing
-    from naspipe.runtime.config import TrainConfig, check_model_of
+    from naspipe.runtime.config import TrainConfig
+    from naspipe.runtime.preparation import check_model_of
 
     check_model_of(TrainConfig.create("deep_cells:deep_leaf", tmp_path / "one", stages=1, subnets=2))
 

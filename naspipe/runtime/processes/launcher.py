@@ -36,8 +36,9 @@ from typing import Any
 from naspipe.lifecycle import kernels
 from naspipe.lifecycle.mainless import start as start_without_main
 from naspipe.runtime import checkpoint
-from naspipe.runtime.config import ConfigError, TrainConfig, check_model_of
+from naspipe.runtime.config import ConfigError, TrainConfig
 from naspipe.runtime.outputs import MergeError, RunResult, merge_failed, merge_outputs, write_status
+from naspipe.runtime.preparation import prepare
 from naspipe.runtime.processes.signals import Terminated, deferred, start_fork_server_deaf_to_ctrl_c, terminate_raises
 from naspipe.runtime.transport.ports import free_port, port_free
 
@@ -155,8 +156,7 @@ def train(config: TrainConfig) -> RunResult:
 
 
 def _train(config: TrainConfig) -> RunResult:
-    config.validate()
-    check_model_of(config)
+    config = prepare(config)  # (once per run: a config already prepared is taken as it is)
     port = config.port
     if port is not None and not port_free(port, HOST):
         raise ConfigError(f"port {port} on {HOST} is already in use; choose another --port or leave it out")
