@@ -80,7 +80,10 @@ def main() -> None:
     ap.add_argument("--scores", default=None,
                     help="each trained run's scores of every architecture are kept here, so a run finished "
                          "before an interruption (or before the truth was built) is not trained again")
-    ap.add_argument("--quick", action="store_true", help="16 subnets, 2 seeds, pipedream only (smoke test)")
+    ap.add_argument("--archs", type=int, default=None, help="score and rank the truth's first N architectures only "
+                    "(default: all; --quick: 24)")
+    ap.add_argument("--quick", action="store_true", help="16 subnets, 2 seeds, pipedream only, 24 architectures "
+                    "(smoke test)")
     ap.add_argument("--table-only", action="store_true", help="rewrite docs/trust.md's table from trust.json")
     args = ap.parse_args()
     if args.scores is None:
@@ -92,6 +95,7 @@ def main() -> None:
         return
     if args.quick:
         args.subnets, args.seeds, args.policies, args.shared_variants = 16, 2, ["pipedream"], []
+        args.archs = args.archs or 24
         args.scores = args.scores.replace(".json", "-quick.json")
         args.name = f"{args.name}_quick"
 
@@ -115,11 +119,13 @@ def main() -> None:
     optimizer, lr = args.optimizer, args.lr
     serial = parse_shared("serial")
     archs = list(choose_archs(space, None))  # the whole space, in the order a full truth lists it
+    if args.archs:  # (the truth is read first: only its first N are scored)
+        archs = list(load(args.truth).first(args.archs).archs)
     batches = heldout_batches(space)
     anneal, warmup = max(1, args.subnets // 3), max(1, args.subnets // 30)
     root = Path(tempfile.mkdtemp(prefix="naspipe-trust-"))
     key = {"space_digest": space.digest(), "subnets": args.subnets, "stages": args.stages,
-           "optimizer": optimizer, "lr": lr}
+           "optimizer": optimizer, "lr": lr, "archs": args.archs}
     cache_path = Path(args.scores)
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
     if cache.get("key") != key:
@@ -181,7 +187,7 @@ def main() -> None:
     runs = {lab: {s: cache["runs"][f"{lab}|{s}"] for s in seeds} for lab in labels}
 
     try:
-        truth = load(args.truth)
+        truth = load(args.truth) if not args.archs else load(args.truth).first(args.archs)
     except ValueError as e:
         raise SystemExit(f"every run is trained and its scores kept in {cache_path}; the truth is not ready "
                          f"({e}): run this again when it is") from None

@@ -38,7 +38,8 @@ seeds``, beside each seed's mean training loss over the 100 subnets before the l
 lengths are left out of the rule: a collapse is no plateau.
 
 Run: ``nice -n 10 .venv/bin/python benchmarks/trust_curve.py`` (``--quick``: lengths 20 and 40, 2 seeds, uniform
-and spread, 200 resamples: a smoke run in seconds, writing ``trust_curve_quick.json`` only). Writes
+and spread, 200 resamples, the truth's first 24 architectures: a smoke run in seconds, writing
+``trust_curve_quick.json`` only). Writes
 ``benchmarks/results/trust_curve.json``, ``docs/figures/trust_curve.html`` and the table between the markers of
 ``docs/trust.md`` (``--table-only``: regenerate the table from the JSON alone); with another ``--out``, the JSON
 there only. Each run's scores are kept in
@@ -71,6 +72,9 @@ RULE = ("the powered length is the shortest length from which on (it and every l
         "so the longest length is the last before a collapse")
 
 
+QUICK_ARCHS = 24  # the smoke run ranks the truth's first 24 architectures (scoring all 216 was most of its time)
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--truth", default=str(ROOT / "data" / "truth" / "digits-truth"))
@@ -90,9 +94,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default=str(RESULTS),
                     help="folder of the JSON result (default %(default)s; the figure and the docs table are "
                          "written only with the default)")
+    ap.add_argument("--archs", type=int, default=None, help="rank the truth's first N architectures only (default: "
+                    f"all; --quick: {QUICK_ARCHS})")
     ap.add_argument("--quick", action="store_true",
-                    help="lengths 20 and 40, 2 seeds, uniform and spread, 200 resamples (smoke test; writes "
-                         "trust_curve_quick.json only: no figure, no docs table)")
+                    help="lengths 20 and 40, 2 seeds, uniform and spread, 200 resamples, 24 architectures (smoke "
+                         "test; writes trust_curve_quick.json only: no figure, no docs table)")
     ap.add_argument("--table-only", action="store_true",
                     help="rewrite docs/trust.md's table from trust_curve.json (in --out)")
     return ap
@@ -108,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.quick:
         args.lengths, args.seeds, args.samplers, args.resamples = [20, 40], 2, ["uniform", "spread"], 200
+        args.archs = args.archs or QUICK_ARCHS
     lengths = sorted(set(args.lengths))
     if lengths[0] < 1 or args.seeds < 1:
         raise SystemExit("trust_curve.py: lengths and --seeds must be >= 1")
@@ -118,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     from naspipe.truth import load
 
     truth = load(args.truth)
+    if args.archs:
+        truth = truth.first(args.archs)
     ts = truth.settings
     kind = args.kernels or ts.kernels
     kernels.enter(kind)  # before the first tensor operation: every run computes under the truth's kernels

@@ -19,6 +19,7 @@ them against the space when it is known).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -353,6 +354,17 @@ class Truth:
     def mean_loss(self, arch: tuple[int, ...]) -> float:
         x = self.loss[arch]
         return sum(x) / len(x)
+
+    def first(self, n: int) -> Truth:
+        """The truth of its first ``n`` architectures (in its own order), held in memory: what a benchmark's smoke
+        run ranks instead of the whole table (the statistics are the same functions on fewer architectures)."""
+        if not 1 <= n <= len(self.archs):
+            raise ValueError(f"a truth of {len(self.archs)} architectures has no first {n}")
+        keep = self.archs[:n]
+        return dataclasses.replace(
+            self, settings=dataclasses.replace(self.settings, archs=keep),
+            accuracy={a: self.accuracy[a] for a in keep}, loss={a: self.loss[a] for a in keep},
+            names={a: self.names[a] for a in keep})
 
     def to_dict(self) -> dict[str, Any]:
         rows = [{"arch": list(a), "name": self.names[a], "accuracy": list(self.accuracy[a]),

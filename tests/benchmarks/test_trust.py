@@ -21,6 +21,7 @@ def test_the_quick_policy_table_writes_only_its_own_name_and_folder(tmp_path):
     data = json.loads((tmp_path / "powered_quick.json").read_text())
     assert [r["policy"] for r in data["rows"]] == ["reference", "pipedream"]
     assert data["config"]["subnets"] == 16 and data["config"]["supernet_seeds"] == [0, 1]
+    assert data["config"]["architectures"] == 24
     ref, pipedream = data["rows"]
     assert ref["identical_to_reference"] == [True, True] and pipedream["identical_to_reference"] == [False, False]
     assert pipedream["verdict"] in ("within seed noise", "difference")

@@ -125,7 +125,7 @@ def test_the_quick_run_writes_only_its_out_folder_and_resumes(tmp_path):
     data = json.loads((tmp_path / "trust_curve_quick.json").read_text())
     c = data["config"]
     assert c["lengths"] == [20, 40] and c["supernet_seeds"] == [0, 1] and c["kernels"] == "portable"
-    assert c["stream_prefixes_checked"] and c["samplers"] == ["uniform", "spread"]
+    assert c["stream_prefixes_checked"] and c["samplers"] == ["uniform", "spread"] and c["architectures"] == 24
     for s in data["samplers"].values():
         assert [r["subnets"] for r in s["rows"]] == [20, 40]
         for r in s["rows"]:
@@ -134,13 +134,13 @@ def test_the_quick_run_writes_only_its_out_folder_and_resumes(tmp_path):
                 assert e["low"] <= e["value"] <= e["high"], (key, e)
             assert len(r["tau_per_seed"]) == 2
         assert s["powered_length"] in (None, 20)
-    assert data["floors"]["truth_seed_vs_seed"]["value"] > 0.6
+    assert data["floors"]["truth_seed_vs_seed"]["value"] > 0.4  # (the first 24 architectures: 0.49; all 216: 0.68)
     assert trust_curve.table(data) in first.stdout
     trained = [line for line in first.stdout.splitlines() if line.startswith('{"sampler"')]
     assert len(trained) == 4  # one run per (sampler, seed), not one per length
     # the same settings spelt out (not --quick) resume from the kept scores, and with another --out write no docs
     same = [sys.executable, str(SCRIPT), "--lengths", "20", "40", "--seeds", "2", "--samplers", "uniform", "spread",
-            "--resamples", "200", "--out", str(tmp_path), "--scores", str(tmp_path / "s.json")]
+            "--resamples", "200", "--archs", "24", "--out", str(tmp_path), "--scores", str(tmp_path / "s.json")]
     again = subprocess.run(same, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert not [line for line in again.stdout.splitlines() if line.startswith('{"sampler"')]  # resumed: no training
@@ -150,6 +150,4 @@ def test_the_quick_run_writes_only_its_out_folder_and_resumes(tmp_path):
 
 def test_the_docs_table_is_the_json_s():
     path = ROOT / "benchmarks" / "results" / "trust_curve.json"
-    if not path.is_file():
-        pytest.skip("benchmarks/trust_curve.py has not been run yet (no trust_curve.json)")
     assert trust_curve.table(json.loads(path.read_text())) in (ROOT / "docs" / "trust.md").read_text()

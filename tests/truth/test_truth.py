@@ -459,3 +459,16 @@ def test_a_truth_that_ranks_nothing_is_refused():
                                             for i, a in enumerate(t.archs)})
     with pytest.raises(TruthError, match="215 of its 216 architectures at one accuracy"):
         check_truth_ranks(most)
+
+
+def test_the_first_architectures_of_a_truth_are_a_truth_of_their_own():
+    from naspipe.truth import load
+
+    whole = load(ROOT / "data" / "truth" / "digits-truth")
+    part = whole.first(24)
+    assert part.archs == whole.archs[:24] and set(part.accuracy) == set(part.loss) == set(part.names) == set(part.archs)
+    assert [part.mean_accuracy(a) for a in part.archs] == [whole.mean_accuracy(a) for a in whole.archs[:24]]
+    assert whole.archs == load(ROOT / "data" / "truth" / "digits-truth").archs  # (the whole truth is left as it was)
+    for n in (0, 217):
+        with pytest.raises(ValueError, match=f"no first {n}"):
+            whole.first(n)
