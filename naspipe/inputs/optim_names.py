@@ -8,7 +8,7 @@ OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam", "adamw", "rmsprop")
 DEFAULT_LR: dict[str, float] = {"sgd": 0.2, "momentum": 0.02, "adam": 3e-3, "adamw": 3e-3, "rmsprop": 1e-3}
 
 LR_MAX = 3.4028234663852886e38  # float32's largest: a larger rate overflows in the first update of float32 weights
-# float32's smallest normal number: a smaller rate is subnormal in float32 (1e-320, a float64 subnormal, was taken)
+# float32's smallest normal number: a smaller rate is subnormal in float32 (1e-320 is: it trains nothing)
 # and flushes to zero where denormals are off: a run that trains nothing
 LR_MIN = 1.1754943508222875e-38
 

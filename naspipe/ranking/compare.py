@@ -230,7 +230,7 @@ def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int
     or if its scores rank nothing (NaN or infinite: a diverged run; every architecture scored alike).
     ``space_given`` False: ``space`` is the truth's own, standing in for a run's space its name does not resolve
     (``_run_space``); then the run must record its space's digest (``run.json``), or the truth's space would vouch
-    for itself (a run of another space of the same name, without ``run.json``, was ranked)."""
+    for itself (without it, a run of another space of the same name and no ``run.json`` would rank)."""
     from naspipe.models import heldout_batches
     from naspipe.search.run import load_trained_run, make_evaluator, read_config
 
