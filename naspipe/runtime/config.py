@@ -34,6 +34,7 @@ from naspipe.runspec.spec import (
     check_replica_settings,
 )
 from naspipe.runtime.rundir import ConfigError, check_out_dir, prepare_out_dir  # noqa: F401
+from naspipe.sched.baselines import group_resume_error
 from naspipe.sched.policies import PolicyError
 from naspipe.sched.registry import Policy, get_policy, micro_batches_of, policy_names
 from naspipe.sequences.samplers import SamplerError, SamplerSpec, make_stream, parse_sampler
@@ -452,8 +453,8 @@ class TrainConfig:
             raise ConfigError(f"policy {self.policy} cannot checkpoint yet: its update rule's state (weight "
                               "versions, pending updates, corrections) is not saved")
         m = self._micro_batches()
-        if m and self.start % m:  # (the scheduler refuses it too, in every stage)
-            raise ConfigError(f"{self.policy_name} resumes only at a group boundary (a multiple of {m})")
+        if m and (why := group_resume_error(self.start, m)) is not None:  # (every stage's scheduler asks too)
+            raise ConfigError(why)
         if every is not None and m and every % m:
             raise ConfigError(f"policy {self.policy} checkpoints only at group boundaries: checkpoint_every "
                               f"must be a multiple of its {m} micro-batches, got {every}")

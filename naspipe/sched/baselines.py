@@ -41,6 +41,14 @@ class ASPScheduler(StageScheduler):
             self.in_flight -= 1
 
 
+def group_resume_error(start: int, micro_batches: int) -> str | None:
+    """Why a run of groups of ``micro_batches`` subnets cannot resume at subnet ``start`` (None: it can): one
+    update per group, so only at a group boundary (the run's configuration and every stage's scheduler ask)."""
+    if start % micro_batches:
+        return f"bsp resumes only at a group boundary (a multiple of {micro_batches})"
+    return None
+
+
 class BSPScheduler(StageScheduler):
     """GPipe: groups of ``M`` subnets; all forwards, then all backwards, then a flush (one update)."""
 
@@ -50,8 +58,8 @@ class BSPScheduler(StageScheduler):
     def __init__(self, spec: StageSpec, stream: SubnetStream, window: int = DEFAULT_WINDOW, micro_batches: int = 4,
                  **base: Any):
         """``micro_batches``: checked by the policy's declaration (a whole number >= 1)."""
-        if base.get("start", 0) % micro_batches:
-            raise PolicyError(f"bsp resumes only at a group boundary (a multiple of {micro_batches})")
+        if (why := group_resume_error(base.get("start", 0), micro_batches)) is not None:
+            raise PolicyError(why)
         self.m = self.flush_group = self.micro_batches = micro_batches
         self._f_done_in_group: dict[int, int] = {}
         self._held_b: list[int] = []
