@@ -14,6 +14,9 @@ STAMP := $(VENV)/.installed
 # builds a parser when imported: 1.4-2.8 s of CPU in every process that imports jsonschema. Every kernel that shows a
 # plotly figure does (plotly checks nbformat's version), as does JupyterLab's server. Without it jsonschema skips
 # that one format check, which nothing here uses (tests/test_install.py).
+# Not installed either: matplotlib (with pillow, fonttools, kiwisolver, contourpy, cycler, pyparsing), which mnist1d
+# requires for its plotting helper alone; naspipe.datasets.mnist1d never imports mnist1d's package (it would import
+# matplotlib) and generates the data from the package's transform.py (tests/datasets/test_mnist1d.py).
 # Bytecode is compiled at install (uv's --compile-bytecode, on both cores), not left to the first import: where
 # PYTHONDONTWRITEBYTECODE is set (this machine sets it), every process would compile torch from source again.
 # (`compileall -j 0` skipping the packages' own test suites, a quarter of the files, was no quicker: 20-28 s.)

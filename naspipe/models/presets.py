@@ -1,4 +1,4 @@
-"""The built-in supernets (``transformer``, ``cnn``, ``mlp`` spaces) declared through ``naspipe.Supernet``.
+"""The built-in supernets (``transformer``, ``cnn``, ``cnn1d``, ``mlp`` spaces) declared through ``naspipe.Supernet``.
 
 Why it exists: there is one model path. A preset's space (plain data, ``naspipe.spaces.space``) names its family in
 ``model.kind``; ``declare(space)`` turns it into a ``Supernet`` of ``Fixed`` and ``Choice`` blocks whose
@@ -12,13 +12,13 @@ from __future__ import annotations
 from functools import partial
 from types import ModuleType
 
-from naspipe.models import cnn, mlp, transformer
+from naspipe.models import cnn, cnn1d, mlp, transformer
 from naspipe.spaces.space import SearchSpace
 from naspipe.supernet.declare import Choice, Fixed, Supernet
 from naspipe.supernet.load import register_family
 from naspipe.supernet.seeding import init_module
 
-KINDS: dict[str, ModuleType] = {"transformer": transformer, "cnn": cnn, "mlp": mlp}
+KINDS: dict[str, ModuleType] = {"transformer": transformer, "cnn": cnn, "cnn1d": cnn1d, "mlp": mlp}
 
 
 def declare(space: SearchSpace) -> Supernet:

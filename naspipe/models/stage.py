@@ -27,7 +27,7 @@ from naspipe.spaces.space import SearchSpace, SpaceError
 from naspipe.supernet import messages
 
 USER_KIND = "supernet"  # a naspipe.Supernet declared by the user; the presets' kinds: naspipe.models.presets
-PRESET_KINDS = ("transformer", "cnn", "mlp")
+PRESET_KINDS = ("transformer", "cnn", "cnn1d", "mlp")
 
 
 def model_kind(space: SearchSpace) -> str:

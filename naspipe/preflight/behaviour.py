@@ -51,6 +51,7 @@ def measure(space: Any, weights: bool = False) -> dict[str, Any]:
     ``space``'s supernet in this process (the caller's random state and thread count are left as they were)."""
     import torch
 
+    import naspipe.models  # noqa: F401 - registers the presets' families (``take``'s fresh interpreter has none yet)
     from naspipe.supernet.seeding import GLOBAL_RNG
 
     t0 = time.perf_counter()
