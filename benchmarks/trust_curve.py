@@ -64,6 +64,18 @@ SAMPLERS = ("uniform", "fair", "spread")
 DOC = ROOT / "docs" / "trust.md"
 FIGURE = ROOT / "docs" / "figures" / "trust_curve.html"
 BEGIN, END = "<!-- trust-curve-table:begin (benchmarks/trust_curve.py) -->", "<!-- trust-curve-table:end -->"
+NAME = "trust_curve"
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The markers of ``name``'s table in docs/trust.md (``trust_curve``: the digits truth's curve)."""
+    if name == NAME:
+        return BEGIN, END
+    return f"<!-- {name}-table:begin (benchmarks/trust_curve.py --name {name}) -->", f"<!-- {name}-table:end -->"
+
+
+def figure_path(name: str) -> Path:
+    return FIGURE.with_name(f"{name}.html")
 LOSS_WINDOW = 100  # the training loss at a length: the mean over the subnets just before it
 RULE = ("the powered length is the shortest length from which on (it and every longer one) no longer length's "
         "supernet seed-to-seed tau is clearly higher: the upper bound of its 95% interval reaches the lower bound of "
@@ -94,6 +106,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default=str(RESULTS),
                     help="folder of the JSON result (default %(default)s; the figure and the docs table are "
                          "written only with the default)")
+    ap.add_argument("--name", default=NAME, help="the result's name: NAME.json, its scores cache, its figure "
+                    "docs/figures/NAME.html and its table in docs/trust.md (default %(default)s)")
     ap.add_argument("--archs", type=int, default=None, help="rank the truth's first N architectures only (default: "
                     f"all; --quick: {QUICK_ARCHS})")
     ap.add_argument("--quick", action="store_true",
@@ -108,8 +122,8 @@ def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     out_dir = Path(args.out)
     if args.table_only:
-        data = json.loads((out_dir / "trust_curve.json").read_text())
-        write_doc_table(data)
+        data = json.loads((out_dir / f"{args.name}.json").read_text())
+        write_doc_table(data, args.name)
         print(table(data))
         return
     if args.quick:
@@ -119,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     if lengths[0] < 1 or args.seeds < 1:
         raise SystemExit("trust_curve.py: lengths and --seeds must be >= 1")
     scores_path = Path(args.scores or Path(tempfile.gettempdir()) / (
-        "naspipe-trust-curve-scores" + ("-quick" if args.quick else "") + ".json"))
+        f"naspipe-{args.name.replace('_', '-')}-scores" + ("-quick" if args.quick else "") + ".json"))
 
     from naspipe.lifecycle import kernels
     from naspipe.truth import load
@@ -194,10 +208,10 @@ def main(argv: list[str] | None = None) -> None:
         "score_s": round(sum(r["score_s"] for runs in used.values() for r in runs.values()), 1),
         "stats_s": round(stats_s, 1), "wall_s": round(cache.get("wall_s", 0.0) + stats_s, 1)}
     data = {"config": data.pop("config"), **data}
-    write_result("trust_curve_quick" if args.quick else "trust_curve", data, out_dir)
+    write_result(f"{args.name}_quick" if args.quick else args.name, data, out_dir)
     if not args.quick and out_dir.resolve() == RESULTS.resolve():  # (a run elsewhere leaves the docs alone)
-        write_figure(data)
-        write_doc_table(data)
+        write_figure(data, args.name)
+        write_doc_table(data, args.name)
     print()
     print(table(data))
 
@@ -394,12 +408,12 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_doc_table(data: dict[str, Any]) -> None:
+def write_doc_table(data: dict[str, Any], name: str = NAME) -> None:
     """Replace the block between the markers of docs/trust.md (appended at the end when there is none)."""
-    replace_marked(DOC, BEGIN, END, table(data))
+    replace_marked(DOC, *markers(name), table(data))
 
 
-def write_figure(data: dict[str, Any]) -> None:
+def write_figure(data: dict[str, Any], name: str = NAME) -> None:
     """docs/figures/trust_curve.html: tau against the truth, and the seed-to-seed tau, against length per sampler."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -433,10 +447,11 @@ def write_figure(data: dict[str, Any]) -> None:
     for col in (1, 2):
         fig.update_xaxes(type="log", title_text="subnets trained", tickvals=data["config"]["lengths"], row=1, col=col)
         fig.update_yaxes(title_text="Kendall tau", row=1, col=col)
-    fig.update_layout(height=520, width=1300, title="The length curve (benchmarks/trust_curve.py); dotted: the "
-                      "powered length of each sampler")
-    FIGURE.parent.mkdir(parents=True, exist_ok=True)
-    fig.write_html(FIGURE, include_plotlyjs="cdn")
+    fig.update_layout(height=520, width=1300, title=f"The length curve on {data['config']['space']} "
+                      "(benchmarks/trust_curve.py); dotted: the powered length of each sampler")
+    path = figure_path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.write_html(path, include_plotlyjs="cdn")
 
 
 if __name__ == "__main__":

@@ -37,3 +37,16 @@ def test_each_name_has_its_own_table_in_the_docs():
     assert trust.markers("trust") == (trust.BEGIN, trust.END)
     begin, end = trust.markers("trust_powered_2stages")
     assert "trust_powered_2stages" in begin and begin != trust.BEGIN and end != trust.END
+
+
+def test_the_docs_tables_are_the_jsons():
+    """docs/trust.md's policy tables are generated from the committed results (``--table-only``), each between its
+    own markers."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import trust  # noqa: PLC0415
+
+    doc = (ROOT / "docs" / "trust.md").read_text()
+    for name in ("trust", "trust_powered_2stages", "trust_powered_4stages"):
+        data = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
+        begin, end = trust.markers(name)
+        assert f"{begin}\n{trust.table(data)}\n{end}" in doc, name

@@ -151,3 +151,11 @@ def test_the_quick_run_writes_only_its_out_folder_and_resumes(tmp_path):
 def test_the_docs_table_is_the_json_s():
     path = ROOT / "benchmarks" / "results" / "trust_curve.json"
     assert trust_curve.table(json.loads(path.read_text())) in (ROOT / "docs" / "trust.md").read_text()
+
+
+def test_each_truth_has_its_own_name_markers_and_figure():
+    assert trust_curve.markers("trust_curve") == (trust_curve.BEGIN, trust_curve.END)
+    begin, end = trust_curve.markers("trust_curve_mnist1d")
+    assert "trust_curve_mnist1d" in begin and begin != trust_curve.BEGIN and end != trust_curve.END
+    assert trust_curve.figure_path("trust_curve") == trust_curve.FIGURE
+    assert trust_curve.figure_path("trust_curve_mnist1d").name == "trust_curve_mnist1d.html"
