@@ -50,3 +50,24 @@ def test_the_docs_tables_are_the_jsons():
         data = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
         begin, end = trust.markers(name)
         assert f"{begin}\n{trust.table(data)}\n{end}" in doc, name
+
+
+def test_the_readme_cites_the_powered_numbers():
+    """The README's paragraph on asynchrony and search quality quotes the powered tables' intervals and the curve's
+    powered length, as the JSON holds them (a rerun that moves them fails here until the README follows)."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+
+    def est(e: dict) -> str:
+        return f"{e['value']:.2f} [{e['low']:.2f}, {e['high']:.2f}]"
+
+    res = ROOT / "benchmarks" / "results"
+    two, four = (json.loads((res / f"trust_powered_{n}stages.json").read_text()) for n in (2, 4))
+    rows2, rows4 = ({r["policy"]: r for r in d["rows"]} for d in (two, four))
+    curve = json.loads((res / "trust_curve.json").read_text())
+    cited = [f"at about {curve['powered_length']} subnets", est(rows2["reference"]["kendall_tau"]),
+             f"+-{two['floors']['seed_band']:.2f}", est(rows2["pipedream"]["tau_difference_vs_reference"]),
+             est(rows4["pipedream"]["tau_difference_vs_reference"]), est(rows4["2bw"]["tau_difference_vs_reference"]),
+             est(rows2["csp, shared delayed:4"]["tau_difference_vs_reference"])]
+    missing = [c for c in cited if c not in readme]
+    assert not missing, missing
+    assert all(r["verdict"] != "difference" for d in (two, four) for r in d["rows"])  # as the README says
