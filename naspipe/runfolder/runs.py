@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 
 RUN_JSON = "run.json"
@@ -75,8 +76,8 @@ RUN_DIRS = (PARTS, CHECKPOINTS)  # the entries a run writes that are folders (ev
 REFERENCE_FILES = (LOSSES, PARAMS, METRICS, WEIGHTS, SEQUENCE, STATUS, RUN_JSON)  # what a reference writes
 
 
-class RunFileError(ValueError):
-    """``run.json`` is malformed (the message names the file)."""
+class RunFileError(UserError):
+    """``run.json`` is malformed (the message names the file, in one line: ``naspipe rank`` printed a traceback)."""
 
 
 def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequence_sha256: str | None, optimizer: str,
