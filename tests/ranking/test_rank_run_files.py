@@ -47,3 +47,72 @@ def test_a_malformed_run_json_is_one_line_wherever_the_run_is_given(refs, tmp_pa
     for args in ((bad,), (refs["ref0"], "--against", bad), (refs["ref0"], "--seeds", refs["ref1"], bad)):
         err = _refused(capsys, *args, "--truth", TRUTH)
         assert f"{bad / 'run.json'}:" in err and ("not valid JSON" in err or "must be an object" in err), err
+
+
+def _naspipe(args: list[str], tmp_path: Path, memory_kb: int | None = None) -> tuple[int, str, float]:
+    """``naspipe ARGS`` in a fresh interpreter, killed after 60 s (a read that blocks must not hang the suite);
+    ``memory_kb`` caps its address space (a read of /dev/zero is never tested without)."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+    import time
+
+    cmd = shlex.join([sys.executable, "-c", "from naspipe.cli import entry; entry()", *args])
+    if memory_kb is not None:
+        cmd = f"ulimit -v {memory_kb}; exec {cmd}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"naspipe {' '.join(args)} hung")
+    return p.returncode, p.stderr, time.monotonic() - t0
+
+
+def test_a_run_json_that_is_a_pipe_a_device_or_huge_is_one_line(refs, tmp_path, capsys):
+    """A named pipe as run.json hung rank and verify (Path.read_text, no regular-file check), a link to /dev/zero
+    grew memory without bound: each is refused in one line naming the file (naspipe.fileio.smallfile), as is a
+    run.json larger than any run.json (a sparse file over the cap, not read)."""
+    import os
+
+    from naspipe.runfolder.runs import RUN_JSON_MAX_BYTES
+
+    fifo = tmp_path / "fifo"
+    shutil.copytree(refs["ref0"], fifo)
+    (fifo / "run.json").unlink()
+    os.mkfifo(fifo / "run.json")
+    for args in (["rank", str(fifo), "--truth", str(TRUTH)], ["verify", str(refs["ref0"]), str(fifo)]):
+        code, err, took = _naspipe(args, tmp_path)
+        assert code == 2 and len(err.strip().splitlines()) == 1, (code, err)
+        assert f"{fifo / 'run.json'}: a named pipe, not a file" in err and took < 30
+    zero = tmp_path / "zero"
+    shutil.copytree(refs["ref0"], zero)
+    (zero / "run.json").unlink()
+    (zero / "run.json").symlink_to("/dev/zero")
+    code, err, _ = _naspipe(["verify", str(refs["ref0"]), str(zero)], tmp_path, memory_kb=2_000_000)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "a character device, not a file" in err, err
+    huge = tmp_path / "huge"
+    shutil.copytree(refs["ref0"], huge)
+    with open(huge / "run.json", "r+b") as f:
+        f.truncate(RUN_JSON_MAX_BYTES + 1)  # sparse: nothing written
+    for args in ((huge,), (refs["ref0"], "--against", huge)):
+        err = _refused(capsys, *args, "--truth", TRUTH)
+        assert f"{RUN_JSON_MAX_BYTES + 1} bytes, more than the {RUN_JSON_MAX_BYTES} a run.json can be" in err
+    assert main(["verify", str(refs["ref0"]), str(huge)]) == 2
+    assert "a run.json can be" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["metrics.json", "params.json", "losses.csv"])
+def test_the_other_run_files_verify_reads_are_no_pipes(refs, tmp_path, name):
+    """metrics.json, params.json and losses.csv as named pipes: verify refuses each in one line."""
+    import os
+
+    d = tmp_path / "run"
+    shutil.copytree(refs["ref0"], d)
+    if name == "metrics.json":
+        (d / "run.json").unlink()  # (verify reads metrics.json's config where there is no run.json)
+    (d / name).unlink()
+    os.mkfifo(d / name)
+    code, err, _ = _naspipe(["verify", str(refs["ref1"]), str(d)], tmp_path)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"{d / name}: a named pipe, not a file" in err, err
