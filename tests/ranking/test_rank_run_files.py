@@ -19,11 +19,11 @@ COMMON = ["--space", SPACE, "--subnets", "12", "--optimizer", "momentum", "--sha
 
 @pytest.fixture(scope="module")
 def refs(tmp_path_factory) -> dict[str, Path]:
-    """References of the truth's space: seeds 0 and 1 at lr 0.05, seed 2 at lr 0.1."""
+    """References of the truth's space: seeds 0 and 1 at lr 0.05, seeds 1 and 2 at lr 0.1."""
     d = tmp_path_factory.mktemp("refs")
     out = {}
     for name, extra in (("ref0", ["--lr", "0.05"]), ("ref1", ["--lr", "0.05", "--seed", "1"]),
-                        ("lr1", ["--lr", "0.1", "--seed", "2"])):
+                        ("lr1", ["--lr", "0.1", "--seed", "1"]), ("lr2", ["--lr", "0.1", "--seed", "2"])):
         out[name] = d / name
         assert main(["reference", *COMMON, *extra, "--out", str(out[name])]) == 0
     return out
@@ -116,3 +116,27 @@ def test_the_other_run_files_verify_reads_are_no_pipes(refs, tmp_path, name):
     os.mkfifo(d / name)
     code, err, _ = _naspipe(["verify", str(refs["ref1"]), str(d)], tmp_path)
     assert code == 2 and len(err.strip().splitlines()) == 1 and f"{d / name}: a named pipe, not a file" in err, err
+
+
+def test_the_run_itself_or_a_copy_is_refused_as_against(refs, tmp_path, capsys):
+    """``--against ref0`` of ref0 itself (or a link to it, or a copy) was ranked: run-to-run tau 1.00, a difference
+    of 0.00 "within seed noise", which says nothing. Refused in one line; another run is compared."""
+    ref0 = refs["ref0"]
+    link = tmp_path / "link"
+    link.symlink_to(ref0)
+    copy = tmp_path / "copy"
+    shutil.copytree(ref0, copy)
+    for other, says in ((ref0, "is the run itself"), (link, "is the run itself"), (copy, "is the same run as")):
+        err = _refused(capsys, ref0, "--truth", TRUTH, "--against", other)
+        assert f"--against {other} {says}" in err and "compare another run" in err, err
+    assert main(["rank", "--resamples", "50", str(ref0), "--truth", str(TRUTH), "--against", str(refs["ref1"])]) == 0
+    assert "tau difference" in capsys.readouterr().out
+
+
+def test_seed_runs_of_another_configuration_than_the_run_are_refused(refs, capsys):
+    """``--seeds A B`` were checked against each other only: a seed band from supernets of another lr was applied
+    to the run silently. Each seed run must equal the run but the seed (the field named)."""
+    err = _refused(capsys, refs["ref0"], "--truth", TRUTH, "--seeds", refs["lr1"], refs["lr2"])
+    assert f"--seeds {refs['lr1']} and the run {refs['ref0']} differ in more than the seed: lr 0.05 vs 0.1" in err
+    err = _refused(capsys, refs["lr1"], "--truth", TRUTH, "--seeds", refs["lr2"], refs["ref0"])
+    assert f"--seeds {refs['lr2']} and {refs['ref0']} differ in more than the seed: lr 0.1 vs 0.05" in err
