@@ -369,21 +369,37 @@ def check_truth_ranks(tr: Truth) -> None:
                          "accuracy (a collapsed training: see its losses); it ranks too little to compare with")
 
 
+def _check_folder(name: str, value: object) -> None:
+    """UserError naming the argument ``name`` when ``value`` is no path of a run folder (None, a number: a TypeError
+    from inside pathlib)."""
+    if isinstance(value, bytes) or not isinstance(value, str | os.PathLike) or not os.fspath(value):
+        raise UserError(f"{name} must be a run folder (a path), got {type(value).__name__} {value!r:.60}")
+
+
 def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | None = None,
          seeds: Sequence[str | Path] = (), space: Any = None, heldout: int | None = None,
          resamples: int = RESAMPLES) -> RankReport:
     """Compare the supernet trained in ``run`` with ``truth`` (a folder or a loaded Truth); see the module. Every
     interval resamples the architectures ``resamples`` times.
 
-    Refused before any model loads (ValueError, one line: ``TruthError`` for the truth): ``seeds`` that are one
-    path rather than a list, or runs that differ in more than the seed; a ``heldout`` or ``resamples`` that is not a
-    whole number >= 1; a truth of fewer than ``MIN_ARCHS`` architectures."""
+    Refused before any model loads (ValueError, one line: ``TruthError`` for the truth): a ``run``, ``against``
+    or seed run that is no path (named); ``seeds`` that are one path rather than a list, or runs that differ in
+    more than the seed, from each other or from ``run``; ``against`` that is ``run`` itself or a copy of it; a
+    ``heldout`` or ``resamples`` that is not a whole number >= 1; a truth of fewer than ``MIN_ARCHS`` architectures."""
     import time
 
     t0 = time.perf_counter()
+    _check_folder("run", run)
+    if against is not None:
+        _check_folder("against", against)
     if isinstance(seeds, str | bytes | Path):
         raise UserError(f"seeds must be a list of run folders, not one path ({str(seeds)!r})")
-    seeds = list(seeds)
+    try:
+        seeds = list(seeds)
+    except TypeError:
+        raise UserError(f"seeds must be a list of run folders, got {type(seeds).__name__} {seeds!r:.60}") from None
+    for i, s in enumerate(seeds):
+        _check_folder(f"seeds[{i}]", s)
     if heldout is not None:
         heldout = whole("heldout", heldout, 1)
     resamples = whole("resamples", resamples, 1)

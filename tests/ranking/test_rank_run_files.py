@@ -140,3 +140,21 @@ def test_seed_runs_of_another_configuration_than_the_run_are_refused(refs, capsy
     assert f"--seeds {refs['lr1']} and the run {refs['ref0']} differ in more than the seed: lr 0.05 vs 0.1" in err
     err = _refused(capsys, refs["lr1"], "--truth", TRUTH, "--seeds", refs["lr2"], refs["ref0"])
     assert f"--seeds {refs['lr2']} and {refs['ref0']} differ in more than the seed: lr 0.1 vs 0.05" in err
+
+
+@pytest.mark.parametrize("kwargs,says", [
+    ({"run": None}, "run must be a run folder (a path), got NoneType None"),
+    ({"run": 7}, "run must be a run folder (a path), got int 7"),
+    ({"seeds": [1, 2]}, "seeds[0] must be a run folder (a path), got int 1"),
+    ({"seeds": None}, "seeds must be a list of run folders, got NoneType None"),
+    ({"against": 123}, "against must be a run folder (a path), got int 123"),
+])
+def test_the_python_api_names_the_argument_that_is_no_run_folder(kwargs, says):
+    """``naspipe.rank(None, truth)``, ``seeds=[1, 2]`` and ``against=123`` were raw TypeErrors from pathlib."""
+    import naspipe
+    from naspipe.errors import UserError
+
+    args = {"run": "somewhere", **kwargs}
+    with pytest.raises(UserError) as e:
+        naspipe.rank(args.pop("run"), TRUTH, **args)
+    assert says in str(e.value)
