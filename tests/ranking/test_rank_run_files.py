@@ -86,6 +86,8 @@ def test_a_run_json_that_is_a_pipe_a_device_or_huge_is_one_line(refs, tmp_path, 
         code, err, took = _naspipe(args, tmp_path)
         assert code == 2 and len(err.strip().splitlines()) == 1, (code, err)
         assert f"{fifo / 'run.json'}: a named pipe, not a file" in err and took < 30
+    code, err, took = _naspipe(["reference", *COMMON, "--out", str(fifo)], tmp_path)  # (it hung too)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "no valid run.json" in err and took < 30, err
     zero = tmp_path / "zero"
     shutil.copytree(refs["ref0"], zero)
     (zero / "run.json").unlink()
