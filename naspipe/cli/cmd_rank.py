@@ -7,7 +7,8 @@ Refused in one line (exit 2), before any model loads where it can be: a truth of
 the digest a run records; a run without ``run.json`` records none, and needs ``--space``), a ``--space`` that is not
 the truth's (naming both), one with missing or malformed entries or a ``truth.json`` that disagrees with them,
 one of too few architectures (``naspipe.ranking.stats.MIN_ARCHS``), ``--seeds`` runs that differ in more than the
-seed; after scoring, a run that ranks nothing (NaN scores: a diverged run; every architecture scored alike).
+seed (from each other or from RUN), an ``--against`` that is RUN itself or a copy of it; after scoring, a run that
+ranks nothing (NaN scores: a diverged run; every architecture scored alike).
 """
 
 from __future__ import annotations

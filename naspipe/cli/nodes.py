@@ -11,6 +11,8 @@ with ``--slurm`` the sbatch script alone (tests/cli/test_plan_nodes.py runs it a
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -65,7 +67,7 @@ def make_plan(nodes: int, procs_per_node: int, train_args: Sequence[str], addrs:
         if not a.strip() or a != a.strip():
             raise UserError(f"--node-addrs: node {i}'s address {a!r} is empty or has spaces; give one address per "
                              "node, separated by commas")
-    addrs = [_bare(i, a) for i, a in enumerate(addrs)]
+    addrs = [_address(i, a) for i, a in enumerate(addrs)]
     rdzv_id = kw.get("rdzv_id")
     if rdzv_id is not None and (not isinstance(rdzv_id, str) or not rdzv_id
                                 or any(c.isspace() or not c.isprintable() for c in rdzv_id)):
@@ -79,14 +81,52 @@ def make_plan(nodes: int, procs_per_node: int, train_args: Sequence[str], addrs:
     return NodePlan(nodes, procs_per_node, a, f, tuple(train_args), **kw)  # type: ignore[arg-type]
 
 
-def _bare(i: int, addr: str) -> str:
-    """Node ``i``'s address without the brackets of an IPv6 address written as in a URL (``[::1]``: both forms
-    are taken; the endpoint adds them back, once); a UserError for a bracket without its pair."""
-    inner = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr
+def _address(i: int, addr: str) -> str:
+    """Node ``i``'s address, checked: an IP literal (IPv4; IPv6 bare or in brackets as in a URL, ``[::1]``, with or
+    without a zone, ``fe80::1%eth0``) or a host name (RFC 1123: letters, digits, '-' and '.'). Returned without
+    the brackets (the endpoint adds them back, once). A UserError (one line) for anything else: whitespace or a
+    control character (printed raw in the plan's ``# node`` line, a newline there began a line of its own), a
+    host:port (the port is --rdzv-port's), a bracket without its pair."""
+    def refuse(why: str) -> UserError:
+        return UserError(f"--node-addrs: node {i}'s address {addr!r} {why}")
+
+    if any(c.isspace() or not c.isprintable() for c in addr):
+        raise refuse("holds whitespace or a control character; give one address per node, separated by commas")
+    if (m := re.fullmatch(r"\[([^][]+)\]:\d+", addr)) is not None:
+        raise refuse(f"is a host and a port: give the host alone ({m[1]!r}) and the port with --rdzv-port")
+    bracketed = addr.startswith("[") and addr.endswith("]")
+    inner = addr[1:-1] if bracketed else addr
     if not inner or "[" in inner or "]" in inner:
-        raise UserError(f"--node-addrs: node {i}'s address {addr!r} is not an address (an IPv6 address goes bare, "
-                        "::1, or in brackets, [::1])")
+        raise refuse("is not an address (an IPv6 address goes bare, ::1, or in brackets, [::1])")
+    try:
+        ip = ipaddress.ip_address(inner)
+    except ValueError:
+        ip = None
+    if ip is not None:
+        zone = getattr(ip, "scope_id", None)
+        if zone is not None and not _ZONE.fullmatch(zone):
+            raise refuse(f"has the zone {zone!r}, which is no interface name or number")
+        if bracketed and ip.version == 4:
+            raise refuse("is an IPv4 address in brackets (only an IPv6 address goes in brackets)")
+        return inner
+    host, colon, port = inner.rpartition(":")
+    if colon and port.isdigit() and host and ":" not in host and not bracketed:
+        raise refuse(f"is a host and a port: give the host alone ({host!r}) and the port with --rdzv-port")
+    if bracketed or ":" in inner:
+        raise refuse("is not an IPv6 address")
+    if not _host_name(inner):
+        raise refuse("is neither an IP address nor a host name (letters, digits, '-' and '.')")
     return inner
+
+
+_ZONE = re.compile(rf"[A-Za-z0-9_.-]{{1,{IFNAME_MAX}}}")  # an interface's name or index
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\Z")
+
+
+def _host_name(name: str) -> bool:
+    """``name`` is a host name as RFC 1123 writes one (a last label of digits alone is a malformed IPv4 address)."""
+    labels = name[:-1].split(".") if name.endswith(".") else name.split(".")
+    return len(name) <= 253 and all(_LABEL.match(x) for x in labels) and not labels[-1].isdigit()
 
 
 def ifname_error(name: str) -> str | None:

@@ -198,9 +198,21 @@ def _identity(run_dir: Path) -> dict[str, Any]:
 SEED_DERIVED = ("seed", "sequence_sha256", "subnets_sha256")
 
 
-def check_seed_runs(seeds: Sequence[str | Path]) -> None:
-    """``seeds`` are two or more runs equal in everything but the seed, each of another seed (ValueError naming
-    the runs and the field that differs)."""
+def _beyond_seed(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """How two runs' identities differ in more than the seed (and what it draws), ``runs.differences``' form."""
+    from naspipe.runfolder import runs
+
+    diffs = [d for d in runs.differences(a, b) if d[0] not in SEED_DERIVED]
+    sampled = a.get("sampler") is not None and b.get("sampler") is not None  # None: a stream given directly
+    if sampled and a["sampler"] != b["sampler"] and all(k != "sampler" for k, _, _ in diffs):
+        diffs.append(("sampler", a.get("sampler"), b.get("sampler")))
+    return diffs
+
+
+def check_seed_runs(seeds: Sequence[str | Path], run: str | Path | None = None) -> None:
+    """``seeds`` are two or more runs equal in everything but the seed, each of another seed, and equal but the
+    seed to ``run`` (the run ranked, where given: a seed band of supernets of another configuration, another lr,
+    says nothing of it). UserError naming the runs and the field that differs."""
     from naspipe.runfolder import runs
 
     if len(seeds) < 2:
@@ -208,11 +220,7 @@ def check_seed_runs(seeds: Sequence[str | Path]) -> None:
     ids = [_identity(Path(s)) for s in seeds]
     first, a = seeds[0], ids[0]
     for s, b in zip(seeds[1:], ids[1:], strict=True):
-        diffs = [d for d in runs.differences(a, b) if d[0] not in SEED_DERIVED]
-        sampled = a.get("sampler") is not None and b.get("sampler") is not None  # None: a stream given directly
-        if sampled and a["sampler"] != b["sampler"] and all(k != "sampler" for k, _, _ in diffs):
-            diffs.append(("sampler", a.get("sampler"), b.get("sampler")))
-        if diffs:
+        if diffs := _beyond_seed(a, b):
             raise UserError(f"--seeds {first} and {s} differ in more than the seed: "
                              f"{runs.describe_differences(diffs)}")
     seen: dict[Any, str | Path] = {}
@@ -221,6 +229,34 @@ def check_seed_runs(seeds: Sequence[str | Path]) -> None:
             raise UserError(f"--seeds {seen[b.get('seed')]} and {s} are the same run (both of seed "
                              f"{b.get('seed')}): each seed once")
         seen[b.get("seed")] = s
+    if run is None:
+        return
+    mine = _identity(Path(run))
+    for s, b in zip(seeds, ids, strict=True):
+        if diffs := _beyond_seed(mine, b):
+            raise UserError(f"--seeds {s} and the run {run} differ in more than the seed: "
+                             f"{runs.describe_differences(diffs)} (the seed band must come from supernets equal to "
+                             "the run but the seed)")
+
+
+def check_against(run: str | Path, against: str | Path) -> None:
+    """UserError when ``against`` is ``run`` itself (the same folder, through links) or a copy of it (the same
+    kind, identity and recorded config): its scores are the run's own, bit for bit, and a zero difference
+    'within seed noise' would say nothing."""
+    from naspipe.runfolder import runs
+    from naspipe.search.run import read_config
+
+    if os.path.realpath(run) == os.path.realpath(against):
+        raise UserError(f"--against {against} is the run itself ({run}); compare another run")
+
+    def what(d: str | Path) -> tuple[Any, ...]:
+        data = runs.read_run(d)
+        return (data and data["kind"], _identity(Path(d)), read_config(d))
+
+    if what(run) == what(against):
+        raise UserError(f"--against {against} is the same run as {run} (a copy, or the same configuration run "
+                        "again: the same kind, identity and config, so the same numbers bit for bit); compare "
+                        "another run")
 
 
 def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int | None = None, *,
@@ -333,21 +369,37 @@ def check_truth_ranks(tr: Truth) -> None:
                          "accuracy (a collapsed training: see its losses); it ranks too little to compare with")
 
 
+def _check_folder(name: str, value: object) -> None:
+    """UserError naming the argument ``name`` when ``value`` is no path of a run folder (None, a number: a TypeError
+    from inside pathlib)."""
+    if isinstance(value, bytes) or not isinstance(value, str | os.PathLike) or not os.fspath(value):
+        raise UserError(f"{name} must be a run folder (a path), got {type(value).__name__} {value!r:.60}")
+
+
 def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | None = None,
          seeds: Sequence[str | Path] = (), space: Any = None, heldout: int | None = None,
          resamples: int = RESAMPLES) -> RankReport:
     """Compare the supernet trained in ``run`` with ``truth`` (a folder or a loaded Truth); see the module. Every
     interval resamples the architectures ``resamples`` times.
 
-    Refused before any model loads (ValueError, one line: ``TruthError`` for the truth): ``seeds`` that are one
-    path rather than a list, or runs that differ in more than the seed; a ``heldout`` or ``resamples`` that is not a
-    whole number >= 1; a truth of fewer than ``MIN_ARCHS`` architectures."""
+    Refused before any model loads (ValueError, one line: ``TruthError`` for the truth): a ``run``, ``against``
+    or seed run that is no path (named); ``seeds`` that are one path rather than a list, or runs that differ in
+    more than the seed, from each other or from ``run``; ``against`` that is ``run`` itself or a copy of it; a
+    ``heldout`` or ``resamples`` that is not a whole number >= 1; a truth of fewer than ``MIN_ARCHS`` architectures."""
     import time
 
     t0 = time.perf_counter()
+    _check_folder("run", run)
+    if against is not None:
+        _check_folder("against", against)
     if isinstance(seeds, str | bytes | Path):
         raise UserError(f"seeds must be a list of run folders, not one path ({str(seeds)!r})")
-    seeds = list(seeds)
+    try:
+        seeds = list(seeds)
+    except TypeError:
+        raise UserError(f"seeds must be a list of run folders, got {type(seeds).__name__} {seeds!r:.60}") from None
+    for i, s in enumerate(seeds):
+        _check_folder(f"seeds[{i}]", s)
     if heldout is not None:
         heldout = whole("heldout", heldout, 1)
     resamples = whole("resamples", resamples, 1)
@@ -359,7 +411,9 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
         raise TooFewArchitectures(f"the truth {tr.folder or ''} holds {len(tr.archs)} architecture"
                                   f"{'s' if len(tr.archs) != 1 else ''}: too few to rank (at least {MIN_ARCHS})")
     if seeds:
-        check_seed_runs(seeds)
+        check_seed_runs(seeds, run)
+    if against is not None:
+        check_against(run, against)
     truth_space = space_of(tr)  # TruthError: a space.json swapped or corrupt
     if truth_space is not None:
         check_archs(truth_space, tr.archs, f"the truth {tr.folder}")

@@ -20,12 +20,16 @@ from typing import TYPE_CHECKING, Any
 from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 from naspipe.fileio.atomic import write_text_atomic
+from naspipe.fileio.smallfile import read_small
 from naspipe.runfolder.runs import LOSSES, METRICS, PARAMS  # the run-directory names live in naspipe.runfolder.runs
 
 if TYPE_CHECKING:
     from torch import Tensor
 
 STAGE_PARAMS_GLOB = "params-stage*.json"
+# losses.csv, params.json, metrics.json: tens of bytes per subnet or tensor; a larger file is none of them (and is not
+# read into memory: a link to /dev/zero read until memory ran out, a named pipe blocked verify for ever)
+RESULTS_MAX_BYTES = 256 << 20
 
 
 class ResultsError(UserError):
@@ -43,10 +47,11 @@ def write_losses(path: str | Path, losses: Mapping[int, float]) -> None:
 
 def read_losses(path: str | Path) -> dict[int, float]:
     """``losses.csv`` as ``{subnet: loss}``; ResultsError (naming the file and line) for a file that is not
-    UTF-8, a malformed or truncated line, a subnet listed twice, or no subnet at all."""
+    UTF-8, a malformed or truncated line, a subnet listed twice, or no subnet at all; or (naming the file) no
+    regular file of at most ``RESULTS_MAX_BYTES`` (``read_small``)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_small(p, RESULTS_MAX_BYTES, what="a run's results file", error=ResultsError)
     except OSError as e:
         raise ResultsError(f"cannot read {str(p)!r}: {e.strerror}") from None
     except UnicodeDecodeError as e:
@@ -101,10 +106,11 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _read_json(path: Path) -> Any:
-    """A JSON file; ResultsError for an unreadable, non-UTF-8, malformed or too deeply nested file or a
-    key that appears twice in one object."""
+    """A JSON file; ResultsError for an unreadable, non-UTF-8, malformed or too deeply nested file, a key that
+    appears twice in one object, or no regular file of at most ``RESULTS_MAX_BYTES`` (``read_small``)."""
     try:
-        return jsonfile.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicates)
+        text = read_small(path, RESULTS_MAX_BYTES, what="a run's results file", error=ResultsError)
+        return jsonfile.loads(text, object_pairs_hook=_no_duplicates)
     except OSError as e:
         raise ResultsError(f"cannot read {str(path)!r}: {e.strerror}") from None
     except UnicodeDecodeError as e:

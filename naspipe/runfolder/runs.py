@@ -36,7 +36,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
+from naspipe.fileio.smallfile import read_small
 
 RUN_JSON = "run.json"
 # the file names of a run directory, written here once (every module that reads or writes one imports them)
@@ -75,8 +77,12 @@ RUN_DIRS = (PARTS, CHECKPOINTS)  # the entries a run writes that are folders (ev
 REFERENCE_FILES = (LOSSES, PARAMS, METRICS, WEIGHTS, SEQUENCE, STATUS, RUN_JSON)  # what a reference writes
 
 
-class RunFileError(ValueError):
-    """``run.json`` is malformed (the message names the file)."""
+class RunFileError(UserError):
+    """``run.json`` is malformed (the message names the file, in one line: ``naspipe rank`` printed a traceback)."""
+
+
+# a run.json is a few kilobytes (a user supernet's per-block digests included): a larger file is no run.json
+RUN_JSON_MAX_BYTES = 1 << 20
 
 
 def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequence_sha256: str | None, optimizer: str,
@@ -119,10 +125,11 @@ def write_run(out: str | Path, kind: str, ident: Mapping[str, Any]) -> None:
 
 
 def read_run(out: str | Path) -> dict[str, Any] | None:
-    """``run.json`` of a folder (None when it has none); RunFileError when it is malformed."""
+    """``run.json`` of a folder (None when it has none); RunFileError when it is malformed, or no regular file of at
+    most ``RUN_JSON_MAX_BYTES`` (``naspipe.fileio.smallfile``)."""
     p = Path(out, RUN_JSON)
-    try:
-        text = p.read_text(encoding="utf-8")
+    try:  # a regular file of at most RUN_JSON_MAX_BYTES: a named pipe there hung rank and verify, /dev/zero ate memory
+        text = read_small(p, RUN_JSON_MAX_BYTES, what="a run.json", error=RunFileError)
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as e:

@@ -18,10 +18,12 @@ import torch
 
 from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
+from naspipe.fileio.smallfile import read_small
 from naspipe.inputs.wholes import whole
 from naspipe.models import Batch, StageModel, evaluate, heldout_batches, model_kind
 from naspipe.models.weights import load_weights
 from naspipe.runfolder import runs
+from naspipe.runfolder.results import RESULTS_MAX_BYTES
 from naspipe.search.constraints import Constraint
 from naspipe.search.result import SearchResult
 from naspipe.search.strategies import EvaluateFn, search_space
@@ -98,9 +100,11 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
     run_dir = Path(run_dir)
     path = run_dir / runs.METRICS
     try:
-        data = jsonfile.loads(path.read_text())
+        data = jsonfile.loads(read_small(path, RESULTS_MAX_BYTES, what="a metrics.json", error=RunError))
     except FileNotFoundError:
         raise RunError(f"{run_dir}: no metrics.json (is this a naspipe run directory?)") from None
+    except RunError:
+        raise
     except (OSError, ValueError) as e:  # (malformed, not UTF-8, nested too deeply)
         raise RunError(f"{path}: unreadable ({e})") from None
     cfg = data.get("config") if isinstance(data, dict) else None

@@ -23,9 +23,7 @@ import dataclasses
 import io
 import json
 import math
-import os
 import random
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +32,7 @@ from typing import Any
 from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 from naspipe.fileio.atomic import write_text_atomic
+from naspipe.fileio.smallfile import read_small
 from naspipe.inputs.wholes import whole
 from naspipe.runfolder.runlock import LOCK
 from naspipe.spaces.space import SearchSpace, SpaceError, load_space
@@ -206,35 +205,12 @@ def write_entry(folder: Path, record: dict[str, Any]) -> Path:
 ENTRY_MAX_BYTES = 1 << 20
 
 
-def _kind(mode: int) -> str:
-    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return what
-    return "not a regular file"
-
-
 def read_file(path: Path, limit: int | None = None, again: str = "") -> str:
     """The text of a file of the truth folder, only where it is a regular file (through links) of at most ``limit``
-    bytes: a named pipe blocked the reader, a link to /dev/zero read forever. FileNotFoundError where it is not
-    there; TruthError (one line naming it, then ``again``) where it is something else or too large; OSError or
-    UnicodeDecodeError where it cannot be read."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        if path.is_symlink():
-            raise TruthError(f"{path}: a symbolic link to {os.readlink(path)!r}, which does not exist{again}") \
-                from None
-        raise
-    if not stat.S_ISREG(st.st_mode):
-        raise TruthError(f"{path}: {_kind(st.st_mode)}, not a file{again}")
-    if limit is not None and st.st_size > limit:
-        raise TruthError(f"{path}: {st.st_size} bytes, more than the {limit} a truth's entry can be{again}")
-    with open(path, "rb") as f:
-        data = f.read(-1 if limit is None else limit + 1)
-    if limit is not None and len(data) > limit:  # (it grew since)
-        raise TruthError(f"{path}: more than the {limit} bytes a truth's entry can be{again}")
-    return data.decode("utf-8")
+    bytes: a named pipe blocked the reader, a link to /dev/zero read forever (``naspipe.fileio.smallfile``).
+    FileNotFoundError where it is not there; TruthError (one line naming it, then ``again``) where it is something
+    else or too large; OSError or UnicodeDecodeError where it cannot be read."""
+    return read_small(path, limit, what="a truth's entry", again=again, error=TruthError)
 
 
 def read_entry(folder: Path, arch: Sequence[int], seed: int) -> dict[str, Any] | None:

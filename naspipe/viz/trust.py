@@ -33,8 +33,10 @@ def rank_scatter(truth_accuracy: Sequence[float], supernet_accuracy: Sequence[fl
             if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
                 raise ValueError(f"rank_scatter: the {label} accuracy of architecture {i} ({names[i]!r}) is {v!r}, "
                                  "not a finite number (a diverged run's NaN ranks nothing: leave it out, or say it)")
-    if pick is not None and (isinstance(pick, bool) or not isinstance(pick, int) or not 0 <= pick < n):
-        raise ValueError(f"pick must be the index of an architecture, 0..{n - 1}, got {pick!r}")
+    if pick is not None:  # (any whole number: numpy's int64 too, as an argmax gives it; not a bool)
+        if isinstance(pick, bool) or not isinstance(pick, numbers.Integral) or not 0 <= pick < n:
+            raise ValueError(f"pick must be the index of an architecture, 0..{n - 1}, got {pick!r}")
+        pick = int(pick)
     fig = go.Figure(go.Scatter(x=list(truth_accuracy), y=list(supernet_accuracy), mode="markers", text=list(names),
                                name="architecture", marker={"size": 6, "opacity": 0.7},
                                hovertemplate="%{text}<br>stand-alone %{x:.4f}<br>supernet %{y:.4f}<extra></extra>"))

@@ -139,6 +139,22 @@ def test_an_out_holding_a_control_character_is_refused(tmp_path, capsys, command
     assert repr(str(out)) in err
 
 
+@pytest.mark.parametrize("command", ["train", "reference", "truth"])
+@pytest.mark.parametrize("name,kind", [("run\u2028x", "line or paragraph separator"),
+                                       ("run\u2029x", "line or paragraph separator"),
+                                       ("run\u202ex", "bidirectional control character"),
+                                       ("run\u2066x", "bidirectional control character")])
+def test_an_out_holding_a_line_separator_or_a_bidi_control_is_refused(tmp_path, capsys, command, name, kind):
+    """U+2028 and U+2029 (category Zl, Zp) break lines as a newline does to a reader that follows Unicode, and
+    U+202E shows the name reversed: only category Cc was refused. One line, exit 2, nothing made."""
+    args = TINY if command != "truth" else ["--space", "digits-cnn", "--sample", "2", "--steps", "1",
+                                           "--no-progress"]
+    out = tmp_path / name
+    err = refused(capsys, [command, *args, "--out", str(out)], f"--out must not hold a {kind} ({name[3]!r}",
+                  never=out)
+    assert repr(str(out)) in err
+
+
 def test_the_python_api_refuses_an_out_holding_a_control_character(tmp_path, monkeypatch):
     import naspipe
     from naspipe.runspec.spec import RunSpecError

@@ -219,3 +219,52 @@ def test_the_slurm_script_honours_the_rendezvous_id(capsys, tmp_path):
     assert main([*PLAN, "--ifname", "eth1", "--rdzv-id", "job7", "--", *COMMON]) == 0
     out = capsys.readouterr().out
     assert out.count("--rdzv-id job7 ") == 3, out  # (two nodes' lines, and the script)
+
+
+@pytest.mark.parametrize("addr", ["10.0.0.1\necho INJECTED\n#", "10.0.0.1\recho x", "10.0.0.1\tx", "node\x1b[2J",
+                                  "10.0.0.1\u2028x"])
+def test_an_address_with_whitespace_or_a_control_character_is_refused(capsys, addr):
+    """The ``# node 0 (ADDRESS, ...)`` comment printed the address raw: a newline in it printed ``echo INJECTED`` as a
+    line of its own in the plan a user pastes. Refused in one line, nothing printed."""
+    assert main([*PLAN, "--ifname", "eth0", "--node-addrs", f"{addr},10.0.0.2", "--", *COMMON]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.count("\n") == 1 and "INJECTED" not in cap.err.replace(repr(addr), ""), cap.err
+    assert f"--node-addrs: node 0's address {addr!r}" in cap.err
+    assert "whitespace or a control character" in cap.err or "has spaces" in cap.err
+
+
+@pytest.mark.parametrize("addr,host", [("10.0.0.1:29400", "10.0.0.1"), ("node1:29400", "node1"),
+                                       ("[::1]:29400", "::1")])
+def test_a_host_and_port_is_refused_naming_rdzv_port(capsys, addr, host):
+    """``10.0.0.1:29400`` was taken as an IPv6 address (it holds a ':'): the endpoint [10.0.0.1:29400]:29400."""
+    assert main([*PLAN, "--ifname", "eth0", "--node-addrs", f"{addr},10.0.0.2", "--", *COMMON]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.count("\n") == 1, cap.err
+    assert f"is a host and a port: give the host alone ({host!r}) and the port with --rdzv-port" in cap.err
+
+
+@pytest.mark.parametrize("addr,says", [
+    ("10.0.0.256", "is neither an IP address nor a host name"), ("node_1", "is neither an IP address nor a host name"),
+    ("-node", "is neither an IP address nor a host name"), ("1.2.3", "is neither an IP address nor a host name"),
+    ("[10.0.0.1]", "is an IPv4 address in brackets"), ("fe80::1%a;b", "has the zone 'a;b'"),
+    ("fe80::zz", "is not an IPv6 address"), ("[node1]", "is not an IPv6 address"),
+])
+def test_an_address_that_is_neither_an_ip_nor_a_host_name_is_refused(capsys, addr, says):
+    assert main([*PLAN, "--ifname", "eth0", "--node-addrs", f"10.0.0.1,{addr}", "--", *COMMON]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.count("\n") == 1 and f"node 1's address {addr!r} {says}" in cap.err, cap.err
+
+
+@pytest.mark.parametrize("addr,local,endpoint", [
+    ("fe80::1%eth0", "fe80::1%eth0", "[fe80::1%eth0]:29400"),
+    ("[fe80::1%eth0]", "fe80::1%eth0", "[fe80::1%eth0]:29400"),
+    ("node-1.cluster.example", "node-1.cluster.example", "node-1.cluster.example:29400"),
+    ("10.0.0.1", "10.0.0.1", "10.0.0.1:29400"),
+])
+def test_ip_literals_zones_and_host_names_are_taken(capsys, addr, local, endpoint):
+    assert main([*PLAN, "--ifname", "eth0", "--node-addrs", f"{addr},node2", "--", *COMMON]) == 0
+    out = capsys.readouterr().out
+    node0 = next(x for x in out.splitlines() if x.startswith("GLOO_SOCKET_IFNAME") and "is_host=1" in x)
+    assert f"--rdzv-endpoint {endpoint}" in node0.replace("'", "") and f"--local-addr {local} " in node0, node0
+    head = out.split("# the same under SLURM")[0].splitlines()  # the lines before the script: comments and commands
+    assert all(x.startswith(("#", "GLOO_SOCKET_IFNAME")) for x in head) and f"# node 0 ({local};" in out, head

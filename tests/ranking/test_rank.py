@@ -400,6 +400,22 @@ def test_rank_scatter_refuses_values_that_are_not_finite_numbers():
                 rank_scatter(cols[0], cols[1], names)
 
 
+def test_rank_scatter_takes_a_numpy_integer_as_the_pick():
+    """``pick=np.int64(1)`` (what an argmax gives) was refused as no index; a bool is still no index."""
+    import numpy as np
+
+    from naspipe.viz.trust import rank_scatter
+
+    names = [f"a{i}" for i in range(4)]
+    good = [0.1, 0.2, 0.3, 0.4]
+    fig = rank_scatter(good, good[::-1], names, pick=np.int64(1))
+    assert fig.data[1].x == (0.2,) and "a1" in fig.data[1].name
+    assert rank_scatter(good, good, names, pick=np.argmax(good)).data[1].x == (0.4,)
+    for bad in (True, np.float64(1.0), np.int64(4)):
+        with pytest.raises(ValueError, match="pick must be the index"):
+            rank_scatter(good, good, names, pick=bad)
+
+
 def test_a_truth_of_one_seed_is_said_in_the_singular(runs, truth):
     """"40 architectures x 1 seeds": rank's header counts one seed as one."""
     from dataclasses import replace
