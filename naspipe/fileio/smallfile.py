@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from naspipe.errors import UserError
 
@@ -29,6 +30,31 @@ def kind(mode: int) -> str:
     return "not a regular file"
 
 
+def open_regular(path: str | os.PathLike[str], *, again: str = "",
+                 error: type[UserError] = NotASmallFile) -> BinaryIO:
+    """``path`` opened for binary reading, only where it is a regular file (through links): opened without blocking
+    (a named pipe with no writer would hold the open itself), then looked at (what was opened, not the name).
+
+    FileNotFoundError where it is not there; ``error`` (one line naming it, then ``again``) where it is a dangling
+    link or something else than a regular file. For files too large for ``read_small`` (a run's weights)."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        if p.is_symlink():
+            raise error(f"{p}: a symbolic link to {os.readlink(p)!r}, which does not exist{again}") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise error(f"{p}: {kind(mode)}, not a file{again}")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_small(path: str | os.PathLike[str], limit: int | None, *, what: str = "the file",
                again: str = "", error: type[UserError] = NotASmallFile) -> str:
     """The UTF-8 text of ``path``, only where it is a regular file (through links) of at most ``limit`` bytes
@@ -38,23 +64,11 @@ def read_small(path: str | os.PathLike[str], limit: int | None, *, what: str = "
     link, something else than a regular file or more than ``limit`` bytes (``what`` names what it should be: "a
     truth's entry"); OSError or UnicodeDecodeError where it cannot be read."""
     p = Path(path)
-    try:  # without blocking: a named pipe with no writer would hold the open itself
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        if p.is_symlink():
-            raise error(f"{p}: a symbolic link to {os.readlink(p)!r}, which does not exist{again}") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise error(f"{p}: {kind(st.st_mode)}, not a file{again}")
-        if limit is not None and st.st_size > limit:
-            raise error(f"{p}: {st.st_size} bytes, more than the {limit} {what} can be{again}")
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(-1 if limit is None else limit + 1)
-    finally:
-        os.close(fd)
+    with open_regular(p, again=again, error=error) as f:
+        size = os.fstat(f.fileno()).st_size
+        if limit is not None and size > limit:
+            raise error(f"{p}: {size} bytes, more than the {limit} {what} can be{again}")
+        data = f.read(-1 if limit is None else limit + 1)
     if limit is not None and len(data) > limit:  # (it grew since)
         raise error(f"{p}: more than the {limit} bytes {what} can be{again}")
     return data.decode("utf-8")

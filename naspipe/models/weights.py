@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from naspipe.errors import UserError
 from naspipe.fileio.atomic import atomic_path
+from naspipe.fileio.smallfile import open_regular
 from naspipe.models import StageModel, build_stage
 from naspipe.runfolder.results import merge_disjoint
 from naspipe.spaces.shared import SharedLayers
@@ -69,7 +70,7 @@ def weight_files(path: str | Path) -> list[Path]:
         return [p]
     if not p.is_dir():
         raise WeightsError(f"no such run directory or weights file: {str(p)!r}")
-    if (p / WEIGHTS).is_file():
+    if (p / WEIGHTS).exists() or (p / WEIGHTS).is_symlink():  # (read_weights refuses one that is no regular file)
         return [p / WEIGHTS]
     stages = sorted(p.glob(STAGE_WEIGHTS_GLOB))
     if not stages:
@@ -83,7 +84,10 @@ def read_weights(path: str | Path) -> dict[str, Tensor]:
     out: dict[str, Tensor] = {}
     for f in weight_files(path):
         try:
-            data = torch.load(f, map_location="cpu", weights_only=True)
+            with open_regular(f, error=WeightsError) as fh:  # (a named pipe there would block torch.load for ever)
+                data = torch.load(fh, map_location="cpu", weights_only=True)
+        except WeightsError:
+            raise
         except Exception as e:  # noqa: BLE001 - torch raises many kinds for a corrupt or foreign file
             raise WeightsError(f"{f}: not a readable weights file ({type(e).__name__}: {str(e)[:120]})") from None
         if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, Tensor) for k, v in data.items()):

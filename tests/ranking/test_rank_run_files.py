@@ -120,6 +120,19 @@ def test_the_other_run_files_verify_reads_are_no_pipes(refs, tmp_path, name):
     assert code == 2 and len(err.strip().splitlines()) == 1 and f"{d / name}: a named pipe, not a file" in err, err
 
 
+def test_a_weights_file_that_is_a_pipe_is_one_line(refs, tmp_path):
+    """weights.pt as a named pipe blocked torch.load (rank scores the run's weights): refused in one line."""
+    import os
+
+    d = tmp_path / "run"
+    shutil.copytree(refs["ref0"], d)
+    (d / "weights.pt").unlink()
+    os.mkfifo(d / "weights.pt")
+    code, err, took = _naspipe(["rank", str(d), "--truth", str(TRUTH)], tmp_path)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"{d / 'weights.pt'}: a named pipe" in err, err
+    assert took < 30
+
+
 def test_the_run_itself_or_a_copy_is_refused_as_against(refs, tmp_path, capsys):
     """``--against ref0`` of ref0 itself (or a link to it, or a copy) was ranked: run-to-run tau 1.00, a difference
     of 0.00 "within seed noise", which says nothing. Refused in one line; another run is compared."""
