@@ -17,7 +17,7 @@ def test_the_kernels_benchmark_measures_every_kind():
                        timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads(p.stdout)
-    case = data["cases"]["sparse-mlp"]
+    case = data["cases"]["digits-cnn"]
     assert set(case["median_s"]) == {"native", "avx2", "portable"} and case["reproducible"]
     digests = [case["params_sha256"][k][0] for k in ("native", "avx2", "portable")]
     if data["cpu_capability_native"] == "AVX512":  # capped, torch computes otherwise: three sets of bits
