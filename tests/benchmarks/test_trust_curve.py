@@ -148,9 +148,11 @@ def test_the_quick_run_writes_only_its_out_folder_and_resumes(tmp_path):
     assert [p.read_bytes() if p.is_file() else None for p in watched] == before
 
 
-def test_the_docs_table_is_the_json_s():
-    path = ROOT / "benchmarks" / "results" / "trust_curve.json"
-    assert trust_curve.table(json.loads(path.read_text())) in (ROOT / "docs" / "trust.md").read_text()
+@pytest.mark.parametrize("name", ["trust_curve", "trust_curve_mnist1d"])
+def test_the_docs_table_is_the_json_s(name):
+    data = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
+    begin, end = trust_curve.markers(name)
+    assert f"{begin}\n{trust_curve.table(data)}\n{end}" in (ROOT / "docs" / "trust.md").read_text()
 
 
 def test_each_truth_has_its_own_name_markers_and_figure():
