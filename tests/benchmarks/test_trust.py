@@ -46,7 +46,7 @@ def test_the_docs_tables_are_the_jsons():
     import trust  # noqa: PLC0415
 
     doc = (ROOT / "docs" / "trust.md").read_text()
-    for name in ("trust", "trust_powered_2stages", "trust_powered_4stages"):
+    for name in ("trust", "trust_powered_2stages", "trust_powered_4stages", "trust_powered_mnist1d_2stages"):
         data = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
         begin, end = trust.markers(name)
         assert f"{begin}\n{trust.table(data)}\n{end}" in doc, name
