@@ -32,7 +32,7 @@ ORDER = 11
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from naspipe.sequences.samplers import sampler_forms
+    from naspipe.sequences.samplers import DEFAULT_SAMPLER, sampler_forms
 
     p.add_argument("--devices", type=positive_int("--devices"), default=None, help="devices N to split")
     p.add_argument("--space", default="naspipe-k96", help="preset name or JSON file (default %(default)s)")
@@ -40,9 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="subnets simulated per split (default %(default)s)")
     p.add_argument("--policy", default=DEFAULT_POLICY, help="scheduling policy (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the subnet sequence")
-    p.add_argument("--sampler", default="uniform",
-                   help=f"sequence to plan on: {sampler_forms(online=False, full=True)}; other than uniform, each "
-                        "split is also simulated on the uniform sequence and the change reported (default %(default)s)")
+    p.add_argument("--sampler", default=None,
+                   help=f"sequence to plan on: {sampler_forms(online=False, full=True)}; named and other than "
+                        "uniform, each split is also simulated on the uniform sequence and the change reported "
+                        f"(default {DEFAULT_SAMPLER}, the runs')")
     p.add_argument("--window", type=positive_int("--window"), default=200, help="scheduler window")
     p.add_argument("--shared-layers", default=DEFAULT_SHARED, help="fixed-block semantics (default %(default)s)")
     p.add_argument("--batch-alpha", type=float, default=None,
@@ -181,6 +182,7 @@ def _inputs(args: argparse.Namespace) -> tuple:
     space = resolve_space(args.space)
     shared = resolve_shared(args.shared_layers, space)
     get_policy(args.policy)
+    args.sampler_named = args.sampler is not None
     sampler = fixed_sampler_arg(args, "generates the sequence from training losses; a plan needs one fixed up "
                                       f"front ({sampler_forms(online=False, last=', ')})")
     alpha = batch_alpha_from_args(args)
@@ -195,8 +197,9 @@ def _rank_splits(args: argparse.Namespace, space, shared, sampler, alpha: float,
     kw = dict(subnets=args.subnets, policy=args.policy, seed=args.seed, window=args.window, shared=shared,
               link=link, alpha=alpha, refuses=_train_refuses(space))
     rows = plan(space, args.devices, sampler=str(sampler), refused=refused, **kw)
-    if sampler.kind != "uniform":
-        _compare_with_uniform(space, rows, plan(space, args.devices, **kw), args.subnets, args.seed, str(sampler))
+    if _compared(args, sampler):
+        _compare_with_uniform(space, rows, plan(space, args.devices, sampler="uniform", **kw), args.subnets,
+                              args.seed, str(sampler))
     for r in refused:  # what train would refuse is not ranked: say so, and why
         print(f"naspipe: note: {r['stages']} x {r['replicas']} left out: train refuses --replicas {r['replicas']}: "
               f"{r['reason']}", file=sys.stderr)
@@ -223,7 +226,7 @@ def _print_rows(args: argparse.Namespace, space, sampler, alpha: float, link, ro
         w(f"{i:>4}  {r['stages']:>8} x {r['replicas']:<6}  {r['throughput']:>{tw}.2f}  {r['throughput'] / best:>7.2f}  "
           f"{r['utilization']:>5.2f}  {100 * r['exchange_share']:>7.1f}%  {r['replica_batch']:>13}  "
           f"{format_bytes(r['memory_per_replica_max']):>14}\n")
-    if sampler.kind != "uniform":
+    if _compared(args, sampler):
         w(f"sampler {sampler} against uniform (same seed and subnets), per split:\n")
         for r in rows:
             u = r["uniform"]
@@ -232,6 +235,11 @@ def _print_rows(args: argparse.Namespace, space, sampler, alpha: float, link, ro
               f"a candidate with one fewer than {r['stages']} places before: {r['sequence']['conflicts']} vs "
               f"{u['sequence']['conflicts']}; min reuse distance {r['sequence']['min_reuse_distance']} vs "
               f"{u['sequence']['min_reuse_distance']}\n")
+
+
+def _compared(args: argparse.Namespace, sampler) -> bool:  # noqa: ANN001
+    """``--sampler`` named one other than uniform: each split is compared with the uniform sequence's."""
+    return bool(getattr(args, "sampler_named", False)) and sampler.kind != "uniform"
 
 
 def _compare_with_uniform(space, rows: list[dict], uniform: list[dict], n: int, seed: int, sampler: str) -> None:  # noqa: ANN001

@@ -143,14 +143,30 @@ def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-
                         f"{', '.join(SHARED_MODES)}: serial (trained in sequence order, exact), frozen (never "
                         "trained) or delayed:D[+predict] (trained, read D subnets late: faster pipelines); "
                         "default %(default)s: serial for your own naspipe.Supernet, frozen for the presets")
-    p.set_defaults(sampler="uniform")  # (commands without --sampler sample uniformly)
+    p.set_defaults(sampler=None)  # (commands without --sampler train the default's sequence: given_sampler)
+
+
+def given_sampler(args: argparse.Namespace) -> str:
+    """``--sampler`` as given or, when not given, the run's default: ``uniform`` (the replay) with ``--sequence``,
+    the sampler a ``--resume``d run was trained with, ``naspipe.sequences.samplers.DEFAULT_SAMPLER`` otherwise.
+    Written back to ``args.sampler``, so every reader sees the one value."""
+    from naspipe.sequences.samplers import default_sampler
+
+    if getattr(args, "sampler", None) is None:
+        recorded = None
+        if getattr(args, "resume", None) and not getattr(args, "sequence", None):
+            from naspipe.runtime.checkpoint import recorded_sampler
+
+            recorded = recorded_sampler(args.resume)
+        args.sampler = recorded or default_sampler(bool(getattr(args, "sequence", None)))
+    return str(args.sampler)
 
 
 def _seeded_sampler(args: argparse.Namespace) -> str:
     """``--sampler`` when it makes the sequence from the seed (a run-time one is the run's, not the spec's)."""
     from naspipe.sequences.samplers import parse_sampler
 
-    text = args.sampler or "uniform"
+    text = given_sampler(args)
     spec = parse_sampler(text)
     if spec.kind != "uniform" and args.sequence:
         raise UserError(f"--sampler {text} makes the sequence; it cannot be combined with --sequence")
@@ -160,9 +176,11 @@ def _seeded_sampler(args: argparse.Namespace) -> str:
 def add_sampler_argument(p: argparse.ArgumentParser, online: bool = True) -> None:
     """``--sampler``: for ``naspipe reference``, ``train`` (also run-time ``evolution[:LAG]``), ``simulate``; its
     help lists the registered samplers (``naspipe.sequences.samplers``)."""
-    from naspipe.sequences.samplers import sampler_help
+    from naspipe.sequences.samplers import DEFAULT_SAMPLER, sampler_help
 
-    p.add_argument("--sampler", default="uniform", help=sampler_help(online) + "; default %(default)s")
+    p.add_argument("--sampler", default=None,
+                   help=sampler_help(online) + f"; default {DEFAULT_SAMPLER} (uniform with --sequence, which replays "
+                        "it" + ("; a --resume keeps the run's own)" if online else ")"))
 
 
 def fixed_sampler_arg(args: argparse.Namespace, needs: str) -> SamplerSpec:
@@ -170,7 +188,8 @@ def fixed_sampler_arg(args: argparse.Namespace, needs: str) -> SamplerSpec:
     a SamplerError (a UserError) for a bad value, and ``--sampler X NEEDS`` for one generated at run time."""
     from naspipe.sequences.samplers import fixed_sampler
 
-    return fixed_sampler(args.sampler, needs, f"--sampler {args.sampler}")  # (a SamplerError is a UserError)
+    text = given_sampler(args)
+    return fixed_sampler(text, needs, f"--sampler {text}")  # (a SamplerError is a UserError)
 
 
 def resolve_run(args: argparse.Namespace, probe: bool = True) -> RunSpec:
@@ -214,7 +233,7 @@ def sampler_from_args(args: argparse.Namespace) -> SamplerSpec:
     """The parsed ``--sampler``; a UserError for a bad value or together with ``--sequence``."""
     from naspipe.sequences.samplers import parse_sampler
 
-    spec = parse_sampler(args.sampler)
+    spec = parse_sampler(given_sampler(args))
     if spec.kind != "uniform" and args.sequence:
         raise UserError(f"--sampler {args.sampler} generates the sequence; it cannot be combined with --sequence")
     return spec

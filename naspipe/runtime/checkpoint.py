@@ -105,7 +105,7 @@ def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
         "optimizer": cfg.optimizer,
         "lr": float(cfg.learning_rate()).hex(),
         "subnets": cfg.n,
-        "sampler": str(getattr(cfg, "sampler", "uniform")),
+        "sampler": str(cfg.sampler),
         "sequence_sha256": hashlib.sha256(seq.encode()).hexdigest(),
         "device": cfg.device,
         "threads": cfg.threads,
@@ -484,6 +484,23 @@ def adopt_layout(cfg: TrainConfig, path: str | Path, *, adopt_plan: bool = False
         return cfg.replace(**changes)
     except ConfigError:
         return cfg
+
+
+def recorded_sampler(path: str | Path) -> str | None:
+    """The sampler the run whose checkpoints lie under ``path`` was trained with (a checkpoint that names none:
+    ``uniform``, the sampler of every run before it was recorded); None when no complete checkpoint can be read
+    there (``check_resume`` then says why)."""
+    from naspipe.sequences.samplers import RECORDED_BEFORE
+
+    try:
+        _, root = locate(path)
+        c = newest_complete(root)
+        if c is None:
+            return None
+        fp = jsonfile.loads((position_dir(root, c) / "stage0.json").read_text())["fingerprint"]
+        return str(fp.get("sampler") or RECORDED_BEFORE)
+    except (CheckpointError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _same_planned_order(recorded: object, policy: str) -> bool:

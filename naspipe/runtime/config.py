@@ -162,13 +162,20 @@ class TrainConfig:
         """Validate user-level arguments (names, strings, counts) into a config; raises ConfigError.
 
         ``sequence``: a subnet stream or list of subnets to replay (its first ``subnets`` are trained);
-        default: uniform sampling keyed by ``seed``. ``partition``: the stages' block ranges (it overrides
+        default: the sequence ``sampler`` makes from ``seed`` (default ``fair``; a run resuming from ``resume`` keeps
+        the sampler it was trained with). ``partition``: the stages' block ranges (it overrides
         ``stages``); by default ``stages`` ranges balanced on the space's cost model or, with
         ``balance="measured"``, on block costs measured on this machine (``naspipe.preflight.measure``).
         """
         run = {k: options.pop(k) for k in ("seed", "policy", "window") if k in options}  # the RunSpec's part
-        if "sampler" in options:  # also a training option (recorded); the RunSpec makes a seeded sequence of it
+        if options.get("sampler") is None and options.get("resume") and sequence is None:
+            from naspipe.runtime.checkpoint import recorded_sampler
+
+            options["sampler"] = recorded_sampler(options["resume"])  # a resumed run keeps its own sampler
+        if options.get("sampler") is not None:  # also a training option (recorded); the RunSpec makes its sequence
             run["sampler"] = options["sampler"]
+        else:
+            options.pop("sampler", None)
         cls._check_options(options)  # before a measured partition is profiled
         balance = options.get("balance", "cost")
         if balance not in BALANCES:

@@ -50,6 +50,12 @@ from naspipe.sequences.sequence import OnlineStream, SubnetStream, UniformStream
 from naspipe.spaces.space import SearchSpace, Subnet
 
 DEFAULT_LAG = 16
+# The sampler of a new run that names none: ``fair`` ranks within seed noise of ``uniform`` or better on both shipped
+# truths at their powered lengths and trains faster (benchmarks/results/trust_curve*.json, samplers.json; README).
+# A run that replays a given sequence trains it as given ("uniform", the sampler that marks a replay); a run resumed
+# from a checkpoint keeps the sampler it was trained with; records that name none were trained ``uniform``.
+DEFAULT_SAMPLER = "fair"
+RECORDED_BEFORE = "uniform"  # the sampler of a run record or checkpoint that names none (older runs)
 
 
 class SamplerError(UserError):
@@ -197,6 +203,12 @@ def get_sampler(name: str) -> Sampler | None:
                 _IMPORTED.add(module)
                 importlib.import_module(module)
     return _REGISTRY.get(name)
+
+
+def default_sampler(sequence_given: bool = False) -> str:
+    """The sampler a run uses when it names none: ``DEFAULT_SAMPLER``, or ``uniform`` when it replays a given
+    sequence (which no sampler makes)."""
+    return "uniform" if sequence_given else DEFAULT_SAMPLER
 
 
 def sampler_names() -> list[str]:

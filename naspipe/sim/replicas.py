@@ -190,9 +190,10 @@ def simulate_replicas(run: RunSpec, options: SimOptions | None = None, *, link: 
 def plan(space: SearchSpace | str, devices: int, *, subnets: int = 500, policy: str = DEFAULT_POLICY, seed: int = 0,
          window: int = DEFAULT_WINDOW, shared: SharedLayers | None = None, link: LinkModel = DEFAULT_LINK,
          alpha: float = DEFAULT_BATCH_ALPHA, refuses: Callable[[int], str | None] | None = None,
-         refused: list[dict[str, Any]] | None = None, sampler: str = "uniform") -> list[dict[str, Any]]:
+         refused: list[dict[str, Any]] | None = None, sampler: str | None = None) -> list[dict[str, Any]]:
     """Every ``stages x replicas = devices`` split that can run (stages <= blocks, replicas divide the batch),
-    simulated on the same sequence (``sampler``'s: uniform, fair or spread[:BASE], keyed by ``seed``); rows
+    simulated on the same sequence (``sampler``'s: uniform, fair or spread[:BASE], keyed by ``seed``; default the
+    runs' default, ``naspipe.sequences.samplers.DEFAULT_SAMPLER``); rows
     ranked by throughput (subnets/s), best first. PolicyError, before
     anything is simulated, for ``devices > 1`` and a policy that cannot train with replicas (its only split,
     ``devices x 1``, is ``naspipe simulate``'s); ValueError (``RunSpecError``) for arguments no run takes.
@@ -202,7 +203,9 @@ def plan(space: SearchSpace | str, devices: int, *, subnets: int = 500, policy: 
     ``refused`` as ``{stages, replicas, reason}``, so a plan never ranks first a split ``train`` refuses."""
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise ValueError(f"devices must be a whole number >= 1, got {devices!r}")
-    from naspipe.sequences.samplers import fixed_sampler, sampler_forms
+    from naspipe.sequences.samplers import default_sampler, fixed_sampler, sampler_forms
+
+    sampler = default_sampler() if sampler is None else sampler
 
     # (RunSpec.create would stand a uniform placeholder in for a run-time sampler's sequence)
     fixed_sampler(sampler, "generates the sequence from training losses; a plan needs one fixed up front "

@@ -143,9 +143,9 @@ def run_context(run: Run) -> RunContext | str:
         if qfile.is_file():
             stream = ReplayStream.from_file(space, qfile)
         elif "seed" in meta:  # a seeded sampler's sequence (uniform, fair, spread) follows from the seed
-            from naspipe.sequences.samplers import make_stream, parse_sampler
+            from naspipe.sequences.samplers import RECORDED_BEFORE, make_stream, parse_sampler
 
-            sampler = parse_sampler(str(meta.get("sampler") or "uniform"))
+            sampler = parse_sampler(str(meta.get("sampler") or RECORDED_BEFORE))  # (a trace naming none: uniform)
             stream = make_stream(space, int(meta["seed"]), n, "uniform" if sampler.online else sampler)
         else:
             return "no sequence.json and no seed in the trace metadata"

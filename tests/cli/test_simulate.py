@@ -50,7 +50,7 @@ def test_json_summary_has_the_required_fields(capsys) -> None:
 
 def test_json_matches_the_library(capsys) -> None:
     out = _json(capsys, "--space", "naspipe-k12", "--stages", "2", "--subnets", "50", "--seed", "1",
-                "--policy", "asp", "--window", "8")
+                "--policy", "asp", "--window", "8", "--sampler", "uniform")
     sp = preset("naspipe-k12")
     r = simulate(RunSpec.of(sp, partition(sp, 2), UniformStream(sp, 1, 50), "asp", window=8))
     assert out["makespan"] == pytest.approx(r.makespan)
@@ -88,7 +88,7 @@ def test_trace_files_and_replay(tmp_path, capsys) -> None:
     tr, ch = tmp_path / "trace.json", tmp_path / "chrome.json"
     replay = _json(capsys, "--space", "naspipe-k12", "--subnets", "40", "--sequence", str(seq),
                    "--trace", str(tr), "--chrome-trace", str(ch))
-    seeded = _json(capsys, "--space", "naspipe-k12", "--subnets", "40", "--seed", "7")
+    seeded = _json(capsys, "--space", "naspipe-k12", "--subnets", "40", "--seed", "7", "--sampler", "uniform")
     assert replay["makespan"] == seeded["makespan"]  # the first 40 of the file are the seed-7 sequence
     t = Trace.load(tr)
     assert t.makespan == pytest.approx(replay["makespan"]) and t.subnets() == 40

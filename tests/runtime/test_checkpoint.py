@@ -28,7 +28,7 @@ from naspipe.runtime.checkpoint import (
 )
 from naspipe.runtime.processes.launcher import TrainError
 from naspipe.runtime.stagerun import StageRun
-from naspipe.sequences.sequence import UniformStream
+from naspipe.sequences.samplers import DEFAULT_SAMPLER, make_stream
 from naspipe.spaces.shared import parse_shared
 from naspipe.spaces.space import preset
 from tests.helpers.refusals import refused
@@ -76,7 +76,7 @@ def test_resume_through_the_api_restores_optimizer_state(tmp_path, policy, share
     cfg = TrainConfig.create(sp, tmp_path / "resumed", resume=tmp_path / "run", **kw)
     assert cfg.start == saved and cfg.resume.endswith(f"c{saved:09d}")
     result = train(cfg)
-    ref = train_reference(sp, UniformStream(sp, 2, n), 2, parse_shared(shared), optimizer=optimizer)
+    ref = train_reference(sp, make_stream(sp, 2, n, DEFAULT_SAMPLER), 2, parse_shared(shared), optimizer=optimizer)
     (tmp_path / "ref").mkdir()
     write_losses(tmp_path / "ref" / "losses.csv", ref.losses)
     write_params(tmp_path / "ref" / "params.json", param_hashes(ref.model.global_named_parameters()))
