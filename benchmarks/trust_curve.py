@@ -414,44 +414,12 @@ def write_doc_table(data: dict[str, Any], name: str = NAME) -> None:
 
 
 def write_figure(data: dict[str, Any], name: str = NAME) -> None:
-    """docs/figures/trust_curve.html: tau against the truth, and the seed-to-seed tau, against length per sampler."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+    """docs/figures/NAME.html: ``naspipe.viz.trust.length_curve_figure`` of the result (notebook 09 draws the same)."""
+    from naspipe.viz.trust import length_curve_figure
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(
-        "Kendall tau vs stand-alone truth (mean of seeds, 95% interval)",
-        "supernet seed vs seed Kendall tau (mean of pairs, 95% interval)"))
-    colours = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
-    fa = data["floors"]["truth_seed_vs_seed"]
-    if fa:
-        for col in (1, 2):
-            fig.add_hrect(y0=fa["low"], y1=fa["high"], fillcolor="rgba(44,160,44,0.12)", line_width=0, row=1,
-                          col=col, annotation_text="(a) truth seed vs seed", annotation_position="top left")
-
-    def bars(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
-        es = [r[key] or {"value": None, "low": None, "high": None} for r in rows]
-        return {"type": "data", "symmetric": False,
-                "array": [(e["high"] - e["value"]) if e["high"] is not None else 0 for e in es],
-                "arrayminus": [(e["value"] - e["low"]) if e["low"] is not None else 0 for e in es]}
-
-    for k, (sampler, s) in enumerate(data["samplers"].items()):
-        rows, colour = s["rows"], colours[k % len(colours)]
-        x = [r["subnets"] for r in rows]
-        for col, key in ((1, "kendall_tau"), (2, "supernet_seed_vs_seed")):
-            fig.add_trace(go.Scatter(
-                x=x, y=[(r[key] or {}).get("value") for r in rows], mode="lines+markers", name=sampler,
-                legendgroup=sampler, showlegend=col == 1, line={"color": colour}, error_y=bars(rows, key)),
-                row=1, col=col)
-        if s["powered_length"]:
-            fig.add_vline(x=s["powered_length"], line_dash="dot", line_color=colour, row=1, col=2)
-    for col in (1, 2):
-        fig.update_xaxes(type="log", title_text="subnets trained", tickvals=data["config"]["lengths"], row=1, col=col)
-        fig.update_yaxes(title_text="Kendall tau", row=1, col=col)
-    fig.update_layout(height=520, width=1300, title=f"The length curve on {data['config']['space']} "
-                      "(benchmarks/trust_curve.py); dotted: the powered length of each sampler")
     path = figure_path(name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.write_html(path, include_plotlyjs="cdn")
+    length_curve_figure(data).update_layout(width=1300).write_html(path, include_plotlyjs="cdn")
 
 
 if __name__ == "__main__":

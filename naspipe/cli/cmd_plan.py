@@ -239,7 +239,7 @@ def _print_rows(args: argparse.Namespace, space, sampler, alpha: float, link, ro
 
 def _compared(args: argparse.Namespace, sampler) -> bool:  # noqa: ANN001
     """``--sampler`` named one other than uniform: each split is compared with the uniform sequence's."""
-    return bool(getattr(args, "sampler_named", False)) and sampler.kind != "uniform"
+    return args.sampler_named and sampler.kind != "uniform"
 
 
 def _compare_with_uniform(space, rows: list[dict], uniform: list[dict], n: int, seed: int, sampler: str) -> None:  # noqa: ANN001

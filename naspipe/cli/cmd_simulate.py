@@ -208,7 +208,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from naspipe.spaces.space import replicas_error
 
     fixed_sampler_arg(args, "generates the sequence from training losses; the simulator needs a sequence fixed up "
-                            f"front ({sampler_forms(online=False, last=', ')}, or --sequence)")
+                            f"front ({sampler_forms(online=False, last=', ')}, or --sequence)", args.sequence)
     cfg = resolve_run(args, probe=False)  # names and costs only: nothing is built, no process started
     if args.jitter >= 1:
         raise UserError(f"--jitter must lie in [0, 1), got {args.jitter}")

@@ -143,23 +143,31 @@ def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-
                         f"{', '.join(SHARED_MODES)}: serial (trained in sequence order, exact), frozen (never "
                         "trained) or delayed:D[+predict] (trained, read D subnets late: faster pipelines); "
                         "default %(default)s: serial for your own naspipe.Supernet, frozen for the presets")
-    p.set_defaults(sampler=None)  # (commands without --sampler train the default's sequence: given_sampler)
+    # (commands without --sampler train the default's sequence, those without --resume start afresh: given_sampler)
+    p.set_defaults(sampler=None, resume=None)
+
+
+def resolved_sampler(given: str | None, *, sequence: str | None = None, resume: str | None = None) -> str:
+    """``--sampler`` as ``given`` or, when not given, the run's default: ``uniform`` (the replay) with a
+    ``sequence``, the sampler a ``resume``d run was trained with, ``naspipe.sequences.samplers.DEFAULT_SAMPLER``
+    otherwise."""
+    from naspipe.sequences.samplers import default_sampler
+
+    if given is not None:
+        return str(given)
+    if resume and not sequence:
+        from naspipe.runtime.checkpoint import recorded_sampler
+
+        if (recorded := recorded_sampler(resume)) is not None:
+            return recorded
+    return default_sampler(bool(sequence))
 
 
 def given_sampler(args: argparse.Namespace) -> str:
-    """``--sampler`` as given or, when not given, the run's default: ``uniform`` (the replay) with ``--sequence``,
-    the sampler a ``--resume``d run was trained with, ``naspipe.sequences.samplers.DEFAULT_SAMPLER`` otherwise.
-    Written back to ``args.sampler``, so every reader sees the one value."""
-    from naspipe.sequences.samplers import default_sampler
-
-    if getattr(args, "sampler", None) is None:
-        recorded = None
-        if getattr(args, "resume", None) and not getattr(args, "sequence", None):
-            from naspipe.runtime.checkpoint import recorded_sampler
-
-            recorded = recorded_sampler(args.resume)
-        args.sampler = recorded or default_sampler(bool(getattr(args, "sequence", None)))
-    return str(args.sampler)
+    """A run command's ``--sampler`` resolved (``resolved_sampler``) and written back to ``args.sampler``, so every
+    reader sees the one value."""
+    args.sampler = resolved_sampler(args.sampler, sequence=args.sequence, resume=args.resume)
+    return args.sampler
 
 
 def _seeded_sampler(args: argparse.Namespace) -> str:
@@ -183,12 +191,13 @@ def add_sampler_argument(p: argparse.ArgumentParser, online: bool = True) -> Non
                         "it" + ("; a --resume keeps the run's own)" if online else ")"))
 
 
-def fixed_sampler_arg(args: argparse.Namespace, needs: str) -> SamplerSpec:
-    """The parsed ``--sampler`` of a command that needs the sequence fixed up front (plan, simulate, search);
-    a SamplerError (a UserError) for a bad value, and ``--sampler X NEEDS`` for one generated at run time."""
+def fixed_sampler_arg(args: argparse.Namespace, needs: str, sequence: str | None = None) -> SamplerSpec:
+    """The parsed ``--sampler`` of a command that needs the sequence fixed up front (plan, simulate, search; its
+    default: ``resolved_sampler``, ``sequence`` the replayed file); a SamplerError (a UserError) for a bad value,
+    and ``--sampler X NEEDS`` for one generated at run time."""
     from naspipe.sequences.samplers import fixed_sampler
 
-    text = given_sampler(args)
+    text = resolved_sampler(args.sampler, sequence=sequence)
     return fixed_sampler(text, needs, f"--sampler {text}")  # (a SamplerError is a UserError)
 
 

@@ -2,8 +2,9 @@
 
 Why it exists: a Kendall tau is read against the noise floors (truth seed vs seed, supernet seed vs seed) and
 next to the picture it summarises (supernet accuracy against stand-alone accuracy, one point an
-architecture). Plain data in, plotly figures out: the notebook ``09_trust_your_search`` and
-``benchmarks/trust.py`` draw these.
+architecture); how many subnets a supernet needs before its ranking stops moving is the length curve. Plain data in,
+plotly figures out: the notebook ``09_trust_your_search``, ``benchmarks/trust.py`` and ``benchmarks/trust_curve.py``
+draw these.
 """
 
 from __future__ import annotations
@@ -86,4 +87,45 @@ def tau_figure(taus: Mapping[str, Interval | Any], floors: Mapping[str, Interval
     return fig
 
 
-__all__ = ["rank_scatter", "tau_figure"]
+def length_curve_figure(data: Mapping[str, Any], title: str | None = None) -> go.Figure:
+    """The length curve of ``benchmarks/trust_curve.py`` (its JSON, ``benchmarks/results/trust_curve*.json``): per
+    sampler, Kendall tau against the truth (left) and supernet seed vs seed (right) against subnets trained, each
+    with its 95% interval, over floor (a); a dotted line at each sampler's powered length."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(
+        "Kendall tau vs stand-alone truth (mean of seeds, 95% interval)",
+        "supernet seed vs seed Kendall tau (mean of pairs, 95% interval)"))
+    colours = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
+    fa = data["floors"]["truth_seed_vs_seed"]
+    if fa:
+        for col in (1, 2):
+            fig.add_hrect(y0=fa["low"], y1=fa["high"], fillcolor="rgba(44,160,44,0.12)", line_width=0, row=1,
+                          col=col, annotation_text="(a) truth seed vs seed", annotation_position="top left")
+
+    def bars(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, Any]:
+        es = [r[key] or {"value": None, "low": None, "high": None} for r in rows]
+        return {"type": "data", "symmetric": False,
+                "array": [(e["high"] - e["value"]) if e["high"] is not None else 0 for e in es],
+                "arrayminus": [(e["value"] - e["low"]) if e["low"] is not None else 0 for e in es]}
+
+    for k, (sampler, s) in enumerate(data["samplers"].items()):
+        rows, colour = s["rows"], colours[k % len(colours)]
+        x = [r["subnets"] for r in rows]
+        for col, key in ((1, "kendall_tau"), (2, "supernet_seed_vs_seed")):
+            fig.add_trace(go.Scatter(
+                x=x, y=[(r[key] or {}).get("value") for r in rows], mode="lines+markers", name=sampler,
+                legendgroup=sampler, showlegend=col == 1, line={"color": colour}, error_y=bars(rows, key)),
+                row=1, col=col)
+        if s["powered_length"]:
+            fig.add_vline(x=s["powered_length"], line_dash="dot", line_color=colour, row=1, col=2)
+    for col in (1, 2):
+        fig.update_xaxes(type="log", title_text="subnets trained", tickvals=data["config"]["lengths"], row=1, col=col)
+        fig.update_yaxes(title_text="Kendall tau", row=1, col=col)
+    fig.update_layout(template=TEMPLATE, height=520, title=title or (
+        f"The length curve on {data['config']['space']} (benchmarks/trust_curve.py); dotted: the powered length of "
+        "each sampler"))
+    return fig
+
+
+__all__ = ["length_curve_figure", "rank_scatter", "tau_figure"]

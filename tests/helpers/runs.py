@@ -83,7 +83,8 @@ def executed_notebook(tmp_path_factory) -> Callable[[str], Path]:  # noqa: ANN00
             params = dict(FIGURE_NOTEBOOKS[stem])
             if stem.startswith("09"):
                 params = {"TRUTH": str(ROOT / "data" / "truth" / "digits-truth"),
-                          "SPACE": str(ROOT / "data" / "spaces" / "digits-truth.json"), **params}
+                          "SPACE": str(ROOT / "data" / "spaces" / "digits-truth.json"),
+                          "CURVE": str(ROOT / "benchmarks" / "results" / "trust_curve.json"), **params}
             path = ROOT / "notebooks" / f"{stem}.ipynb"
             clean = nbformat.read(path, as_version=4)
             if "OUT" in parameter_names(clean.cells[parameters_cell(clean)].source):

@@ -24,8 +24,10 @@ def test_09_trust_your_search(executed_notebook):
     titles = plotly_titles(nb)
     assert any(t.startswith("supernet (24 subnets") for t in titles)
     assert any(t.startswith("Kendall tau vs the truth") for t in titles)
-    assert mimes[PLOTLY_MIME] == 2
+    assert any(t.startswith("The length curve on digits-truth") for t in titles)  # from the shipped JSON
+    assert mimes[PLOTLY_MIME] == 3
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "floor (a), truth seed vs seed Kendall tau" in text
     assert "(b) supernet seed vs seed" in text and "regret of the pick" in text
     assert "the search picks " in text
+    assert "powered length: 800 subnets; uniform 800, fair 400, spread 800" in text

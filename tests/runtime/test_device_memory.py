@@ -12,7 +12,8 @@ from naspipe.sched.trace import Trace
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
-COMMON = ["--space", "tiny-transformer", "--subnets", "30", "--seed", "3", "--no-progress"]
+COMMON = ["--space", "tiny-transformer", "--subnets", "30", "--seed", "3", "--no-progress",
+          "--sampler", "uniform"]  # (neighbours share candidates: the in-flight set fits 80%; not so with fair)
 
 
 def test_train_under_a_device_budget_verifies_and_prefetches(tmp_path):

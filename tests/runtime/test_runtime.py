@@ -249,7 +249,8 @@ CASES = [  # (space, stages, shared layers, jitter ms, policy, optimizer)
 def test_parallel_run_matches_the_reference_bit_for_bit(tmp_path, refs, space, stages, shared, jitter, policy,
                                                         optimizer):
     cfg = TrainConfig.create(space, tmp_path / "run", stages=stages, subnets=N, shared_layers=shared,
-                             jitter_ms=jitter, policy=policy, optimizer=optimizer, progress=False, timeout=60)
+                             jitter_ms=jitter, policy=policy, optimizer=optimizer, progress=False, timeout=60,
+                             sampler="uniform")  # (uniform: neighbours share candidates, CSP orders them)
     result = train(cfg)
     ok, msg = verify(cfg.out, refs(space, shared, N, optimizer))
     assert ok, msg
@@ -274,7 +275,7 @@ def test_parallel_run_matches_the_reference_bit_for_bit(tmp_path, refs, space, s
 
 def test_a_measured_partition_changes_speed_not_results(tmp_path, refs):
     cfg = TrainConfig.create("tiny-transformer", tmp_path / "run", stages=2, subnets=N, balance="measured",
-                             progress=False, shared_layers="frozen")
+                             progress=False, shared_layers="frozen", sampler="uniform")
     bounds = cfg.partition.bounds
     assert bounds[0][0] == 0 and bounds[0][1] == bounds[1][0] and bounds[1][1] == cfg.space.num_blocks
     assert train(cfg).verify(refs("tiny-transformer", "frozen"))[0]

@@ -169,7 +169,8 @@ def split_refs(tmp_path_factory):
 ])
 def test_csp_bw_runs_match_the_reference_bit_for_bit(tmp_path, split_refs, space, stages, shared, jitter):
     cfg = TrainConfig.create(space, tmp_path / f"bw-{space}-{stages}", stages=stages, subnets=N,
-                             shared_layers=shared, jitter_ms=jitter, policy="csp-bw", progress=False, timeout=60)
+                             shared_layers=shared, jitter_ms=jitter, policy="csp-bw", progress=False, timeout=60,
+                             sampler="uniform")  # (as the references: neighbours share candidates)
     train(cfg)
     ok, msg = verify(cfg.out, split_refs(space, shared))
     assert ok, msg
