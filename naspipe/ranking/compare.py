@@ -400,7 +400,7 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     them (``naspipe.ranking.ensemble``; the seed runs are scored alone)."""
     import time
 
-    from naspipe.ranking.ensemble import check_ensemble, mean_scored
+    from naspipe.ranking.ensemble import FLAG, ensemble_runs, mean_scored
 
     t0 = time.perf_counter()
     _check_folder("run", run)
@@ -424,7 +424,8 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     if len(tr.archs) < MIN_ARCHS:
         raise TooFewArchitectures(f"the truth {tr.folder or ''} holds {len(tr.archs)} architecture"
                                   f"{'s' if len(tr.archs) != 1 else ''}: too few to rank (at least {MIN_ARCHS})")
-    ensemble = check_ensemble(run, ensemble)
+    if ensemble := ensemble_runs(ensemble):
+        check_seed_runs([run, *ensemble], flag=FLAG)
     if seeds:
         check_seed_runs(seeds, run)
     if against is not None:

@@ -11,19 +11,23 @@ newest complete checkpoint (``naspipe.runtime.checkpoint.mark_complete`` deletes
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from naspipe.errors import UserError
-from naspipe.ranking.compare import Scored, check_seed_runs
+
+if TYPE_CHECKING:
+    from naspipe.ranking.compare import Scored
 
 FLAG = "--ensemble"
 
 
-def check_ensemble(run: str | Path, ensemble: Sequence[str | Path]) -> list[str | Path]:
-    """``ensemble`` as a list: one run folder or more, each equal to ``run`` but the seed, all of other seeds
-    (UserError, one line, naming the runs and the field that differs)."""
+def ensemble_runs(ensemble: Sequence[str | Path]) -> list[str | Path]:
+    """``ensemble`` as a list of run folders (UserError, one line, for one path or anything but paths); that they
+    are equal to the run ranked but the seed, ``rank`` checks (``check_seed_runs``, with ``FLAG``)."""
     if isinstance(ensemble, str | bytes | Path):
         raise UserError(f"ensemble must be a list of run folders, not one path ({str(ensemble)!r})")
     try:
@@ -33,8 +37,6 @@ def check_ensemble(run: str | Path, ensemble: Sequence[str | Path]) -> list[str 
     for i, r in enumerate(runs):
         if isinstance(r, bytes) or not isinstance(r, str | os.PathLike) or not os.fspath(r):
             raise UserError(f"ensemble[{i}] must be a run folder (a path), got {type(r).__name__} {r!r:.60}")
-    if runs:
-        check_seed_runs([run, *runs], flag=FLAG)
     return runs
 
 
@@ -49,4 +51,4 @@ def mean_scored(members: Sequence[Scored]) -> Scored:
     k = len(members)
     acc = [sum(col) / k for col in zip(*(m.accuracy for m in members), strict=True)]
     loss = [sum(col) / k for col in zip(*(m.loss for m in members), strict=True)]
-    return Scored(members[0].run, acc, loss, members[0].config, tuple(members))
+    return dataclasses.replace(members[0], accuracy=acc, loss=loss, members=tuple(members))

@@ -10,7 +10,7 @@ import pytest
 import naspipe
 from naspipe.cli import main
 from naspipe.ranking.compare import Scored
-from naspipe.ranking.ensemble import check_ensemble, mean_scored
+from naspipe.ranking.ensemble import ensemble_runs, mean_scored
 from naspipe.ranking.stats import kendall
 from naspipe.truth.records import load
 
@@ -66,10 +66,12 @@ def test_runs_that_differ_in_more_than_the_seed_are_refused(seed_runs, capsys, m
 
 def test_the_python_api_refuses_in_one_line(seed_runs):
     with pytest.raises(ValueError, match="not one path"):
-        check_ensemble(seed_runs["ref"], str(seed_runs["ref1"]))
+        ensemble_runs(str(seed_runs["ref1"]))
     with pytest.raises(ValueError, match=r"ensemble\[0\] must be a run folder"):
-        check_ensemble(seed_runs["ref"], [None])
-    assert check_ensemble(seed_runs["ref"], ()) == []
+        ensemble_runs([None])
+    assert ensemble_runs(()) == []
+    with pytest.raises(ValueError, match="--ensemble .* are the same run"):
+        naspipe.rank(seed_runs["ref"], seed_runs["truth"], ensemble=[seed_runs["ref"]])
     a = Scored("a", [0.1, 0.2], [1.0, 2.0], {})
     with pytest.raises(ValueError, match="two runs or more"):
         mean_scored([a])
