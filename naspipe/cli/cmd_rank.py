@@ -10,8 +10,9 @@ one of too few architectures (``naspipe.ranking.stats.MIN_ARCHS``), ``--seeds`` 
 seed (from each other or from RUN), an ``--against`` that is RUN itself or a copy of it; after scoring, a run that
 ranks nothing (NaN scores: a diverged run; every architecture scored alike).
 
-``--proxy synflow|gradnorm`` (no RUN) scores the truth's architectures at initialisation instead of with a trained
-supernet (``naspipe.ranking.proxies``): the row for "no training at all", with the same statistics and floor (a).
+``--proxy synflow|gradnorm|params`` (no RUN) scores the truth's architectures at initialisation instead of with a
+trained supernet (``naspipe.ranking.proxies``): the row for "no training at all", with the same statistics and floor
+(a).
 ``--ensemble RUN2 [RUN3 ...]`` scores each architecture with the mean accuracy and loss of RUN and those runs, equal
 but the seed (``naspipe.ranking.ensemble``).
 """
@@ -35,7 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a run directory with metrics.json and weights (none with --proxy)")
     p.add_argument("--truth", required=True, help="a truth folder written by naspipe truth")
     p.add_argument("--proxy", default=None, metavar="NAME",
-                   help="rank with a zero-cost proxy at initialisation instead of a run: synflow or gradnorm")
+                   help="rank with a zero-cost proxy at initialisation instead of a run: synflow, gradnorm or params "
+                        "(the path's parameter count)")
     p.add_argument("--proxy-seeds", nargs="+", type=positive_int("--proxy-seeds", 0), default=None, metavar="S",
                    help="with --proxy: the initial weights' seeds (default 0); two or more: the mean score, and "
                         "the proxy's seed-to-seed tau")
@@ -72,7 +74,7 @@ def _check_proxy_flags(args: argparse.Namespace) -> None:
         if args.proxy_seeds is not None:
             raise UserError("--proxy-seeds goes with --proxy (the seeds of a proxy's initial weights)")
         if args.run_dir is None:
-            raise UserError("give a RUN to rank, or --proxy synflow|gradnorm to rank at initialisation")
+            raise UserError("give a RUN to rank, or --proxy synflow|gradnorm|params to rank at initialisation")
         return
     from naspipe.ranking.proxies import check_kind
 

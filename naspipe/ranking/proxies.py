@@ -11,6 +11,8 @@ truth's seed, run along the architecture's path), before its first step:
   No data, no labels.
 * ``gradnorm``: the sum over the path's parameters of the L2 norm of the gradient of the training loss on the
   first training batch the truth trains the architecture on (batch 0 of the seed, ``make_batch``).
+* ``params``: the number of parameters on the path (the fixed blocks' and the chosen candidates'): the baseline
+  every zero-cost proxy paper sets beside them (Abdelfattah et al.), since a proxy may only be counting size.
 
 Scores are computed with one intra-op thread, as the truth's workers do (the caller's count is restored), so the
 same call gives the same bits twice; a proxy whose scores are NaN or infinite, or all equal, ranks nothing and is
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
     from naspipe.models.stage import StageModel
     from naspipe.spaces.space import SearchSpace
 
-PROXIES = ("synflow", "gradnorm")
+PROXIES = ("synflow", "gradnorm", "params")
 
 
 class ProxyError(UserError):
@@ -127,7 +129,13 @@ def gradnorm_scorer(model: StageModel, seed: int) -> Callable[[Sequence[int]], f
     return score
 
 
-SCORERS = {"synflow": synflow_scorer, "gradnorm": gradnorm_scorer}
+def params_scorer(model: StageModel, seed: int) -> Callable[[Sequence[int]], float]:
+    """The number of parameters each architecture's path holds (the same at every seed)."""
+    fixed = sum(p.numel() for p in model.fixed_named_parameters().values())
+    return lambda arch: float(fixed + sum(p.numel() for p in model.subnet_parameters(arch)))
+
+
+SCORERS = {"synflow": synflow_scorer, "gradnorm": gradnorm_scorer, "params": params_scorer}
 
 
 @contextmanager

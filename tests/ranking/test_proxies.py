@@ -128,7 +128,7 @@ def _cli(capsys, *args: object) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("args, msg", [
     (["{ref}", "--proxy", "synflow"], "with no run: drop RUN"),
-    (["--proxy", "snyflow"], "unknown proxy 'snyflow': one of synflow, gradnorm"),
+    (["--proxy", "snyflow"], "unknown proxy 'snyflow': one of synflow, gradnorm, params"),
     (["--proxy", "gradnorm", "--against", "{ref}"], "drop --against"),
     (["--proxy", "gradnorm", "--seeds", "{ref}", "{ref1}"], "drop --seeds"),
     (["--proxy", "gradnorm", "--ensemble", "{ref1}"], "drop --ensemble"),
@@ -149,6 +149,18 @@ def test_the_command_prints_the_proxys_row(seed_runs, capsys):
     assert d["proxy"]["seeds"] == [0, 1] and d["proxy"]["seed_vs_seed"] is not None
     assert d["vs_truth"]["kendall_tau"]["value"] == pytest.approx(
         rank_proxy(seed_runs["truth"], "gradnorm", seeds=(0, 1), resamples=FEW).vs_truth.kendall.value)
+
+
+def test_params_counts_the_parameters_an_architecture_uses(seed_runs):
+    """The parameters that get a gradient from the architecture's forward and backward, counted."""
+    tr = load(seed_runs["truth"])
+    space = truth_space(tr)
+    got = score_archs(space, tr.archs, "params")
+    for i, a in enumerate(tr.archs[:5]):
+        model = initial_model(space, 0)
+        batch = make_batch(space, 0, 0)
+        model.loss(model(input_of(space, batch), a), target_of(space, batch)).backward()
+        assert got[i] == sum(p.numel() for p in model.parameters() if p.grad is not None)
 
 
 @pytest.mark.parametrize("kind, tau", [("synflow", 0.5690), ("gradnorm", 0.5810)])
