@@ -9,6 +9,12 @@ the truth's (naming both), one with missing or malformed entries or a ``truth.js
 one of too few architectures (``naspipe.ranking.stats.MIN_ARCHS``), ``--seeds`` runs that differ in more than the
 seed (from each other or from RUN), an ``--against`` that is RUN itself or a copy of it; after scoring, a run that
 ranks nothing (NaN scores: a diverged run; every architecture scored alike).
+
+``--proxy synflow|gradnorm|params`` (no RUN) scores the truth's architectures at initialisation instead of with a
+trained supernet (``naspipe.ranking.proxies``): the row for "no training at all", with the same statistics and floor
+(a).
+``--ensemble RUN2 [RUN3 ...]`` scores each architecture with the mean accuracy and loss of RUN and those runs, equal
+but the seed (``naspipe.ranking.ensemble``).
 """
 
 from __future__ import annotations
@@ -26,8 +32,17 @@ ORDER = 63
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="RUN", help="a run directory with metrics.json and weights")
+    p.add_argument("run_dir", metavar="RUN", nargs="?", default=None,
+                   help="a run directory with metrics.json and weights (none with --proxy)")
     p.add_argument("--truth", required=True, help="a truth folder written by naspipe truth")
+    p.add_argument("--proxy", default=None, metavar="NAME",
+                   help="rank with a zero-cost proxy at initialisation instead of a run: synflow, gradnorm or params "
+                        "(the path's parameter count)")
+    p.add_argument("--proxy-seeds", nargs="+", type=positive_int("--proxy-seeds", 0), default=None, metavar="S",
+                   help="with --proxy: the initial weights' seeds (default 0); two or more: the mean score, and "
+                        "the proxy's seed-to-seed tau")
+    p.add_argument("--ensemble", nargs="+", default=(), metavar="RUN2",
+                   help="score each architecture with the mean over RUN and these runs, equal but the seed")
     p.add_argument("--against", default=None, metavar="RUN2", help="a second run to compare with the first")
     p.add_argument("--seeds", nargs="+", default=(), metavar="RUN",
                    help="two or more runs equal but the supernet seed, each of another seed: noise floor (b) and "
@@ -53,17 +68,45 @@ def _check_run(d: str) -> None:
             raise UserError(f"{d}: no metrics.json (is this a naspipe run directory?)")
 
 
+def _check_proxy_flags(args: argparse.Namespace) -> None:
+    """What a proxy ranking does not take (no run to compare, nothing held out to score on), and what only it does."""
+    if args.proxy is None:
+        if args.proxy_seeds is not None:
+            raise UserError("--proxy-seeds goes with --proxy (the seeds of a proxy's initial weights)")
+        if args.run_dir is None:
+            raise UserError("give a RUN to rank, or --proxy synflow|gradnorm|params to rank at initialisation")
+        return
+    from naspipe.ranking.proxies import check_kind
+
+    check_kind(args.proxy)
+    given = [flag for flag, v in (("RUN", args.run_dir), ("--against", args.against), ("--seeds", args.seeds),
+                                  ("--ensemble", args.ensemble), ("--heldout", args.heldout)) if v]
+    if given:
+        raise UserError(f"--proxy {args.proxy} scores the truth's architectures at initialisation, with no run: "
+                        f"drop {', '.join(given)}")
+
+
 def run(args: argparse.Namespace) -> int:
-    for d in (args.run_dir, *([args.against] if args.against else []), *args.seeds):
+    _check_proxy_flags(args)
+    for d in (*([args.run_dir] if args.run_dir else []), *([args.against] if args.against else []), *args.seeds,
+              *args.ensemble):
         _check_run(d)
     from naspipe.truth.records import load
 
     with os_refusal(f"--truth {args.truth[:80]!r}... cannot be read"):
         load(args.truth)  # refused before any model loads
-    from naspipe.ranking.compare import rank
     from naspipe.ranking.stats import RESAMPLES
 
-    report = rank(args.run_dir, args.truth, against=args.against, seeds=args.seeds, space=args.space,
-                  heldout=args.heldout, resamples=args.resamples or RESAMPLES)
+    resamples = args.resamples or RESAMPLES
+    if args.proxy is not None:
+        from naspipe.ranking.proxies import rank_proxy
+
+        report = rank_proxy(args.truth, args.proxy, seeds=args.proxy_seeds or (0,), space=args.space,
+                            resamples=resamples)
+    else:
+        from naspipe.ranking.compare import rank
+
+        report = rank(args.run_dir, args.truth, against=args.against, seeds=args.seeds, space=args.space,
+                      heldout=args.heldout, resamples=resamples, ensemble=args.ensemble)
     print(json.dumps(report.to_dict(), allow_nan=False) if args.json else report.text())
     return 0

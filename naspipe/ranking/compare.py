@@ -45,6 +45,13 @@ class Scored:
     accuracy: list[float]
     loss: list[float]
     config: dict[str, Any]
+    members: tuple[Scored, ...] = ()  # an ensemble's runs (``naspipe.ranking.ensemble``): the scores are their mean
+
+    def describe(self) -> str:
+        """The run, or the runs an ensemble averaged."""
+        if not self.members:
+            return self.run
+        return f"mean of {len(self.members)} runs equal but the seed: {', '.join(m.run for m in self.members)}"
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,8 @@ class RankReport:
                 row["against_accuracy"], row["against_loss"] = other.accuracy[i], other.loss[i]
             if self.seeds is not None:
                 row["seeds_accuracy"] = [s.accuracy[i] for s in self.seeds.runs]
+            if self.run.members:
+                row["ensemble_accuracy"] = [m.accuracy[i] for m in self.run.members]
             rows.append(row)
         return rows
 
@@ -121,7 +130,7 @@ class RankReport:
             "truth": {"space": t.space, "space_digest": t.space_digest, "steps": t.steps, "seeds": list(t.seeds),
                       "architectures": len(t.archs), "best_accuracy": max(self.truth.mean_accuracy(a)
                                                                           for a in t.archs)},
-            "run": self.run.run, "vs_truth": self.vs_truth.to_dict(),
+            "run": self.run.run, "ensemble": [m.run for m in self.run.members], "vs_truth": self.vs_truth.to_dict(),
             "pick": {"arch": list(pick), "name": self.truth.names[pick],
                      "truth_accuracy": self.truth.mean_accuracy(pick)},
             "floors": {"truth_seed_vs_seed": self.floor_truth.to_dict() if self.floor_truth else None,
@@ -147,7 +156,7 @@ class RankReport:
         n_seeds = f"{len(t.seeds)} seed{'' if len(t.seeds) == 1 else 's'}"
         lines = [f"truth: {t.space} ({t.space_digest[:12]}), {len(t.archs)} architectures x {n_seeds}, "
                  f"{t.steps} steps; best stand-alone accuracy {best:.4f}",
-                 f"run:   {self.run.run}",
+                 f"run:   {self.run.describe()}",
                  "                         value [95% bootstrap interval over architectures]",
                  f"  Kendall tau            {a.kendall.text()}",
                  f"  Spearman rho           {a.spearman.text()}",
@@ -209,24 +218,24 @@ def _beyond_seed(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, A
     return diffs
 
 
-def check_seed_runs(seeds: Sequence[str | Path], run: str | Path | None = None) -> None:
+def check_seed_runs(seeds: Sequence[str | Path], run: str | Path | None = None, flag: str = "--seeds") -> None:
     """``seeds`` are two or more runs equal in everything but the seed, each of another seed, and equal but the
     seed to ``run`` (the run ranked, where given: a seed band of supernets of another configuration, another lr,
-    says nothing of it). UserError naming the runs and the field that differs."""
+    says nothing of it). UserError naming the runs (as given to ``flag``) and the field that differs."""
     from naspipe.runfolder import runs
 
     if len(seeds) < 2:
-        raise UserError(f"--seeds needs two or more runs equal but the seed (got {len(seeds)})")
+        raise UserError(f"{flag} needs two or more runs equal but the seed (got {len(seeds)})")
     ids = [_identity(Path(s)) for s in seeds]
     first, a = seeds[0], ids[0]
     for s, b in zip(seeds[1:], ids[1:], strict=True):
         if diffs := _beyond_seed(a, b):
-            raise UserError(f"--seeds {first} and {s} differ in more than the seed: "
+            raise UserError(f"{flag} {first} and {s} differ in more than the seed: "
                              f"{runs.describe_differences(diffs)}")
     seen: dict[Any, str | Path] = {}
     for s, b in zip(seeds, ids, strict=True):
         if b.get("seed") in seen:
-            raise UserError(f"--seeds {seen[b.get('seed')]} and {s} are the same run (both of seed "
+            raise UserError(f"{flag} {seen[b.get('seed')]} and {s} are the same run (both of seed "
                              f"{b.get('seed')}): each seed once")
         seen[b.get("seed")] = s
     if run is None:
@@ -378,15 +387,20 @@ def _check_folder(name: str, value: object) -> None:
 
 def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | None = None,
          seeds: Sequence[str | Path] = (), space: Any = None, heldout: int | None = None,
-         resamples: int = RESAMPLES) -> RankReport:
+         resamples: int = RESAMPLES, ensemble: Sequence[str | Path] = ()) -> RankReport:
     """Compare the supernet trained in ``run`` with ``truth`` (a folder or a loaded Truth); see the module. Every
     interval resamples the architectures ``resamples`` times.
 
     Refused before any model loads (ValueError, one line: ``TruthError`` for the truth): a ``run``, ``against``
     or seed run that is no path (named); ``seeds`` that are one path rather than a list, or runs that differ in
     more than the seed, from each other or from ``run``; ``against`` that is ``run`` itself or a copy of it; a
-    ``heldout`` or ``resamples`` that is not a whole number >= 1; a truth of fewer than ``MIN_ARCHS`` architectures."""
+    ``heldout`` or ``resamples`` that is not a whole number >= 1; a truth of fewer than ``MIN_ARCHS`` architectures.
+
+    ``ensemble``: runs equal to ``run`` but the seed; each architecture is scored with the mean over ``run`` and
+    them (``naspipe.ranking.ensemble``; the seed runs are scored alone)."""
     import time
+
+    from naspipe.ranking.ensemble import FLAG, ensemble_runs, mean_scored
 
     t0 = time.perf_counter()
     _check_folder("run", run)
@@ -410,6 +424,8 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     if len(tr.archs) < MIN_ARCHS:
         raise TooFewArchitectures(f"the truth {tr.folder or ''} holds {len(tr.archs)} architecture"
                                   f"{'s' if len(tr.archs) != 1 else ''}: too few to rank (at least {MIN_ARCHS})")
+    if ensemble := ensemble_runs(ensemble):
+        check_seed_runs([run, *ensemble], flag=FLAG)
     if seeds:
         check_seed_runs(seeds, run)
     if against is not None:
@@ -427,14 +443,15 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
         return score_run(r, tr, space, heldout, space_given=given)
 
     target = [tr.mean_accuracy(a) for a in tr.archs]
-    scored = score(run)  # (what the run is, and whether it was of this truth, first)
+    single = score(run)  # (what the run is, and whether it was of this truth, first)
+    scored = mean_scored([single, *(score(e) for e in ensemble)]) if ensemble else single
     check_truth_ranks(tr)
     vs_truth = agreement(target, scored.accuracy, scored.loss, resamples=resamples)
     floor_truth = seed_floor(tr, resamples)
     seed_runs = None
     if seeds:
         same = os.path.realpath(run)
-        runs = tuple(scored if os.path.realpath(s) == same else score(s) for s in seeds)
+        runs = tuple(single if os.path.realpath(s) == same else score(s) for s in seeds)
         floor = pairwise_tau([s.accuracy for s in runs], resamples=resamples)
         assert floor is not None  # (check_seed_runs admits two runs or more)
         seed_runs = SeedRuns(runs, floor, tuple(kendall(target, s.accuracy) for s in runs))
