@@ -54,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                               "(so a train command line runs unchanged)")
     add_optimizer_arguments(p)
     add_sampler_argument(p)
+    from naspipe.fewshot.run import add_few_shot_arguments
+
+    add_few_shot_arguments(p)
     p.add_argument("--out", type=named("--out"), required=True,
                    help="directory for losses.csv, params.json, metrics.json, weights.pt (refused if it holds "
                         "a train run or files no naspipe run wrote)")

@@ -47,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p, default_space="tiny-transformer", default_subnets=200)
     add_optimizer_arguments(p)
     add_sampler_argument(p)
+    from naspipe.fewshot.run import add_few_shot_arguments
+
+    add_few_shot_arguments(p)
     p.add_argument("--out", type=named("--out"), default=None,
                    help="run directory (refused if it holds another run); required unless --resume")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")

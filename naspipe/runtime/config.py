@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from naspipe.fewshot.run import few_shot_run
 from naspipe.inputs.optim_names import OPTIMIZERS, lr_error
 from naspipe.inputs.paths import out_name_error
 from naspipe.lifecycle import kernels
@@ -167,6 +168,7 @@ class TrainConfig:
         ``balance="measured"``, on block costs measured on this machine (``naspipe.preflight.measure``).
         """
         run = {k: options.pop(k) for k in ("seed", "policy", "window") if k in options}  # the RunSpec's part
+        split = {k: options.pop(k) for k in ("few_shot", "few_shot_warmup") if k in options}  # (naspipe.fewshot)
         if "sampler" in options:  # also a training option (recorded); the RunSpec makes a seeded sequence of it
             run["sampler"] = options["sampler"]
         cls._check_options(options)  # before a measured partition is profiled
@@ -176,6 +178,7 @@ class TrainConfig:
         try:
             spec = RunSpec.create(space, stages=stages, subnets=subnets, shared_layers=shared_layers,
                                   sequence=sequence, partition=partition, **run)
+            spec = few_shot_run(spec, **split, sampler=options.get("sampler", spec.sampler))
         except RunSpecError as e:
             raise ConfigError(str(e)) from None
         if partition is None and balance == "measured" and spec.stages > 1:
