@@ -18,7 +18,7 @@ It also *defines* the shared-layer (fixed-block) semantics:
   change) with ``lr * t1_multiplier(j, D, K)`` (``naspipe.spaces.shared``).
 
 A few-shot space (``naspipe.spaces.few_shot``): right before subnet ``warmup`` trains, every copy of a candidate
-takes copy 0's weights and optimizer state (``naspipe.fewshot.warmstart``), the one-shot warm-up's end.
+takes copy 0's weights and optimizer state (``naspipe.models.warm_start``), the one-shot warm-up's end.
 
 Data-parallel replicas (``replicas=R > 1``): subnet ``j``'s batch is split into ``R`` fixed shards
 (``naspipe.models.shards``); one forward and backward per shard, in replica order, and the shards'
@@ -41,10 +41,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from naspipe.fewshot.warmstart import warm_start
 from naspipe.lifecycle import kernels
 from naspipe.models import StageModel, build_stage, make_batch, make_optimizer
 from naspipe.models.shards import combine, combine_present, shard_batch
+from naspipe.models.warm_start import warm_start
 from naspipe.sequences.sequence import SubnetStream, subnets_digest
 from naspipe.spaces.few_shot import few_shot_of
 from naspipe.spaces.shared import SharedLayers

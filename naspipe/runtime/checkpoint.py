@@ -249,7 +249,7 @@ class Checkpointer:
     """The stage loop's side of checkpoints: fences, saving at them, and (rank 0) marking completion.
 
     A few-shot run (``naspipe.spaces.few_shot``) also fences its stages at the warm-up's end ``W``: there the stage
-    copies copy 0 of every candidate into the other copies (``naspipe.fewshot.warmstart``), before a checkpoint
+    copies copy 0 of every candidate into the other copies (``naspipe.models.warm_start``), before a checkpoint
     at ``W`` is saved, so a checkpoint at ``W`` holds the state after the copy and a run resumed there (or later)
     does not copy again. With ``W = 0`` the stage copies once it is built."""
 
@@ -286,7 +286,7 @@ class Checkpointer:
             self._warm_start(ex)
 
     def _warm_start(self, ex: Any) -> None:
-        from naspipe.fewshot.warmstart import warm_start
+        from naspipe.models.warm_start import warm_start
 
         warm_start(ex.model, ex.bank.optimizer)
 

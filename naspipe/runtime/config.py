@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from naspipe.fewshot.run import few_shot_run
 from naspipe.inputs.optim_names import OPTIMIZERS, lr_error
 from naspipe.inputs.paths import out_name_error
 from naspipe.lifecycle import kernels
 from naspipe.lifecycle.kernels import DEFAULT as DEFAULT_KERNELS
 from naspipe.runfolder import runs
+from naspipe.runspec.few_shot_run import few_shot_run
 from naspipe.runspec.spec import (
     DEFAULT_POLICY,
     DEFAULT_SHARED,
@@ -168,7 +168,7 @@ class TrainConfig:
         ``balance="measured"``, on block costs measured on this machine (``naspipe.preflight.measure``).
         """
         run = {k: options.pop(k) for k in ("seed", "policy", "window") if k in options}  # the RunSpec's part
-        split = {k: options.pop(k) for k in ("few_shot", "few_shot_warmup") if k in options}  # (naspipe.fewshot)
+        split = {k: options.pop(k) for k in ("few_shot", "few_shot_warmup") if k in options}  # (few_shot_run)
         if "sampler" in options:  # also a training option (recorded); the RunSpec makes a seeded sequence of it
             run["sampler"] = options["sampler"]
         cls._check_options(options)  # before a measured partition is profiled

@@ -33,7 +33,7 @@ def prepare(cfg: TrainConfig, resume: str | Path | None = None) -> TrainConfig:
     from naspipe.sim.plan_choice import needs_plan
 
     check_trainable(cfg)
-    from naspipe.fewshot.run import train_error
+    from naspipe.runspec.few_shot_run import train_error
 
     if (why := train_error(cfg)) is not None:  # a few-shot run's warm start needs a fence (docs/few-shot.md)
         raise ConfigError(why)

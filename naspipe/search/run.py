@@ -150,8 +150,8 @@ def load_trained_run(run_dir: str | Path, space: str | SearchSpace | None = None
     except (TypeError, ValueError) as e:
         raise RunError(f"{d / 'metrics.json'}: bad config ({e})") from None
     split = _recorded_split(d)
-    if split:  # a few-shot run (naspipe.fewshot): each architecture is scored on its own sub-supernet
-        from naspipe.fewshot.view import few_shot_model
+    if split:  # a few-shot run (naspipe.models.sub_supernets): each architecture is scored on its own sub-supernet
+        from naspipe.models.sub_supernets import few_shot_model
 
         model = few_shot_model(sp, split, d, seed, shared)
     else:

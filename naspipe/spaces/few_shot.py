@@ -9,7 +9,7 @@ seed, so every copy starts from the same weights); fixed blocks (stem, head) sta
 
 Subnet ``j`` of the run, architecture ``a`` of the base space, uses copy 0 of every candidate while ``j < warmup``
 (the one-shot warm-up) and copy ``a[split]`` from then on (``FewShotSpace.expand``). At the boundary (before subnet
-``warmup`` trains) every copy ``k > 0`` takes copy 0's weights and optimizer state (``naspipe.fewshot.warmstart``).
+``warmup`` trains) every copy ``k > 0`` takes copy 0's weights and optimizer state (``naspipe.models.warm_start``).
 The scheduler, the simulator and the runtime see a plain run on the expanded space, so every exact policy stays
 bit-identical to the sequential reference; a ``FewShotSpace`` has its base's name, and a run's identity records the
 base space and the split (``naspipe.runfolder.runs.identity``). No torch here.

@@ -181,7 +181,7 @@ class Supernet:
 
     def seed_choice(self, block: int, choice: int) -> int:
         """The candidate index whose seed builds candidate ``choice`` of ``block``: itself (a few-shot supernet's
-        copy is built as the candidate it copies, ``naspipe.supernet.few_shot``)."""
+        copy is built as the candidate it copies, ``naspipe.supernet.copied``)."""
         return choice
 
     # ---- subnets as label dicts ------------------------------------------------------------------------

@@ -28,14 +28,12 @@ class CopiedSupernet(Supernet):
         return choice // self.copies[block]
 
 
-def copied_supernet(space: Any) -> Supernet:
-    """The supernet of few-shot space ``space`` (built once per space object and process)."""
+def copied_supernet(space: Any, base: Supernet) -> Supernet:
+    """The supernet of few-shot space ``space`` whose base space's supernet is ``base`` (built once per space
+    object and process)."""
     hit = _CACHE.get(id(space))
     if hit is not None and hit[0] is space:
         return hit[1]
-    from naspipe.supernet.load import supernet_of
-
-    base = supernet_of(space.base)
     copies = tuple(space.copied(b) for b in range(space.num_blocks))
     blocks = []
     for b, blk in enumerate(base.blocks):
