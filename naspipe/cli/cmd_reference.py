@@ -39,6 +39,7 @@ from naspipe.cli.common import (
     thread_count,
 )
 from naspipe.errors import UserError
+from naspipe.runspec.few_shot_run import add_few_shot_arguments
 
 if TYPE_CHECKING:
     from naspipe.sequences.samplers import SamplerSpec
@@ -54,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                               "(so a train command line runs unchanged)")
     add_optimizer_arguments(p)
     add_sampler_argument(p)
+    add_few_shot_arguments(p)  # --few-shot BLOCK, --few-shot-warmup W (docs/few-shot.md)
     p.add_argument("--out", type=named("--out"), required=True,
                    help="directory for losses.csv, params.json, metrics.json, weights.pt (refused if it holds "
                         "a train run or files no naspipe run wrote)")

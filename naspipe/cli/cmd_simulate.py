@@ -19,6 +19,7 @@ from typing import Any
 
 from naspipe.cli.common import add_run_arguments, non_negative_float, os_refusal, resolve_run
 from naspipe.errors import UserError
+from naspipe.runspec.few_shot_run import add_few_shot_arguments
 
 COMMAND = "simulate"
 HELP = "simulate a pipeline schedule on the cost model (no torch, no processes)"
@@ -31,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_run_arguments(p)
     add_sampler_argument(p, online=False)
+    add_few_shot_arguments(p)  # the expanded run (its warm-up's one fence is not simulated: docs/few-shot.md)
     p.add_argument("--jitter", type=non_negative_float("--jitter"), default=0.0,
                    help="relative random jitter of every task duration, in [0, 1) (seeded)")
     p.add_argument("--latency", type=non_negative_float("--latency"), default=0.0,

@@ -32,6 +32,7 @@ from naspipe.cli.common import (
     thread_count,
 )
 from naspipe.errors import UserError
+from naspipe.runspec.few_shot_run import add_few_shot_arguments
 
 COMMAND = "train"
 HELP = "train a supernet on one process per pipeline stage (torch.distributed) and record the run"
@@ -47,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p, default_space="tiny-transformer", default_subnets=200)
     add_optimizer_arguments(p)
     add_sampler_argument(p)
+    add_few_shot_arguments(p)  # --few-shot BLOCK, --few-shot-warmup W (docs/few-shot.md)
     p.add_argument("--out", type=named("--out"), default=None,
                    help="run directory (refused if it holds another run); required unless --resume")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")

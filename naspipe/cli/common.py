@@ -224,7 +224,9 @@ def resolve_run(args: argparse.Namespace, probe: bool = True) -> RunSpec:
     except SequenceTooShort as e:  # named as the user typed them
         raise UserError(f"--sequence holds {e.have} subnets, fewer than --subnets {e.need}") from None
     args.policy = spec.policy  # MODULE:NAME resolved to NAME
-    return spec
+    from naspipe.runspec.few_shot_run import from_args
+
+    return from_args(spec, args)  # --few-shot BLOCK: the expanded space and sequence (naspipe.runspec.few_shot_run)
 
 
 def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:

@@ -17,6 +17,9 @@ It also *defines* the shared-layer (fixed-block) semantics:
   of subnet ``j`` is a separate optimizer step (per-parameter updates, so the bits of the others do not
   change) with ``lr * t1_multiplier(j, D, K)`` (``naspipe.spaces.shared``).
 
+A few-shot space (``naspipe.spaces.few_shot``): right before subnet ``warmup`` trains, every copy of a candidate
+takes copy 0's weights and optimizer state (``naspipe.models.warm_start``), the one-shot warm-up's end.
+
 Data-parallel replicas (``replicas=R > 1``): subnet ``j``'s batch is split into ``R`` fixed shards
 (``naspipe.models.shards``); one forward and backward per shard, in replica order, and the shards'
 gradients (and losses) combined with ``combine`` before the one optimizer step: what ``R`` replicas of
@@ -41,7 +44,9 @@ from torch import Tensor
 from naspipe.lifecycle import kernels
 from naspipe.models import StageModel, build_stage, make_batch, make_optimizer
 from naspipe.models.shards import combine, combine_present, shard_batch
+from naspipe.models.warm_start import warm_start
 from naspipe.sequences.sequence import SubnetStream, subnets_digest
+from naspipe.spaces.few_shot import few_shot_of
 from naspipe.spaces.shared import SharedLayers
 from naspipe.spaces.space import SearchSpace, replicas_error
 from naspipe.supernet.usercode import first_line, user_errors
@@ -215,10 +220,13 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
         from tqdm import tqdm
         bar = tqdm(total=n, desc=f"reference {space.name}", unit="subnet", file=sys.stderr)
     report = getattr(stream, "report", None)
+    split = few_shot_of(space)  # a few-shot space: the warm start before subnet ``split.warmup``
     start = time.perf_counter()
     j, in_hook = 0, False
     try:
         for j in range(n):
+            if split is not None and j == split.warmup:
+                warm_start(model, opt)
             subnet = space.validate_subnet(stream[j])
             x, target = make_batch(space, seed, j)
             opt.zero_grad(set_to_none=True)
@@ -277,6 +285,7 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
               "subnets_sha256": subnets_digest([list(stream[j]) for j in range(n)]),
               # the CPU kernels that computed it, as they are in force here (naspipe.lifecycle.kernels)
               "kernels": kernels.in_force() or "unknown",
-              "machine": {"cpu": kernels.cpu_name(), "cpu_capability": kernels.capability()}}
+              "machine": {"cpu": kernels.cpu_name(), "cpu_capability": kernels.capability()},
+              **({"few_shot": split.describe()} if split is not None else {})}
     return ReferenceResult(losses, model, wall, config)
 

@@ -52,8 +52,10 @@ def measure(space: Any, weights: bool = False) -> dict[str, Any]:
     import torch
 
     import naspipe.models  # noqa: F401 - registers the presets' families (``take``'s fresh interpreter has none yet)
+    from naspipe.spaces.few_shot import base_of
     from naspipe.supernet.seeding import GLOBAL_RNG
 
+    space = base_of(space)  # a few-shot space computes what its base does (its copies start equal)
     t0 = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: the digest is the same whatever thread count a run uses

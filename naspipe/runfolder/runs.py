@@ -55,12 +55,16 @@ WEIGHTS = "weights.pt"
 PARTS = "parts"
 KINDS = ("train", "reference")
 # the fields of an identity, in the order verify reports them
-IDENTITY = ("space", "space_sha256", "source_sha256", "weights_sha256", "updates", "seed", "subnets", "sampler",
+IDENTITY = ("space", "space_sha256", "source_sha256", "weights_sha256", "few_shot", "updates", "seed", "subnets",
+            "sampler",
             "sequence_sha256", "optimizer", "lr", "threads", "kernels", "behaviour_sha256", "shared_layers", "replicas",
             "replica_exchange")
 # what the supernet computes (``naspipe.preflight.behaviour``): compared only between runs whose kernels and CPU
 # are the same (``machine_of``), since the digest is taken under the run's kernels
 BEHAVIOUR = "behaviour_sha256"
+# a few-shot run's split (``naspipe.spaces.few_shot``: block, copies, warm-up); a one-shot run records none, and
+# ``differences`` names a run that has one against a run that has none
+FEW_SHOT = "few_shot"
 # which CPU kernels computed the run (naspipe.lifecycle.kernels); a run from before they were recorded computed
 # natively. Under ``native`` the CPU decides the bits too, so two native runs also compare ``cpu``
 NATIVE_KERNELS = "native"
@@ -99,8 +103,11 @@ def identity(*, space: Any, seed: int, subnets: int, sampler: str | None, sequen
     CPU kernels kind; ``machine``: the CPU and torch's capability in force (``naspipe.lifecycle.kernels.machine``);
     ``behaviour_sha256``: what the supernet computes under those kernels (``naspipe.preflight.behaviour``)."""
     digests = getattr(space.model, "digests", None) or {}
+    split = getattr(space, "few_shot", None)  # a few-shot space (naspipe.spaces.few_shot): its base, and the split
+    base = space.base if split is not None else space
     return {
-        "space": space.name, "space_sha256": space.digest(), "structure_sha256": space.structure_digest(),
+        "space": base.name, "space_sha256": base.digest(), "structure_sha256": base.structure_digest(),
+        **({FEW_SHOT: split.describe()} if split is not None else {}),
         **{k: digests[k] for k in DEFINITION if k in digests}, "updates": str(updates),
         "seed": int(seed), "subnets": int(subnets), "sampler": None if sampler is None else str(sampler),
         "sequence_sha256": sequence_sha256,
@@ -232,6 +239,10 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, A
     a, b = _with_kernels(a), _with_kernels(b)
     out = []
     for k in IDENTITY:
+        if k == FEW_SHOT:
+            if a.get(k) != b.get(k):
+                out.append((k, a.get(k), b.get(k)))
+            continue
         if renamed and k in ("space", "space_sha256", "source_sha256", "sequence_sha256"):
             if k == "sequence_sha256" and (x := a.get("subnets_sha256")) and (y := b.get("subnets_sha256")) \
                     and x != y:
@@ -304,6 +315,8 @@ def describe_differences(diffs: Sequence[tuple[str, Any, Any]]) -> str:
              "replica_exchange": "gradient exchange", "cpu": "kernels and CPU"}
 
     def one(k: str, x: Any, y: Any) -> str:
+        if k == FEW_SHOT:
+            return f"few-shot split {_split(x)} vs {_split(y)}"
         if k == "source_sha256":
             return f"the supernet's source {show(k, x)} vs {show(k, y)} (its code was edited between the runs)"
         if k == "weights_sha256":
@@ -325,6 +338,13 @@ def describe_differences(diffs: Sequence[tuple[str, Any, Any]]) -> str:
         return f"{names.get(k, k)} {show(k, x)} vs {show(k, y)}"
 
     return ", ".join(one(k, x, y) for k, x, y in diffs)
+
+
+def _split(record: Any) -> str:
+    """``block 'cell0' (6 copies) after 8 subnets`` or ``none (one-shot)``."""
+    if not isinstance(record, Mapping):
+        return "none (one-shot)"
+    return f"block {record.get('block')!r} ({record.get('copies')} copies) after {record.get('warmup')} subnets"
 
 
 def blocks_differ(a: Any, b: Any) -> str:

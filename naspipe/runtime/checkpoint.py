@@ -55,6 +55,7 @@ from naspipe.fileio import jsonfile
 from naspipe.fileio.atomic import write_atomic
 from naspipe.lifecycle import kernels
 from naspipe.runtime.rundir import ConfigError, prepare_out_dir
+from naspipe.spaces.few_shot import few_shot_of
 
 if TYPE_CHECKING:
     from naspipe.runtime.config import TrainConfig
@@ -95,6 +96,8 @@ def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
     return {
         "space": cfg.space.name,
         "space_sha256": cfg.space.digest(),  # without costs: re-profiling does not stop a resume
+        # a few-shot run's split and warm-up (naspipe.spaces.few_shot; the expanded space's digest holds the copies)
+        **({"few_shot": fs.describe()} if (fs := few_shot_of(cfg.space)) is not None else {}),
         # a user supernet's definition (naspipe.supernet.definition): its source, its candidates' initial weights
         **{k: v for k, v in (getattr(cfg.space.model, "digests", None) or {}).items()},
         "seed": cfg.seed,
@@ -243,7 +246,12 @@ def finalize(out: Path) -> int | None:
 
 
 class Checkpointer:
-    """The stage loop's side of checkpoints: fences, saving at them, and (rank 0) marking completion."""
+    """The stage loop's side of checkpoints: fences, saving at them, and (rank 0) marking completion.
+
+    A few-shot run (``naspipe.spaces.few_shot``) also fences its stages at the warm-up's end ``W``: there the stage
+    copies copy 0 of every candidate into the other copies (``naspipe.models.warm_start``), before a checkpoint
+    at ``W`` is saved, so a checkpoint at ``W`` holds the state after the copy and a run resumed there (or later)
+    does not copy again. With ``W = 0`` the stage copies once it is built."""
 
     def __init__(self, cfg: TrainConfig, run: StageRun):
         self.cfg, self.rank = cfg, run.stage
@@ -253,39 +261,58 @@ class Checkpointer:
         self.pending: list[int] = []  # saved here, not yet known complete (rank 0)
         self.saves = run.leader  # replica 0 of a stage saves the stage's state (its replicas hold the same)
         self._fp: dict | None = None  # computed once (it hashes the whole sequence)
+        fs = few_shot_of(cfg.space)
+        self.boundary = fs.warmup if fs is not None else None  # the few-shot warm start (before subnet W)
 
     @property
     def fence(self) -> int | None:
-        """The first fence after the start (None: no checkpoints)."""
+        """The first fence after the start (None: no checkpoints and no few-shot boundary ahead)."""
         return self._next(self.start)
 
     def _next(self, c: int) -> int | None:
+        ahead = self.boundary if self.boundary is not None and self.boundary > c else None
         if not self.every:
-            return None
+            return ahead
         f = (c // self.every + 1) * self.every
-        return f if f < self.cfg.n else None
+        f = f if f < self.cfg.n else None
+        return min((x for x in (f, ahead) if x is not None), default=None)
 
     def restore(self, ex: Any) -> None:
-        """Load this stage's state from the checkpoint the run resumes from (if any)."""
+        """Load this stage's state from the checkpoint the run resumes from (if any); a few-shot run with no
+        warm-up copies at once (``W = 0``: every copy starts from copy 0's initial weights)."""
         if getattr(self.cfg, "resume", None):
             load_stage(self.cfg, self.rank, ex)
+        if self.boundary == 0 and self.start == 0:
+            self._warm_start(ex)
+
+    def _warm_start(self, ex: Any) -> None:
+        from naspipe.models.warm_start import warm_start
+
+        warm_start(ex.model, ex.bank.optimizer)
 
     def after_task(self, sched: Any, ex: Any, quiesce: Any = None) -> None:
-        """Call after every finished task: save at a fence and move it on; rank 0 marks completion.
-        ``quiesce()``, if given, runs before a save (e.g. the context cache finishing its copies)."""
+        """Call after every finished task: at a fence, the few-shot warm start (at its boundary) and the save (at a
+        checkpoint), then move the fence on; rank 0 marks completion. ``quiesce()``, if given, runs before a save
+        (e.g. the context cache finishing its copies)."""
         if sched.fence is not None and sched.at_fence:
             c = sched.fence
-            if self._fp is None:
-                self._fp = fingerprint(self.cfg)
-            if quiesce is not None:
-                quiesce()
-            if self.saves:
-                save_stage(self.cfg, self.rank, c, ex, self.root, self._fp)
-            if self.rank == 0 and self.saves:
-                self.pending.append(c)
+            if c == self.boundary:
+                self._warm_start(ex)
+            if self.every and c % self.every == 0:  # (the few-shot boundary alone saves nothing)
+                self._save(c, ex, quiesce)
             sched.set_fence(self._next(c))
         if self.pending:
             self.poll()
+
+    def _save(self, c: int, ex: Any, quiesce: Any) -> None:
+        if self._fp is None:
+            self._fp = fingerprint(self.cfg)
+        if quiesce is not None:
+            quiesce()
+        if self.saves:
+            save_stage(self.cfg, self.rank, c, ex, self.root, self._fp)
+        if self.rank == 0 and self.saves:
+            self.pending.append(c)
 
     def poll(self) -> None:
         while self.pending and mark_complete(self.root, self.pending[0], self.cfg.stages):
@@ -383,6 +410,8 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
         fp, want = comparable(fp, fingerprint(cfg))
         if fp != want:
             differ = [k for k in want if fp.get(k) != want[k]]  # name a cause before what follows from costs
+            if fp.get("few_shot") != want.get("few_shot"):  # one-shot vs few-shot: the split, not the digests
+                differ.insert(0, "few_shot")
             key = next((k for k in differ if k not in _FROM_COSTS), None) or next(iter(differ), None) \
                 or next(k for k in fp if k not in want)
             have, give = fp.get(key, _UNRECORDED.get(key)), want.get(key, _UNRECORDED.get(key))
@@ -435,7 +464,7 @@ def _kernels_of_older(fp: dict[str, Any], want: dict[str, Any]) -> dict[str, Any
 
 
 # fingerprint fields recorded only when they differ from their default (a run of one replica records neither)
-_UNRECORDED = {"replicas": 1, "replica_exchange": "exact"}
+_UNRECORDED = {"replicas": 1, "replica_exchange": "exact", "few_shot": None}
 
 
 def _show(key: str, value: Any) -> str:

@@ -25,6 +25,7 @@ from naspipe.inputs.paths import out_name_error
 from naspipe.lifecycle import kernels
 from naspipe.lifecycle.kernels import DEFAULT as DEFAULT_KERNELS
 from naspipe.runfolder import runs
+from naspipe.runspec.few_shot_run import few_shot_run
 from naspipe.runspec.spec import (
     DEFAULT_POLICY,
     DEFAULT_SHARED,
@@ -168,6 +169,7 @@ class TrainConfig:
         ``balance="measured"``, on block costs measured on this machine (``naspipe.preflight.measure``).
         """
         run = {k: options.pop(k) for k in ("seed", "policy", "window") if k in options}  # the RunSpec's part
+        split = {k: options.pop(k) for k in ("few_shot", "few_shot_warmup") if k in options}  # (few_shot_run)
         if options.get("sampler") is None and options.get("resume") and sequence is None:
             from naspipe.runtime.checkpoint import recorded_sampler
 
@@ -183,6 +185,7 @@ class TrainConfig:
         try:
             spec = RunSpec.create(space, stages=stages, subnets=subnets, shared_layers=shared_layers,
                                   sequence=sequence, partition=partition, **run)
+            spec = few_shot_run(spec, **split, sampler=options.get("sampler", spec.sampler))
         except RunSpecError as e:
             raise ConfigError(str(e)) from None
         if partition is None and balance == "measured" and spec.stages > 1:

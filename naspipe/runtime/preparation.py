@@ -33,6 +33,10 @@ def prepare(cfg: TrainConfig, resume: str | Path | None = None) -> TrainConfig:
     from naspipe.sim.plan_choice import needs_plan
 
     check_trainable(cfg)
+    from naspipe.runspec.few_shot_run import train_error
+
+    if (why := train_error(cfg)) is not None:  # a few-shot run's warm start needs a fence (docs/few-shot.md)
+        raise ConfigError(why)
     check_memory_budget(cfg)
     check_model_of(cfg)
     chosen_here = needs_plan(cfg.policy)  # plain csp-plan: the plan follows from today's costs

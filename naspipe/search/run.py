@@ -149,8 +149,23 @@ def load_trained_run(run_dir: str | Path, space: str | SearchSpace | None = None
         shared = parse_shared(str(cfg.get("shared_layers", "frozen")))
     except (TypeError, ValueError) as e:
         raise RunError(f"{d / 'metrics.json'}: bad config ({e})") from None
-    model = load_weights(sp, d, seed, shared)  # WeightsError (a ValueError) names the file
-    return LoadedRun(sp, model, seed, shared, cfg)
+    split = _recorded_split(d)
+    if split:  # a few-shot run (naspipe.models.sub_supernets): each architecture is scored on its own sub-supernet
+        from naspipe.models.sub_supernets import few_shot_model
+
+        model = few_shot_model(sp, split, d, seed, shared)
+    else:
+        model = load_weights(sp, d, seed, shared)  # WeightsError (a ValueError) names the file
+    return LoadedRun(sp, model, seed, shared, {**cfg, **({runs.FEW_SHOT: split} if split else {})})
+
+
+def _recorded_split(run_dir: Path) -> dict[str, Any] | None:
+    """The few-shot split a run recorded in ``run.json`` (None: a one-shot run, or no ``run.json``)."""
+    try:
+        ident = (runs.read_run(run_dir) or {}).get("identity", {})
+    except runs.RunFileError as e:
+        raise RunError(str(e)) from None
+    return ident.get(runs.FEW_SHOT) or None
 
 
 def search_run(run_dir: str | Path, *, strategy: str = "evolution", budget: int = 100,

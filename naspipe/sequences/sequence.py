@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from naspipe.spaces.few_shot import base_of, few_shot_of
 from naspipe.spaces.space import SearchSpace, SpaceError, Subnet, load_json_text
 
 
@@ -145,15 +146,21 @@ class ReplayStream(_ListLike):
 
 
 def save_sequence(stream: SubnetStream, path: str | Path) -> str:
-    """Write a stream as JSON; returns its digest. A user supernet's subnets are written as label dicts."""
+    """Write a stream as JSON; returns its digest. A user supernet's subnets are written as label dicts; a few-shot
+    run's as its base architectures (``naspipe.spaces.few_shot``: replayed with the same ``--few-shot``)."""
+    space = stream.space
     subnets = [list(stream[j]) for j in range(len(stream))]
-    digest = sequence_digest(stream.space.name, subnets)
+    if (split := few_shot_of(space)) is not None:
+        subnets = [list(space.collapse(s)) for s in subnets]
+        space = base_of(space)
+    digest = sequence_digest(space.name, subnets)
     rows: list[Any] = subnets
-    if stream.space.model.get("kind") == "supernet":
-        rows = [stream.space.subnet_dict(s) for s in subnets]
+    if space.model.get("kind") == "supernet":
+        rows = [space.subnet_dict(s) for s in subnets]
     from naspipe.fileio.atomic import write_text_atomic
 
-    write_text_atomic(path, json.dumps({"space": stream.space.name, "sha256": digest, "subnets": rows}))
+    write_text_atomic(path, json.dumps({"space": space.name, "sha256": digest, "subnets": rows,
+                                        **({"few_shot": split.describe()} if split is not None else {})}))
     return digest
 
 

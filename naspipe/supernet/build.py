@@ -38,12 +38,13 @@ def seed_all(seed: int) -> None:
 def build_candidate(sn: Supernet, block: int, choice: int, seed: int) -> nn.Module:
     """Call the factory under the seeded random state (then ``sn.init``, if any); SupernetError names it."""
     label, name = sn.blocks[block].label, sn.candidate_names(block)[choice]
+    seeded = sn.seed_choice(block, choice)  # (a few-shot copy: the candidate it copies)
     try:
         with GLOBAL_RNG, torch.random.fork_rng(devices=[]):
-            seed_all(init_seed(seed, block, choice))
+            seed_all(init_seed(seed, block, seeded))
             mod = sn.factory(block, choice)()
             if isinstance(mod, nn.Module) and sn.init is not None:
-                sn.init(mod, candidate_generator(seed, block, choice))
+                sn.init(mod, candidate_generator(seed, block, seeded))
     except user_errors() as e:  # noqa: BLE001 - user code: one line naming block and candidate
         raise SupernetError(f"block {label!r}, candidate {name!r}: the factory raised {type(e).__name__}: "
                             f"{_line(e)}") from None

@@ -179,6 +179,11 @@ class Supernet:
     def factory(self, block: int, choice: int) -> Callable[[], Any]:
         return self._factories[block][choice]  # type: ignore[attr-defined]
 
+    def seed_choice(self, block: int, choice: int) -> int:
+        """The candidate index whose seed builds candidate ``choice`` of ``block``: itself (a few-shot supernet's
+        copy is built as the candidate it copies, ``naspipe.supernet.copied``)."""
+        return choice
+
     # ---- subnets as label dicts ------------------------------------------------------------------------
     def to_dict(self, subnet: Sequence[int]) -> dict[str, str]:
         """``{label: candidate name}`` of the choice blocks (fixed blocks are in every subnet)."""

@@ -354,6 +354,10 @@ def check_shippable(space: SearchSpace) -> None:
 
 def supernet_of(space: SearchSpace) -> Supernet:
     """The Supernet behind a supernet space, in this process (imported or unpickled once)."""
+    if getattr(space, "few_shot", None) is not None:  # a few-shot space: its base's supernet, candidates copied
+        from naspipe.supernet.copied import copied_supernet
+
+        return copied_supernet(space, supernet_of(space.base))
     m = space.model
     if isinstance(m, ModelInfo) and m.supernet is not None:
         return m.supernet
