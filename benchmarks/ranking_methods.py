@@ -39,7 +39,7 @@ Run (each truth under its own ``--name``: its JSON, its scores cache in the temp
     nice -n 5 .venv/bin/python benchmarks/ranking_methods.py --name ranking_methods_mnist1d \
         --truth data/truth/mnist1d-truth --space data/spaces/mnist1d-truth.json --runtime-subnets 0
 
-``--quick``: 40 architectures, 24 subnets, 2 seeds, a 24-subnet runtime check; writes only NAME_quick.json.
+``--quick``: 24 architectures, 12 subnets, 2 seeds, a 12-subnet runtime check; writes only NAME_quick.json.
 ``--table-only``: rewrite the docs table from the JSON.
 """
 
@@ -97,7 +97,7 @@ def main() -> None:
                     "interrupted run resumes from it")
     ap.add_argument("--archs", type=int, default=None, help="the truth's first N architectures only")
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default %(default)s)")
-    ap.add_argument("--quick", action="store_true", help="smoke run: 40 architectures, 24 subnets, 2 seeds")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 24 architectures, 12 subnets, 2 seeds")
     ap.add_argument("--table-only", action="store_true", help="rewrite the docs table from NAME.json")
     args = ap.parse_args()
     if args.table_only:
@@ -109,8 +109,8 @@ def main() -> None:
         args.scores = str(Path(tempfile.gettempdir()) / f"naspipe-{args.name}-scores.json")
     powered_name, powered = _powered_config(args.truth)
     if args.quick:
-        args.subnets, args.seeds, args.archs, args.resamples = 24, 2, args.archs or 40, 200
-        args.runtime_subnets, args.runtime_repeats = min(args.runtime_subnets, 24), 1
+        args.subnets, args.seeds, args.archs, args.resamples = 12, 2, args.archs or 24, 100
+        args.runtime_subnets, args.runtime_repeats = min(args.runtime_subnets, 12), 1
         args.scores = args.scores.replace(".json", "-quick.json")
         args.name = f"{args.name}_quick"
     n = args.subnets or int(powered["subnets"])

@@ -84,7 +84,8 @@ def executed_notebook(tmp_path_factory) -> Callable[[str], Path]:  # noqa: ANN00
             if stem.startswith("09"):
                 params = {"TRUTH": str(ROOT / "data" / "truth" / "digits-truth"),
                           "SPACE": str(ROOT / "data" / "spaces" / "digits-truth.json"),
-                          "CURVE": str(ROOT / "benchmarks" / "results" / "trust_curve.json"), **params}
+                          "CURVE": str(ROOT / "benchmarks" / "results" / "trust_curve.json"),
+                          "METHODS": str(ROOT / "benchmarks" / "results" / "ranking_methods.json"), **params}
             path = ROOT / "notebooks" / f"{stem}.ipynb"
             clean = nbformat.read(path, as_version=4)
             if "OUT" in parameter_names(clean.cells[parameters_cell(clean)].source):

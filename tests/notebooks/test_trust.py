@@ -25,7 +25,9 @@ def test_09_trust_your_search(executed_notebook):
     assert any(t.startswith("supernet (24 subnets") for t in titles)
     assert any(t.startswith("Kendall tau vs the truth") for t in titles)
     assert any(t.startswith("The length curve on digits-truth") for t in titles)  # from the shipped JSON
-    assert mimes[PLOTLY_MIME] == 3
+    assert any(t.startswith("Ranking methods on digits-truth: stand-alone accuracy (x) vs the method's score")
+               for t in titles)  # benchmarks/results/ranking_methods.json, one figure of subplots
+    assert mimes[PLOTLY_MIME] == 4
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "floor (a), truth seed vs seed Kendall tau" in text
     assert "(b) supernet seed vs seed" in text and "regret of the pick" in text
