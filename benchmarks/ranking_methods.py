@@ -39,7 +39,8 @@ Run (each truth under its own ``--name``: its JSON, its scores cache in the temp
     nice -n 5 .venv/bin/python benchmarks/ranking_methods.py --name ranking_methods_mnist1d \
         --truth data/truth/mnist1d-truth --space data/spaces/mnist1d-truth.json --runtime-subnets 0
 
-``--quick``: 24 architectures, 12 subnets, 2 seeds, a 12-subnet runtime check; writes only NAME_quick.json.
+``--quick``: 24 architectures, 12 subnets, 2 seeds, one held-out batch, a 12-subnet runtime check; writes only
+NAME_quick.json.
 ``--table-only``: rewrite the docs table from the JSON.
 """
 
@@ -96,6 +97,8 @@ def main() -> None:
     ap.add_argument("--scores", default=None, help="scores cache (default: NAME-scores.json in the temp dir); an "
                     "interrupted run resumes from it")
     ap.add_argument("--archs", type=int, default=None, help="the truth's first N architectures only")
+    ap.add_argument("--heldout", type=int, default=None, help="held-out batches that score an architecture (default: "
+                    "all; --quick: 1)")
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default %(default)s)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 24 architectures, 12 subnets, 2 seeds")
     ap.add_argument("--table-only", action="store_true", help="rewrite the docs table from NAME.json")
@@ -110,6 +113,7 @@ def main() -> None:
     powered_name, powered = _powered_config(args.truth)
     if args.quick:
         args.subnets, args.seeds, args.archs, args.resamples = 12, 2, args.archs or 24, 100
+        args.heldout = args.heldout or 1
         args.runtime_subnets, args.runtime_repeats = min(args.runtime_subnets, 12), 1
         args.scores = args.scores.replace(".json", "-quick.json")
         args.name = f"{args.name}_quick"
@@ -133,7 +137,7 @@ def main() -> None:
     if truth.settings.space_digest != space.digest():
         raise SystemExit(f"{args.truth} is not a truth of {args.space}")
     archs = list(truth.archs)
-    batches = heldout_batches(space)
+    batches = heldout_batches(space, args.heldout)
     blocks = [space.blocks[i].name for i in space.choice_blocks if space.blocks[i].k > 1]
     warmups = {"N/2": n // 2, **({"N/4": n // 4} if args.quarter_warmup else {})}
     seeds = list(range(args.seeds))
@@ -145,7 +149,7 @@ def main() -> None:
                              "length; the N/2 ensemble cannot be read off the run of N")
 
     key = {"space_digest": space.digest(), "subnets": n, "optimizer": optimizer, "lr": lr, "archs": args.archs,
-           "sampler": DEFAULT_SAMPLER, "shared_layers": "serial"}
+           "sampler": DEFAULT_SAMPLER, "shared_layers": "serial", **({"heldout": args.heldout} if args.heldout else {})}
     cache_path = Path(args.scores)
     cache_path.parent.mkdir(parents=True, exist_ok=True)
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}

@@ -31,6 +31,7 @@ def test_the_quick_run_writes_only_its_own_json(tmp_path):
     data = json.loads((tmp_path / "ranking_methods_quick.json").read_text())
     c = data["config"]
     assert c["subnets"] == 12 and c["seeds"] == [0, 1] and c["architectures"] == 24 and c["sampler"] == "fair"
+    assert c["heldout_samples"] == 64  # one held-out batch
     assert (c["optimizer"], c["lr"], c["shared_layers"]) == ("momentum", 0.02, "serial")  # the powered table's
     methods = [r["method"] for r in data["rows"]]
     assert methods == ["one-shot", *(f"few-shot:{b} (W=N/2)" for b in ("cell0", "cell1", "cell2")),
