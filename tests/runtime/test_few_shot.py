@@ -101,6 +101,16 @@ def test_a_pipeline_run_and_a_resume_across_the_warmup_verify_against_the_refere
     assert main(["verify", str(stopped), str(reference)]) == 0, capsys.readouterr()
 
 
+@pytest.mark.usefixtures("no_process_left_behind")
+@pytest.mark.parametrize("policy,stages", [("csp-bw", 3), ("csp-chain", 2)])
+def test_the_other_exact_policies_verify_against_the_reference(reference, tmp_path, capsys, policy, stages):
+    """csp-bw (the split backward) on 3 stages and csp-chain: identical to the reference too (sequential, csp-cp and
+    csp-plan:plan=3 verified identical by hand on 2026-12-07; bsp differs by design)."""
+    run = tmp_path / policy
+    assert main(["train", *COMMON, "--stages", str(stages), "--policy", policy, "--out", str(run)]) == 0
+    assert main(["verify", str(run), str(reference)]) == 0, capsys.readouterr()
+
+
 def test_the_run_records_its_split_and_verify_names_it(reference, tmp_path, capsys):
     ident = json.loads((reference / "run.json").read_text())["identity"]
     assert ident["few_shot"] == {"block": "cell0", "copies": 6, "warmup": W}
