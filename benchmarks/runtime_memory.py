@@ -54,12 +54,13 @@ def main() -> dict[str, Any]:
     ap.add_argument("--budgets", default="80%,50%")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="naspipe-runtime-memory-"))
-    # frozen: the shared-layer semantics these numbers were measured with (before the default became serial)
+    # frozen and uniform: the shared-layer semantics and the sampler these numbers were measured with (before the
+    # defaults became serial and fair; under fair, neighbours share no candidates and the set in flight is larger)
     base = TrainConfig.create(args.space, root / "base", stages=args.stages, subnets=args.subnets, seed=args.seed,
-                              progress=False, shared_layers="frozen")
+                              progress=False, shared_layers="frozen", sampler="uniform")
     ref = root / "ref"
     if naspipe(["reference", "--space", args.space, "--subnets", str(args.subnets), "--seed", str(args.seed),
-                "--shared-layers", "frozen", "--no-progress", "--out", str(ref)]) != 0:
+                "--shared-layers", "frozen", "--sampler", "uniform", "--no-progress", "--out", str(ref)]) != 0:
         raise SystemExit("the reference run failed")
     configs = configurations([b.strip() for b in args.budgets.split(",") if b.strip()])
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in configs}
