@@ -89,6 +89,14 @@ def bounded_run(space: str, stages: int, policy: str, *, subnets: int, seed: int
     }
 
 
+def table_markers(script: str, name: str, default: tuple[str, str] | None = None) -> tuple[str, str]:
+    """The markers of ``name``'s table in a docs page that ``benchmarks/SCRIPT.py --name NAME`` writes;
+    ``default``: the markers of the script's first table, kept for the name it had (its page already holds them)."""
+    if default is not None and name == script:
+        return default
+    return f"<!-- {name}-table:begin (benchmarks/{script}.py --name {name}) -->", f"<!-- {name}-table:end -->"
+
+
 def replace_marked(doc: Path, begin: str, end: str, body: str) -> None:
     """Put ``body`` between the markers ``begin`` and ``end`` of ``doc`` (a docs page whose table a benchmark
     writes), appending the marked block at the end when the page has none."""

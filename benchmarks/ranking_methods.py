@@ -56,7 +56,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, ROOT, replace_marked, write_result
+from _common import RESULTS, ROOT, replace_marked, table_markers, write_result
 
 DOC = ROOT / "docs" / "trust.md"
 PROXIES = ("synflow", "gradnorm", "params")
@@ -68,8 +68,7 @@ LOAD_NOTE = ("measured on 2 cores shared with another benchmark running at the s
 
 def markers(name: str) -> tuple[str, str]:
     """The markers of ``name``'s table in docs/trust.md."""
-    return (f"<!-- {name}-table:begin (benchmarks/ranking_methods.py --name {name}) -->",
-            f"<!-- {name}-table:end -->")
+    return table_markers("ranking_methods", name)
 
 
 def _mean(xs: Sequence[float]) -> float:

@@ -41,7 +41,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, ROOT, replace_marked, write_result
+from _common import RESULTS, ROOT, replace_marked, table_markers, write_result
 
 POLICIES = ("csp", "csp-plan", "bsp:4", "pipedream", "2bw", "pipemare", "pipeoptim")
 SHARED_VARIANTS = ("delayed:4", "delayed:4+predict", "delayed:4+t1=K")
@@ -52,9 +52,7 @@ BEGIN, END = "<!-- trust-table:begin (benchmarks/trust.py) -->", "<!-- trust-tab
 
 def markers(name: str) -> tuple[str, str]:
     """The markers of ``name``'s table in docs/trust.md (``trust``: the original 200-subnet table's)."""
-    if name == "trust":
-        return BEGIN, END
-    return f"<!-- {name}-table:begin (benchmarks/trust.py --name {name}) -->", f"<!-- {name}-table:end -->"
+    return table_markers("trust", name, (BEGIN, END))
 
 
 def _mean(xs: list[float]) -> float:

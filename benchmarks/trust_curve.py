@@ -57,7 +57,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, ROOT, replace_marked, write_result
+from _common import RESULTS, ROOT, replace_marked, table_markers, write_result
 
 LENGTHS = (200, 400, 800, 1600, 3200)
 SAMPLERS = ("uniform", "fair", "spread")
@@ -69,9 +69,7 @@ NAME = "trust_curve"
 
 def markers(name: str) -> tuple[str, str]:
     """The markers of ``name``'s table in docs/trust.md (``trust_curve``: the digits truth's curve)."""
-    if name == NAME:
-        return BEGIN, END
-    return f"<!-- {name}-table:begin (benchmarks/trust_curve.py --name {name}) -->", f"<!-- {name}-table:end -->"
+    return table_markers(NAME, name, (BEGIN, END))
 
 
 def figure_path(name: str) -> Path:
