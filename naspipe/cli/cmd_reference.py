@@ -87,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
         result = _train_locked(args, cfg, spec, out, _identity(args, cfg, spec, digest), digest)
     if isinstance(result, int):
         return result
+    from naspipe.cli.common import warn_if_diverged
+
+    warn_if_diverged(result.losses)
     if not args._api:
         print(f"reference: {len(result.losses)} subnets of {cfg.space.name} in {result.wall_s:.2f} s "
               f"(shared layers {cfg.shared}, {args.optimizer}); wrote {out}")

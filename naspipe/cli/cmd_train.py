@@ -264,6 +264,9 @@ def run(args: argparse.Namespace) -> int:
         hint = f"; {resume_hint(e.checkpoint, args)}" if e.checkpoint is not None else ""
         print(f"naspipe: error: {e.base}{hint}", file=sys.stderr)
         return 1
+    from naspipe.cli.common import warn_if_diverged
+
+    warn_if_diverged(result.losses)
     if args.json:
         print(json.dumps(result.metrics))
     else:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -248,3 +249,15 @@ def sampler_from_args(args: argparse.Namespace) -> SamplerSpec:
     if spec.kind != "uniform" and args.sequence:
         raise UserError(f"--sampler {args.sampler} generates the sequence; it cannot be combined with --sequence")
     return spec
+
+
+def warn_if_diverged(losses: Mapping[int, float] | Sequence[float]) -> None:
+    """One line on stderr when a training loss is NaN or infinite (a diverged run: it is kept as trained, and
+    ``naspipe rank`` refuses to rank it)."""
+    import math
+
+    items = sorted(losses.items()) if isinstance(losses, Mapping) else list(enumerate(losses))
+    bad = [j for j, x in items if not math.isfinite(x)]
+    if bad:
+        print(f"naspipe: warning: the training loss is NaN or infinite at {len(bad)} of {len(items)} subnets, first "
+              f"at subnet {bad[0]}: the run diverged (a smaller --lr?); it is kept as trained", file=sys.stderr)

@@ -283,3 +283,16 @@ def test_torchrun_entry_outside_torchrun_is_one_line_and_exit_2(module, tmp_path
     assert p.stderr.strip().splitlines() == ["naspipe: error: environment variable RANK is not set to a whole "
                                              "number: run under torchrun"]
     assert not (tmp_path / "run").exists()
+
+
+def test_a_diverged_run_is_kept_and_said_in_one_line(tmp_path, capsys):
+    """An lr that blows the losses up (NaN from subnet 6 on) is no refusal, but neither command stays silent."""
+    common = ["--space", "digits-cnn", "--subnets", "12", "--lr", "1e30", "--no-progress"]
+    assert main(["reference", *common, "--out", str(tmp_path / "ref")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the training loss is NaN or infinite at 6 of 12 subnets, first at subnet 6" in err, err
+    assert main(["train", *common, "--stages", "2", "--out", str(tmp_path / "run")]) == 0
+    assert "first at subnet 6: the run diverged" in capsys.readouterr().err
+    assert main(["reference", "--space", "digits-cnn", "--subnets", "6", "--no-progress",
+                 "--out", str(tmp_path / "fine")]) == 0
+    assert "warning" not in capsys.readouterr().err
