@@ -21,6 +21,7 @@ from typing import Any
 
 from naspipe.errors import UserError
 from naspipe.inputs.wholes import whole
+from naspipe.ranking.folders import check_folder, run_folders
 from naspipe.ranking.stats import (
     MIN_ARCHS,
     RESAMPLES,
@@ -378,13 +379,6 @@ def check_truth_ranks(tr: Truth) -> None:
                          "accuracy (a collapsed training: see its losses); it ranks too little to compare with")
 
 
-def _check_folder(name: str, value: object) -> None:
-    """UserError naming the argument ``name`` when ``value`` is no path of a run folder (None, a number: a TypeError
-    from inside pathlib)."""
-    if isinstance(value, bytes) or not isinstance(value, str | os.PathLike) or not os.fspath(value):
-        raise UserError(f"{name} must be a run folder (a path), got {type(value).__name__} {value!r:.60}")
-
-
 def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | None = None,
          seeds: Sequence[str | Path] = (), space: Any = None, heldout: int | None = None,
          resamples: int = RESAMPLES, ensemble: Sequence[str | Path] = ()) -> RankReport:
@@ -403,17 +397,10 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     from naspipe.ranking.ensemble import FLAG, ensemble_runs, mean_scored
 
     t0 = time.perf_counter()
-    _check_folder("run", run)
+    check_folder("run", run)
     if against is not None:
-        _check_folder("against", against)
-    if isinstance(seeds, str | bytes | Path):
-        raise UserError(f"seeds must be a list of run folders, not one path ({str(seeds)!r})")
-    try:
-        seeds = list(seeds)
-    except TypeError:
-        raise UserError(f"seeds must be a list of run folders, got {type(seeds).__name__} {seeds!r:.60}") from None
-    for i, s in enumerate(seeds):
-        _check_folder(f"seeds[{i}]", s)
+        check_folder("against", against)
+    seeds = run_folders("seeds", seeds)
     if heldout is not None:
         heldout = whole("heldout", heldout, 1)
     resamples = whole("resamples", resamples, 1)

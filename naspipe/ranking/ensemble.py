@@ -12,12 +12,12 @@ newest complete checkpoint (``naspipe.runtime.checkpoint.mark_complete`` deletes
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from naspipe.errors import UserError
+from naspipe.ranking.folders import run_folders
 
 if TYPE_CHECKING:
     from naspipe.ranking.compare import Scored
@@ -26,18 +26,10 @@ FLAG = "--ensemble"
 
 
 def ensemble_runs(ensemble: Sequence[str | Path]) -> list[str | Path]:
-    """``ensemble`` as a list of run folders (UserError, one line, for one path or anything but paths); that they
-    are equal to the run ranked but the seed, ``rank`` checks (``check_seed_runs``, with ``FLAG``)."""
-    if isinstance(ensemble, str | bytes | Path):
-        raise UserError(f"ensemble must be a list of run folders, not one path ({str(ensemble)!r})")
-    try:
-        runs = list(ensemble)
-    except TypeError:
-        raise UserError(f"ensemble must be a list of run folders, got {type(ensemble).__name__}") from None
-    for i, r in enumerate(runs):
-        if isinstance(r, bytes) or not isinstance(r, str | os.PathLike) or not os.fspath(r):
-            raise UserError(f"ensemble[{i}] must be a run folder (a path), got {type(r).__name__} {r!r:.60}")
-    return runs
+    """``ensemble`` as a list of run folders (``naspipe.ranking.folders.run_folders``: one line for one path or
+    anything but paths); that they are equal to the run ranked but the seed, ``rank`` checks (``check_seed_runs``,
+    with ``FLAG``)."""
+    return run_folders("ensemble", ensemble)
 
 
 def mean_scored(members: Sequence[Scored]) -> Scored:
