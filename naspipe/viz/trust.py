@@ -94,8 +94,7 @@ def length_curve_figure(data: Mapping[str, Any], title: str | None = None) -> go
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=(
-        "Kendall tau vs stand-alone truth (mean of seeds, 95% interval)",
-        "supernet seed vs seed Kendall tau (mean of pairs, 95% interval)"))
+        "tau vs the truth (mean of seeds, 95%)", "supernet seed vs seed tau (mean of pairs, 95%)"))
     colours = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
     fa = data["floors"]["truth_seed_vs_seed"]
     if fa:
