@@ -141,7 +141,7 @@ def _checkpoint_said(cfg: Any, rank: int) -> int | None:
         return None
     from naspipe.runtime.checkpoint import finalize, newest_complete, root_of
 
-    saved = finalize(cfg.out) if rank == 0 else newest_complete(root_of(cfg.out))
+    saved = finalize(cfg.out, cfg.keep_checkpoints) if rank == 0 else newest_complete(root_of(cfg.out))
     if saved is not None:
         without = " without --fault" if cfg.fault else ""  # (an injected fault would fire again)
         print(f"naspipe: the last complete checkpoint is at subnet {saved}: to continue, run the same command"

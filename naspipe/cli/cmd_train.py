@@ -5,7 +5,8 @@ run with exit code 1 and a line naming the rank. Writes ``losses.csv``, ``params
 ``metrics.json``, ``events.jsonl`` and ``status.json`` to ``--out``; ``naspipe verify OUT REF`` compares
 the run with ``naspipe reference``.
 
-``--checkpoint-every N`` saves every stage's state at subnets N, 2N, ... into ``OUT/checkpoint/``;
+``--checkpoint-every N`` saves every stage's state at subnets N, 2N, ... into ``OUT/checkpoint/``, keeping the
+newest complete one (``--keep-checkpoints K``: the K newest, which ``naspipe rank --ensemble-last`` averages);
 ``--resume DIR`` continues such a run from its newest complete checkpoint, bit-identical to an
 uninterrupted run; give the interrupted run's arguments again (``naspipe.runtime.checkpoint`` lists
 which may differ). A missing, corrupted or foreign checkpoint is refused like any bad argument.
@@ -54,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--checkpoint-every", type=positive_int("--checkpoint-every"), default=None, metavar="N",
                    help="save every stage's state at subnets N, 2N, ... to OUT/checkpoint/")
+    p.add_argument("--keep-checkpoints", type=positive_int("--keep-checkpoints"), default=1, metavar="K",
+                   help="with --checkpoint-every: keep the K newest complete checkpoints, not only the newest "
+                        "(naspipe rank --ensemble-last averages them; default %(default)s)")
     p.add_argument("--resume", default=None, metavar="DIR",
                    help="continue the run in DIR from its last complete checkpoint; give the interrupted "
                         "run's arguments again (--out defaults to DIR)")
@@ -153,6 +157,9 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
         from naspipe.runtime.checkpoint import locate
 
         args.out = str(locate(args.resume)[0])
+    if args.keep_checkpoints > 1 and args.checkpoint_every is None:
+        raise UserError(f"--keep-checkpoints {args.keep_checkpoints} needs --checkpoint-every N: without it the run "
+                        "writes no checkpoints to keep")
     run = resolve_run(args)
     policy = with_policy_options(run.policy, args.policy_option)
     from naspipe.runtime.checkpoint import resumes_in_place
@@ -167,7 +174,8 @@ def config_from_args(args: argparse.Namespace, check_out: bool = True) -> Any:
         threads=args.threads, device=args.device, timeout=args.timeout, micro_batches=args.micro_batches,
         max_pending_w=args.max_pending_w, port=args.port, overwrite=args.overwrite,
         progress=not args.no_progress, fault=args.fault, start_method=args.start_method,
-        checkpoint_every=args.checkpoint_every, device_memory=args.device_memory,
+        checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
+        device_memory=args.device_memory,
         replicas=args.replicas, replica_exchange=args.replica_exchange, resume=args.resume,
         # options not given keep TrainConfig's defaults (declared once, there)
         **{k: v for k, v in (("swap", args.swap), ("prefetch_depth", args.prefetch_depth), ("pin", args.pin))

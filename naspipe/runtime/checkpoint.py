@@ -19,8 +19,11 @@ Every file is written atomically (temporary file, fsync, rename, fsync of the di
 written after its ``.pt``, so an existing sidecar means a complete stage file. Position ``c`` is
 *complete* when every stage's sidecar exists. Rank 0 (the single writer) then writes ``complete.json``
 and deletes older positions, so the previous complete checkpoint is kept until the new one is complete;
-the launcher does the same once more after the run ends or fails. Resume takes the newest complete
-position (found by scanning, so a crash between the last sidecar and ``complete.json`` loses nothing).
+the launcher does the same once more after the run ends or fails. With ``keep_checkpoints = K`` (``naspipe
+train --keep-checkpoints K``; default 1) the ``K`` newest complete positions stay (the run's last supernets)
+and only older ones go.
+Resume takes the newest complete position (found by scanning, so a crash between the last sidecar and
+``complete.json`` loses nothing).
 
 A stage file holds: the model's ``state_dict`` (parameters and buffers), the optimizer bank's ``state_dict``
 (optimizer state, step count), the update rule's ``state_dict`` (``naspipe.runtime.update_rules.rules.UpdateRule``: the
@@ -32,9 +35,9 @@ restored anyway), the position and the run's fingerprint. The scheduler needs no
 pure function of the task). Files are read with ``torch.load(weights_only=True)`` only.
 
 Resume (``naspipe train --resume DIR``) takes the run's arguments again (the same as the interrupted
-run's; only ``--out``, ``--checkpoint-every``, ``--timeout``, ``--jitter-ms``, ``--window``, ``--port``, the
-start method and progress may differ: none of them changes a number) and refuses, before any process starts, a
-missing checkpoint, a corrupted file (size or sha256 differ from the sidecar, unreadable sidecar) and a
+run's; only ``--out``, ``--checkpoint-every``, ``--keep-checkpoints``, ``--timeout``, ``--jitter-ms``, ``--window``,
+``--port``, the start method and progress may differ: none of them changes a number) and refuses, before any process
+starts, a missing checkpoint, a corrupted file (size or sha256 differ from the sidecar, unreadable sidecar) and a
 fingerprint that differs from the arguments (space and its JSON, a user supernet's definition (its source and its
 candidates' initial weights, ``naspipe.supernet.definition``), seed, policy, stages, partition, shared
 layers, optimizer, lr, subnets, sequence digest, device, threads: another intra-op thread count changes the
@@ -214,8 +217,10 @@ def read_complete(root: Path) -> int | None:
         return None
 
 
-def mark_complete(root: Path, position: int, stages: int) -> bool:
-    """If every stage saved ``position``: record it in ``complete.json`` and delete older positions.
+def mark_complete(root: Path, position: int, stages: int, keep: int = 1) -> bool:
+    """If every stage saved ``position``: record it in ``complete.json`` and prune older positions: the ``keep``
+    newest complete positions up to ``position`` stay (``position`` one of them: ``keep_checkpoints``), every
+    other older one goes, complete or not.
 
     Call from one process at a time (rank 0 during the run, the launcher after it). Returns whether
     ``position`` is complete."""
@@ -226,20 +231,32 @@ def mark_complete(root: Path, position: int, stages: int) -> bool:
     if current is None or current < position:
         data = {"format": FORMAT, "position": position, "stages": stages, "dir": d.name}
         write_atomic(root / COMPLETE, (json.dumps(data, indent=1) + "\n").encode())
-    for c in _positions(root):
-        if c < position:
+    kept = 1  # position itself
+    for c in _positions(root):  # newest first
+        if c >= position:
+            continue
+        if kept < keep and is_complete(position_dir(root, c), stages):
+            kept += 1
+        else:
             shutil.rmtree(position_dir(root, c), ignore_errors=True)
     return True
 
 
-def finalize(out: Path) -> int | None:
-    """After a run ended (or failed): mark the newest complete checkpoint; returns its position."""
+def complete_positions(root: Path) -> list[int]:
+    """Every position under ``root`` whose every stage file exists, newest first (a run keeps its
+    ``keep_checkpoints`` newest: ``mark_complete``)."""
+    return [c for c in _positions(root) if is_complete(position_dir(root, c))]
+
+
+def finalize(out: Path, keep: int = 1) -> int | None:
+    """After a run ended (or failed): mark the newest complete checkpoint, keeping the ``keep`` newest
+    (``mark_complete``); returns its position."""
     root = root_of(out)
     try:
         c = newest_complete(root)
         if c is not None:
             stages = _stage_count(position_dir(root, c))
-            mark_complete(root, c, stages or 1)
+            mark_complete(root, c, stages or 1, keep)
         return c
     except (CheckpointError, OSError):
         return read_complete(root)
@@ -256,6 +273,7 @@ class Checkpointer:
     def __init__(self, cfg: TrainConfig, run: StageRun):
         self.cfg, self.rank = cfg, run.stage
         self.every = getattr(cfg, "checkpoint_every", None)
+        self.keep = int(getattr(cfg, "keep_checkpoints", 1))  # complete positions kept (mark_complete)
         self.root = root_of(cfg.out)
         self.start = int(getattr(cfg, "start", 0) or 0)
         self.pending: list[int] = []  # saved here, not yet known complete (rank 0)
@@ -315,7 +333,7 @@ class Checkpointer:
             self.pending.append(c)
 
     def poll(self) -> None:
-        while self.pending and mark_complete(self.root, self.pending[0], self.cfg.stages):
+        while self.pending and mark_complete(self.root, self.pending[0], self.cfg.stages, self.keep):
             self.pending.pop(0)
 
     def finish(self) -> None:

@@ -126,6 +126,9 @@ class TrainConfig:
     # whose weights nothing reads (the demo, the quickstart) saves the disk: sparse-mlp's are 113 MB a stage
     save_weights: bool = True
     checkpoint_every: int | None = None  # save every stage at subnets N, 2N, ... (naspipe.runtime.checkpoint)
+    # how many complete checkpoints the run keeps, the newest (older ones are deleted): 1 keeps the newest only;
+    # more keep the last supernets for ``naspipe rank --ensemble-last``. It changes no number of the run
+    keep_checkpoints: int = 1
     resume: str | None = None  # the checkpoint position directory this run continues from
     start: int = 0  # subnets < start are done (restored from ``resume``)
     # the digest of what the supernet computes (``naspipe.preflight.behaviour``), taken by the launcher in a process
@@ -448,7 +451,12 @@ class TrainConfig:
             raise ConfigError(f"device_memory (context switching) needs policy {names}, not {self.policy}")
 
     def _validate_checkpoints(self) -> None:
-        every = self.checkpoint_every
+        every, keep = self.checkpoint_every, self.keep_checkpoints
+        if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+            raise ConfigError(f"keep_checkpoints must be a whole number of checkpoints >= 1, got {keep!r}")
+        if keep > 1 and every is None:
+            raise ConfigError(f"keep_checkpoints {keep} needs checkpoint_every N: without it the run writes no "
+                              "checkpoints to keep")
         if every is None and not self.start and self.resume is None:
             return
         if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):

@@ -191,6 +191,7 @@ def run_metrics(cfg: TrainConfig, parts: list[dict[str, Any]], trace: Trace, los
         "final_loss": losses[n - 1] if n - 1 in losses else None,
         "mean_loss_last_10pct": sum(last) / len(last) if last else None,
         "config": {**cfg.describe(), "checkpoint_every": getattr(cfg, "checkpoint_every", None),
+                   **({"keep_checkpoints": keep} if (keep := getattr(cfg, "keep_checkpoints", 1)) != 1 else {}),
                    "resumed_from": getattr(cfg, "start", 0)},
         "sequence": _sequence_stats(cfg, parts),
     }

@@ -202,7 +202,7 @@ def _run(config: TrainConfig, port: int | None) -> RunResult:
         with deferred():  # a second Ctrl-C (or SIGTERM) waits until status.json says how the run ended
             _stop(stages)
             msg = str(e) if isinstance(e, TrainError) else _interrupted(e) or f"{type(e).__name__}: {e}"
-            saved = checkpoint.finalize(config.out) if config.checkpoint_every else None
+            saved = checkpoint.finalize(config.out, config.keep_checkpoints) if config.checkpoint_every else None
             if saved is not None and isinstance(e, TrainError):
                 e.base = str(e)
                 e.args = (f"{e}; {resume_hint(saved, config.out)}",)
@@ -215,7 +215,7 @@ def _run(config: TrainConfig, port: int | None) -> RunResult:
             bar.close()
     _stop(stages)
     if config.checkpoint_every:
-        checkpoint.finalize(config.out)
+        checkpoint.finalize(config.out, config.keep_checkpoints)
     try:
         return merge_outputs(config, wall_s=time.perf_counter() - t_start, startup_s=startup)
     except MergeError as e:  # one line: the stages finished, and what they left is kept
