@@ -14,7 +14,9 @@ ranks nothing (NaN scores: a diverged run; every architecture scored alike).
 trained supernet (``naspipe.ranking.proxies``): the row for "no training at all", with the same statistics and floor
 (a).
 ``--ensemble RUN2 [RUN3 ...]`` scores each architecture with the mean accuracy and loss of RUN and those runs, equal
-but the seed (``naspipe.ranking.ensemble``).
+but the seed (``naspipe.ranking.ensemble``). ``--ensemble-last N`` (N >= 2) scores it with the mean over RUN's last N
+supernets: its final weights and its N - 1 newest complete checkpoints (``naspipe train --checkpoint-every E
+--keep-checkpoints K`` keeps K); refused with ``--ensemble``, and when RUN keeps fewer checkpoints.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the proxy's seed-to-seed tau")
     p.add_argument("--ensemble", nargs="+", default=(), metavar="RUN2",
                    help="score each architecture with the mean over RUN and these runs, equal but the seed")
+    p.add_argument("--ensemble-last", type=positive_int("--ensemble-last", 2), default=None, metavar="N",
+                   help="score each architecture with the mean over RUN's last N supernets: its final weights and its "
+                        "N-1 newest checkpoints (train RUN with --checkpoint-every E --keep-checkpoints N-1)")
     p.add_argument("--against", default=None, metavar="RUN2", help="a second run to compare with the first")
     p.add_argument("--seeds", nargs="+", default=(), metavar="RUN",
                    help="two or more runs equal but the supernet seed, each of another seed: noise floor (b) and "
@@ -80,7 +85,8 @@ def _check_proxy_flags(args: argparse.Namespace) -> None:
 
     check_kind(args.proxy)
     given = [flag for flag, v in (("RUN", args.run_dir), ("--against", args.against), ("--seeds", args.seeds),
-                                  ("--ensemble", args.ensemble), ("--heldout", args.heldout)) if v]
+                                  ("--ensemble", args.ensemble), ("--ensemble-last", args.ensemble_last),
+                                  ("--heldout", args.heldout)) if v]
     if given:
         raise UserError(f"--proxy {args.proxy} scores the truth's architectures at initialisation, with no run: "
                         f"drop {', '.join(given)}")
@@ -107,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         from naspipe.ranking.compare import rank
 
         report = rank(args.run_dir, args.truth, against=args.against, seeds=args.seeds, space=args.space,
-                      heldout=args.heldout, resamples=resamples, ensemble=args.ensemble)
+                      heldout=args.heldout, resamples=resamples, ensemble=args.ensemble,
+                      ensemble_last=args.ensemble_last or 0)
     print(json.dumps(report.to_dict(), allow_nan=False) if args.json else report.text())
     return 0

@@ -183,7 +183,12 @@ class StageModel(nn.Module):
 
     def global_named_parameters(self) -> dict[str, nn.Parameter]:
         """Every parameter of this stage under its partition-independent name, e.g. ``enc3.attn2.op.qkv.weight``."""
-        return {n.removeprefix("layers."): p for n, p in self.named_parameters()}
+        return {global_name(n): p for n, p in self.named_parameters()}
+
+
+def global_name(name: str) -> str:
+    """The partition-independent name of a ``StageModel`` parameter (or ``state_dict`` entry) named ``name``."""
+    return name.removeprefix("layers.")
 
 
 def build_stage(space: SearchSpace, blocks: range, seed: int, shared: SharedLayers) -> StageModel:

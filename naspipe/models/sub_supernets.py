@@ -66,12 +66,14 @@ class SubSupernets(nn.Module):
 
 
 def few_shot_model(space: SearchSpace, record: Mapping[str, Any], path: str | Path, seed: int,
-                   shared: SharedLayers) -> SubSupernets:
+                   shared: SharedLayers, *, states: Sequence[tuple[str | Path, Mapping[str, Tensor]]] | None = None
+                   ) -> SubSupernets:
     """The few-shot supernet a run trained on base ``space`` with split ``record`` (``run.json``'s ``few_shot``),
-    its weights read from ``path`` (``naspipe.models.weights.load_weights``: WeightsError names the file);
-    FewShotError (one line) when the split does not fit ``space``."""
+    its weights read from ``path`` (``naspipe.models.weights.load_weights``: WeightsError names the file), or from
+    ``states`` (a checkpoint's, as ``load_weights`` takes them); FewShotError (one line) when the split does not fit
+    ``space``."""
     from naspipe.models.weights import load_weights
 
     block, warmup = recorded_split(record)  # type: ignore[misc]
     expanded = few_shot_space(space, block, warmup, warmup + 1)
-    return SubSupernets(load_weights(expanded, path, seed, shared))
+    return SubSupernets(load_weights(expanded, path, seed, shared, states=states))

@@ -10,7 +10,7 @@ partition, the optimizer and this package's classes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -20,6 +20,7 @@ from naspipe.errors import UserError
 from naspipe.fileio.atomic import atomic_path
 from naspipe.fileio.smallfile import open_regular
 from naspipe.models import StageModel, build_stage
+from naspipe.models.stage import global_name
 from naspipe.runfolder.results import merge_disjoint
 from naspipe.spaces.shared import SharedLayers
 from naspipe.spaces.space import SearchSpace
@@ -119,12 +120,22 @@ def load_into(model: StageModel, tensors: Mapping[str, Tensor], source: str = "w
 
 
 def load_weights(space: SearchSpace, path: str | Path, seed: int,
-                 shared: SharedLayers | None = None) -> StageModel:
+                 shared: SharedLayers | None = None, *,
+                 states: Sequence[tuple[str | Path, Mapping[str, Tensor]]] | None = None) -> StageModel:
     """The whole supernet of ``space`` (every block) with the weights at ``path`` (file or run directory).
 
     The model is built with ``build_stage(space, range(num_blocks), seed, shared)`` and then overwritten, so
-    ``seed`` only matters for a parameter the file lacks, which is an error anyway.
+    ``seed`` only matters for a parameter the file lacks, which is an error anyway. ``states``: instead of the
+    weights at ``path``, the stages' model ``state_dict``s of one pipeline run as ``(source, state)``, e.g. a
+    checkpoint's (``naspipe.runtime.checkpoint.saved_models``): their parameters are loaded, their buffers are not
+    (the final weights hold none either, so both score alike).
     """
-    tensors = read_weights(path)
     model = build_stage(space, range(space.num_blocks), seed, shared or SharedLayers())
-    return load_into(model, tensors, source=str(path))
+    if states is None:
+        return load_into(model, read_weights(path), source=str(path))
+    buffers = {n for n, _ in model.named_buffers()}  # (a stage's state_dict names what the whole model names)
+    tensors: dict[str, Tensor] = {}
+    for source, state in states:
+        part = {global_name(n): t for n, t in state.items() if n not in buffers}
+        merge_disjoint(tensors, part, source, "checkpoint", WeightsError)
+    return load_into(model, tensors, source=str(states[0][0]) if states else str(path))

@@ -11,6 +11,7 @@ its interval clears the seed band.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Sequence
@@ -49,10 +50,21 @@ class Scored:
     members: tuple[Scored, ...] = ()  # an ensemble's runs (``naspipe.ranking.ensemble``): the scores are their mean
 
     def describe(self) -> str:
-        """The run, or the runs an ensemble averaged."""
+        """The run, or the runs (or one run's last supernets) an ensemble averaged."""
         if not self.members:
             return self.run
+        if (after := self.after_subnets()):
+            return (f"mean of {len(self.members)} last supernets of {self.run}: its final weights (after {after[0]} "
+                    f"subnets) and its checkpoints after {', '.join(map(str, after[1:]))} subnets")
         return f"mean of {len(self.members)} runs equal but the seed: {', '.join(m.run for m in self.members)}"
+
+    def after_subnets(self) -> list[int]:
+        """An ensemble of one run's last supernets (``--ensemble-last``): the subnets each member had trained, the
+        final weights first; empty otherwise."""
+        from naspipe.ranking.ensemble import AFTER
+
+        return [int(m.config[AFTER]) for m in self.members] if self.members and all(
+            AFTER in m.config for m in self.members) else []
 
 
 @dataclass(frozen=True)
@@ -131,7 +143,10 @@ class RankReport:
             "truth": {"space": t.space, "space_digest": t.space_digest, "steps": t.steps, "seeds": list(t.seeds),
                       "architectures": len(t.archs), "best_accuracy": max(self.truth.mean_accuracy(a)
                                                                           for a in t.archs)},
-            "run": self.run.run, "ensemble": [m.run for m in self.run.members], "vs_truth": self.vs_truth.to_dict(),
+            "run": self.run.run, "ensemble": [m.run for m in self.run.members],
+            "ensemble_last": [{"supernet": m.run, "after_subnets": a}
+                              for m, a in zip(self.run.members, self.run.after_subnets(), strict=False)],
+            "vs_truth": self.vs_truth.to_dict(),
             "pick": {"arch": list(pick), "name": self.truth.names[pick],
                      "truth_accuracy": self.truth.mean_accuracy(pick)},
             "floors": {"truth_seed_vs_seed": self.floor_truth.to_dict() if self.floor_truth else None,
@@ -270,8 +285,10 @@ def check_against(run: str | Path, against: str | Path) -> None:
 
 
 def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int | None = None, *,
-              space_given: bool = True) -> Scored:
-    """The run's accuracy and loss for each of the truth's architectures. TruthError if it trained another space
+              space_given: bool = True, checkpoint: int | None = None) -> Scored:
+    """The run's accuracy and loss for each of the truth's architectures (``checkpoint``: with the supernet of its
+    checkpoint at that position instead of its final weights, ``naspipe.runtime.checkpoint.saved_models``; the
+    ``Scored`` is named by the checkpoint's folder). TruthError if it trained another space
     (by name or, where the run records it, by digest), if an architecture of the truth is not one of its space,
     or if its scores rank nothing (NaN or infinite: a diverged run; every architecture scored alike).
     ``space_given`` False: ``space`` is the truth's own, standing in for a run's space its name does not resolve
@@ -296,7 +313,12 @@ def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int
                          "folder), so it cannot be told from another space of that name; pass the space it was "
                          "trained on with --space (checked against the truth's)")
     _check_behaviour(run_dir, ident, t)
-    run = load_trained_run(run_dir, space)
+    states, label = None, str(run_dir)
+    if checkpoint is not None:
+        from naspipe.runtime.checkpoint import position_dir, root_of, saved_models
+
+        states, label = saved_models(root_of(d), checkpoint), str(position_dir(root_of(d), checkpoint))
+    run = load_trained_run(run_dir, space, states=states)
     if run.space.digest() != t.space_digest:
         raise TruthError(f"{run_dir} trained space {run.space.name!r} ({run.space.digest()[:12]}); the truth is of "
                          f"space {t.space!r} ({t.space_digest[:12]})")
@@ -306,12 +328,12 @@ def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int
     acc, loss = [float(x["accuracy"]) for x in scores], [float(x["loss"]) for x in scores]
     bad = sum(not (math.isfinite(a) and math.isfinite(x)) for a, x in zip(acc, loss, strict=True))
     if bad:
-        raise TruthError(f"{run_dir}: the supernet's held-out accuracy or loss is NaN or infinite for {bad} of "
+        raise TruthError(f"{label}: the supernet's held-out accuracy or loss is NaN or infinite for {bad} of "
                          f"{len(acc)} architectures (a diverged run: see its losses.csv); it ranks nothing")
     if len(set(acc)) == 1:
-        raise TruthError(f"{run_dir}: the supernet scores every architecture at the same accuracy ({acc[0]:.4f}); "
+        raise TruthError(f"{label}: the supernet scores every architecture at the same accuracy ({acc[0]:.4f}); "
                          "it ranks nothing")
-    return Scored(str(run_dir), acc, loss, run.config)
+    return Scored(label, acc, loss, run.config)
 
 
 def _check_behaviour(run_dir: str | Path, ident: dict[str, Any], t: Any) -> None:
@@ -381,7 +403,7 @@ def check_truth_ranks(tr: Truth) -> None:
 
 def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | None = None,
          seeds: Sequence[str | Path] = (), space: Any = None, heldout: int | None = None,
-         resamples: int = RESAMPLES, ensemble: Sequence[str | Path] = ()) -> RankReport:
+         resamples: int = RESAMPLES, ensemble: Sequence[str | Path] = (), ensemble_last: int = 0) -> RankReport:
     """Compare the supernet trained in ``run`` with ``truth`` (a folder or a loaded Truth); see the module. Every
     interval resamples the architectures ``resamples`` times.
 
@@ -391,10 +413,13 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     ``heldout`` or ``resamples`` that is not a whole number >= 1; a truth of fewer than ``MIN_ARCHS`` architectures.
 
     ``ensemble``: runs equal to ``run`` but the seed; each architecture is scored with the mean over ``run`` and
-    them (``naspipe.ranking.ensemble``; the seed runs are scored alone)."""
+    them (``naspipe.ranking.ensemble``; the seed runs are scored alone). ``ensemble_last`` N >= 2 (0: off): with the
+    mean over the last N supernets of ``run``, its final weights and its N - 1 newest complete checkpoints
+    (``naspipe.ranking.ensemble.last_supernets``: refused before any model loads when it keeps fewer, or with
+    ``ensemble``)."""
     import time
 
-    from naspipe.ranking.ensemble import FLAG, ensemble_runs, mean_scored
+    from naspipe.ranking.ensemble import AFTER, FLAG, LAST_FLAG, ensemble_runs, last_supernets, mean_scored
 
     t0 = time.perf_counter()
     check_folder("run", run)
@@ -411,8 +436,13 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     if len(tr.archs) < MIN_ARCHS:
         raise TooFewArchitectures(f"the truth {tr.folder or ''} holds {len(tr.archs)} architecture"
                                   f"{'s' if len(tr.archs) != 1 else ''}: too few to rank (at least {MIN_ARCHS})")
-    if ensemble := ensemble_runs(ensemble):
+    ensemble = ensemble_runs(ensemble)
+    if ensemble and ensemble_last not in (0, None):
+        raise UserError(f"{LAST_FLAG} and {FLAG} cannot be combined: average one run's last supernets or runs equal "
+                        "but the seed, not both")
+    if ensemble:
         check_seed_runs([run, *ensemble], flag=FLAG)
+    last = last_supernets(run, ensemble_last) if ensemble_last not in (0, None) else None
     if seeds:
         check_seed_runs(seeds, run)
     if against is not None:
@@ -432,6 +462,12 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     target = [tr.mean_accuracy(a) for a in tr.archs]
     single = score(run)  # (what the run is, and whether it was of this truth, first)
     scored = mean_scored([single, *(score(e) for e in ensemble)]) if ensemble else single
+    if last is not None:
+        def after(s: Scored, n: int) -> Scored:
+            return dataclasses.replace(s, config={**s.config, AFTER: n})
+
+        scored = mean_scored([after(single, last.subnets), *(
+            after(score_run(run, tr, space, heldout, space_given=given, checkpoint=c), c) for c in last.checkpoints)])
     check_truth_ranks(tr)
     vs_truth = agreement(target, scored.accuracy, scored.loss, resamples=resamples)
     floor_truth = seed_floor(tr, resamples)

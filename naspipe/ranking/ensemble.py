@@ -1,12 +1,22 @@
-"""Ensembles of supernets: each architecture scored with the mean over runs that differ only in the seed.
+"""Ensembles of supernets: each architecture scored with the mean over runs that differ only in the seed, or over
+the last supernets of one run.
 
 Why it exists: one supernet's ranking moves with its seed (floor (b)); averaging the inherited-weight scores of a
 few supernets equal but the seed is the cheapest way to buy that noise down, and ``naspipe rank RUN --ensemble RUN2
 ...`` says how much it buys against the truth. The runs are checked to differ in the seed alone
 (``naspipe.ranking.compare.check_seed_runs``: another optimizer or learning rate is no ensemble of seeds, the same
 run twice is one run); the accuracy and the loss of each architecture are each the plain mean over the runs, in the
-order given. Averaging the last checkpoints of one run (``--ensemble-last``) is not offered: a run keeps only its
-newest complete checkpoint (``naspipe.runtime.checkpoint.mark_complete`` deletes the older ones).
+order given.
+
+``naspipe rank RUN --ensemble-last N`` averages instead the last ``N`` supernets of the one run RUN, at no extra
+training: its final weights (after all its subnets) and its ``N - 1`` newest complete checkpoints before them (the
+supernets after the subnets ``< c`` for each position ``c``; a run keeps its ``K`` newest when trained with
+``naspipe train --checkpoint-every E --keep-checkpoints K``, so ``N <= K + 1``). ``last_supernets`` finds them and
+refuses, before any model loads: ``N < 2``; a run with fewer than ``N - 1`` complete checkpoints (``naspipe
+reference`` writes none); a checkpoint whose fingerprint is not the run's (another seed, space or length); in a
+few-shot run, a checkpoint before the warm-up's end (its sub-supernets were not split yet). Each supernet is
+scored as the final weights are (parameters only: ``naspipe.models.weights.load_weights``), and the mean is
+``mean_scored``'s, the final weights first.
 """
 
 from __future__ import annotations
@@ -14,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from naspipe.errors import UserError
 from naspipe.ranking.folders import run_folders
@@ -23,6 +33,72 @@ if TYPE_CHECKING:
     from naspipe.ranking.compare import Scored
 
 FLAG = "--ensemble"
+LAST_FLAG = "--ensemble-last"
+AFTER = "after_subnets"  # a member's config in an ensemble of one run's last supernets: the subnets it had trained
+
+
+@dataclasses.dataclass(frozen=True)
+class LastSupernets:
+    """The last supernets of ``run`` that ``--ensemble-last`` averages: its final weights, after ``subnets``, and
+    the checkpoints at ``checkpoints`` (positions, newest first)."""
+
+    run: str
+    subnets: int
+    checkpoints: tuple[int, ...]
+
+
+def last_supernets(run: str | Path, n: Any) -> LastSupernets:
+    """The final weights and the ``n - 1`` newest complete checkpoints of ``run`` (see the module); UserError (one
+    line, naming ``LAST_FLAG``) for what cannot be averaged. Reads sidecars and ``run.json``, no weights."""
+    from naspipe.fileio import jsonfile
+    from naspipe.inputs.wholes import whole
+    from naspipe.runfolder import runs
+    from naspipe.runtime.checkpoint import complete_positions, position_dir, root_of
+    from naspipe.spaces.few_shot import recorded_split
+
+    n = whole(LAST_FLAG, n, 0)
+    if n < 2:
+        raise UserError(f"{LAST_FLAG} {n}: an ensemble is the mean of two supernets or more (the final weights and "
+                        "N - 1 checkpoints); give N >= 2")
+    data = runs.read_run(run)  # RunFileError (a ValueError) names a malformed file
+    ident = dict(data["identity"]) if data is not None else {}
+    try:
+        subnets = int(ident["subnets"])
+    except (KeyError, TypeError, ValueError):
+        raise UserError(f"{LAST_FLAG}: {run} records no run.json with its length (an older or copied run folder); "
+                        "its checkpoints cannot be told to be its own") from None
+    kept = complete_positions(root_of(run))
+    if len(kept) < n - 1:
+        at = f" (after {', '.join(map(str, sorted(kept)))} subnets)" if kept else ""
+        options = "--checkpoint-every E" + (f" --keep-checkpoints {n - 1} (or more)" if n > 2 else "")
+        how = (f"naspipe reference writes none: train it with naspipe train {options}"
+               if data is not None and data["kind"] == "reference" else f"train it with {options}")
+        newest = "newest checkpoint" if n == 2 else f"{n - 1} newest checkpoints"
+        raise UserError(f"{LAST_FLAG} {n} averages the final weights of {run} and its {newest}; it keeps "
+                        f"{len(kept)} complete checkpoint{'' if len(kept) == 1 else 's'}{at}: {how}")
+    chosen = tuple(kept[: n - 1])
+    for c in chosen:
+        side = position_dir(root_of(run), c) / "stage0.json"
+        try:
+            fp = jsonfile.loads(side.read_text())["fingerprint"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UserError(f"{LAST_FLAG}: checkpoint file {str(side)!r} is corrupted ({type(e).__name__})") from None
+        split = runs.FEW_SHOT in ident  # (a few-shot checkpoint records the expanded space's digest, and the split)
+        for key in ("seed", "subnets", runs.FEW_SHOT if split else "space_sha256"):
+            if key in ident and fp.get(key) != ident[key]:
+                raise UserError(f"{LAST_FLAG}: the checkpoint {str(side.parent)!r} was taken by another run than "
+                                f"{run} ({key} {fp.get(key)!r} vs the run's {ident[key]!r})")
+        if not 0 < c < subnets:
+            raise UserError(f"{LAST_FLAG}: the checkpoint {str(side.parent)!r} is at subnet {c}, outside the run's "
+                            f"{subnets} subnets")
+    split = recorded_split(ident.get(runs.FEW_SHOT))  # (FewShotError, one line, for a malformed record)
+    if split is not None and (early := [c for c in chosen if c < split[1]]):
+        later = sum(c >= split[1] for c in kept)
+        can = (f"average at most {1 + later} supernets" if later else
+               "it keeps no checkpoint at or after that end to average with its final weights")
+        raise UserError(f"{LAST_FLAG} {n}: the checkpoint after {early[0]} subnets of few-shot run {run} is before "
+                        f"its warm-up's end ({split[1]}): its sub-supernets were not split yet; {can}")
+    return LastSupernets(str(run), subnets, chosen)
 
 
 def ensemble_runs(ensemble: Sequence[str | Path]) -> list[str | Path]:

@@ -20,8 +20,8 @@ written after its ``.pt``, so an existing sidecar means a complete stage file. P
 *complete* when every stage's sidecar exists. Rank 0 (the single writer) then writes ``complete.json``
 and deletes older positions, so the previous complete checkpoint is kept until the new one is complete;
 the launcher does the same once more after the run ends or fails. With ``keep_checkpoints = K`` (``naspipe
-train --keep-checkpoints K``; default 1) the ``K`` newest complete positions stay (the run's last supernets)
-and only older ones go.
+train --keep-checkpoints K``; default 1) the ``K`` newest complete positions stay (the run's last supernets,
+which ``naspipe rank --ensemble-last`` averages; ``saved_models`` reads one's weights) and only older ones go.
 Resume takes the newest complete position (found by scanning, so a crash between the last sidecar and
 ``complete.json`` loses nothing).
 
@@ -380,6 +380,35 @@ def load_stage(cfg: TrainConfig, rank: int, ex: Any) -> None:
     torch.set_rng_state(state["rng"].cpu())
     if state.get("cuda_rng") is not None and ex.device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda_rng"].cpu(), ex.device)
+
+
+def saved_models(root: Path, position: int) -> list[tuple[Path, dict[str, Any]]]:
+    """Every stage's model ``state_dict`` saved at complete ``position`` under ``root``, as ``(stage file, state)``
+    in stage order: the supernet's weights after the subnets ``< position`` (what ``naspipe rank --ensemble-last``
+    scores). Each file is checked against its sidecar (size and sha256) and read with ``weights_only=True``;
+    CheckpointError (one line) for a missing or corrupted one. The optimizer state and the rest are not returned."""
+    d = position_dir(root, position)
+    stages = _stage_count(d)
+    if stages is None or not is_complete(d, stages):
+        raise CheckpointError(f"checkpoint {str(d)!r} is not complete (a stage file is missing)")
+    out = []
+    for s in range(stages):
+        side, pt = d / f"stage{s}.json", d / f"stage{s}.pt"
+        try:
+            meta = jsonfile.loads(side.read_text())
+            size, sha, pos = int(meta["bytes"]), str(meta["sha256"]), int(meta["position"])
+            data = pt.read_bytes()
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"checkpoint file {str(pt)!r} or its sidecar is missing or corrupted "
+                                  f"({type(e).__name__})") from None
+        if pos != position or len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+            raise CheckpointError(f"checkpoint file {str(pt)!r} is corrupted (size, sha256 or position differ from "
+                                  "its sidecar)")
+        state = _load(pt)
+        if state.get("stage") != s or state.get("position") != position or not isinstance(state.get("model"), dict):
+            raise CheckpointError(f"checkpoint file {str(pt)!r} holds no model of stage {s} at {position}")
+        out.append((pt, state["model"]))
+    return out
 
 
 def locate(path: str | Path) -> tuple[Path, Path]:

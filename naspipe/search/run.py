@@ -9,7 +9,7 @@ and seed; its weights come from ``weights.pt`` or ``weights-stage*.pt`` (``naspi
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,9 +126,12 @@ def _space_hint(recorded: str, given: object) -> str:
     return "if it was loaded from a JSON file, pass that file with --space"
 
 
-def load_trained_run(run_dir: str | Path, space: str | SearchSpace | None = None) -> LoadedRun:
+def load_trained_run(run_dir: str | Path, space: str | SearchSpace | None = None, *,
+                     states: Sequence[tuple[str | Path, Mapping[str, torch.Tensor]]] | None = None) -> LoadedRun:
     """The trained supernet of a run directory. ``space`` overrides the recorded one (needed for a space
-    loaded from a JSON file, whose name alone cannot be resolved)."""
+    loaded from a JSON file, whose name alone cannot be resolved). ``states``: the supernet of one of the run's
+    checkpoints instead of its final weights (``naspipe.runtime.checkpoint.saved_models``, as
+    ``naspipe.models.weights.load_weights`` takes them)."""
     d = Path(run_dir)
     if not d.is_dir():
         raise RunError(f"no such run directory: {str(d)!r}")
@@ -153,9 +156,9 @@ def load_trained_run(run_dir: str | Path, space: str | SearchSpace | None = None
     if split:  # a few-shot run (naspipe.models.sub_supernets): each architecture is scored on its own sub-supernet
         from naspipe.models.sub_supernets import few_shot_model
 
-        model = few_shot_model(sp, split, d, seed, shared)
+        model = few_shot_model(sp, split, d, seed, shared, states=states)
     else:
-        model = load_weights(sp, d, seed, shared)  # WeightsError (a ValueError) names the file
+        model = load_weights(sp, d, seed, shared, states=states)  # WeightsError (a ValueError) names the file
     return LoadedRun(sp, model, seed, shared, {**cfg, **({runs.FEW_SHOT: split} if split else {})})
 
 
