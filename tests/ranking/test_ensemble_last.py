@@ -25,18 +25,18 @@ from tests.ranking.conftest import SPACE
 FEW = 100
 COMMON = ["--space", SPACE, "--subnets", "16", "--shared-layers", "serial", "--optimizer", "momentum", "--seed", "2",
           "--no-progress"]
-KEEP = ["--stages", "1", "--checkpoint-every", "4", "--keep-checkpoints", "3"]
+KEEP = ["--checkpoint-every", "4", "--keep-checkpoints", "3"]
 
 
 @pytest.fixture(scope="module")
 def kept(tmp_path_factory) -> dict:  # noqa: ANN001
-    """``run``: 16 subnets of digits-truth on one stage, a checkpoint every 4, the 3 newest kept (4, 8, 12);
-    ``ref``: its sequential reference; ``few``: the same few-shot, split on cell0 after a warm-up of 6."""
+    """``run``: 16 subnets of digits-truth on two stages, a checkpoint every 4, the 3 newest kept (4, 8, 12);
+    ``ref``: its sequential reference; ``few``: the same few-shot on one stage, split on cell0 after a warm-up of 6."""
 
     def make(d):  # noqa: ANN001
-        assert main(["train", *COMMON, *KEEP, "--out", str(d / "run")]) == 0
+        assert main(["train", *COMMON, *KEEP, "--stages", "2", "--out", str(d / "run")]) == 0
         assert main(["reference", *COMMON, "--out", str(d / "ref")]) == 0
-        assert main(["train", *COMMON, *KEEP, "--few-shot", "cell0", "--few-shot-warmup", "6",
+        assert main(["train", *COMMON, *KEEP, "--stages", "1", "--few-shot", "cell0", "--few-shot-warmup", "6",
                      "--out", str(d / "few")]) == 0
 
     d = _shared(tmp_path_factory, "ensemble_last_runs", make)
@@ -100,14 +100,15 @@ def _scores(model, archs) -> list[dict]:  # noqa: ANN001
 
 
 def test_the_ensemble_of_the_last_two_is_the_mean_of_their_scores(kept, seed_runs):
-    """The final weights and checkpoint 12, each loaded by hand (the checkpoint's model state_dict into a whole
-    supernet), scored, averaged: what rank reports."""
+    """The final weights and checkpoint 12, each loaded by hand (the two stages' model state_dicts of the checkpoint
+    into a whole supernet), scored, averaged: what rank reports."""
     tr = load(seed_runs["truth"])
     space, shared = resolve_space(SPACE), parse_shared("serial")
     final = _scores(load_weights(space, kept["run"], 2, shared), tr.archs)
     model = build_stage(space, range(space.num_blocks), 2, shared)
-    state = torch.load(position_dir(root_of(kept["run"]), 12) / "stage0.pt", weights_only=True)
-    model.load_state_dict(state["model"])
+    d = position_dir(root_of(kept["run"]), 12)
+    model.load_state_dict({k: v for s in (0, 1) for k, v in torch.load(d / f"stage{s}.pt", weights_only=True)[
+        "model"].items()})  # (strict: every entry of the whole supernet, once)
     at12 = _scores(model, tr.archs)
     report = naspipe.rank(kept["run"], tr, ensemble_last=2, resamples=FEW)
     for key, got in (("accuracy", report.run.accuracy), ("loss", report.run.loss)):
