@@ -14,6 +14,10 @@ difference is called only where it clears the one-shot seed band. Rows (methods)
 - ``ensemble of 2 seeds (N/2 each)``: for row seed s, the mean accuracy and loss per architecture of the one-shot
   supernets of seeds s and s+100 after N/2 subnets each (equal total subnets);
 - ``ensemble of 5 seeds (N each)``: the mean over seeds s, s+100, ..., s+400 after N subnets each (5x the subnets);
+- ``ensemble of last 3 (N, 7N/8, 3N/4)``: for row seed s, the mean accuracy and loss per architecture of the one-shot
+  run's own supernets after N, N - N/8 and N - 2N/8 subnets (``last_positions``: three snapshots through the last
+  quarter, what ``naspipe rank --ensemble-last 3`` averages of a run trained with ``--checkpoint-every N/8
+  --keep-checkpoints 2``): the same run of N subnets, so no extra training;
 - ``proxy:synflow``, ``proxy:gradnorm``, ``proxy:params`` at initialisation (``naspipe.ranking.proxies``; no
   training, the row's seeds are the proxies' initialisation seeds).
 
@@ -42,6 +46,13 @@ Run (each truth under its own ``--name``: its JSON, its scores cache in the temp
 ``--quick``: 24 architectures, 12 subnets, 2 seeds, one held-out batch, a 12-subnet runtime check; writes only
 NAME_quick.json.
 ``--table-only``: rewrite the docs table from the JSON.
+``--rows ensemble-last``: compute only that row and merge it into the existing NAME.json (and its docs table), its
+other rows, floors and runtime kept: trains the one-shot runs of the row seeds again (not the ensemble members, the
+few-shot runs or the proxies), and refuses to merge unless they score exactly as NAME.json records (the same
+one-shot tau per seed), so the row is compared with the one-shot supernets of the table. Give the options of the
+run that wrote NAME.json (``--truth``, ``--space``, ``--name``; ``--quick`` merges into NAME_quick.json)::
+
+    nice -n 5 .venv/bin/python benchmarks/ranking_methods.py --rows ensemble-last
 """
 
 from __future__ import annotations
@@ -61,6 +72,9 @@ from _common import RESULTS, ROOT, replace_marked, table_markers, write_result
 DOC = ROOT / "docs" / "trust.md"
 PROXIES = ("synflow", "gradnorm", "params")
 ENSEMBLE_STRIDE = 100  # the ensemble members of row seed s: seeds s, s+100, s+200, ...
+LAST_K = 3  # the ensemble of the last supernets of one run: after N, N - N/8, N - 2N/8 subnets
+LAST_LABEL = f"ensemble of last {LAST_K} (N, 7N/8, 3N/4)"
+ROWS = ("ensemble-last",)  # what --rows computes alone and merges into an existing NAME.json
 GOAL = {"tau": 0.62, "regret": 0.01, "seeds": 4}
 LOAD_NOTE = ("measured on 2 cores shared with another benchmark running at the same time: wall times and subnets/s "
              "are inflated and noisy; the rankings are not affected (every run is deterministic)")
@@ -75,13 +89,20 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs)
 
 
+def last_positions(n: int) -> list[int]:
+    """The subnets after which the one-shot run's supernets are averaged by the ensemble-of-last row: ``N``, then
+    ``LAST_K - 1`` more, ``N/8`` apart (at least 1), newest first."""
+    step = max(1, n // 8)
+    return [n - k * step for k in range(LAST_K)]
+
+
 def _powered_config(truth: str) -> tuple[str, dict[str, Any]]:
     """The shipped powered table of ``truth`` (its name and ``config``): the settings every supernet here uses."""
     name = "trust_powered_mnist1d_2stages" if "mnist1d" in Path(truth).name else "trust_powered_2stages"
     return name, json.loads((RESULTS / f"{name}.json").read_text())["config"]
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--truth", default=str(ROOT / "data" / "truth" / "digits-truth"))
     ap.add_argument("--space", default=str(ROOT / "data" / "spaces" / "digits-truth.json"))
@@ -101,7 +122,10 @@ def main() -> None:
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default %(default)s)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 24 architectures, 12 subnets, 2 seeds")
     ap.add_argument("--table-only", action="store_true", help="rewrite the docs table from NAME.json")
-    args = ap.parse_args()
+    ap.add_argument("--rows", choices=ROWS, default=None, help="compute only this row and merge it into the "
+                    "existing NAME.json and its docs table (the one-shot runs of the row seeds are trained again "
+                    "and must score as NAME.json records)")
+    args = ap.parse_args(argv)
     if args.table_only:
         data = json.loads((args.out / f"{args.name}.json").read_text())
         replace_marked(DOC, *markers(args.name), table(data))
@@ -174,9 +198,23 @@ def main() -> None:
         res = [ev(a) for a in archs]
         return {"acc": [r["accuracy"] for r in res], "loss": [r["loss"] for r in res]}
 
-    for s in sorted(set(members)):
-        if f"one-shot|{s}" not in cache["runs"]:
-            keep(f"one-shot|{s}", one_shot(space, s, n, optimizer, lr, DEFAULT_SAMPLER, score))
+    positions = last_positions(n)
+    for s in sorted(set(seeds if args.rows else members)):  # (the row seeds' runs also keep the last supernets)
+        label = f"one-shot|{s}"
+        if label not in cache["runs"] or (s in seeds and "last" not in cache["runs"][label]):
+            keep(label, one_shot(space, s, n, optimizer, lr, DEFAULT_SAMPLER, score,
+                                 last=positions[1:] if s in seeds else ()))
+    runs = cache["runs"]
+    t = np.asarray([truth.mean_accuracy(a) for a in archs])
+    best = float(t.max())
+    last_how = (f"mean of the one-shot run's supernets after {', '.join(map(str, positions))} subnets (no extra "
+                "training)")
+    ens_last = {s: _mean_scores([runs[f"one-shot|{s}"]["full"], *(runs[f"one-shot|{s}"]["last"][str(p)]
+                                                                   for p in positions[1:])]) for s in seeds}
+    if args.rows:
+        merge_rows(args, [(LAST_LABEL, last_how, n, ens_last)], {s: runs[f"one-shot|{s}"]["full"] for s in seeds},
+                   t, seeds, archs, truth, best, n, positions, time.perf_counter() - t_start)
+        return
     for s in seeds:
         for block in blocks:
             for wname, w in warmups.items():
@@ -200,9 +238,6 @@ def main() -> None:
         runtime = cache["runtime"]
 
     # ---- the rows
-    runs = cache["runs"]
-    t = np.asarray([truth.mean_accuracy(a) for a in archs])
-    best = float(t.max())
     ens2 = {s: _mean_scores([runs[f"one-shot|{s + ENSEMBLE_STRIDE * k}"]["half"] for k in range(2)]) for s in seeds}
     ens5 = {s: _mean_scores([runs[f"one-shot|{s + ENSEMBLE_STRIDE * k}"]["full"] for k in range(5)]) for s in seeds}
     methods: list[tuple[str, str, int, dict[int, dict[str, Any]]]] = [
@@ -215,6 +250,7 @@ def main() -> None:
                     "subnets each", n, ens2))
     methods.append(("ensemble of 5 seeds (N each, 5x the subnets)", f"mean of seeds s, s+{ENSEMBLE_STRIDE}, ..., "
                     f"s+{4 * ENSEMBLE_STRIDE} after {n} subnets each", 5 * n, ens5))
+    methods.append((LAST_LABEL, last_how, n, ens_last))
     for kind in PROXIES:
         methods.append((f"proxy:{kind}", f"{kind} at initialisation (seed s), no training", 0,
                         {s: runs[f"proxy:{kind}|{s}"] for s in seeds}))
@@ -226,9 +262,39 @@ def main() -> None:
     band = max((abs(a - b) for a, b in combinations(base_taus, 2)), default=0.0)
     rows = [row(label, how, cost, per, base, t, seeds, band, args.resamples, archs, truth.names, best)
             for label, how, cost, per in methods]
-    goal_rows = [r["method"] for r in rows if r["goal_met"] and r["total_subnets_per_seed"] <= n]
     floor_a = seed_floor(truth, resamples=args.resamples)
     floor_b = pairwise_tau([base[s]["acc"] for s in seeds], resamples=args.resamples)
+    data = {
+        "config": {"truth": _rel(args.truth), "space": truth.settings.space, "space_digest": space.digest(),
+                   "truth_steps": truth.settings.steps, "truth_seeds": list(truth.settings.seeds),
+                   "architectures": len(archs), "subnets": n, "settings_from": f"benchmarks/results/{powered_name}"
+                   ".json config", "optimizer": optimizer, "lr": lr, "shared_layers": "serial",
+                   "sampler": DEFAULT_SAMPLER, "trainer": "naspipe.oracle.sequential_trainer.train_reference "
+                   "(in-process)", "seeds": seeds, "ensemble_stride": ENSEMBLE_STRIDE,
+                   "few_shot_blocks": blocks, "few_shot_warmups": warmups,
+                   "ensemble_last": {"supernets": LAST_K, "after_subnets": positions}, "resamples": args.resamples,
+                   "heldout_samples": sum(len(b[1]) for b in batches), "best_truth_accuracy": best,
+                   "wall_s": round(cache.get("wall_s", 0.0), 1), "machine_load": LOAD_NOTE,
+                   "goal": {**GOAL, "rule": "mean tau >= 0.62 and regret <= 0.01 on at least 4 of 5 seeds, at no "
+                            "more total subnets per seed than one-shot"}},
+        "floors": {"truth_seed_vs_seed": floor_a.to_dict() if floor_a else None,
+                   "one_shot_seed_vs_seed": floor_b.to_dict() if floor_b else None,
+                   "one_shot_tau_per_seed": base_taus, "one_shot_seed_band": band},
+        "goal": goal(rows, n, t, best, truth, archs),
+        "rows": rows,
+        "runtime": runtime,
+        "scatter": {"seed": seeds[0], "truth_accuracy": t.tolist(), "names": [truth.names[a] for a in archs],
+                    "scores": {label: [round(x, 6) for x in per[seeds[0]]["acc"]] for label, _, _, per in methods}},
+    }
+    write_result(args.name, data, args.out)
+    if not args.quick and args.out.resolve() == RESULTS.resolve():
+        replace_marked(DOC, *markers(args.name), table(data))
+    print()
+    print(table(data))
+
+
+def goal(rows: list[dict[str, Any]], n: int, t: Any, best: float, truth: Any, archs: list[Any]) -> dict[str, Any]:
+    """Which rows meet the goal, and the best tau and the best regret among the rows of one-shot's cost or less."""
     cheap = [r for r in rows if r["total_subnets_per_seed"] <= n]
     by_tau = max(cheap, key=lambda r: r["kendall_tau"]["value"])
     by_regret = min(cheap, key=lambda r: (-r["seeds_regret_le_goal"], r["regret"]["value"]))
@@ -237,35 +303,57 @@ def main() -> None:
     near = int(sum(t >= best - GOAL["regret"] - 1e-12))
     truth_picks = [best - truth.mean_accuracy(max(archs, key=lambda a, k=k: truth.accuracy[a][k]))
                    for k in range(len(truth.settings.seeds))]
-    data = {
-        "config": {"truth": _rel(args.truth), "space": truth.settings.space, "space_digest": space.digest(),
-                   "truth_steps": truth.settings.steps, "truth_seeds": list(truth.settings.seeds),
-                   "architectures": len(archs), "subnets": n, "settings_from": f"benchmarks/results/{powered_name}"
-                   ".json config", "optimizer": optimizer, "lr": lr, "shared_layers": "serial",
-                   "sampler": DEFAULT_SAMPLER, "trainer": "naspipe.oracle.sequential_trainer.train_reference "
-                   "(in-process)", "seeds": seeds, "ensemble_stride": ENSEMBLE_STRIDE,
-                   "few_shot_blocks": blocks, "few_shot_warmups": warmups, "resamples": args.resamples,
-                   "heldout_samples": sum(len(b[1]) for b in batches), "best_truth_accuracy": best,
-                   "wall_s": round(cache.get("wall_s", 0.0), 1), "machine_load": LOAD_NOTE,
-                   "goal": {**GOAL, "rule": "mean tau >= 0.62 and regret <= 0.01 on at least 4 of 5 seeds, at no "
-                            "more total subnets per seed than one-shot"}},
-        "floors": {"truth_seed_vs_seed": floor_a.to_dict() if floor_a else None,
-                   "one_shot_seed_vs_seed": floor_b.to_dict() if floor_b else None,
-                   "one_shot_tau_per_seed": base_taus, "one_shot_seed_band": band},
-        "goal": {"met_by": goal_rows,
-                 "best_tau_at_equal_cost": {"method": by_tau["method"], "kendall_tau": by_tau["kendall_tau"],
-                                            "regret": by_tau["regret"]["value"],
-                                            "seeds_regret_le_goal": by_tau["seeds_regret_le_goal"]},
-                 "best_regret_at_equal_cost": {"method": by_regret["method"], "kendall_tau": by_regret["kendall_tau"],
-                                               "regret": by_regret["regret"]["value"],
-                                               "seeds_regret_le_goal": by_regret["seeds_regret_le_goal"]},
-                 "architectures_within_goal_regret": near,
-                 "truth_single_seed_pick_regret": truth_picks},
-        "rows": rows,
-        "runtime": runtime,
-        "scatter": {"seed": seeds[0], "truth_accuracy": t.tolist(), "names": [truth.names[a] for a in archs],
-                    "scores": {label: [round(x, 6) for x in per[seeds[0]]["acc"]] for label, _, _, per in methods}},
-    }
+    return {"met_by": [r["method"] for r in rows if r["goal_met"] and r["total_subnets_per_seed"] <= n],
+            "best_tau_at_equal_cost": {"method": by_tau["method"], "kendall_tau": by_tau["kendall_tau"],
+                                       "regret": by_tau["regret"]["value"],
+                                       "seeds_regret_le_goal": by_tau["seeds_regret_le_goal"]},
+            "best_regret_at_equal_cost": {"method": by_regret["method"], "kendall_tau": by_regret["kendall_tau"],
+                                          "regret": by_regret["regret"]["value"],
+                                          "seeds_regret_le_goal": by_regret["seeds_regret_le_goal"]},
+            "architectures_within_goal_regret": near,
+            "truth_single_seed_pick_regret": truth_picks}
+
+
+def merge_rows(args: Any, methods: list[tuple[str, str, int, dict[int, dict[str, Any]]]],
+               base: dict[int, dict[str, Any]], t: Any, seeds: list[int], archs: list[Any], truth: Any, best: float,
+               n: int, positions: list[int], wall_s: float) -> None:
+    """``--rows``: ``methods``' rows computed alone, merged into the existing ``NAME.json`` (a row of the same
+    method replaced, a new one placed before the proxies), its goal summary recomputed, its docs table rewritten. The
+    one-shot supernets ``base`` were trained again: refused (SystemExit) unless the JSON was of the same settings and
+    they rank exactly as it records, so each new row's difference against one-shot is against the table's."""
+    from naspipe.ranking.stats import kendall
+
+    path = args.out / f"{args.name}.json"
+    if not path.is_file():
+        raise SystemExit(f"--rows merges into {path}, which does not exist: run the benchmark without --rows first")
+    data = json.loads(path.read_text())
+    c = data["config"]
+    ours = {"space_digest": truth.settings.space_digest, "subnets": n, "seeds": seeds, "architectures": len(archs),
+            "resamples": args.resamples}
+    if differ := [k for k, v in ours.items() if c.get(k) != v]:
+        what = ", ".join(f"{k} {c.get(k)!r} vs {ours[k]!r}" for k in differ)
+        raise SystemExit(f"--rows: {path} was written with other settings ({what}); give the options of that run")
+    taus = [kendall(t, base[s]["acc"]) for s in seeds]
+    if taus != data["floors"]["one_shot_tau_per_seed"]:
+        raise SystemExit(f"--rows: the one-shot supernets trained again rank at tau {taus}, {path} records "
+                         f"{data['floors']['one_shot_tau_per_seed']} (another machine's kernels, or other settings "
+                         "such as --heldout): run the whole benchmark instead")
+    band = data["floors"]["one_shot_seed_band"]
+    rows = data["rows"]
+    for label, how, cost, per in methods:
+        new = row(label, how, cost, per, base, t, seeds, band, args.resamples, archs, truth.names, best)
+        at = next((i for i, r in enumerate(rows) if r["method"] == label), None)
+        if at is not None:
+            rows[at] = new
+        else:
+            rows.insert(next((i for i, r in enumerate(rows) if r["method"].startswith("proxy:")), len(rows)), new)
+        data["scatter"]["scores"][label] = [round(x, 6) for x in per[seeds[0]]["acc"]]
+    data["goal"] = goal(rows, n, t, best, truth, archs)
+    c["ensemble_last"] = {"supernets": LAST_K, "after_subnets": positions,
+                          "merged_by": f"--rows {args.rows}", "merge_wall_s": round(wall_s, 1)}
+    data.pop("benchmark", None)
+    env = data.pop("environment", None)
+    c.setdefault("environment_before_merge", env)
     write_result(args.name, data, args.out)
     if not args.quick and args.out.resolve() == RESULTS.resolve():
         replace_marked(DOC, *markers(args.name), table(data))
@@ -280,21 +368,28 @@ def _mean_scores(members: list[dict[str, list[float]]]) -> dict[str, list[float]
 
 
 def one_shot(space: Any, seed: int, n: int, optimizer: str, lr: float, sampler: str,
-             score: Callable[[Any], dict[str, list[float]]]) -> dict[str, Any]:
-    """One reference run of ``n`` subnets, scored after ``n // 2`` (``half``) and after ``n`` (``full``)."""
+             score: Callable[[Any], dict[str, list[float]]], last: Sequence[int] = ()) -> dict[str, Any]:
+    """One reference run of ``n`` subnets, scored after ``n // 2`` (``half``), after ``n`` (``full``) and after each
+    of ``last`` (``last``: {subnets: scores})."""
     import copy
 
     from naspipe.oracle.sequential_trainer import train_reference
     from naspipe.sequences.samplers import make_stream
     from naspipe.spaces.shared import parse_shared
 
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"last": {}} if last else {}
     score_s = [0.0]
 
     def snapshot(done: int, model: Any) -> None:
-        if done in (n // 2, n):
+        if done in (n // 2, n, *last):
             t0 = time.perf_counter()
-            out["half" if done == n // 2 and "half" not in out else "full"] = score(copy.deepcopy(model))
+            scores = score(copy.deepcopy(model))
+            if done == n // 2:
+                out["half"] = scores
+            if done == n:
+                out["full"] = scores
+            if done in last:
+                out["last"][str(done)] = scores
             score_s[0] += time.perf_counter() - t0
 
     ref = train_reference(space, make_stream(space, seed, n, sampler), seed, parse_shared("serial"),
@@ -432,6 +527,11 @@ def table(data: dict[str, Any]) -> str:
 
     k = len(c["seeds"])
     ws = ", ".join(f"{w}={v}" for w, v in c["few_shot_warmups"].items())
+    if (el := c.get("ensemble_last")) is not None:  # (a table from before that row does not name it)
+        merged = (f" (its row added to the table's runs by `{el['merged_by']}`, {el['merge_wall_s'] / 60:.1f} min)"
+                  if el.get("merged_by") else "")
+        ws += (f"; ensemble of last {el['supernets']}: the one-shot run's supernets after "
+               f"{', '.join(map(str, el['after_subnets']))} subnets{merged}")
     lines = [f"{c['space']} truth ({c['architectures']} architectures x {len(c['truth_seeds'])} seeds, "
              f"{c['truth_steps']} steps stand-alone); every supernet: N = {c['subnets']} subnets (warm-up counted), "
              f"{c['optimizer']} lr {c['lr']}, shared layers {c['shared_layers']} (the settings of "

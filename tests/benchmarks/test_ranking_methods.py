@@ -1,7 +1,7 @@
 """``benchmarks/ranking_methods.py`` runs its quick path into a folder of its own: every method's row (one-shot,
-few-shot per choice block, the two ensembles, the three proxies) with intervals, per-seed taus, the seed band and the
-verdict against one-shot, and the runtime check bit-identical to its references; docs/trust.md stays as it is, and
-its ranking-methods tables are the committed JSONs'."""
+few-shot per choice block, the three ensembles, the three proxies) with intervals, per-seed taus, the seed band and
+the verdict against one-shot, and the runtime check bit-identical to its references; ``--rows ensemble-last`` merges
+that row alone into the JSON; docs/trust.md stays as it is, and its ranking-methods tables are the committed JSONs'."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "ranking_methods.py"
 NAMES = ("ranking_methods", "ranking_methods_mnist1d")
+LAST = "ensemble of last 3 (N, 7N/8, 3N/4)"
 
 
 def _script():
@@ -24,8 +27,8 @@ def _script():
 
 def test_the_quick_run_writes_only_its_own_json(tmp_path):
     doc = (ROOT / "docs" / "trust.md").read_text()
-    p = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path),
-                        "--scores", str(tmp_path / "scores.json")], capture_output=True, text=True, timeout=300)
+    argv = [sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path), "--scores", str(tmp_path / "scores.json")]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert sorted(f.name for f in tmp_path.iterdir()) == ["ranking_methods_quick.json", "scores-quick.json"]
     data = json.loads((tmp_path / "ranking_methods_quick.json").read_text())
@@ -36,9 +39,10 @@ def test_the_quick_run_writes_only_its_own_json(tmp_path):
     methods = [r["method"] for r in data["rows"]]
     assert methods == ["one-shot", *(f"few-shot:{b} (W=N/2)" for b in ("cell0", "cell1", "cell2")),
                        "ensemble of 2 seeds (N/2 each)", "ensemble of 5 seeds (N each, 5x the subnets)",
-                       "proxy:synflow", "proxy:gradnorm", "proxy:params"]
+                       LAST, "proxy:synflow", "proxy:gradnorm", "proxy:params"]
     costs = {r["method"]: r["total_subnets_per_seed"] for r in data["rows"]}
-    assert costs["one-shot"] == costs["ensemble of 2 seeds (N/2 each)"] == 12 and costs["proxy:params"] == 0
+    assert costs["one-shot"] == costs["ensemble of 2 seeds (N/2 each)"] == costs[LAST] == 12
+    assert costs["proxy:params"] == 0 and c["ensemble_last"] == {"supernets": 3, "after_subnets": [12, 11, 10]}
     assert costs["ensemble of 5 seeds (N each, 5x the subnets)"] == 60
     for r in data["rows"]:
         for key in ("kendall_tau", "spearman_rho", "top10_overlap", "regret"):
@@ -58,6 +62,19 @@ def test_the_quick_run_writes_only_its_own_json(tmp_path):
     assert all(all(v) for v in rt["identical_to_reference"].values())  # pipeline == sequential reference
     assert "shared with another benchmark" in c["machine_load"]
     assert _script().table(data).count("\n| ") == len(methods) + 1
+    # --rows ensemble-last: that row alone, merged into the JSON without it (the one-shot runs read from the cache;
+    # in this process, its intra-op thread count restored after)
+    out = tmp_path / "ranking_methods_quick.json"
+    out.write_text(json.dumps({**data, "rows": [r for r in data["rows"] if r["method"] != LAST]}))
+    threads = torch.get_num_threads()
+    try:
+        _script().main([*argv[2:], "--rows", "ensemble-last"])
+    finally:
+        torch.set_num_threads(threads)
+    merged = json.loads(out.read_text())
+    assert merged["rows"] == data["rows"] and merged["goal"] == data["goal"]
+    assert merged["config"]["ensemble_last"]["merged_by"] == "--rows ensemble-last"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["ranking_methods_quick.json", "scores-quick.json"]
     assert (ROOT / "docs" / "trust.md").read_text() == doc
 
 
