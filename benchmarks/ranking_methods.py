@@ -348,6 +348,8 @@ def merge_rows(args: Any, methods: list[tuple[str, str, int, dict[int, dict[str,
         else:
             rows.insert(next((i for i, r in enumerate(rows) if r["method"].startswith("proxy:")), len(rows)), new)
         data["scatter"]["scores"][label] = [round(x, 6) for x in per[seeds[0]]["acc"]]
+    scores = data["scatter"]["scores"]  # in the rows' order, as a whole run writes them
+    data["scatter"]["scores"] = {r["method"]: scores[r["method"]] for r in rows if r["method"] in scores}
     data["goal"] = goal(rows, n, t, best, truth, archs)
     c["ensemble_last"] = {"supernets": LAST_K, "after_subnets": positions,
                           "merged_by": f"--rows {args.rows}", "merge_wall_s": round(wall_s, 1)}

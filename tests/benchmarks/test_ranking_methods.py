@@ -65,7 +65,8 @@ def test_the_quick_run_writes_only_its_own_json(tmp_path):
     # --rows ensemble-last: that row alone, merged into the JSON without it (the one-shot runs read from the cache;
     # in this process, its intra-op thread count restored after)
     out = tmp_path / "ranking_methods_quick.json"
-    out.write_text(json.dumps({**data, "rows": [r for r in data["rows"] if r["method"] != LAST]}))
+    scatter = {**data["scatter"], "scores": {k: v for k, v in data["scatter"]["scores"].items() if k != LAST}}
+    out.write_text(json.dumps({**data, "rows": [r for r in data["rows"] if r["method"] != LAST], "scatter": scatter}))
     threads = torch.get_num_threads()
     try:
         _script().main([*argv[2:], "--rows", "ensemble-last"])
@@ -73,6 +74,7 @@ def test_the_quick_run_writes_only_its_own_json(tmp_path):
         torch.set_num_threads(threads)
     merged = json.loads(out.read_text())
     assert merged["rows"] == data["rows"] and merged["goal"] == data["goal"]
+    assert list(merged["scatter"]["scores"].items()) == list(data["scatter"]["scores"].items())  # (in order)
     assert merged["config"]["ensemble_last"]["merged_by"] == "--rows ensemble-last"
     assert sorted(f.name for f in tmp_path.iterdir()) == ["ranking_methods_quick.json", "scores-quick.json"]
     assert (ROOT / "docs" / "trust.md").read_text() == doc
