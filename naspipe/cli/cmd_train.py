@@ -53,14 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=named("--out"), default=None,
                    help="run directory (refused if it holds another run); required unless --resume")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
-    p.add_argument("--checkpoint-every", type=positive_int("--checkpoint-every"), default=None, metavar="N",
-                   help="save every stage's state at subnets N, 2N, ... to OUT/checkpoint/")
-    p.add_argument("--keep-checkpoints", type=positive_int("--keep-checkpoints"), default=1, metavar="K",
-                   help="with --checkpoint-every: keep the K newest complete checkpoints, not only the newest "
-                        "(naspipe rank --ensemble-last averages them; default %(default)s)")
-    p.add_argument("--resume", default=None, metavar="DIR",
-                   help="continue the run in DIR from its last complete checkpoint; give the interrupted "
-                        "run's arguments again (--out defaults to DIR)")
+    _add_checkpoint_arguments(p)
     p.add_argument("--jitter-ms", type=non_negative_float("--jitter-ms"), default=0.0,
                    help="seeded random delay of 0..X ms before every task (results must not change)")
     add_kernels_argument(p)
@@ -93,6 +86,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="exact: gather and sum in replica order, bit-identical to reference --replicas R (default); "
                         "native: the backend's all-reduce, reproducible run to run but not comparable")
     p.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # ACTION:STAGE:SUBNET, for tests
+
+
+def _add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
+    """``--checkpoint-every``, ``--keep-checkpoints`` and ``--resume``: a run's checkpoints, kept and resumed."""
+    p.add_argument("--checkpoint-every", type=positive_int("--checkpoint-every"), default=None, metavar="N",
+                   help="save every stage's state at subnets N, 2N, ... to OUT/checkpoint/")
+    p.add_argument("--keep-checkpoints", type=positive_int("--keep-checkpoints"), default=1, metavar="K",
+                   help="with --checkpoint-every: keep the K newest complete checkpoints, not only the newest "
+                        "(naspipe rank --ensemble-last averages them; default %(default)s)")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="continue the run in DIR from its last complete checkpoint; give the interrupted "
+                        "run's arguments again (--out defaults to DIR)")
 
 
 def _add_memory_arguments(p: argparse.ArgumentParser) -> None:
