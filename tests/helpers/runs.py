@@ -97,3 +97,49 @@ def executed_notebook(tmp_path_factory) -> Callable[[str], Path]:  # noqa: ANN00
         return _shared(tmp_path_factory, f"notebook_{stem}", make) / f"{stem}.ipynb"
 
     return get
+
+
+# The runs behind golden digests kept per kernels kind (tests/helpers/per_cpu.py): name -> `naspipe reference`
+# arguments. tests/supernet/test_runs.py (the presets as before the supernet API) and tests/runtime/test_replicas.py
+# (--replicas 1 as before replicas) compare their params.json with the recorded digests.
+PINNED_RUNS = {
+    **{f"{p}-30": ["--space", p, "--subnets", "30", "--seed", "0", "--shared-layers", "frozen"]
+       for p in ("digits-cnn", "sparse-mlp", "tiny-transformer")},
+    **{f"{p}-r1": ["--space", p, "--subnets", "6", "--seed", "3"] for p in ("digits-cnn", "tiny-transformer")},
+}
+
+_PINNED_CHILD = """
+import sys, json
+from naspipe.cli import main
+out, kind, runs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+for name, args in runs.items():
+    assert main(["reference", *args, "--out", f"{out}/{name}", "--no-progress", "--kernels", kind,
+                 "--sampler", "uniform"]) == 0, name  # (uniform: the sampler the digests were recorded with)
+"""
+
+
+@pytest.fixture(scope="session")
+def pinned_runs(tmp_path_factory) -> Callable[[str], Path]:  # noqa: ANN001
+    """``pinned_runs(kind)``: the folder holding every ``PINNED_RUNS`` reference trained under kernels ``kind``.
+
+    One fresh interpreter per kind, started with the kind's recipe in its environment (as a naspipe process that
+    applied it), trains them all, once a session for every worker: not a fresh process per run, which is what a
+    process that computed natively takes for each (``naspipe.lifecycle.kernels.in_fresh_process``; that route is
+    tests/lifecycle/test_kernels.py's)."""
+    import json
+    import subprocess
+    import sys
+
+    from naspipe.lifecycle import kernels
+
+    def get(kind: str) -> Path:
+        def make(d: Path) -> None:
+            env = {k: v for k, v in os.environ.items() if k not in kernels.MANAGED and k != "PYTEST_CURRENT_TEST"}
+            env.update(kernels.RECIPES[kind])
+            p = subprocess.run([sys.executable, "-c", _PINNED_CHILD, str(d), kind, json.dumps(PINNED_RUNS)],
+                               env=env, capture_output=True, text=True, timeout=600)
+            assert p.returncode == 0, p.stderr[-3000:]
+
+        return _shared(tmp_path_factory, f"pinned_runs_{kind}", make)
+
+    return get

@@ -57,10 +57,9 @@ def test_combine_sums_in_replica_order_then_divides():
 
 @pytest.mark.parametrize("kind", [PORTABLE, "avx2"])
 @pytest.mark.parametrize("name", sorted(R1_PARAMS[PORTABLE]))
-def test_one_replica_changes_no_digest(tmp_path, name, kind):
-    assert main(["reference", "--space", name, "--subnets", "6", "--seed", "3", "--out", str(tmp_path),
-                 "--no-progress", "--kernels", kind, "--sampler", "uniform"]) == 0  # (as recorded)
-    digest = hashlib.sha256((tmp_path / "params.json").read_bytes()).hexdigest()
+def test_one_replica_changes_no_digest(pinned_runs, name, kind):
+    """``naspipe reference --space S --subnets 6 --seed 3 --kernels K`` (tests/helpers/runs.py's ``pinned_runs``)."""
+    digest = hashlib.sha256((pinned_runs(kind) / f"{name}-r1" / "params.json").read_bytes()).hexdigest()
     assert digest == recorded(R1_PARAMS, kind)[name], f"{kind} on {cpu_name()}"
 
 

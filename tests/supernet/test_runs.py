@@ -55,14 +55,10 @@ PRESET_DIGESTS = {
 
 @pytest.mark.parametrize("kind", [PORTABLE, "avx2"])
 @pytest.mark.parametrize("preset", sorted(PRESET_DIGESTS[PORTABLE]))
-def test_presets_train_bit_for_bit_as_before(tmp_path, preset, kind):
-    """In this process (native kernels) the reference trains in a fresh process under ``kind``: the route a
-    notebook's call takes."""
-    out = tmp_path / preset
-    assert main(["reference", "--space", preset, "--subnets", "30", "--seed", "0", "--out", str(out),
-                 "--no-progress", "--shared-layers", "frozen", "--kernels", kind,
-                 "--sampler", "uniform"]) == 0  # (the sampler these digests were recorded with)
-    digest = hashlib.sha256((out / "params.json").read_bytes()).hexdigest()
+def test_presets_train_bit_for_bit_as_before(pinned_runs, preset, kind):
+    """``naspipe reference`` under ``kind`` (tests/helpers/runs.py's ``pinned_runs``: every such run of the suite in
+    one fresh process per kind)."""
+    digest = hashlib.sha256((pinned_runs(kind) / f"{preset}-30" / "params.json").read_bytes()).hexdigest()
     assert digest == recorded(PRESET_DIGESTS, kind)[preset], f"{kind} on {kernels.cpu_name()}"
 
 
