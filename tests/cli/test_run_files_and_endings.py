@@ -85,8 +85,13 @@ def test_the_demo_writes_its_summary_in_its_run_and_replaces_its_own_files(tmp_p
     out = tmp_path / "demo"
     out.mkdir()
     (out / "summary.json").write_text("my summary\n")  # (the demo wrote its summary here, over this file)
-    assert main([*DEMO, "--json", "--out", str(out)]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    assert main(["demo", "--subnets", "4", "--json", "--out", str(out)]) == 0  # (as many stages as cores)
+    summary = json.loads(capsys.readouterr().out)  # stdout holds the JSON object and nothing else
+    assert summary["identical"] is True and summary["speedup"] > 0
+    assert summary["stages"] <= max(1, summary["cores"])  # no more stage processes than cores by default
+    assert summary["runs"] == {"csp": str(out / "csp"), "sequential": str(out / "sequential"),
+                               "reference": str(out / "reference")}
+    assert "Identical to the reference" in (out / "csp" / "report.html").read_text()  # found the reference
     csp = out / "csp"
     assert summary["summary"] == str(csp / "summary.json")
     assert json.loads((csp / "summary.json").read_text()) == summary
