@@ -23,6 +23,7 @@ from typing import Any
 from naspipe.errors import UserError
 from naspipe.inputs.wholes import whole
 from naspipe.ranking.folders import check_folder, run_folders
+from naspipe.ranking.seed_runs import check_seed_runs, identity_of
 from naspipe.ranking.stats import (
     MIN_ARCHS,
     RESAMPLES,
@@ -210,60 +211,6 @@ def _ties(n: int) -> str:
             "truth's order")
 
 
-def _identity(run_dir: Path) -> dict[str, Any]:
-    """What decides a run's numbers: its ``run.json`` identity, or (a run without one) its recorded config."""
-    from naspipe.runfolder import runs
-    from naspipe.search.run import read_config
-
-    data = runs.read_run(run_dir)  # RunFileError (a ValueError) names a malformed file
-    return dict(data["identity"]) if data is not None else dict(read_config(run_dir))
-
-
-# what a change of the supernet's seed changes in a run's identity (the seed, and the subnet sequence it draws)
-SEED_DERIVED = ("seed", "sequence_sha256", "subnets_sha256")
-
-
-def _beyond_seed(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """How two runs' identities differ in more than the seed (and what it draws), ``runs.differences``' form."""
-    from naspipe.runfolder import runs
-
-    diffs = [d for d in runs.differences(a, b) if d[0] not in SEED_DERIVED]
-    sampled = a.get("sampler") is not None and b.get("sampler") is not None  # None: a stream given directly
-    if sampled and a["sampler"] != b["sampler"] and all(k != "sampler" for k, _, _ in diffs):
-        diffs.append(("sampler", a.get("sampler"), b.get("sampler")))
-    return diffs
-
-
-def check_seed_runs(seeds: Sequence[str | Path], run: str | Path | None = None, flag: str = "--seeds") -> None:
-    """``seeds`` are two or more runs equal in everything but the seed, each of another seed, and equal but the
-    seed to ``run`` (the run ranked, where given: a seed band of supernets of another configuration, another lr,
-    says nothing of it). UserError naming the runs (as given to ``flag``) and the field that differs."""
-    from naspipe.runfolder import runs
-
-    if len(seeds) < 2:
-        raise UserError(f"{flag} needs two or more runs equal but the seed (got {len(seeds)})")
-    ids = [_identity(Path(s)) for s in seeds]
-    first, a = seeds[0], ids[0]
-    for s, b in zip(seeds[1:], ids[1:], strict=True):
-        if diffs := _beyond_seed(a, b):
-            raise UserError(f"{flag} {first} and {s} differ in more than the seed: "
-                             f"{runs.describe_differences(diffs)}")
-    seen: dict[Any, str | Path] = {}
-    for s, b in zip(seeds, ids, strict=True):
-        if b.get("seed") in seen:
-            raise UserError(f"{flag} {seen[b.get('seed')]} and {s} are the same run (both of seed "
-                             f"{b.get('seed')}): each seed once")
-        seen[b.get("seed")] = s
-    if run is None:
-        return
-    mine = _identity(Path(run))
-    for s, b in zip(seeds, ids, strict=True):
-        if diffs := _beyond_seed(mine, b):
-            raise UserError(f"--seeds {s} and the run {run} differ in more than the seed: "
-                             f"{runs.describe_differences(diffs)} (the seed band must come from supernets equal to "
-                             "the run but the seed)")
-
-
 def check_against(run: str | Path, against: str | Path) -> None:
     """UserError when ``against`` is ``run`` itself (the same folder, through links) or a copy of it (the same
     kind, identity and recorded config): its scores are the run's own, bit for bit, and a zero difference
@@ -276,7 +223,7 @@ def check_against(run: str | Path, against: str | Path) -> None:
 
     def what(d: str | Path) -> tuple[Any, ...]:
         data = runs.read_run(d)
-        return (data and data["kind"], _identity(Path(d)), read_config(d))
+        return (data and data["kind"], identity_of(Path(d)), read_config(d))
 
     if what(run) == what(against):
         raise UserError(f"--against {against} is the same run as {run} (a copy, or the same configuration run "
@@ -303,7 +250,7 @@ def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int
     if name != t.space:
         raise TruthError(f"{run_dir} trained space {name!r}; the truth is of space {t.space!r} "
                          f"({t.space_digest[:12]})")
-    ident = _identity(d)
+    ident = identity_of(d)
     recorded = ident.get("space_sha256")
     if recorded is not None and recorded != t.space_digest:
         raise TruthError(f"{run_dir} trained space {name!r} ({str(recorded)[:12]}); the truth is of another space of "

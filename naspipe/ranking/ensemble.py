@@ -4,7 +4,7 @@ the last supernets of one run.
 Why it exists: one supernet's ranking moves with its seed (floor (b)); averaging the inherited-weight scores of a
 few supernets equal but the seed is the cheapest way to buy that noise down, and ``naspipe rank RUN --ensemble RUN2
 ...`` says how much it buys against the truth. The runs are checked to differ in the seed alone
-(``naspipe.ranking.compare.check_seed_runs``: another optimizer or learning rate is no ensemble of seeds, the same
+(``naspipe.ranking.seed_runs.check_seed_runs``: another optimizer or learning rate is no ensemble of seeds, the same
 run twice is one run); the accuracy and the loss of each architecture are each the plain mean over the runs, in the
 order given.
 
