@@ -52,12 +52,9 @@ class Scored:
 
     def describe(self) -> str:
         """The run, or the runs (or one run's last supernets) an ensemble averaged."""
-        if not self.members:
-            return self.run
-        if (after := self.after_subnets()):
-            return (f"mean of {len(self.members)} last supernets of {self.run}: its final weights (after {after[0]} "
-                    f"subnets) and its checkpoints after {', '.join(map(str, after[1:]))} subnets")
-        return f"mean of {len(self.members)} runs equal but the seed: {', '.join(m.run for m in self.members)}"
+        from naspipe.search.result import ensemble_text
+
+        return ensemble_text([m.run for m in self.members], self.after_subnets()) if self.members else self.run
 
     def after_subnets(self) -> list[int]:
         """An ensemble of one run's last supernets (``--ensemble-last``): the subnets each member had trained, the
@@ -137,6 +134,8 @@ class RankReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (every number finite: the scores are checked, an interval's non-finite bound is None)."""
+        from naspipe.search.result import ensemble_json
+
         t = self.truth.settings
         pick = self.truth.archs[self.vs_truth.pick]
         seeds = self.seeds
@@ -144,9 +143,7 @@ class RankReport:
             "truth": {"space": t.space, "space_digest": t.space_digest, "steps": t.steps, "seeds": list(t.seeds),
                       "architectures": len(t.archs), "best_accuracy": max(self.truth.mean_accuracy(a)
                                                                           for a in t.archs)},
-            "run": self.run.run, "ensemble": [m.run for m in self.run.members],
-            "ensemble_last": [{"supernet": m.run, "after_subnets": a}
-                              for m, a in zip(self.run.members, self.run.after_subnets(), strict=False)],
+            "run": self.run.run, **ensemble_json([m.run for m in self.run.members], self.run.after_subnets()),
             "vs_truth": self.vs_truth.to_dict(),
             "pick": {"arch": list(pick), "name": self.truth.names[pick],
                      "truth_accuracy": self.truth.mean_accuracy(pick)},
@@ -260,12 +257,8 @@ def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int
                          "folder), so it cannot be told from another space of that name; pass the space it was "
                          "trained on with --space (checked against the truth's)")
     _check_behaviour(run_dir, ident, t)
-    states, label = None, str(run_dir)
-    if checkpoint is not None:
-        from naspipe.runtime.checkpoint import position_dir, root_of, saved_models
-
-        states, label = saved_models(root_of(d), checkpoint), str(position_dir(root_of(d), checkpoint))
-    run = load_trained_run(run_dir, space, states=states)
+    run = load_trained_run(run_dir, space, checkpoint=checkpoint)
+    label = run.source
     if run.space.digest() != t.space_digest:
         raise TruthError(f"{run_dir} trained space {run.space.name!r} ({run.space.digest()[:12]}); the truth is of "
                          f"space {t.space!r} ({t.space_digest[:12]})")
@@ -366,7 +359,7 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     ``ensemble``)."""
     import time
 
-    from naspipe.ranking.ensemble import AFTER, FLAG, LAST_FLAG, ensemble_runs, last_supernets, mean_scored
+    from naspipe.ranking.ensemble import AFTER, check_ensemble, mean_scored
 
     t0 = time.perf_counter()
     check_folder("run", run)
@@ -383,13 +376,7 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     if len(tr.archs) < MIN_ARCHS:
         raise TooFewArchitectures(f"the truth {tr.folder or ''} holds {len(tr.archs)} architecture"
                                   f"{'s' if len(tr.archs) != 1 else ''}: too few to rank (at least {MIN_ARCHS})")
-    ensemble = ensemble_runs(ensemble)
-    if ensemble and ensemble_last not in (0, None):
-        raise UserError(f"{LAST_FLAG} and {FLAG} cannot be combined: average one run's last supernets or runs equal "
-                        "but the seed, not both")
-    if ensemble:
-        check_seed_runs([run, *ensemble], flag=FLAG)
-    last = last_supernets(run, ensemble_last) if ensemble_last not in (0, None) else None
+    ensemble, last = check_ensemble(run, ensemble, ensemble_last)
     if seeds:
         check_seed_runs(seeds, run)
     if against is not None:
