@@ -25,7 +25,7 @@ import argparse
 import json
 from pathlib import Path
 
-from naspipe.cli.common import os_refusal, positive_int
+from naspipe.cli.common import add_ensemble_arguments, os_refusal, positive_int
 from naspipe.errors import UserError
 
 COMMAND = "rank"
@@ -43,11 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proxy-seeds", nargs="+", type=positive_int("--proxy-seeds", 0), default=None, metavar="S",
                    help="with --proxy: the initial weights' seeds (default 0); two or more: the mean score, and "
                         "the proxy's seed-to-seed tau")
-    p.add_argument("--ensemble", nargs="+", default=(), metavar="RUN2",
-                   help="score each architecture with the mean over RUN and these runs, equal but the seed")
-    p.add_argument("--ensemble-last", type=positive_int("--ensemble-last", 2), default=None, metavar="N",
-                   help="score each architecture with the mean over RUN's last N supernets: its final weights and its "
-                        "N-1 newest checkpoints (train RUN with --checkpoint-every E --keep-checkpoints N-1)")
+    add_ensemble_arguments(p, "architecture")
     p.add_argument("--against", default=None, metavar="RUN2", help="a second run to compare with the first")
     p.add_argument("--seeds", nargs="+", default=(), metavar="RUN",
                    help="two or more runs equal but the supernet seed, each of another seed: noise floor (b) and "

@@ -3,6 +3,11 @@
 Evaluates candidate subnets with the run's trained (inherited) weights on held-out data, ranks them by
 accuracy (then loss), prints the chosen subnet, its scores and costs and a table of the best, and writes
 ``RUN_DIR/search.json`` (``--json`` prints the same object). Arguments are checked before torch loads.
+
+``--ensemble RUN2 [RUN3 ...]`` scores each subnet with the mean accuracy and loss over RUN_DIR and those runs, equal
+but the seed; ``--ensemble-last N`` (N >= 2) with the mean over RUN_DIR's last N supernets, its final weights and its
+N - 1 newest complete checkpoints. Both are checked as ``naspipe rank`` checks them (``naspipe.ranking.ensemble``),
+and refused together, before any model loads; the output names the supernets averaged.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from naspipe.cli.common import positive_int
+from naspipe.cli.common import add_ensemble_arguments, positive_int
 from naspipe.errors import UserError
 from naspipe.runfolder import runs
 
@@ -45,7 +50,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(every candidate equally often) or spread[:fair|uniform] (default %(default)s)")
     p.add_argument("--space", default=None, help="the run's space (JSON file or module:function) when its name "
                                                    "cannot be resolved")
+    add_ensemble_arguments(p, "subnet", "RUN_DIR")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def _check_run_dir(run_dir: Path) -> None:
+    """A folder search can read: its metrics.json and trained weights (RUN_DIR and each ``--ensemble`` run)."""
+    if not run_dir.is_dir():
+        raise UserError(f"no such run directory: {str(run_dir)!r}")
+    if not (run_dir / runs.METRICS).is_file():
+        raise UserError(f"{run_dir}: no metrics.json (is this a naspipe run directory?)")
+    if not (run_dir / "weights.pt").is_file() and not any(run_dir.glob("weights-stage*.pt")):
+        raise UserError(f"{run_dir}: no weights.pt (nor weights-stage*.pt); the run saved no trained weights")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,21 +72,18 @@ def run(args: argparse.Namespace) -> int:
     sampler = fixed_sampler_arg(args, f"needs training losses; search draws {sampler_forms(online=False)}")
     constraints = parse_constraints(args.constraint)
     run_dir = Path(args.run_dir)
-    if not run_dir.is_dir():
-        raise UserError(f"no such run directory: {str(run_dir)!r}")
-    if not (run_dir / runs.METRICS).is_file():
-        raise UserError(f"{run_dir}: no metrics.json (is this a naspipe run directory?)")
-    if not (run_dir / "weights.pt").is_file() and not any(run_dir.glob("weights-stage*.pt")):
-        raise UserError(f"{run_dir}: no weights.pt (nor weights-stage*.pt); the run saved no trained weights")
+    for d in (run_dir, *map(Path, args.ensemble)):
+        _check_run_dir(d)
     if args.population is not None and args.sample_size is not None and args.sample_size > args.population:
         raise UserError(f"--sample-size {args.sample_size} exceeds --population {args.population}")
 
-    from naspipe.search import search_run
+    from naspipe.ranking.ensemble import search_ensemble
 
-    result = search_run(run_dir, strategy=args.strategy, budget=args.budget, constraints=constraints,
-                        seed=args.seed, profile=args.profile, heldout=args.heldout, space=args.space,
-                        top=args.top, population=args.population, sample_size=args.sample_size,
-                        sampler=str(sampler))
+    result = search_ensemble(run_dir, ensemble=args.ensemble, ensemble_last=args.ensemble_last or 0,
+                             strategy=args.strategy, budget=args.budget, constraints=constraints,
+                             seed=args.seed, profile=args.profile, heldout=args.heldout, space=args.space,
+                             top=args.top, population=args.population, sample_size=args.sample_size,
+                             sampler=str(sampler))
     if args.json:
         print(json.dumps(result.to_dict(args.top)))
     else:

@@ -117,6 +117,17 @@ def add_kernels_argument(p: argparse.ArgumentParser) -> None:
                    "vendor with AVX2; portable: meant for the same bits across vendors (docs/reproducibility.md)")
 
 
+def add_ensemble_arguments(p: argparse.ArgumentParser, scored: str, run: str = "RUN") -> None:
+    """``--ensemble RUN2 ...`` and ``--ensemble-last N`` of ``naspipe rank`` and ``naspipe search`` (each ``scored``
+    thing, an architecture or a subnet, scored with the mean over supernets: ``naspipe.ranking.ensemble``; ``run``:
+    the command's name for its run)."""
+    p.add_argument("--ensemble", nargs="+", default=(), metavar="RUN2",
+                   help=f"score each {scored} with the mean over {run} and these runs, equal but the seed")
+    p.add_argument("--ensemble-last", type=positive_int("--ensemble-last", 2), default=None, metavar="N",
+                   help=f"score each {scored} with the mean over {run}'s last N supernets: its final weights and its "
+                        f"N-1 newest checkpoints (train {run} with --checkpoint-every E --keep-checkpoints N-1)")
+
+
 def add_run_arguments(p: argparse.ArgumentParser, default_space: str = "naspipe-k48",
                       default_subnets: int = 1000, default_policy: str = DEFAULT_POLICY,
                       ignored: str | None = None) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 from naspipe.errors import UserError
 from naspipe.inputs.wholes import whole
 from naspipe.ranking.folders import check_folder, run_folders
+from naspipe.ranking.seed_runs import check_seed_runs, identity_of
 from naspipe.ranking.stats import (
     MIN_ARCHS,
     RESAMPLES,
@@ -51,12 +52,9 @@ class Scored:
 
     def describe(self) -> str:
         """The run, or the runs (or one run's last supernets) an ensemble averaged."""
-        if not self.members:
-            return self.run
-        if (after := self.after_subnets()):
-            return (f"mean of {len(self.members)} last supernets of {self.run}: its final weights (after {after[0]} "
-                    f"subnets) and its checkpoints after {', '.join(map(str, after[1:]))} subnets")
-        return f"mean of {len(self.members)} runs equal but the seed: {', '.join(m.run for m in self.members)}"
+        from naspipe.search.result import ensemble_text
+
+        return ensemble_text([m.run for m in self.members], self.after_subnets()) if self.members else self.run
 
     def after_subnets(self) -> list[int]:
         """An ensemble of one run's last supernets (``--ensemble-last``): the subnets each member had trained, the
@@ -136,6 +134,8 @@ class RankReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (every number finite: the scores are checked, an interval's non-finite bound is None)."""
+        from naspipe.search.result import ensemble_json
+
         t = self.truth.settings
         pick = self.truth.archs[self.vs_truth.pick]
         seeds = self.seeds
@@ -143,9 +143,7 @@ class RankReport:
             "truth": {"space": t.space, "space_digest": t.space_digest, "steps": t.steps, "seeds": list(t.seeds),
                       "architectures": len(t.archs), "best_accuracy": max(self.truth.mean_accuracy(a)
                                                                           for a in t.archs)},
-            "run": self.run.run, "ensemble": [m.run for m in self.run.members],
-            "ensemble_last": [{"supernet": m.run, "after_subnets": a}
-                              for m, a in zip(self.run.members, self.run.after_subnets(), strict=False)],
+            "run": self.run.run, **ensemble_json([m.run for m in self.run.members], self.run.after_subnets()),
             "vs_truth": self.vs_truth.to_dict(),
             "pick": {"arch": list(pick), "name": self.truth.names[pick],
                      "truth_accuracy": self.truth.mean_accuracy(pick)},
@@ -210,60 +208,6 @@ def _ties(n: int) -> str:
             "truth's order")
 
 
-def _identity(run_dir: Path) -> dict[str, Any]:
-    """What decides a run's numbers: its ``run.json`` identity, or (a run without one) its recorded config."""
-    from naspipe.runfolder import runs
-    from naspipe.search.run import read_config
-
-    data = runs.read_run(run_dir)  # RunFileError (a ValueError) names a malformed file
-    return dict(data["identity"]) if data is not None else dict(read_config(run_dir))
-
-
-# what a change of the supernet's seed changes in a run's identity (the seed, and the subnet sequence it draws)
-SEED_DERIVED = ("seed", "sequence_sha256", "subnets_sha256")
-
-
-def _beyond_seed(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """How two runs' identities differ in more than the seed (and what it draws), ``runs.differences``' form."""
-    from naspipe.runfolder import runs
-
-    diffs = [d for d in runs.differences(a, b) if d[0] not in SEED_DERIVED]
-    sampled = a.get("sampler") is not None and b.get("sampler") is not None  # None: a stream given directly
-    if sampled and a["sampler"] != b["sampler"] and all(k != "sampler" for k, _, _ in diffs):
-        diffs.append(("sampler", a.get("sampler"), b.get("sampler")))
-    return diffs
-
-
-def check_seed_runs(seeds: Sequence[str | Path], run: str | Path | None = None, flag: str = "--seeds") -> None:
-    """``seeds`` are two or more runs equal in everything but the seed, each of another seed, and equal but the
-    seed to ``run`` (the run ranked, where given: a seed band of supernets of another configuration, another lr,
-    says nothing of it). UserError naming the runs (as given to ``flag``) and the field that differs."""
-    from naspipe.runfolder import runs
-
-    if len(seeds) < 2:
-        raise UserError(f"{flag} needs two or more runs equal but the seed (got {len(seeds)})")
-    ids = [_identity(Path(s)) for s in seeds]
-    first, a = seeds[0], ids[0]
-    for s, b in zip(seeds[1:], ids[1:], strict=True):
-        if diffs := _beyond_seed(a, b):
-            raise UserError(f"{flag} {first} and {s} differ in more than the seed: "
-                             f"{runs.describe_differences(diffs)}")
-    seen: dict[Any, str | Path] = {}
-    for s, b in zip(seeds, ids, strict=True):
-        if b.get("seed") in seen:
-            raise UserError(f"{flag} {seen[b.get('seed')]} and {s} are the same run (both of seed "
-                             f"{b.get('seed')}): each seed once")
-        seen[b.get("seed")] = s
-    if run is None:
-        return
-    mine = _identity(Path(run))
-    for s, b in zip(seeds, ids, strict=True):
-        if diffs := _beyond_seed(mine, b):
-            raise UserError(f"--seeds {s} and the run {run} differ in more than the seed: "
-                             f"{runs.describe_differences(diffs)} (the seed band must come from supernets equal to "
-                             "the run but the seed)")
-
-
 def check_against(run: str | Path, against: str | Path) -> None:
     """UserError when ``against`` is ``run`` itself (the same folder, through links) or a copy of it (the same
     kind, identity and recorded config): its scores are the run's own, bit for bit, and a zero difference
@@ -276,7 +220,7 @@ def check_against(run: str | Path, against: str | Path) -> None:
 
     def what(d: str | Path) -> tuple[Any, ...]:
         data = runs.read_run(d)
-        return (data and data["kind"], _identity(Path(d)), read_config(d))
+        return (data and data["kind"], identity_of(Path(d)), read_config(d))
 
     if what(run) == what(against):
         raise UserError(f"--against {against} is the same run as {run} (a copy, or the same configuration run "
@@ -303,7 +247,7 @@ def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int
     if name != t.space:
         raise TruthError(f"{run_dir} trained space {name!r}; the truth is of space {t.space!r} "
                          f"({t.space_digest[:12]})")
-    ident = _identity(d)
+    ident = identity_of(d)
     recorded = ident.get("space_sha256")
     if recorded is not None and recorded != t.space_digest:
         raise TruthError(f"{run_dir} trained space {name!r} ({str(recorded)[:12]}); the truth is of another space of "
@@ -313,12 +257,8 @@ def score_run(run_dir: str | Path, truth: Truth, space: Any = None, heldout: int
                          "folder), so it cannot be told from another space of that name; pass the space it was "
                          "trained on with --space (checked against the truth's)")
     _check_behaviour(run_dir, ident, t)
-    states, label = None, str(run_dir)
-    if checkpoint is not None:
-        from naspipe.runtime.checkpoint import position_dir, root_of, saved_models
-
-        states, label = saved_models(root_of(d), checkpoint), str(position_dir(root_of(d), checkpoint))
-    run = load_trained_run(run_dir, space, states=states)
+    run = load_trained_run(run_dir, space, checkpoint=checkpoint)
+    label = run.source
     if run.space.digest() != t.space_digest:
         raise TruthError(f"{run_dir} trained space {run.space.name!r} ({run.space.digest()[:12]}); the truth is of "
                          f"space {t.space!r} ({t.space_digest[:12]})")
@@ -419,7 +359,7 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     ``ensemble``)."""
     import time
 
-    from naspipe.ranking.ensemble import AFTER, FLAG, LAST_FLAG, ensemble_runs, last_supernets, mean_scored
+    from naspipe.ranking.ensemble import AFTER, check_ensemble, mean_scored
 
     t0 = time.perf_counter()
     check_folder("run", run)
@@ -436,13 +376,7 @@ def rank(run: str | Path, truth: str | Path | Truth, *, against: str | Path | No
     if len(tr.archs) < MIN_ARCHS:
         raise TooFewArchitectures(f"the truth {tr.folder or ''} holds {len(tr.archs)} architecture"
                                   f"{'s' if len(tr.archs) != 1 else ''}: too few to rank (at least {MIN_ARCHS})")
-    ensemble = ensemble_runs(ensemble)
-    if ensemble and ensemble_last not in (0, None):
-        raise UserError(f"{LAST_FLAG} and {FLAG} cannot be combined: average one run's last supernets or runs equal "
-                        "but the seed, not both")
-    if ensemble:
-        check_seed_runs([run, *ensemble], flag=FLAG)
-    last = last_supernets(run, ensemble_last) if ensemble_last not in (0, None) else None
+    ensemble, last = check_ensemble(run, ensemble, ensemble_last)
     if seeds:
         check_seed_runs(seeds, run)
     if against is not None:

@@ -4,7 +4,7 @@ the last supernets of one run.
 Why it exists: one supernet's ranking moves with its seed (floor (b)); averaging the inherited-weight scores of a
 few supernets equal but the seed is the cheapest way to buy that noise down, and ``naspipe rank RUN --ensemble RUN2
 ...`` says how much it buys against the truth. The runs are checked to differ in the seed alone
-(``naspipe.ranking.compare.check_seed_runs``: another optimizer or learning rate is no ensemble of seeds, the same
+(``naspipe.ranking.seed_runs.check_seed_runs``: another optimizer or learning rate is no ensemble of seeds, the same
 run twice is one run); the accuracy and the loss of each architecture are each the plain mean over the runs, in the
 order given.
 
@@ -17,6 +17,11 @@ reference`` writes none); a checkpoint whose fingerprint is not the run's (anoth
 few-shot run, a checkpoint before the warm-up's end (its sub-supernets were not split yet). Each supernet is
 scored as the final weights are (parameters only: ``naspipe.models.weights.load_weights``), and the mean is
 ``mean_scored``'s, the final weights first.
+
+``naspipe search RUN --ensemble RUN2 ...`` and ``--ensemble-last N`` (``search_ensemble``) score each candidate
+subnet the same way, so the search's ranking and its pick come from the ensemble: the flags are checked as rank
+checks them (``check_ensemble``), and ``naspipe.search.run.search_run`` averages the supernets' evaluators
+(``mean_evaluator``, ``mean_scored``'s arithmetic).
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from naspipe.errors import UserError
-from naspipe.ranking.folders import run_folders
+from naspipe.ranking.folders import check_folder, run_folders
+from naspipe.ranking.seed_runs import check_seed_runs
 
 if TYPE_CHECKING:
     from naspipe.ranking.compare import Scored
+    from naspipe.search.result import SearchResult
 
 FLAG = "--ensemble"
 LAST_FLAG = "--ensemble-last"
@@ -106,6 +113,40 @@ def ensemble_runs(ensemble: Sequence[str | Path]) -> list[str | Path]:
     anything but paths); that they are equal to the run ranked but the seed, ``rank`` checks (``check_seed_runs``,
     with ``FLAG``)."""
     return run_folders("ensemble", ensemble)
+
+
+def check_ensemble(run: str | Path, ensemble: Sequence[str | Path],
+                   last: Any) -> tuple[list[str | Path], LastSupernets | None]:
+    """What ``--ensemble`` (``ensemble``) or ``--ensemble-last`` (``last``; 0 or None: off) ask of ``run``, checked
+    before any model loads, for ``naspipe rank`` and ``naspipe search`` alike: the runs (``ensemble_runs``; equal to
+    ``run`` but the seed, ``check_seed_runs`` naming ``FLAG``) and the last supernets (``last_supernets``, None when
+    off). UserError (one line) for what cannot be averaged, and for both flags together."""
+    ensemble = ensemble_runs(ensemble)
+    off = last in (0, None)
+    if ensemble and not off:
+        raise UserError(f"{LAST_FLAG} and {FLAG} cannot be combined: average one run's last supernets or runs equal "
+                        "but the seed, not both")
+    if ensemble:
+        check_seed_runs([run, *ensemble], flag=FLAG)
+    return ensemble, None if off else last_supernets(run, last)
+
+
+def search_ensemble(run_dir: str | Path, *, ensemble: Sequence[str | Path] = (), ensemble_last: int = 0,
+                    **options: Any) -> SearchResult:
+    """``naspipe search RUN --ensemble RUN2 ...`` or ``--ensemble-last N``: ``naspipe.search.search_run`` of
+    ``run_dir`` (``options``: its arguments) with each subnet scored by the mean over ``run_dir`` and ``ensemble``
+    (runs equal to it but the seed), or over its last ``ensemble_last`` supernets (its final weights first, then
+    its checkpoints, newest first); refused as ``naspipe rank`` refuses them (``check_ensemble``), before any
+    model loads. Neither: a plain ``search_run``."""
+    from naspipe.search.run import Member, search_run
+
+    check_folder("run", run_dir)
+    ensemble, last = check_ensemble(run_dir, ensemble, ensemble_last)
+    if last is not None:
+        members = [Member(run_dir, None, last.subnets), *(Member(run_dir, c, c) for c in last.checkpoints)]
+    else:
+        members = [Member(r) for r in (run_dir, *ensemble)] if ensemble else []
+    return search_run(run_dir, members=members, **options)
 
 
 def mean_scored(members: Sequence[Scored]) -> Scored:

@@ -9,6 +9,10 @@ importing torch.
     result = search_run("runs/digits", strategy="evolution", budget=100,
                         constraints=parse_constraints("params<=40k"), seed=0)
     print(result.summary()); print(result.table(10))
+
+An ensemble (``naspipe search RUN --ensemble RUN2 ...`` or ``--ensemble-last N``) scores each subnet with the mean
+over several supernets: ``naspipe.ranking.ensemble.search_ensemble(run, ensemble=[...])`` or ``(run,
+ensemble_last=N)`` checks them as ``naspipe.rank`` does and calls ``search_run(members=[Member, ...])``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from naspipe.search.strategies import STRATEGIES, InfeasibleError, search_space
 from naspipe.search.subnet_costs import ProfileError, SearchCosts
 
 _LAZY = {"search_run": "run", "search_model": "run", "load_trained_run": "run", "cost_model": "run", "RunError": "run",
-         "read_config": "run", "make_evaluator": "run", "SEARCH_JSON": "run",
+         "read_config": "run", "make_evaluator": "run", "mean_evaluator": "run", "Member": "run", "SEARCH_JSON": "run",
          "measure_profile": "naspipe.preflight.measure", "accuracy_vs_cost": "plot"}
 
 __all__ = ["Constraint", "ConstraintError", "SearchCosts", "Evaluated", "InfeasibleError", "ProfileError",

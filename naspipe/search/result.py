@@ -41,6 +41,25 @@ def best_of(records: Sequence[Evaluated]) -> Evaluated | None:
     return min(records, key=Evaluated.rank_key) if records else None
 
 
+def ensemble_text(names: Sequence[str], after: Sequence[int]) -> str:
+    """The supernets an ensemble averaged, in one line (``naspipe rank``'s ``run:`` line, ``naspipe search``'s
+    ``supernets:`` line): ``names``, the run first; ``after``, the subnets each had trained where they are one
+    run's last supernets (``--ensemble-last``: its final weights, then its checkpoints' folders), else empty."""
+    if after:
+        return (f"mean of {len(names)} last supernets of {names[0]}: its final weights (after {after[0]} "
+                f"subnets) and its checkpoints after {', '.join(map(str, after[1:]))} subnets")
+    return f"mean of {len(names)} runs equal but the seed: {', '.join(names)}"
+
+
+def ensemble_json(names: Sequence[str], after: Sequence[int]) -> dict[str, Any]:
+    """The supernets an ensemble averaged, as ``naspipe rank`` and ``naspipe search`` write them: ``"ensemble"``
+    (their names, none for one supernet) and ``"ensemble_last"`` (each with ``after_subnets``, for one run's last
+    supernets; empty otherwise)."""
+    return {"ensemble": list(names),
+            "ensemble_last": [{"supernet": n, "after_subnets": a} for n, a in zip(names, after, strict=True)]
+            if after else []}
+
+
 @dataclass
 class SearchResult:
     space: SearchSpace
@@ -52,6 +71,8 @@ class SearchResult:
     settings: dict[str, Any] = field(default_factory=dict)  # strategy parameters, cost sources, data
     exhausted: bool = False  # fewer than ``budget`` feasible subnets could be found
     wall_s: float = 0.0
+    ensemble: tuple[str, ...] = ()  # the supernets whose mean scored each subnet (none: one supernet)
+    after_subnets: tuple[int, ...] = ()  # an ensemble of one run's last supernets: the subnets each had trained
 
     @property
     def best(self) -> Evaluated | None:
@@ -74,6 +95,7 @@ class SearchResult:
             "space": self.space.name, "strategy": self.strategy, "seed": self.seed, "budget": self.budget,
             "evaluations": len(self.evaluated), "exhausted": self.exhausted,
             "constraints": [str(c) for c in self.constraints], "settings": dict(self.settings),
+            **ensemble_json(self.ensemble, self.after_subnets),
             "best": None if best is None else self.record(best, 1),
             "top": [self.record(e, i + 1) for i, e in enumerate(self.top(top))],
         }
@@ -98,6 +120,8 @@ class SearchResult:
                 f"(budget {self.budget}, seed {self.seed}, constraint {cons})")
         if self.exhausted:
             head += "; no further feasible subnet found"
+        if self.ensemble:
+            head += f"\nsupernets: {ensemble_text(self.ensemble, self.after_subnets)}"
         if best is None:
             return head + "\nno subnet satisfies the constraints"
         return (f"{head}\nbest: {self.space.subnet_dict(best.subnet)}\n"

@@ -4,12 +4,16 @@ The torch side of ``naspipe.search``. A subnet's score is ``naspipe.models.evalu
 (``heldout_batches``) with the supernet's trained weights, unchanged (no fine-tuning): the one-shot NAS
 proxy. The run's ``metrics.json`` (written by ``naspipe reference`` and ``naspipe train``) gives the space
 and seed; its weights come from ``weights.pt`` or ``weights-stage*.pt`` (``naspipe.models.weights``).
+
+An ensemble (``search_run(members=...)``: ``naspipe search RUN --ensemble RUN2 ...`` or ``--ensemble-last N``,
+checked and built by ``naspipe.ranking.ensemble.search_ensemble`` as ``naspipe rank`` checks them) scores each
+subnet with the mean accuracy and loss over its supernets, on the same held-out batches (``mean_evaluator``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +50,18 @@ class LoadedRun:
     seed: int
     shared: SharedLayers
     config: dict[str, Any]
+    source: str = ""  # the folder its weights came from: the run's, or its checkpoint's
+
+
+@dataclass(frozen=True)
+class Member:
+    """One supernet of an ensemble that ``search_run`` averages: of the run folder ``run``, its final weights or
+    (``checkpoint``) those of its checkpoint at that position; ``after``: the subnets it had trained, where the
+    ensemble is one run's last supernets (None otherwise)."""
+
+    run: str | Path
+    checkpoint: int | None = None
+    after: int | None = None
 
 
 def model_param_counts(model: StageModel) -> dict[tuple[int, int], int]:
@@ -80,15 +96,30 @@ def make_evaluator(model: StageModel, batches: Sequence[Batch]) -> EvaluateFn:
     return run
 
 
+def mean_evaluator(evaluators: Sequence[EvaluateFn]) -> EvaluateFn:
+    """``subnet -> {"accuracy", "loss"}``, each the plain mean over ``evaluators`` (an ensemble's supernets), summed
+    in their order: the arithmetic of ``naspipe.ranking.ensemble.mean_scored``, so a subnet scores as ``naspipe rank``
+    scores that architecture with the same ensemble."""
+    def run(subnet: Subnet) -> dict[str, float]:
+        scores = [e(subnet) for e in evaluators]
+        return {key: sum(float(s[key]) for s in scores) / len(scores) for key in ("accuracy", "loss")}
+    return run
+
+
 def search_model(model: StageModel, *, strategy: str = "evolution", budget: int = 100,
                  constraints: Sequence[Constraint] | Sequence[str] | str = (), seed: int = 0,
-                 costs: SearchCosts | None = None,
-                 batches: Sequence[Batch] | None = None, **strategy_args: Any) -> SearchResult:
-    """Search a whole-supernet ``model`` in memory (``batches``: default all held-out batches)."""
+                 costs: SearchCosts | None = None, batches: Sequence[Batch] | None = None,
+                 ensemble: Sequence[StageModel] = (), **strategy_args: Any) -> SearchResult:
+    """Search a whole-supernet ``model`` in memory (``batches``: default all held-out batches). ``ensemble``: more
+    supernets of its space; each subnet is then scored with the mean over ``model`` and them (``mean_evaluator``,
+    each on the same batches)."""
     space = model.space
     batches = heldout_batches(space) if batches is None else list(batches)
     costs = costs or cost_model(space, model)
-    result = search_space(space, costs, make_evaluator(model, batches), strategy=strategy, budget=budget,
+    evaluate = make_evaluator(model, batches)
+    if ensemble:
+        evaluate = mean_evaluator([evaluate, *(make_evaluator(m, batches) for m in ensemble)])
+    result = search_space(space, costs, evaluate, strategy=strategy, budget=budget,
                           constraints=constraints, seed=seed, **strategy_args)
     result.settings["heldout_batches"] = len(batches)
     return result
@@ -127,15 +158,20 @@ def _space_hint(recorded: str, given: object) -> str:
 
 
 def load_trained_run(run_dir: str | Path, space: str | SearchSpace | None = None, *,
-                     states: Sequence[tuple[str | Path, Mapping[str, torch.Tensor]]] | None = None) -> LoadedRun:
+                     checkpoint: int | None = None) -> LoadedRun:
     """The trained supernet of a run directory. ``space`` overrides the recorded one (needed for a space
-    loaded from a JSON file, whose name alone cannot be resolved). ``states``: the supernet of one of the run's
-    checkpoints instead of its final weights (``naspipe.runtime.checkpoint.saved_models``, as
-    ``naspipe.models.weights.load_weights`` takes them)."""
+    loaded from a JSON file, whose name alone cannot be resolved). ``checkpoint``: the supernet of the run's
+    checkpoint at that position instead of its final weights (``naspipe.runtime.checkpoint.saved_models``: every
+    stage's model state; CheckpointError, one line, for a missing or corrupted one); ``source`` names its folder."""
     d = Path(run_dir)
     if not d.is_dir():
         raise RunError(f"no such run directory: {str(d)!r}")
     cfg = read_config(d)
+    states, source = None, str(run_dir)
+    if checkpoint is not None:
+        from naspipe.runtime.checkpoint import position_dir, root_of, saved_models
+
+        states, source = saved_models(root_of(d), checkpoint), str(position_dir(root_of(d), checkpoint))
     try:
         sp = resolve_space(space if space is not None else recorded_space(d, str(cfg["space"])))
     except SpaceError as e:
@@ -159,7 +195,7 @@ def load_trained_run(run_dir: str | Path, space: str | SearchSpace | None = None
         model = few_shot_model(sp, split, d, seed, shared, states=states)
     else:
         model = load_weights(sp, d, seed, shared, states=states)  # WeightsError (a ValueError) names the file
-    return LoadedRun(sp, model, seed, shared, {**cfg, **({runs.FEW_SHOT: split} if split else {})})
+    return LoadedRun(sp, model, seed, shared, {**cfg, **({runs.FEW_SHOT: split} if split else {})}, source)
 
 
 def _recorded_split(run_dir: Path) -> dict[str, Any] | None:
@@ -175,20 +211,36 @@ def search_run(run_dir: str | Path, *, strategy: str = "evolution", budget: int 
                constraints: Sequence[Constraint] | Sequence[str] | str = (), seed: int = 0,
                profile: str | Path | None = None,
                heldout: int | None = None, space: str | SearchSpace | None = None, write: bool = True,
-               top: int = 10, **strategy_args: Any) -> SearchResult:
+               top: int = 10, members: Sequence[Member] = (), **strategy_args: Any) -> SearchResult:
     """Search the supernet trained in ``run_dir``; with ``write`` also store ``RUN_DIR/search.json`` (its ``top``
-    subnets). ``heldout``: how many held-out batches score a subnet (default all)."""
+    subnets). ``heldout``: how many held-out batches score a subnet (default all). ``members``: an ensemble, two
+    ``Member`` or more of one space, whose mean scores each subnet (the first's model gives the costs);
+    ``naspipe.ranking.ensemble.search_ensemble`` builds them from ``run_dir`` after the checks of ``naspipe rank``."""
     if heldout is not None:  # (a heldout or top that is not a whole number is refused here; None: every batch)
         whole("heldout", heldout, 1, RunError)
     whole("top", top, 0, RunError)
-    run = load_trained_run(run_dir, space)
+    given = [members] if isinstance(members, str | Path) else list(members)
+    if given and (len(given) < 2 or not all(isinstance(m, Member) for m in given)):
+        raise RunError(f"members must be two naspipe.search.run.Member or more (an ensemble), got {given!r:.80}")
+    members = given or [Member(run_dir)]
+    loaded = [load_trained_run(m.run, space, checkpoint=m.checkpoint) for m in members]
+    run = loaded[0]
+    for other in loaded[1:]:
+        if other.space.digest() != run.space.digest():
+            raise RunError(f"{other.source} trained space {other.space.name!r} ({other.space.digest()[:12]}), "
+                           f"not {run.source}'s ({run.space.digest()[:12]}): an ensemble is of one space")
     try:
         batches = heldout_batches(run.space, heldout)
     except ValueError as e:
         raise RunError(str(e)) from None
     result = search_model(run.model, strategy=strategy, budget=budget, constraints=constraints, seed=seed,
-                          costs=cost_model(run.space, run.model, profile), batches=batches, **strategy_args)
+                          costs=cost_model(run.space, run.model, profile), batches=batches,
+                          ensemble=[r.model for r in loaded[1:]], **strategy_args)
     result.settings["run_dir"] = str(run_dir)
+    if len(loaded) > 1:
+        result.ensemble = tuple(r.source for r in loaded)
+        after = [m.after for m in members if m.after is not None]
+        result.after_subnets = tuple(after) if len(after) == len(members) else ()
     if write:
         Path(run_dir, SEARCH_JSON).write_text(json.dumps(result.to_dict(top), indent=1) + "\n")
     return result
