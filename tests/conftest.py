@@ -82,9 +82,11 @@ def no_process_left_behind():
 # `make test` runs the suite on pytest-xdist workers with `--dist loadfile`, refined here (the scheduler below):
 # a worker runs a unit of work at a time and takes the next when it is done. A unit is a whole test module (its
 # trained runs, module-scoped fixtures, are made once) unless the module is named in SPLIT: the docs pages' code
-# blocks are independent tests (each its own unit, so pages run side by side), and the browser module is two units
-# (each starts its own JupyterLab and chromium on a free port). Modules that hold fixed resources keep one unit
-# per set of them (the network namespaces of tests/runtime/test_multihost.py are named after the worker's pid).
+# blocks are independent tests (each its own unit, so pages run side by side). The browser module is one unit:
+# one JupyterLab, one chromium (as two units each started its own, about 15 s of CPU more, while the suite is
+# bound by CPU; one unit, started first, still ends long before the others). Modules that hold fixed resources
+# keep one unit per set of them (the network namespaces of tests/runtime/test_multihost.py are named after the
+# worker's pid).
 # Units go out in this order: the slowest first (the prefixes in SLOW_FIRST, measured on whole runs), then the
 # folders whose tests start stage processes or kernels, then the many short torch-free modules, so the workers end
 # together instead of one long module running alone at the end (longest first). Order only: every test runs, in
@@ -94,7 +96,7 @@ SLOW_FIRST = ("tests/browser/", "tests/docs/test_docs_code.py::test_every_code_b
               "tests/runtime/test_run_endings.py", "tests/benchmarks/", "tests/sched/test_properties.py",
               "tests/sim/test_replicas.py", "tests/truth/", "tests/peers/", "tests/notebooks/", "tests/runtime/",
               "tests/supernet/", "tests/cli/", "tests/lifecycle/", "tests/oracle/", "tests/search/", "tests/ranking/")
-SPLIT = {"tests/docs/test_docs_code.py": 0, "tests/browser/test_browser.py": 2}  # module -> units (0: one per test)
+SPLIT = {"tests/docs/test_docs_code.py": 0}  # module -> units (0: one per test)
 
 
 def _slow_first(item) -> int:  # noqa: ANN001
