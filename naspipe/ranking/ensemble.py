@@ -57,10 +57,9 @@ class LastSupernets:
 def last_supernets(run: str | Path, n: Any) -> LastSupernets:
     """The final weights and the ``n - 1`` newest complete checkpoints of ``run`` (see the module); UserError (one
     line, naming ``LAST_FLAG``) for what cannot be averaged. Reads sidecars and ``run.json``, no weights."""
-    from naspipe.fileio import jsonfile
     from naspipe.inputs.wholes import whole
     from naspipe.runfolder import runs
-    from naspipe.runtime.checkpoint import complete_positions, position_dir, root_of
+    from naspipe.runtime.checkpoint import CheckpointError, complete_positions, position_dir, read_sidecar, root_of
     from naspipe.spaces.few_shot import recorded_split
 
     n = whole(LAST_FLAG, n, 0)
@@ -87,9 +86,9 @@ def last_supernets(run: str | Path, n: Any) -> LastSupernets:
     for c in chosen:
         side = position_dir(root_of(run), c) / "stage0.json"
         try:
-            fp = jsonfile.loads(side.read_text())["fingerprint"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UserError(f"{LAST_FLAG}: checkpoint file {str(side)!r} is corrupted ({type(e).__name__})") from None
+            fp = read_sidecar(side)[0]
+        except (OSError, CheckpointError) as e:
+            raise UserError(f"{LAST_FLAG}: {e}") from None
         split = runs.FEW_SHOT in ident  # (a few-shot checkpoint records the expanded space's digest, and the split)
         for key in ("seed", "subnets", runs.FEW_SHOT if split else "space_sha256"):
             if key in ident and fp.get(key) != ident[key]:

@@ -342,11 +342,14 @@ class Checkpointer:
 
 
 # ---- loading (resume) ----------------------------------------------------------------------------------------
-def _load(path: Path, device: Any = "cpu") -> dict[str, Any]:
+def _load(path: Path, device: Any = "cpu", raw: bytes | None = None) -> dict[str, Any]:
+    """The checkpoint at ``path`` (or its bytes ``raw``, already read), unpickled with ``weights_only=True``."""
+    import io
+
     import torch
 
     try:
-        data = torch.load(path, map_location=device, weights_only=True)
+        data = torch.load(io.BytesIO(raw) if raw is not None else path, map_location=device, weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many kinds for a corrupt file
         raise CheckpointError(f"checkpoint file {str(path)!r} is corrupted or unreadable "
                               f"({type(e).__name__})") from None
@@ -382,11 +385,36 @@ def load_stage(cfg: TrainConfig, rank: int, ex: Any) -> None:
         torch.cuda.set_rng_state(state["cuda_rng"].cpu(), ex.device)
 
 
+def read_sidecar(side: Path) -> tuple[dict[str, Any], int, str, int]:
+    """A stage file's sidecar: ``(fingerprint, bytes, sha256, position)``; CheckpointError (one line) when it is
+    unreadable or malformed. FileNotFoundError passes (the stage did not save this position)."""
+    try:
+        meta = jsonfile.loads(side.read_text())
+        return meta["fingerprint"], int(meta["bytes"]), str(meta["sha256"]), int(meta["position"])
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"checkpoint file {str(side)!r} is corrupted ({type(e).__name__})") from None
+
+
+def _checked_bytes(pt: Path, size: int, sha: str) -> bytes:
+    """The bytes of stage file ``pt``, read once and checked against its sidecar's ``size`` and ``sha``."""
+    try:
+        data = pt.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"checkpoint file {str(pt)!r} is missing or unreadable ({type(e).__name__})") from None
+    if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+        raise CheckpointError(f"checkpoint file {str(pt)!r} is corrupted ({len(data)} bytes, expected {size}; "
+                              "sha256 differs)")
+    return data
+
+
 def saved_models(root: Path, position: int) -> list[tuple[Path, dict[str, Any]]]:
     """Every stage's model ``state_dict`` saved at complete ``position`` under ``root``, as ``(stage file, state)``
     in stage order: the supernet's weights after the subnets ``< position`` (what ``naspipe rank --ensemble-last``
-    scores). Each file is checked against its sidecar (size and sha256) and read with ``weights_only=True``;
-    CheckpointError (one line) for a missing or corrupted one. The optimizer state and the rest are not returned."""
+    scores). Each file is read once, checked against its sidecar (size and sha256) and unpickled with
+    ``weights_only=True``; CheckpointError (one line) for a missing or corrupted one. The optimizer state and the rest
+    are not returned."""
     d = position_dir(root, position)
     stages = _stage_count(d)
     if stages is None or not is_complete(d, stages):
@@ -395,16 +423,12 @@ def saved_models(root: Path, position: int) -> list[tuple[Path, dict[str, Any]]]
     for s in range(stages):
         side, pt = d / f"stage{s}.json", d / f"stage{s}.pt"
         try:
-            meta = jsonfile.loads(side.read_text())
-            size, sha, pos = int(meta["bytes"]), str(meta["sha256"]), int(meta["position"])
-            data = pt.read_bytes()
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"checkpoint file {str(pt)!r} or its sidecar is missing or corrupted "
-                                  f"({type(e).__name__})") from None
-        if pos != position or len(data) != size or hashlib.sha256(data).hexdigest() != sha:
-            raise CheckpointError(f"checkpoint file {str(pt)!r} is corrupted (size, sha256 or position differ from "
-                                  "its sidecar)")
-        state = _load(pt)
+            _, size, sha, pos = read_sidecar(side)
+        except FileNotFoundError:
+            raise CheckpointError(f"checkpoint file {str(side)!r} is missing (pruned while read?)") from None
+        if pos != position:
+            raise CheckpointError(f"checkpoint file {str(side)!r} is corrupted (position {pos} in {d.name})")
+        state = _load(pt, raw=_checked_bytes(pt, size, sha))
         if state.get("stage") != s or state.get("position") != position or not isinstance(state.get("model"), dict):
             raise CheckpointError(f"checkpoint file {str(pt)!r} holds no model of stage {s} at {position}")
         out.append((pt, state["model"]))
@@ -444,14 +468,11 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
     for s in range(cfg.stages):
         side = d / f"stage{s}.json"
         try:
-            meta = jsonfile.loads(side.read_text())
-            fp, size, sha, pos = meta["fingerprint"], int(meta["bytes"]), str(meta["sha256"]), int(meta["position"])
+            fp, size, sha, pos = read_sidecar(side)
         except FileNotFoundError:
             have = _stage_count(d)
             raise CheckpointError(f"checkpoint {str(d)!r} was taken with stages {have}, but the arguments give "
                                   f"stages {cfg.stages}; resume with the arguments of the interrupted run") from None
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"checkpoint file {str(side)!r} is corrupted ({type(e).__name__})") from None
         if pos != c:
             raise CheckpointError(f"checkpoint file {str(side)!r} is corrupted (position {pos} in {d.name})")
         fp, want = comparable(fp, fingerprint(cfg))
@@ -478,15 +499,7 @@ def check_resume(cfg: TrainConfig, path: str | Path) -> tuple[int, Path]:
             raise CheckpointError(f"checkpoint {str(d)!r} was taken with {key} {_show(key, have)}, but the "
                                   f"arguments give {key} {_show(key, give)}; resume with the arguments "
                                   "of the interrupted run")
-        pt = d / f"stage{s}.pt"
-        try:
-            data = pt.read_bytes()
-        except OSError as e:
-            raise CheckpointError(f"checkpoint file {str(pt)!r} is missing or unreadable ({type(e).__name__})") \
-                from None
-        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
-            raise CheckpointError(f"checkpoint file {str(pt)!r} is corrupted ({len(data)} bytes, expected {size}; "
-                                  "sha256 differs)")
+        _checked_bytes(d / f"stage{s}.pt", size, sha)
     if c >= cfg.n:
         raise CheckpointError(f"checkpoint {str(d)!r} is at subnet {c}, the run has only {cfg.n} subnets")
     return c, d

@@ -5,6 +5,7 @@ weights and its N - 1 newest checkpoints)."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -153,3 +154,19 @@ def test_what_cannot_be_averaged_is_refused_before_any_model_loads(kept, seed_ru
         naspipe.rank(run, seed_runs["truth"], ensemble_last=1)
     with pytest.raises(ValueError, match="--ensemble-last must be a whole number >= 0, got '3'"):
         naspipe.rank(run, seed_runs["truth"], ensemble_last="3")
+
+
+def test_a_damaged_checkpoint_is_one_line_not_a_traceback(kept, seed_runs, capsys, tmp_path):
+    """A kept checkpoint whose stage file no longer matches its sidecar, or whose sidecar is unreadable: one line,
+    exit 2, naming the file."""
+    run = tmp_path / "run"
+    shutil.copytree(kept["run"], run)
+    truth = ["--truth", str(seed_runs["truth"])]
+    newest = position_dir(root_of(run), complete_positions(root_of(run))[0])
+    with open(newest / "stage1.pt", "ab") as f:
+        f.write(b"xx")
+    _refused(capsys, ["rank", str(run), *truth, "--ensemble-last", "2"],
+             f"checkpoint file '{newest / 'stage1.pt'}' is corrupted")
+    (newest / "stage0.json").write_text("{not json")
+    _refused(capsys, ["rank", str(run), *truth, "--ensemble-last", "2"],
+             f"checkpoint file '{newest / 'stage0.json'}' is corrupted")
