@@ -107,16 +107,17 @@ def run_nodes(args: argparse.Namespace) -> int:
                          "each node's parts/ there afterwards)")
     train = _with_run_options(args, train)
     world = args.nodes * args.procs_per_node
-    # the same parse and checks every rank makes (one line, exit 2), on this machine's CPU: the devices are theirs
-    cfg, _ = world_config(train, world, device_here=False)
     addrs = args.node_addrs.split(",") if args.node_addrs else []
     ifnames = args.ifname.split(",") if args.ifname else []
+    # the node options first: they cost nothing to check, the training options a plan choice
     plan = make_plan(args.nodes, args.procs_per_node, train, addrs, ifnames, port=args.rdzv_port,
                      rdzv_id=args.rdzv_id, join_timeout=args.join_timeout)
+    if args.slurm and not ifnames:
+        raise UserError("--slurm needs --ifname: the interface of the network the ranks use (one for all nodes, "
+                         "or one per node); SLURM picks the nodes, and each looks its own address up on it")
+    # the same parse and checks every rank makes (one line, exit 2), on this machine's CPU: the devices are theirs
+    cfg, _ = world_config(train, world, device_here=False)
     if args.slurm:
-        if not ifnames:
-            raise UserError("--slurm needs --ifname: the interface of the network the ranks use (one for all nodes, "
-                             "or one per node); SLURM picks the nodes, and each looks its own address up on it")
         sys.stdout.write(slurm_script(plan, gpus=cfg.device == "cuda"))
         return 0
     if not addrs or not ifnames:

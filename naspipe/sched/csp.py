@@ -300,12 +300,16 @@ class PlannedCriticalPathCSPScheduler(CriticalPathCSPScheduler):
                  eps: float | None = None, **base: Any):
         """``plan``, ``eps``: checked by the policy's declaration (``check_plan_options``)."""
         self.plan, self.eps = plan, self.EPS if eps is None else float(eps)
+        self._factors: dict[tuple[str, int], float] = {}  # a task's factor, hashed once (ranked again and again)
         super().__init__(spec, stream, window, **base)
 
     def _factor(self, kind: str, j: int) -> float:
         if self.plan == 0:
             return 1.0
-        return 1.0 + self.eps * plan_factor_unit(self.plan, self.spec.stage, kind, j)
+        f = self._factors.get((kind, j))
+        if f is None:
+            f = self._factors[kind, j] = 1.0 + self.eps * plan_factor_unit(self.plan, self.spec.stage, kind, j)
+        return f
 
     def _forward_priority(self, j: int) -> float:
         return super()._forward_priority(j) * self._factor(FORWARD, j)

@@ -21,6 +21,7 @@ imports those modules once and looks again. ``load_policy_spec("my_module:my-pol
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import sys
@@ -205,13 +206,20 @@ def _defaults(scheduler: type, names: set[str] | frozenset[str]) -> dict[str, ob
     """The defaults of ``names`` in the constructors of ``scheduler`` (the most derived class's first)."""
     out: dict[str, object] = {}
     for c in scheduler.__mro__:
-        init = c.__dict__.get("__init__")
-        if init is None or c is object:
-            continue
-        for p in inspect.signature(init).parameters.values():
+        for p in _init_parameters(c):
             if p.name in names and p.name not in out and p.default is not p.empty:
                 out[p.name] = p.default
     return out
+
+
+@functools.cache
+def _init_parameters(cls: type) -> tuple[inspect.Parameter, ...]:
+    """The parameters of the ``__init__`` that ``cls`` itself defines (none for ``object`` or a class without one),
+    read once per class: every scheduler a simulation makes asks (a plan choice simulates up to 200 runs)."""
+    init = cls.__dict__.get("__init__")
+    if init is None or cls is object:
+        return ()
+    return tuple(inspect.signature(init).parameters.values())
 
 
 def _rules(policy: Policy, name: str, out: dict[str, object], typed: bool = False) -> None:
@@ -228,12 +236,8 @@ def _rules(policy: Policy, name: str, out: dict[str, object], typed: bool = Fals
 def scheduler_options(scheduler: type) -> frozenset[str]:
     """The options a scheduler class takes: its constructors' keyword parameters beyond those of every
     scheduler (spec, stream, window, start, fence)."""
-    names: set[str] = set()
-    for c in scheduler.__mro__:
-        init = c.__dict__.get("__init__")
-        if init is not None and c is not object:
-            names |= {p.name for p in inspect.signature(init).parameters.values()
-                      if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    names = {p.name for c in scheduler.__mro__ for p in _init_parameters(c)
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     return frozenset(names - {"self", "spec", "stream", "window", "start", "fence"})
 
 
