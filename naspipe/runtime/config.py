@@ -245,16 +245,15 @@ class TrainConfig:
         resumed run plans the same. A run-time generated sequence is not known up front: it runs plan 0
         (csp-cp's order), recorded as such (a replay of the run, e.g. the report's, must not plan anew). Any
         other policy, or one naming its plan, is returned as it is."""
-        from naspipe.sim import choose_plan
+        from naspipe.sim import remembered_plan
         from naspipe.sim.plan_choice import eps_of, needs_plan, plan_tries, planned_policy
 
         if not needs_plan(self.policy):
             return self
         if self.online or plan_tries(self.n) == 1:  # no sequence, or a budget for plan 0 alone: nothing to simulate
             return self.replace(policy=planned_policy(0, eps_of(self.policy)))
-        choice = choose_plan(RunSpec.of(self.space, self.partition, self.stream(), self.policy, window=self.window,
-                                        shared=self.shared))
-        return self.replace(policy=choice.policy)
+        return self.replace(policy=remembered_plan(RunSpec.of(self.space, self.partition, self.stream(), self.policy,
+                                                              window=self.window, shared=self.shared)))
 
     def replace(self, **changes: Any) -> TrainConfig:
         """This config with ``changes``, its fields checked again (cheap: nothing is built). A changed run is not

@@ -6,8 +6,8 @@ is simulated; ``SimOptions(memory=MemoryConfig(...))`` also models device memory
 """
 
 from naspipe.sim.costs import CostModel, batch_time_scale
-from naspipe.sim.engine import DeadlockError, SimOptions, SimResult, choose_plan, simulate
+from naspipe.sim.engine import DeadlockError, SimOptions, SimResult, choose_plan, remembered_plan, simulate
 from naspipe.sim.memory import MemoryBudgetError, MemoryConfig, MemoryReport, plan_memory
 
 __all__ = ["CostModel", "DeadlockError", "MemoryBudgetError", "MemoryConfig", "MemoryReport", "SimOptions",
-           "SimResult", "batch_time_scale", "choose_plan", "plan_memory", "simulate"]
+           "SimResult", "batch_time_scale", "choose_plan", "plan_memory", "remembered_plan", "simulate"]

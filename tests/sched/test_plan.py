@@ -6,7 +6,8 @@
 * plan 0 is csp-cp's schedule exactly, and another plan changes the order;
 * the planner keeps the shortest simulated makespan among its plans (the lowest plan on ties), is
   deterministic, never worse than csp-cp, and ``simulate``'s default runs it;
-* bad plan options are refused in one line.
+* bad plan options are refused in one line;
+* a run prepared again in one process reads its plan (``remembered_plan``) unless what the choice reads changed.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import pytest
 
 from naspipe.runspec.spec import RunSpec
 from naspipe.sched.policies import DEFAULT_POLICY, PolicyError, make_scheduler, plan_factor_unit, stage_specs
-from naspipe.sequences.sequence import UniformStream
+from naspipe.sequences.sequence import ReplayStream, UniformStream
 from naspipe.sim import SimOptions, choose_plan, simulate
 from naspipe.sim.plan_choice import needs_plan, plan_tries, planned_policy
 from naspipe.spaces.partition import partition
-from naspipe.spaces.space import preset
+from naspipe.spaces.space import preset, space_from_dict
 from tests.helpers.plans import few_plans
 
 
@@ -131,3 +132,28 @@ def test_a_memory_aware_default_plans_memory_free_then_runs_its_plan_with_memory
     chosen = choose_plan(RunSpec.of(sp, part, stream))
     assert r.extra["plan"] == chosen.summary() and r.memory is not None
     assert _events(r) == _events(simulate(RunSpec.of(sp, part, stream, chosen.policy), SimOptions(memory=mem)))
+
+
+def test_a_run_prepared_again_reads_its_plan_and_another_cost_model_chooses_anew(monkeypatch):
+    """``remembered_plan``: the choice ``choose_plan`` makes, simulated once per process for one cost model, partition,
+    sequence, policy and plan count; a changed cost, sequence or plan count simulates again."""
+    import naspipe.sim.engine as engine
+    from naspipe.sim import remembered_plan
+
+    calls = []
+    monkeypatch.setattr(engine, "choose_plan", lambda run, *a, **k: calls.append(run) or choose_plan(run, *a, **k))
+    monkeypatch.setattr(engine, "_REMEMBERED", {})
+    sp, part, stream = _instance(n=12)
+    first = remembered_plan(RunSpec.of(sp, part, stream))
+    assert first == choose_plan(RunSpec.of(sp, part, stream)).policy and len(calls) == 1
+    assert remembered_plan(RunSpec.of(sp, part, stream)) == first and len(calls) == 1  # read, not simulated
+    d = sp.to_dict()
+    d["blocks"][1]["candidates"][0]["fwd"] *= 3  # another cost model: the schedule's costs changed
+    slower = space_from_dict(d)
+    again = remembered_plan(RunSpec.of(slower, part, ReplayStream(slower, [stream[j] for j in range(12)])))
+    assert len(calls) == 2 and again == choose_plan(RunSpec.of(slower, part, stream)).policy
+    remembered_plan(RunSpec.of(sp, part, UniformStream(sp, 5, 12)))  # another sequence
+    assert len(calls) == 3
+    with few_plans():  # another plan count
+        remembered_plan(RunSpec.of(sp, part, stream))
+    assert len(calls) == 4
