@@ -234,6 +234,7 @@ def test_plan_needs_out_and_a_matching_world(capsys):
 def test_plan_fills_placeholders_and_one_interface_serves_every_node(capsys):
     assert main(["plan", "--nodes", "3", "--", *COMMON, "--out", "/shared/run"]) == 0
     cap = capsys.readouterr()
+    assert cap.out.startswith("# 3 nodes x 1 process = 3 ranks (3 stages x 1 replica); ")
     assert "replace HOST<i>" in cap.err
     lines = [x for x in cap.out.splitlines() if x.startswith("GLOO_SOCKET_IFNAME=")]
     assert len(lines) == 3 and all("--rdzv-endpoint HOST0:29400" in x for x in lines)
