@@ -89,7 +89,8 @@ def _errors(logs: Path, pattern: str = "*.log") -> list[str]:
 
 def test_a_host_lost_mid_run_ends_the_other_and_the_run_resumes_on_both(hosts, references, tmp_path, capsys):
     """2 stages x 2 replicas on two hosts (a host holds one replica's stages): host 1 lost mid-run ends host 0, and
-    the run resumed on both hosts from its checkpoint is identical to the reference."""
+    the run resumed on both hosts from its checkpoint is identical to the reference. (The suite's torchrun run of
+    stages x replicas: torchrun's world of 4 ranks is 2 stages x 2 replicas.)"""
     run, resumed = tmp_path / "run", tmp_path / "resumed"
     layout = ["--stages", "2", "--replicas", "2"]
     slow = ["--checkpoint-every", "4", "--jitter-ms", "150"]
