@@ -311,6 +311,13 @@ class PlannedCriticalPathCSPScheduler(CriticalPathCSPScheduler):
             f = self._factors[kind, j] = 1.0 + self.eps * plan_factor_unit(self.plan, self.spec.stage, kind, j)
         return f
 
+    def on_finish(self, task: Task) -> None:
+        lo = self.lo
+        super().on_finish(task)
+        for j in range(lo, self.lo):  # done on this stage: never ranked again (a long run keeps no factor of it)
+            self._factors.pop((FORWARD, j), None)
+            self._factors.pop((BACKWARD, j), None)
+
     def _forward_priority(self, j: int) -> float:
         return super()._forward_priority(j) * self._factor(FORWARD, j)
 

@@ -157,3 +157,15 @@ def test_a_run_prepared_again_reads_its_plan_and_another_cost_model_chooses_anew
     with few_plans():  # another plan count
         remembered_plan(RunSpec.of(sp, part, stream))
     assert len(calls) == 4
+
+
+def test_a_planned_scheduler_keeps_the_factors_of_the_subnets_in_flight_alone():
+    """The factors a planned stage hashes once are dropped when their subnet is done on the stage: a long run's
+    scheduler holds those of its window, not one per subnet trained."""
+    from naspipe.sim.engine import _Run
+
+    sp = preset("naspipe-k48")
+    part, stream = partition(sp, 4), UniformStream(sp, 3, 400)
+    run = _Run(RunSpec.of(sp, part, stream, planned_policy(5), window=16), SimOptions())
+    run.run()
+    assert all(len(s._factors) <= 2 * 16 for s in run.scheds), [len(s._factors) for s in run.scheds]
