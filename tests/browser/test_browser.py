@@ -156,8 +156,8 @@ def browser(lab) -> Iterator[object]:  # after the server, so it closes before t
 
 @pytest.fixture(scope="module")
 def tabs(browser) -> Iterator[object]:
-    """One browser profile for the notebooks' tabs, as a reader's: JupyterLab's scripts are fetched and compiled
-    once (its HTTP and code caches), not once per notebook. (Each notebook still opens in a workspace of its own.)"""
+    """The browser profile of 08's page (it reloads its page; the other notebooks share ``lab_page``'s) and of the
+    tabs its report link opens; a workspace of its own."""
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     try:
         yield ctx
