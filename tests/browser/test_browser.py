@@ -6,9 +6,9 @@ A JupyterLab server (this interpreter's, so its kernel is this environment's) se
 ``01_quickstart``, ``02_csp_explained``, ``03_reproducibility``, ``04_async_corrections``, ``05_scaling``,
 ``07_context_switching``, ``08_your_own_supernet`` and ``09_trust_your_search`` with small parameters;
 Playwright drives chromium (``executable_path``: Playwright's own browser download is not used) to run all
-cells of 01, 02 and 08 (the live ones: a monitor, a slider) and to open 03, 04, 05, 07 and 09 as executed once a
-session for the headless tests (``tests/helpers/runs.py``: every stored figure must draw); 01, 02 and the executed
-ones open one after another in one JupyterLab page (08 reloads its own). It checks:
+cells of 01, 02 and 08 (the live ones: a monitor, a slider) and to open 03, 04, 05, 07 and 09 (one after another,
+in one JupyterLab page) as executed once a session for the headless tests (``tests/helpers/runs.py``: every stored
+figure must draw), and checks:
 
 * every notebook: JupyterLab started with ``make lab``'s settings shows no "Jupyter news" pop-up;
 * 01: the monitor cell holds one widget view, whose Gantt changes while training runs (two samples of its
@@ -156,8 +156,8 @@ def browser(lab) -> Iterator[object]:  # after the server, so it closes before t
 
 @pytest.fixture(scope="module")
 def tabs(browser) -> Iterator[object]:
-    """The browser profile of 08's page (it reloads its page; the other notebooks share ``lab_page``'s) and of the
-    tabs its report link opens; a workspace of its own."""
+    """One browser profile for the notebooks' tabs, as a reader's: JupyterLab's scripts are fetched and compiled
+    once (its HTTP and code caches), not once per notebook. (Each notebook still opens in a workspace of its own.)"""
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     try:
         yield ctx
@@ -166,11 +166,11 @@ def tabs(browser) -> Iterator[object]:
 
 
 @pytest.fixture(scope="module")
-def lab_page(browser, lab) -> Iterator[tuple[object, Console]]:
-    """One JupyterLab page (a profile of its own) in which notebooks open one after another (``_open_in``), each
-    test closing what the last left open: the application loads and compiles once, not once per notebook (about
-    3 s of chromium's CPU each). 08 has a page of its own: it reloads it."""
-    url = lab[0].format("notebooks").replace("/tree/notebooks.ipynb", "")  # a workspace of its own, no notebook
+def figure_page(browser, lab) -> Iterator[tuple[object, Console]]:
+    """One JupyterLab page (a profile of its own) in which the figure notebooks open one after another, each test
+    closing what the last left open: the application loads and compiles once, not once per notebook (about 3 s of
+    chromium's CPU each)."""
+    url = lab[0].format("figures").replace("/tree/figures.ipynb", "")  # a workspace of its own, no notebook
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     try:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -210,46 +210,6 @@ class Console:
         self.errors: list[str] = []
         page.on("console", lambda m: self.errors.append(f"console: {m.text}") if m.type == "error" else None)
         page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
-
-
-class Since:
-    """The errors of a console since this was made: one test's share of a shared page's console."""
-
-    def __init__(self, console: Console) -> None:
-        self._console, self._seen = console, len(console.errors)
-
-    @property
-    def errors(self) -> list[str]:
-        return self._console.errors[self._seen:]
-
-
-def _open_in(lab_page: tuple[object, Console], name: str) -> tuple[object, Since]:
-    """Notebook ``name`` opened in the shared JupyterLab page (what an earlier test left open closed first), its
-    kernel started and idle (no dialog left to come up over it)."""
-    page, console = lab_page
-    _close_all(page)
-    since = Since(console)
-    page.evaluate("""async path => { const app = window.jupyterapp;
-                                     const w = await app.commands.execute('docmanager:open', {path});
-                                     await w.context.ready;
-                                     app.shell.activateById(w.id); }""", f"{name}.ipynb")
-    page.wait_for_selector(f"{PANEL} .jp-Cell", timeout=90_000)
-    # the notebook has the focus (the menus' commands act on it: Run All ran nothing with the launcher's)
-    page.wait_for_function("() => window.jupyterapp.shell.currentWidget?.context?.path.endsWith('.ipynb')")
-    _accept_kernel(page)
-    page.wait_for_function(f"() => document.querySelector('{PANEL} .jp-Notebook-ExecutionIndicator')"
-                           "?.getAttribute('data-status') === 'idle'", timeout=90_000)
-    return page, since
-
-
-def _close_all(page: object) -> None:
-    """Close every document of the page's JupyterLab without asking to save (opening marks a notebook changed: its
-    kernel's metadata), and wait until none is left (JupyterLab's launcher takes the empty main area)."""
-    page.evaluate("""() => { for (const w of [...window.jupyterapp.shell.widgets('main')].filter(w => w.context)) {
-                                 w.context.model.dirty = false;
-                                 w.dispose(); } }""")
-    page.wait_for_function("() => ![...window.jupyterapp.shell.widgets('main')].some(w => w.context)",
-                           timeout=30_000)
 
 
 def _open_notebook(tabs: object, url: str) -> tuple[object, Console]:
@@ -392,9 +352,9 @@ def _open_report(page: object, name: str) -> None:
 
 
 @pytest.mark.timeout(480)
-def test_quickstart_and_its_report_in_a_browser(browser, lab_page, lab):
-    _, root, api = lab
-    page, console = _open_in(lab_page, "01_quickstart")
+def test_quickstart_and_its_report_in_a_browser(browser, tabs, lab):
+    url, root, api = lab
+    page, console = _open_notebook(tabs, url.format("01_quickstart"))
     _run_all(page)
     monitor = _cell(page, "LiveMonitor(")
     try:
@@ -435,7 +395,7 @@ def test_quickstart_and_its_report_in_a_browser(browser, lab_page, lab):
     _open_report(page, "01")
     assert not _legends_complete(page), _legends_complete(page)
     assert not console.errors, console.errors
-    _close_all(page)
+    page.close()
     _shutdown_kernels(api)
 
     # the report, offline: from file:// with every network request refused
@@ -460,9 +420,9 @@ def test_quickstart_and_its_report_in_a_browser(browser, lab_page, lab):
 
 
 @pytest.mark.timeout(480)
-def test_csp_explained_in_a_browser(lab_page, lab):
-    _, _, api = lab
-    page, console = _open_in(lab_page, "02_csp_explained")
+def test_csp_explained_in_a_browser(tabs, lab):
+    url, _, api = lab
+    page, console = _open_notebook(tabs, url.format("02_csp_explained"))
     _run_all(page)
     _wait_done(page, 240, "02")
     player = _cell(page, "schedule_player(")
@@ -492,14 +452,14 @@ def test_csp_explained_in_a_browser(lab_page, lab):
     assert not _legends_complete(page), _legends_complete(page)
     assert page.locator(f"{PANEL} .js-plotly-plot .table").count() >= 1 and not _tables_fit(page), _tables_fit(page)
     assert not console.errors, console.errors
-    _close_all(page)
+    page.close()
     _shutdown_kernels(api)
 
 
 @pytest.mark.timeout(480)
 @pytest.mark.parametrize("name", ["03_reproducibility", "04_async_corrections", "05_scaling",
                                   "07_context_switching", "09_trust_your_search"])
-def test_figure_notebooks_in_a_browser(lab_page, lab, executed_notebook, name):
+def test_figure_notebooks_in_a_browser(figure_page, lab, executed_notebook, name):
     """The run that tests/notebooks checks as data (executed once a session, its widget state stored), opened in
     JupyterLab as a reader opens a run notebook: every output drawn, every check of the module's docstring."""
     _, root, api = lab
@@ -511,7 +471,15 @@ def test_figure_notebooks_in_a_browser(lab_page, lab, executed_notebook, name):
     nb.metadata.pop("widgets", None)
     nbformat.write(nb, root / f"{name}.ipynb")
     plots = output_mime_types(nbformat.read(executed, as_version=4))[PLOTLY_MIME]
-    page, console = _open_in(lab_page, name)
+    page, console = figure_page
+    seen = len(console.errors)
+    _close_all(page)  # (what an earlier test left open)
+    page.evaluate("async path => { await window.jupyterapp.commands.execute('docmanager:open', {path}); }",
+                  f"{name}.ipynb")
+    page.wait_for_selector(f"{PANEL} .jp-Cell", timeout=90_000)
+    _accept_kernel(page)
+    page.wait_for_function(f"() => document.querySelector('{PANEL} .jp-Notebook-ExecutionIndicator')"
+                           "?.getAttribute('data-status') === 'idle'", timeout=90_000)  # its kernel ready: no dialog
     _wait_done(page, 30, name[:2])  # every code cell shows its execution count: the whole notebook ran
     for cell in page.locator(f"{PANEL} .jp-CodeCell").all():
         if cell.locator(".jp-OutputArea-child").count():
@@ -531,10 +499,19 @@ def test_figure_notebooks_in_a_browser(lab_page, lab, executed_notebook, name):
     assert _legends_cut(page) == 0 and not _tables_fit(page), _tables_fit(page)
     if name != "09_trust_your_search":  # (09 shows a text report and figures, no plotly table)
         assert page.locator(f"{PANEL} .js-plotly-plot .table").count() >= 1
-    assert not console.errors, console.errors
+    assert not console.errors[seen:], console.errors[seen:]
     _close_all(page)
     _shutdown_kernels(api)
 
+
+def _close_all(page: object) -> None:
+    """Close every document of the page's JupyterLab without asking to save (opening marks a notebook changed: its
+    kernel's metadata), and wait until none is left (JupyterLab's launcher takes the empty main area)."""
+    page.evaluate("""() => { for (const w of [...window.jupyterapp.shell.widgets('main')].filter(w => w.context)) {
+                                 w.context.model.dirty = false;
+                                 w.dispose(); } }""")
+    page.wait_for_function("() => ![...window.jupyterapp.shell.widgets('main')].some(w => w.context)",
+                           timeout=30_000)
 
 
 def _assert_drawn(monitor: object, when: str, timeout_s: float = 60) -> None:
