@@ -21,7 +21,7 @@ import json
 import sys
 
 from naspipe.cli.cmd_simulate import add_link_arguments, batch_alpha_from_args, link_from_args
-from naspipe.cli.common import positive_int
+from naspipe.cli.common import counted, positive_int
 from naspipe.errors import UserError
 from naspipe.runspec.spec import DEFAULT_SHARED
 from naspipe.sched.policies import DEFAULT_POLICY
@@ -124,9 +124,9 @@ def run_nodes(args: argparse.Namespace) -> int:
         print(f"naspipe: note: replace {HOST_PLACEHOLDER.format('<i>')} with node i's address and "
               f"{IFACE_PLACEHOLDER} with its interface (or give --node-addrs and --ifname)", file=sys.stderr)
     w = sys.stdout.write
-    procs = f"{args.procs_per_node} process{'es' if args.procs_per_node != 1 else ''}"
-    w(f"# {args.nodes} nodes x {procs} = {world} ranks ({cfg.stages} stages x "
-      f"{cfg.replicas} replica{'s' if cfg.replicas != 1 else ''}); run each line on its node, node 0 first\n")
+    w(f"# {counted(args.nodes, 'node')} x {counted(args.procs_per_node, 'process', 'processes')} = "
+      f"{counted(world, 'rank')} ({counted(cfg.stages, 'stage')} x {counted(cfg.replicas, 'replica')}); run each "
+      "line on its node, node 0 first\n")
     for i in range(args.nodes):
         role = f"; it hosts the rendezvous store on port {args.rdzv_port}" if i == 0 else ""
         w(f"# node {i} ({plan.addrs[i]}{role})\n{plan.node_command(i)}\n")

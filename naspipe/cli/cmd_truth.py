@@ -17,7 +17,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from naspipe.cli.common import add_kernels_argument, named, os_refusal, positive_int
+from naspipe.cli.common import add_kernels_argument, counted, named, os_refusal, positive_int
 from naspipe.errors import UserError
 
 COMMAND = "truth"
@@ -86,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         floor = seed_floor(truth)
         tau = f"; seed-to-seed Kendall tau {floor.text()}" if floor is not None else ""
-    print(f"truth: {_count(len(truth.archs), 'architecture')} x {_count(len(settings.seeds), 'seed')} of {space.name} "
-          f"({settings.steps} steps, {settings.optimizer} lr {settings.lr:g}) in {wall:.1f} s{tau}; wrote {out}")
+    print(f"truth: {counted(len(truth.archs), 'architecture')} x {counted(len(settings.seeds), 'seed')} of "
+          f"{space.name} ({settings.steps} steps, {settings.optimizer} lr {settings.lr:g}) in {wall:.1f} s{tau}; "
+          f"wrote {out}")
     return 0
 
 
@@ -119,11 +120,11 @@ def _inputs(args: argparse.Namespace) -> tuple[Path, float, Any, int]:
     model_kind(space)
     n = space_size(space)
     if args.sample is None and n > args.max_archs:
-        raise UserError(f"space {space.name!r} has {_count(n, 'architecture')} (more than --max-archs "
+        raise UserError(f"space {space.name!r} has {counted(n, 'architecture')} (more than --max-archs "
                         f"{args.max_archs}); pass --sample N")
     if args.sample is not None and min(args.sample, n) > args.max_archs:
         raise UserError(f"--sample {args.sample} is more than --max-archs {args.max_archs} (space {space.name!r} "
-                        f"has {_count(n, 'architecture')}); pass a smaller --sample, or a larger --max-archs to "
+                        f"has {counted(n, 'architecture')}); pass a smaller --sample, or a larger --max-archs to "
                         "mean it")
     return out, lr, space, n
 
@@ -173,8 +174,3 @@ def _workers(asked: int | None) -> int:
               f"may use: the workers take turns on them, each with its own torch and model (more memory and slower "
               f"than --workers {cores})", file=sys.stderr)
     return cores if asked is None else asked
-
-
-def _count(n: int, noun: str) -> str:
-    """``n`` and ``noun``, plural but for one ("1 architecture", "2 seeds")."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, plural but for one ("1 architecture", "2 seeds", "2 processes" with ``plural``)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 @contextmanager
 def os_refusal(prefix: str = "", say: Callable[[OSError], str] | None = None) -> Iterator[None]:
     """An OSError in the block is a refusal: ``say(error)``, else ``<prefix>: <the system's reason>`` (a

@@ -18,6 +18,7 @@ import dataclasses
 import heapq
 import math
 import numbers
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -149,26 +150,35 @@ def choose_plan(run: RunSpec, options: SimOptions | None = None, *, budget: int 
 
 
 _REMEMBERED: dict[str, str] = {}  # a digest of what a plan choice reads -> the policy it chose (newest last)
+_REMEMBERED_LOCK = threading.Lock()  # (a notebook's threads may prepare runs at once)
 REMEMBERED_MAX = 256
 
 
 def remembered_plan(run: RunSpec) -> str:
-    """``choose_plan(run).policy`` (default options), simulated once per process for each cost model, partition,
-    sequence, policy, window and shared layers: a notebook or a script that prepares one run again, or a ``naspipe
-    plan --nodes`` that checks it, reads the choice instead of simulating up to ``MAX_PLANS`` plans again. The
-    choice depends on nothing else (no clock, no randomness), so reading it gives what simulating gives."""
+    """``choose_plan(run).policy`` (default options), simulated once per process for each cost model (the run's
+    space and its sequence's), partition, sequence, policy (and the scheduler class registered as ``csp-plan``),
+    window, shared layers and plan count: a notebook or a script that prepares one run again reads the choice
+    instead of simulating up to ``MAX_PLANS`` plans again. The choice depends on nothing else (no clock, no
+    randomness), so reading it gives what simulating gives."""
     import hashlib
 
+    from naspipe.sched.registry import get_policy
+
     stream = ReplayStream.materialize(run.stream)
-    what = (run.space.to_json(), run.partition.bounds, [list(stream[j]) for j in range(len(stream))], run.policy,
-            run.window, repr(run.shared), run.seed, run.replicas, run.replica_exchange, plan_tries(len(stream)))
+    planner = get_policy(PLANNED).scheduler
+    spaces = [run.space.to_json()] + ([] if stream.space is run.space else [stream.space.to_json()])
+    what = (spaces, run.partition.bounds, [list(stream[j]) for j in range(len(stream))], run.policy,
+            (planner.__module__, planner.__qualname__, id(planner)), run.window, repr(run.shared), run.seed,
+            run.replicas, run.replica_exchange, plan_tries(len(stream)))
     key = hashlib.sha256(repr(what).encode()).hexdigest()
-    policy = _REMEMBERED.pop(key, None)
+    with _REMEMBERED_LOCK:
+        policy = _REMEMBERED.pop(key, None)
     if policy is None:
         policy = choose_plan(dataclasses.replace(run, stream=stream)).policy
-    _REMEMBERED[key] = policy
-    while len(_REMEMBERED) > REMEMBERED_MAX:
-        del _REMEMBERED[next(iter(_REMEMBERED))]
+    with _REMEMBERED_LOCK:
+        _REMEMBERED[key] = policy
+        while len(_REMEMBERED) > REMEMBERED_MAX:
+            del _REMEMBERED[next(iter(_REMEMBERED))]
     return policy
 
 

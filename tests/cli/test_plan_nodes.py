@@ -143,15 +143,25 @@ def test_an_interface_without_an_ipv4_address_is_named(capsys, tmp_path):
     (["--ifname", "eth1 eth2"], "--ifname: the interface name 'eth1 eth2' is not an interface name"),
     (["--ifname", "a-very-long-interface"], "is longer than 15 characters"),
 ])
-def test_bad_node_options_are_one_line_before_anything_is_printed(capsys, args, says):
+def test_bad_node_options_are_one_line_before_anything_is_printed(capsys, monkeypatch, args, says):
+    _training_options_unread(monkeypatch)  # refused at once, before the plan choice
     assert main([*PLAN, *args, "--", *COMMON]) == 2
     cap = capsys.readouterr()
     assert cap.out == "" and says in cap.err and cap.err.count("\n") == 1, cap.err
 
 
-def test_slurm_needs_the_interface(capsys):
+def test_slurm_needs_the_interface(capsys, monkeypatch):
+    _training_options_unread(monkeypatch)
     assert main([*PLAN, "--slurm", "--", *COMMON]) == 2
     assert "--slurm needs --ifname" in capsys.readouterr().err
+
+
+def _training_options_unread(monkeypatch) -> None:  # noqa: ANN001
+    """The training options' checks (a plan choice: up to 200 simulations) fail the test if they are reached."""
+    def reached(*_a: object, **_k: object) -> None:
+        raise AssertionError("the training options were checked before the node options")
+
+    monkeypatch.setattr("naspipe.cli.cmd_train.world_config", reached)
 
 
 def test_a_gpu_plan_is_made_on_a_machine_without_one(capsys):

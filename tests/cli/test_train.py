@@ -273,6 +273,17 @@ def test_torchrun_entry_point_matches_the_reference(tmp_path):
     assert not leftovers()
 
 
+@pytest.mark.parametrize(("argv", "world", "stages", "replicas"), [
+    ([], 3, 3, 1), (["--replicas", "2"], 4, 2, 2), (["--replicas", "4"], 8, 2, 4), (["--stages", "1"], 1, 1, 1)])
+def test_torchrun_ranks_take_their_stages_from_the_world_over_the_replicas(tmp_path, argv, world, stages, replicas):
+    """Without ``--stages``, a torchrun rank runs world size / ``--replicas`` stages."""
+    from naspipe.cli.cmd_train import world_config
+
+    cfg, _ = world_config(["--space", "tiny-transformer", "--subnets", "6", "--policy", "csp", *argv,
+                           "--out", str(tmp_path / "run")], world)
+    assert (cfg.stages, cfg.replicas) == (stages, replicas)
+
+
 @pytest.mark.parametrize("module", ["naspipe.torchrun"])
 def test_torchrun_entry_outside_torchrun_is_one_line_and_exit_2(module, tmp_path):
     # the entry point refuses to run without torchrun's environment (its old name, naspipe.torchrun, is gone)

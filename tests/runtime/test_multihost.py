@@ -245,3 +245,5 @@ def test_plan_fills_placeholders_and_one_interface_serves_every_node(capsys):
                  "--out", "/shared/run"]) == 0
     out = capsys.readouterr().out
     assert out.count("GLOO_SOCKET_IFNAME=eth1 torchrun") == 2 and "#SBATCH --nodes=2" in out
+    assert main(["plan", "--nodes", "1", "--", *COMMON, "--out", "/shared/run"]) == 0
+    assert capsys.readouterr().out.startswith("# 1 node x 1 process = 1 rank (1 stage x 1 replica); ")

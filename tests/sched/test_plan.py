@@ -134,29 +134,49 @@ def test_a_memory_aware_default_plans_memory_free_then_runs_its_plan_with_memory
     assert _events(r) == _events(simulate(RunSpec.of(sp, part, stream, chosen.policy), SimOptions(memory=mem)))
 
 
-def test_a_run_prepared_again_reads_its_plan_and_another_cost_model_chooses_anew(monkeypatch):
-    """``remembered_plan``: the choice ``choose_plan`` makes, simulated once per process for one cost model, partition,
-    sequence, policy and plan count; a changed cost, sequence or plan count simulates again."""
+def test_a_run_prepared_again_reads_its_plan_and_whatever_the_choice_reads_chooses_anew(monkeypatch):
+    """``remembered_plan``: the choice ``choose_plan`` makes, simulated once per process; a changed cost model (the
+    run's space or its sequence's), sequence, partition, window, shared layers, eps, planner class or plan count
+    simulates again, and every answer is the one a fresh choice gives."""
+    import dataclasses
+
+    import naspipe.sched.registry as registry
     import naspipe.sim.engine as engine
     from naspipe.sim import remembered_plan
+    from naspipe.spaces.shared import parse_shared
+    from tests.helpers.plans import FEW
 
     calls = []
     monkeypatch.setattr(engine, "choose_plan", lambda run, *a, **k: calls.append(run) or choose_plan(run, *a, **k))
     monkeypatch.setattr(engine, "_REMEMBERED", {})
+    monkeypatch.setattr("naspipe.sim.plan_choice.MAX_PLANS", FEW)  # (the 200 are the tests above)
     sp, part, stream = _instance(n=12)
     first = remembered_plan(RunSpec.of(sp, part, stream))
     assert first == choose_plan(RunSpec.of(sp, part, stream)).policy and len(calls) == 1
     assert remembered_plan(RunSpec.of(sp, part, stream)) == first and len(calls) == 1  # read, not simulated
     d = sp.to_dict()
-    d["blocks"][1]["candidates"][0]["fwd"] *= 3  # another cost model: the schedule's costs changed
+    for b in (1, 5):
+        d["blocks"][b]["candidates"][0]["fwd"] *= 3  # another cost model: the schedule's costs changed
     slower = space_from_dict(d)
-    again = remembered_plan(RunSpec.of(slower, part, ReplayStream(slower, [stream[j] for j in range(12)])))
-    assert len(calls) == 2 and again == choose_plan(RunSpec.of(slower, part, stream)).policy
-    remembered_plan(RunSpec.of(sp, part, UniformStream(sp, 5, 12)))  # another sequence
-    assert len(calls) == 3
-    with few_plans():  # another plan count
-        remembered_plan(RunSpec.of(sp, part, stream))
-    assert len(calls) == 4
+    on_slower = ReplayStream(slower, [stream[j] for j in range(12)])
+    changed = [RunSpec.of(slower, part, on_slower),
+               RunSpec.of(sp, part, on_slower),  # the critical paths read the sequence's space
+               RunSpec.of(sp, part, UniformStream(sp, 5, 12)),  # another sequence
+               RunSpec.of(sp, partition(sp, 3), stream),
+               RunSpec.of(sp, part, stream, window=3),
+               RunSpec.of(sp, part, stream, shared=parse_shared("serial")),
+               RunSpec.of(sp, part, stream, "csp-plan:eps=0.1")]
+    for n, run in enumerate(changed, 2):
+        assert remembered_plan(run) == choose_plan(run).policy and len(calls) == n, run
+    planner = registry.get_policy("csp-plan")
+    mine = type("MyPlanned", (planner.scheduler,), {})  # a notebook redefines the default policy's scheduler
+    monkeypatch.setitem(registry._REGISTRY, "csp-plan", dataclasses.replace(planner, scheduler=mine))
+    remembered_plan(RunSpec.of(sp, part, stream))
+    assert len(calls) == len(changed) + 2
+    monkeypatch.setitem(registry._REGISTRY, "csp-plan", planner)
+    monkeypatch.setattr("naspipe.sim.plan_choice.MAX_PLANS", FEW + 1)  # another plan count
+    remembered_plan(RunSpec.of(sp, part, stream))
+    assert len(calls) == len(changed) + 3
 
 
 def test_a_planned_scheduler_keeps_the_factors_of_the_subnets_in_flight_alone():
