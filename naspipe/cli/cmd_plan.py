@@ -27,6 +27,10 @@ from naspipe.runspec.spec import DEFAULT_SHARED
 from naspipe.sched.policies import DEFAULT_POLICY
 
 COMMAND = "plan"
+# more machines, or processes per machine, than a run's stages x replicas could use (stages <= the space's blocks,
+# replicas divide its batch): refused by the option itself, before a line per node is made
+MAX_NODES = 65536
+MAX_PROCS_PER_NODE = 1024
 HELP = "rank stages x replicas for a device count on the simulator"
 ORDER = 11
 
@@ -51,8 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_link_arguments(p)
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     g = p.add_argument_group("commands for N machines (instead of --devices; training options after --)")
-    g.add_argument("--nodes", type=positive_int("--nodes"), default=None, help="machines N")
-    g.add_argument("--procs-per-node", type=positive_int("--procs-per-node"), default=1, metavar="G",
+    g.add_argument("--nodes", type=positive_int("--nodes", maximum=MAX_NODES), default=None, help="machines N")
+    g.add_argument("--procs-per-node", type=positive_int("--procs-per-node", maximum=MAX_PROCS_PER_NODE), default=1,
+                   metavar="G",
                    help="processes (stages or replicas, e.g. GPUs) per machine (default %(default)s)")
     g.add_argument("--node-addrs", default=None, metavar="A0,A1,...",
                    help="each machine's address on the network the ranks use; machine 0 hosts the rendezvous")
@@ -107,8 +112,8 @@ def run_nodes(args: argparse.Namespace) -> int:
                          "each node's parts/ there afterwards)")
     train = _with_run_options(args, train)
     world = args.nodes * args.procs_per_node
-    addrs = args.node_addrs.split(",") if args.node_addrs else []
-    ifnames = args.ifname.split(",") if args.ifname else []
+    addrs = args.node_addrs.split(",") if args.node_addrs is not None else []  # (given empty: refused as empty)
+    ifnames = args.ifname.split(",") if args.ifname is not None else []
     # the node options first: they cost nothing to check, the training options a plan choice
     plan = make_plan(args.nodes, args.procs_per_node, train, addrs, ifnames, port=args.rdzv_port,
                      rdzv_id=args.rdzv_id, join_timeout=args.join_timeout)
@@ -120,9 +125,10 @@ def run_nodes(args: argparse.Namespace) -> int:
     if args.slurm:
         sys.stdout.write(slurm_script(plan, gpus=cfg.device == "cuda"))
         return 0
-    if not addrs or not ifnames:
-        print(f"naspipe: note: replace {HOST_PLACEHOLDER.format('<i>')} with node i's address and "
-              f"{IFACE_PLACEHOLDER} with its interface (or give --node-addrs and --ifname)", file=sys.stderr)
+    missing = [f"{HOST_PLACEHOLDER.format('<i>')} with node i's address (or give --node-addrs)"] if not addrs else []
+    missing += [f"{IFACE_PLACEHOLDER} with its interface (or give --ifname)"] if not ifnames else []
+    if missing:
+        print(f"naspipe: note: replace {' and '.join(missing)}", file=sys.stderr)
     w = sys.stdout.write
     w(f"# {counted(args.nodes, 'node')} x {counted(args.procs_per_node, 'process', 'processes')} = "
       f"{counted(world, 'rank')} ({counted(cfg.stages, 'stage')} x {counted(cfg.replicas, 'replica')}); run each "

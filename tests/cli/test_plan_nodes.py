@@ -142,12 +142,23 @@ def test_an_interface_without_an_ipv4_address_is_named(capsys, tmp_path):
     (["--ifname", "eth1,"], "--ifname: node 1's interface name is empty"),
     (["--ifname", "eth1 eth2"], "--ifname: the interface name 'eth1 eth2' is not an interface name"),
     (["--ifname", "a-very-long-interface"], "is longer than 15 characters"),
+    (["--ifname="], "--ifname: the interface name is empty"),  # (given empty is not "not given")
+    (["--node-addrs="], "lists 1 addresses for 2 nodes"),
+    (["--nodes", "99999999999999999999"], "--nodes must be <= 65536"),  # (not a line per node first)
+    (["--procs-per-node", "100000"], "--procs-per-node must be <= 1024"),
 ])
 def test_bad_node_options_are_one_line_before_anything_is_printed(capsys, monkeypatch, args, says):
     _training_options_unread(monkeypatch)  # refused at once, before the plan choice
     assert main([*PLAN, *args, "--", *COMMON]) == 2
     cap = capsys.readouterr()
     assert cap.out == "" and says in cap.err and cap.err.count("\n") == 1, cap.err
+
+
+def test_the_note_names_only_what_is_missing(capsys):
+    assert main([*PLAN, "--node-addrs", "10.0.0.1,10.0.0.2", "--", *COMMON]) == 0
+    assert capsys.readouterr().err == "naspipe: note: replace IFACE with its interface (or give --ifname)\n"
+    assert main([*PLAN, "--ifname", "eth1", "--", *COMMON]) == 0
+    assert capsys.readouterr().err == "naspipe: note: replace HOST<i> with node i's address (or give --node-addrs)\n"
 
 
 def test_slurm_needs_the_interface(capsys, monkeypatch):
