@@ -14,6 +14,7 @@ reported.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import numpy as np
 from scipy import stats
 
 from naspipe.errors import UserError
+from naspipe.inputs.wholes import whole
 
 if TYPE_CHECKING:
     from naspipe.truth.records import Truth
@@ -42,6 +44,9 @@ def check_scores(columns: Sequence[Sequence[float]], *names: str) -> int:
     equally long, finite numbers, at least ``MIN_ARCHS`` of them; ValueError (``TooFewArchitectures``) otherwise."""
     cols = list(columns)
     label = [*names, *(f"column {i}" for i in range(len(names), len(cols)))]
+    for name, c in zip(label, cols, strict=False):
+        if isinstance(c, str | bytes) or not hasattr(c, "__len__"):  # (a list, an array, a Series)
+            raise UserError(f"{name} must be a list of scores, one per architecture, got {type(c).__name__}")
     lengths = [len(c) for c in cols]
     if len(set(lengths)) > 1:
         shown = ", ".join(f"{name} {k}" for name, k in zip(label, lengths, strict=False))
@@ -67,9 +72,13 @@ class Estimate:
     high: float
 
     def text(self, digits: int = 2) -> str:
+        """``value [low, high]``; "n/a" for a bound that is not a number, and alone where none is (a rank
+        statistic of a column that ties every architecture)."""
         def one(x: float) -> str:
             return f"{x:.{digits}f}" if math.isfinite(x) else "n/a"
 
+        if not any(math.isfinite(x) for x in (self.value, self.low, self.high)):
+            return "n/a"
         return f"{one(self.value)} [{one(self.low)}, {one(self.high)}]"
 
     def to_dict(self) -> dict[str, float | None]:
@@ -118,7 +127,8 @@ def regret(truth: Sequence[float], est: Sequence[float], est_loss: Sequence[floa
 def bootstrap(stat: Callable[[np.ndarray], float], n: int, seed: int = 0,
               resamples: int = RESAMPLES) -> tuple[float, float]:
     """95% percentile interval of ``stat(indices)`` over ``n`` architectures resampled with replacement
-    ``resamples`` times."""
+    ``resamples`` times (a whole number >= 1: ValueError otherwise)."""
+    resamples = whole("resamples", resamples, 1)
     if n < 2:
         v = stat(np.arange(n))
         return v, v
@@ -133,6 +143,14 @@ def bootstrap(stat: Callable[[np.ndarray], float], n: int, seed: int = 0,
 def estimate(stat: Callable[[np.ndarray], float], n: int, seed: int = 0, resamples: int = RESAMPLES) -> Estimate:
     lo, hi = bootstrap(stat, n, seed, resamples)
     return Estimate(float(stat(np.arange(n))), lo, hi)
+
+
+NOT_RANKED = Estimate(math.nan, math.nan, math.nan)  # a rank statistic where one side ties every architecture
+
+
+def ties_all(column: Sequence[float]) -> bool:
+    """Every architecture has the same score: the column ranks nothing (a rank correlation with it is undefined)."""
+    return len(set(column)) <= 1
 
 
 @dataclass(frozen=True)
@@ -164,18 +182,23 @@ def agreement(truth: Sequence[float], est: Sequence[float], est_loss: Sequence[f
     def sub(f: Callable[..., float]) -> Callable[[np.ndarray], float]:
         return lambda i: f(t[i].tolist(), e[i].tolist(), el[i].tolist())
 
-    return Agreement(kendall=estimate(sub(lambda a, b, _: kendall(a, b)), n, seed, resamples),
-                     spearman=estimate(sub(lambda a, b, _: spearman(a, b)), n, seed, resamples),
+    tied = ties_all(truth) or ties_all(est)  # (tau and rho: n/a, not the 0 of a constant side)
+    return Agreement(kendall=NOT_RANKED if tied else estimate(sub(lambda a, b, _: kendall(a, b)), n, seed, resamples),
+                     spearman=NOT_RANKED if tied else estimate(sub(lambda a, b, _: spearman(a, b)), n, seed,
+                                                               resamples),
                      top=estimate(sub(lambda a, b, c: top_overlap(a, b, est_loss=c)), n, seed, resamples),
                      regret=estimate(sub(regret), n, seed, resamples), pick=(p := pick(e.tolist(), el.tolist())),
                      pick_ties=int(np.sum((e == e[p]) & (el == el[p]))) - 1)
 
 
 def pairwise_tau(columns: Sequence[Sequence[float]], seed: int = 0, resamples: int = RESAMPLES) -> Estimate | None:
-    """Mean Kendall tau over every pair of ``columns`` (seeds), with its interval; None for one column."""
+    """Mean Kendall tau over every pair of ``columns`` (seeds), with its interval; None for one column;
+    ``NOT_RANKED`` (text "n/a") where a column ties every architecture."""
     if len(columns) < 2:
         return None
     check_scores(columns)
+    if any(ties_all(c) for c in columns):
+        return NOT_RANKED
     cols = [np.asarray(c, dtype=float) for c in columns]
     pairs = list(combinations(range(len(cols)), 2))
 
@@ -187,7 +210,15 @@ def pairwise_tau(columns: Sequence[Sequence[float]], seed: int = 0, resamples: i
 
 def seed_floor(truth: Truth, resamples: int = RESAMPLES) -> Estimate | None:
     """Floor (a): the truth's own seed-to-seed Kendall tau of held-out accuracy (mean over seed pairs); None for a
-    truth of one seed (``TooFewArchitectures`` for one of fewer than ``MIN_ARCHS`` architectures)."""
+    truth of one seed (``TooFewArchitectures`` for one of fewer than ``MIN_ARCHS`` architectures). ``truth``: a
+    loaded ``Truth`` (``naspipe.truth.load``) or its folder."""
+    if isinstance(truth, str | os.PathLike):
+        from naspipe.truth.records import load
+
+        truth = load(truth)
+    if not all(hasattr(truth, k) for k in ("settings", "accuracy", "archs")):
+        raise UserError(f"seed_floor takes a truth (naspipe.truth.load(folder), or the folder), got "
+                        f"{type(truth).__name__}")
     s = len(truth.settings.seeds)
     return pairwise_tau([[truth.accuracy[a][k] for a in truth.archs] for k in range(s)], resamples=resamples)
 

@@ -23,6 +23,7 @@ import dataclasses
 import io
 import json
 import math
+import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -438,6 +439,8 @@ def _table_difference(table: Any, truth: Truth) -> str | None:
 def load(folder: str | Path) -> Truth:
     """A finished truth folder: assembled from its settings and entries (``assemble``), with a ``truth.json``
     that agrees with them (TruthError, one line, otherwise)."""
+    if not isinstance(folder, str | os.PathLike):
+        raise TruthError(f"a truth folder is a path, got {type(folder).__name__}")
     d = Path(folder)
     try:
         is_dir = d.is_dir()

@@ -68,6 +68,9 @@ def tau_figure(taus: Mapping[str, Interval | Any], floors: Mapping[str, Interval
                title: str | None = None) -> go.Figure:
     """Kendall tau against the truth per run (a point and its 95% interval) over the noise-floor bands
     (each floor's interval, shaded). Each is an ``Estimate`` or its ``to_dict``; a floor may be None."""
+    for name, given in (("taus", taus), ("floors", floors)):
+        if not isinstance(given, Mapping):
+            raise ValueError(f"{name}: expected a mapping of label -> Estimate, got {type(given).__name__}")
     taus = {k: _interval(k, v) for k, v in taus.items()}
     floors = {k: None if v is None else _interval(k, v) for k, v in floors.items()}
     fig = go.Figure()

@@ -21,6 +21,7 @@ from naspipe.ranking.stats import (
     kendall,
     pairwise_tau,
     regret,
+    seed_floor,
     spearman,
     top_overlap,
     verdict,
@@ -327,6 +328,10 @@ def test_json_has_the_numbers_behind_every_statistic_and_no_nan(runs, truth, cap
     assert regret(t, r, [x["run_loss"] for x in rows]) == pytest.approx(d["vs_truth"]["regret"]["value"])
     assert Estimate(float("nan"), 0.1, float("inf")).to_dict() == {"value": None, "low": 0.1, "high": None}
     assert Estimate(float("nan"), 0.1, 0.2).text() == "n/a [0.10, 0.20]"
+    # a column that ties every architecture ranks nothing: its rank correlations are n/a, not a confident 0
+    tied = agreement([0.5] * 10, list(range(10)), resamples=FEW)
+    assert (tied.kendall.text(), tied.spearman.text(), tied.to_dict()["kendall_tau"]["value"]) == ("n/a", "n/a", None)
+    assert pairwise_tau([[0.5] * 10, list(range(10))], resamples=FEW).text() == "n/a"
 
 
 def test_the_python_helpers_refuse_in_one_line(runs, truth):
@@ -352,6 +357,18 @@ def test_the_python_helpers_refuse_in_one_line(runs, truth):
     assert fig.data[0].y[0] == report.vs_truth.kendall.value
     with pytest.raises(ValueError, match="expected an Estimate"):
         tau_figure({"run": 0.5}, {})
+    with pytest.raises(ValueError, match="taus: expected a mapping of label -> Estimate, got list"):
+        tau_figure([0.5], {})
+    assert seed_floor(truth, resamples=FEW) == seed_floor(tr, resamples=FEW)  # a folder stands for its truth
+    with pytest.raises(ValueError, match="seed_floor takes a truth"):
+        seed_floor(3)
+    with pytest.raises(ValueError, match="a truth folder is a path, got NoneType"):
+        load(None)
+    for bad in (None, (x for x in acc)):
+        with pytest.raises(ValueError, match="the truth must be a list of scores, one per architecture"):
+            agreement(bad, acc)
+    with pytest.raises(ValueError, match="resamples must be a whole number >= 1, got 0"):
+        agreement(acc, acc, resamples=0)
 
 
 def test_a_run_without_run_json_is_not_vouched_for_by_the_truths_space(odd_runs, runs, truth, tmp_path, capsys):
