@@ -87,3 +87,23 @@ def test_only_the_calling_threads_starts_leave_main_alone():
     assert mp_spawn.get_preparation_data is original
     assert not any(k in seen["here"] for k in MAIN_KEYS)
     assert seen["other"] == original("x")  # another thread's starts are as they were
+
+
+def test_a_supernet_defined_under_runpy_run_path_travels_by_value(tmp_path, monkeypatch):
+    """``runpy.run_path(script)`` runs the script as module ``<run_path>``, which no stage process can import: its
+    supernet is pickled by value, as ``__main__``'s is (by reference, every stage failed: "No module named
+    '<run_path>'"). Unpickled here after the module is gone, as in another process."""
+    import types
+
+    import cloudpickle
+
+    from naspipe.supernet.load import space_of
+
+    module = types.ModuleType("<run_path>")
+    monkeypatch.setitem(sys.modules, "<run_path>", module)
+    exec(compile(SCRIPT.split('print("top level"')[0], str(tmp_path / "script.py"), "exec"), module.__dict__)
+    payload = space_of(module.sn).model.shippable()
+    monkeypatch.delitem(sys.modules, "<run_path>")
+    sn = cloudpickle.loads(payload)
+    assert [type(f()).__name__ for f in sn.blocks[0].candidates.values()] == ["B", "Linear"]
+    assert "<run_path>" not in cloudpickle.list_registry_pickle_by_value()  # registered for the pickle alone
