@@ -28,7 +28,8 @@ from naspipe.supernet.usercode import first_line, user_errors
 PROBE_SAMPLES = 2
 MEMORY_SHARE = 0.5  # a batch's activations over all blocks may take at most this share of the machine's memory
 _checked: set[tuple[str, int, str]] = set()
-_out_dtypes: dict[tuple[str, int, str], list] = {}  # (space, seed, shared) -> each block's output dtype
+_out_dtypes: dict[tuple[str, int, str], list] = {}  # (space, seed, shared) -> each block's output leaves' (place,
+# dtype)
 _unsendable: dict[tuple[str, int, str], list] = {}  # (space, seed, shared) -> per block: why it cannot be sent
 
 
@@ -102,7 +103,7 @@ def check_model(space: SearchSpace, seed: int = 0, shared: SharedLayers | None =
                                           f"gives {_shown(outs[0])}{differ}: the candidates of a block must agree")
                 outs.append(y)
             x = outs[0]
-            dtypes.append([t.dtype for t in messages.leaves(x)])
+            dtypes.append(list(zip(messages.leaf_places(x), [t.dtype for t in messages.leaves(x)], strict=True)))
             unsendable.append(messages.problem(x, sendable=True))  # (a rank or dtype: check_messages, per partition)
             first = messages.leaves(x)[0]
             per_sample = max(per_sample, messages.nbytes(x) // max(1, first.shape[0] if first.dim() else 1))
@@ -134,14 +135,14 @@ def check_messages(space: SearchSpace, stage_ends: list[int], sendable: tuple, s
     dtypes = _out_dtypes[key]
     for b in stage_ends:
         why = _unsendable[key][b]
-        if why is not None and all(d in sendable for d in dtypes[b]):  # (a dtype: named below, as it always was)
+        if why is not None and all(d in sendable for _, d in dtypes[b]):  # (a dtype: named below)
             raise ModelCheckError(f"{_where(space, b, 0)}: forward {why}; this block's output ends a stage, so it "
                                   "is sent: reshape it, or partition elsewhere")
-        bad = next((d for d in dtypes[b] if d not in sendable), None)
-        if bad is not None:
-            raise ModelCheckError(f"{_where(space, b, None)}: its output ({bad}) ends a stage, and messages "
-                                  f"between stages can be {', '.join(str(d) for d in sendable)}; cast it, or "
-                                  "partition elsewhere")
+        bad = next(((place, d) for place, d in dtypes[b] if d not in sendable), None)
+        if bad is not None:  # (every candidate of a block gives the same dtypes: candidate 0 stands for them)
+            raise ModelCheckError(f"{_where(space, b, 0)}: forward returned a tensor of dtype {bad[1]}{bad[0]}; this "
+                                  f"block's output ends a stage, and messages between stages can be "
+                                  f"{', '.join(str(d) for d in sendable)}; cast it, or partition elsewhere")
 
 
 def probe_replica_shards(space: SearchSpace, replicas: int) -> None:

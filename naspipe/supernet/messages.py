@@ -72,6 +72,20 @@ def leaves(msg: Any) -> list[Tensor]:
     return out
 
 
+def leaf_places(msg: Any) -> list[str]:
+    """Where each of ``leaves(msg)`` sits, in a phrase for a refusal: "" for a plain tensor, else " (tuple element
+    [1])", " (dict element ['a'])"."""
+    if isinstance(msg, Tensor):
+        return [""]
+    seen: set[int] = set()
+    out = []
+    for key, t in pytree.tree_flatten_with_path(msg)[0]:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(f" ({type(msg).__name__} element {_path(key)})")
+    return out
+
+
 def layout(msg: Any) -> bytes:
     """The structure of ``msg`` and, per place, the index of its distinct leaf: what ``rebuild`` needs."""
     flat, spec = _flat(msg)

@@ -169,7 +169,8 @@ def no_message():
     ("float_leaf", "block 'stem', candidate 'stem': forward returned a tuple element [1] that is a float, not a "
                    "tensor; every leaf of a message must be a tensor"),
     ("string_leaf", "block 'stem', candidate 'stem': forward returned a tuple element [1] that is a str, not a tensor"),
-    ("complex_leaf", "its output (torch.complex64) ends a stage"),  # (inside a stage it may stay)
+    ("complex_leaf", "block 1 ('mid'), candidate 0 ('a', op 'user', args {}): forward returned a tensor of dtype "
+                     "torch.complex64 (tuple element [1]); this block's output ends a stage"),  # (inside: it may stay)
     ("no_message", "block 'stem', candidate 'stem': forward returned NoneType, not a tensor nor a tuple, list or "
                    "dict of tensors"),
 ])

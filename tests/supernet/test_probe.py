@@ -79,6 +79,7 @@ def test_a_message_the_transport_cannot_send_is_refused_for_the_chosen_partition
     rc = main(["train", *_args("int16_message", 4, "--stages", "4"), "--out", str(out)])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "\n" not in err, err
-    assert "block 0 ('clamp'): its output (torch.int16) ends a stage, and messages between stages can be" in err, err
+    assert ("block 0 ('clamp'), candidate 0 ('clamp', op 'user', args {}): forward returned a tensor of dtype "
+            "torch.int16; this block's output ends a stage, and messages between stages can be") in err, err
     assert not out.exists()
     assert main(["train", *_args("int16_message", 4, "--stages", "1"), "--out", str(out)]) == 0  # no message
