@@ -254,9 +254,7 @@ def _print_summary(out: dict[str, Any], link: Any, unit_costs: bool) -> None:
     w(f"  makespan     {out['makespan']:.4f}{s}   throughput {out['throughput']:.1f} subnets{per_s}\n")
     q = out["sequence"]
     w(f"  sequence     sampler {out['sampler']}: {q['conflicts']} of {out['subnets']} subnets share a candidate "
-      f"with a subnet fewer than {q['in_flight']} places before; reuse distance min {q['min_reuse_distance']}, "
-      "mean "
-      + (f"{q['mean_reuse_distance']:.1f}" if q["mean_reuse_distance"] is not None else "None") + "\n")
+      f"with a subnet fewer than {q['in_flight']} places before; {_reuse_text(q)}\n")
     from naspipe.inputs.memsize import format_bytes
 
     if out["replicas"] > 1:
@@ -274,3 +272,10 @@ def _print_summary(out: dict[str, Any], link: Any, unit_costs: bool) -> None:
           f"(forwards {out['memory']['forward_hit_rate']:.4f}), stall {100 * out['stall_share']:.2f}%, "
           f"moved {format_bytes(out['bytes_moved'])}, peak "
           + " ".join(format_bytes(b) for b in out["peak_device_bytes"]) + "\n")
+
+
+def _reuse_text(q: dict[str, Any]) -> str:
+    """The sequence's reuse distances; "no candidate reused" where no two subnets share one (1 subnet)."""
+    if q["min_reuse_distance"] is None:
+        return "no candidate reused"
+    return f"reuse distance min {q['min_reuse_distance']}, mean {q['mean_reuse_distance']:.1f}"

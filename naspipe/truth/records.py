@@ -447,7 +447,8 @@ def load(folder: str | Path) -> Truth:
     except OSError as e:
         raise TruthError(f"cannot read truth folder {str(d)[:80]!r}...: {e.strerror or e}") from None
     if not is_dir:
-        raise TruthError(f"no such truth folder: {str(d)!r}")
+        raise TruthError(f"{str(d)!r} is a file, not a truth folder" if d.exists()
+                         else f"no such truth folder: {str(d)!r}")
     truth = assemble(d)
     try:
         text = read_file(d / TABLE)

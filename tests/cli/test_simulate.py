@@ -78,6 +78,9 @@ def test_text_summary(capsys) -> None:
     out = capsys.readouterr().out
     assert "csp-plan:plan=" in out and ",eps=0.2 on unit-k12, 4 stages, 40 subnets" in out
     assert "utilization" in out and "efficiency" in out
+    assert re.search(r"; reuse distance min \d+, mean \d+\.\d\n", out), out
+    assert main(["simulate", "--space", "unit-k12", "--subnets", "1", "--stages", "2"]) == 0
+    assert "; no candidate reused\n" in capsys.readouterr().out  # (one subnet: no distance, not "min None")
 
 
 @few_plans()  # which plan wins is not the point here

@@ -364,6 +364,8 @@ def test_the_python_helpers_refuse_in_one_line(runs, truth):
         seed_floor(3)
     with pytest.raises(ValueError, match="a truth folder is a path, got NoneType"):
         load(None)
+    with pytest.raises(ValueError, match="is a file, not a truth folder"):
+        load(Path(truth) / TABLE)
     for bad in (None, (x for x in acc)):
         with pytest.raises(ValueError, match="the truth must be a list of scores, one per architecture"):
             agreement(bad, acc)
