@@ -2,8 +2,9 @@
 
 The commands ``naspipe plan --nodes 2`` prints run in each host's shell (2 stages x 2 replicas, a replica per host):
 a host killed mid-run ends the other within 60 s, ``status.json`` names it, and the run resumes on both hosts from its
-checkpoint, identical to the reference; a rank that fails on one host (4 stages) is not a lost host; wrong network
-settings end every process fast with one line naming the setting. Namespaces that cannot be made fail the
+checkpoint, identical to the reference; a rank that fails on one host (4 stages, the pipeline across the hosts) is not
+a lost host, and its run resumed on both hosts is identical to the reference; wrong network settings end every process
+fast with one line naming the setting. Namespaces that cannot be made fail the
 test (one line).
 """
 
@@ -44,7 +45,7 @@ def hosts():
 @pytest.fixture(scope="module")
 def references(tmp_path_factory):
     d = tmp_path_factory.mktemp("refs")
-    for name, extra in (("ref-r2", ["--replicas", "2"]),):
+    for name, extra in (("ref", []), ("ref-r2", ["--replicas", "2"])):
         assert main(["reference", *COMMON, *extra, "--out", str(d / name)]) == 0
     return d
 
@@ -122,9 +123,13 @@ def test_a_host_lost_mid_run_ends_the_other_and_the_run_resumes_on_both(hosts, r
                      r"\(\d+\.\.15 of 16\)", _tail(tmp_path / "logs2")), _tail(tmp_path / "logs2")
 
 
-def test_a_rank_that_fails_on_another_host_is_not_a_lost_host(hosts, tmp_path, capsys):
-    run = tmp_path / "run"
-    lines = plan_lines(capsys, "--ifname", IFACE, "--", *COMMON, "--fault", "raise:2:5", "--out", str(run))
+def test_a_rank_that_fails_on_another_host_is_not_a_lost_host(hosts, references, tmp_path, capsys):
+    """4 stages on two hosts (stages 2 and 3 on host 1: the pipeline crosses the hosts); rank 2 fails at subnet 14.
+    The run names the rank, not a lost host, and the command it prints (without --fault, with --resume) finishes
+    the run on both hosts identical to the reference."""
+    run, resumed = tmp_path / "run", tmp_path / "resumed"
+    lines = plan_lines(capsys, "--ifname", IFACE, "--", *COMMON, "--checkpoint-every", "4", "--fault", "raise:2:14",
+                       "--out", str(run))
     assert all(c != 0 for c in run_nodes(hosts, lines, tmp_path / "logs", 240)), _tail(tmp_path / "logs")
     assert "InjectedFault" in (run / "error-stage2.txt").read_text()
     # rank 0, stopped by torchrun's SIGTERM or meeting rank 1's end first (whichever wins the race), still says
@@ -134,6 +139,13 @@ def test_a_rank_that_fails_on_another_host_is_not_a_lost_host(hosts, tmp_path, c
     assert status["error"].startswith(("rank 0 was stopped by SIGTERM after rank(s) 2 failed",
                                        "stage 0 (rank 0) failed after rank(s) 2 failed")), status
     assert not any("lost host" in e for e in _errors(tmp_path / "logs"))
+    assert f"without --fault with --resume {run}" in _tail(tmp_path / "logs")
+    lines = plan_lines(capsys, "--ifname", IFACE, "--", *COMMON, "--checkpoint-every", "4", "--resume", str(run),
+                       "--out", str(resumed))
+    assert run_nodes(hosts, lines, tmp_path / "logs2", 240) == [0, 0], _tail(tmp_path / "logs2")
+    assert main(["verify", str(resumed), str(references / "ref")]) == 0
+    assert re.search(r"on digits-cnn, 4 stages, resumed at subnet \d+: trained \d+ subnets \(\d+\.\.15 of 16\)",
+                     _tail(tmp_path / "logs2")), _tail(tmp_path / "logs2")
 
 
 WRONG = ["GLOO_SOCKET_IFNAME=np9: this host", "has no interface 'np9'", f"set GLOO_SOCKET_IFNAME={IFACE}"]
