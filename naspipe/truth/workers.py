@@ -61,10 +61,14 @@ def _build(space: SearchSpace, spec: str, d: Path, settings: TruthSettings, work
 
     # one worker trains here, unless this process computes under other kernels: then one worker process does
     here = workers <= 1 and kernels.runs_here(settings.kernels)
+    threads = None
     try:
         if here:
+            import torch
+
             from naspipe.truth.standalone import init_worker, work
 
+            threads = torch.get_num_threads()  # (the caller's, a notebook's kernel's: given back below)
             init_worker()
             for job in jobs:
                 work(job)
@@ -84,6 +88,10 @@ def _build(space: SearchSpace, spec: str, d: Path, settings: TruthSettings, work
     finally:
         if bar is not None:
             bar.close()
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
     if pending(d, settings):
         return None
     truth = assemble(d)

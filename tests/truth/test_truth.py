@@ -375,9 +375,18 @@ def test_a_second_builder_of_one_folder_is_told_another_holds_it(whole, tmp_path
 
 
 def test_counts_are_said_in_the_singular_for_one(tmp_path, capsys):
-    """"1 architectures x 1 seeds": the truth's summary says one architecture, one seed."""
-    assert main(["truth", "--space", SPACE, "--sample", "1", "--seeds", "1", "--steps", "1", "--no-progress",
-                 "--workers", "1", "--out", str(tmp_path / "one")]) == 0
+    """"1 architectures x 1 seeds": the truth's summary says one architecture, one seed. Built in this process (one
+    worker), it gives the caller's thread count back (a notebook's kernel went on with one thread)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert main(["truth", "--space", SPACE, "--sample", "1", "--seeds", "1", "--steps", "1", "--no-progress",
+                     "--workers", "1", "--out", str(tmp_path / "one")]) == 0
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
     out = capsys.readouterr().out
     assert "truth: 1 architecture x 1 seed of digits-truth" in out, out
 
