@@ -97,6 +97,17 @@ def table_markers(script: str, name: str, default: tuple[str, str] | None = None
     return f"<!-- {name}-table:begin (benchmarks/{script}.py --name {name}) -->", f"<!-- {name}-table:end -->"
 
 
+def estimate_text(e: dict[str, float | None] | None, digits: int = 2, missing: str = "n/a") -> str:
+    """An estimate's JSON (``Estimate.to_dict``: a bound that is not a number is None) as ``value [low, high]``;
+    ``missing`` for no estimate, "n/a" for a bound that is None (a column that ties every architecture)."""
+    if e is None:
+        return missing
+    if all(e[k] is None for k in ("value", "low", "high")):
+        return "n/a"
+    f = (lambda x: "n/a" if x is None else f"{x:.{digits}f}")
+    return f"{f(e['value'])} [{f(e['low'])}, {f(e['high'])}]"
+
+
 def replace_marked(doc: Path, begin: str, end: str, body: str) -> None:
     """Put ``body`` between the markers ``begin`` and ``end`` of ``doc`` (a docs page whose table a benchmark
     writes), appending the marked block at the end when the page has none."""

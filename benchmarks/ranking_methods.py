@@ -67,7 +67,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, ROOT, replace_marked, table_markers, write_result
+from _common import RESULTS, ROOT, estimate_text, replace_marked, table_markers, write_result
 
 DOC = ROOT / "docs" / "trust.md"
 PROXIES = ("synflow", "gradnorm", "params")
@@ -524,8 +524,8 @@ def table(data: dict[str, Any]) -> str:
     """The markdown table of NAME.json (what docs/trust.md shows)."""
     c, f, g, rt = data["config"], data["floors"], data["goal"], data.get("runtime")
 
-    def est(e: dict[str, float] | None, d: int = 2) -> str:
-        return "-" if e is None else f"{e['value']:.{d}f} [{e['low']:.{d}f}, {e['high']:.{d}f}]"
+    def est(e: dict[str, float | None] | None, d: int = 2) -> str:
+        return estimate_text(e, d, missing="-")  # (a bound that is None, a column tying every architecture: n/a)
 
     k = len(c["seeds"])
     ws = ", ".join(f"{w}={v}" for w, v in c["few_shot_warmups"].items())

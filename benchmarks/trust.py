@@ -41,7 +41,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, ROOT, replace_marked, table_markers, write_result
+from _common import RESULTS, ROOT, estimate_text, replace_marked, table_markers, write_result
 
 POLICIES = ("csp", "csp-plan", "bsp:4", "pipedream", "2bw", "pipemare", "pipeoptim")
 SHARED_VARIANTS = ("delayed:4", "delayed:4+predict", "delayed:4+t1=K")
@@ -282,8 +282,7 @@ def table(data: dict[str, Any]) -> str:
     """The markdown table of ``trust.json`` (what docs/trust.md shows)."""
     c, f = data["config"], data["floors"]
 
-    def est(e: dict[str, float] | None) -> str:
-        return "n/a" if e is None else f"{e['value']:.2f} [{e['low']:.2f}, {e['high']:.2f}]"
+    est = estimate_text  # (a bound that is None, a column tying every architecture: n/a)
 
     n = len(c["supernet_seeds"])
     lines = [f"{c['space']} truth ({c['architectures']} architectures x {len(c['truth_seeds'])} seeds, "

@@ -57,7 +57,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, ROOT, replace_marked, table_markers, write_result
+from _common import RESULTS, ROOT, estimate_text, replace_marked, table_markers, write_result
 
 LENGTHS = (200, 400, 800, 1600, 3200)
 SAMPLERS = ("uniform", "fair", "spread")
@@ -352,12 +352,7 @@ def powered_length(rows: list[dict[str, Any]]) -> int | None:
     return rows[first]["subnets"] if first < len(rows) - 1 else None
 
 
-def _est(e: dict[str, float | None] | None, digits: int = 2) -> str:
-    if e is None:
-        return "n/a"
-    f = (lambda x: "n/a" if x is None else f"{x:.{digits}f}")
-    return f"{f(e['value'])} [{f(e['low'])}, {f(e['high'])}]"
-
+_est = estimate_text
 
 def table(data: dict[str, Any]) -> str:
     """The markdown of ``trust_curve.json`` (what docs/trust.md shows)."""

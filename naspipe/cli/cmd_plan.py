@@ -241,8 +241,7 @@ def _print_rows(args: argparse.Namespace, space, sampler, alpha: float, link, ro
             w(f"  {r['stages']:>3} x {r['replicas']:<3} {r['throughput']:.2f} vs {u['throughput']:.2f} subnets{per} "
               f"(x{r['speedup']:.2f}), utilisation {r['utilization']:.2f} vs {u['utilization']:.2f}; subnets sharing "
               f"a candidate with one fewer than {r['stages']} places before: {r['sequence']['conflicts']} vs "
-              f"{u['sequence']['conflicts']}; min reuse distance {r['sequence']['min_reuse_distance']} vs "
-              f"{u['sequence']['min_reuse_distance']}\n")
+              f"{u['sequence']['conflicts']}; min reuse distance {_distance(r)} vs {_distance(u)}\n")
 
 
 def _compared(args: argparse.Namespace, sampler) -> bool:  # noqa: ANN001
@@ -263,3 +262,9 @@ def _compare_with_uniform(space, rows: list[dict], uniform: list[dict], n: int, 
         r["uniform"] = u
         r["sequence"] = conflict_stats(space, subs[sampler], r["stages"])
         r["speedup"] = r["throughput"] / u["throughput"] if u["throughput"] else None
+
+
+def _distance(row: dict) -> str:
+    """A row's minimum reuse distance; "none" where no candidate is reused (one subnet)."""
+    d = row["sequence"]["min_reuse_distance"]
+    return "none" if d is None else str(d)

@@ -17,6 +17,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from naspipe.cli.common import counted
 from naspipe.errors import UserError
 
 IFNAME_VAR = "GLOO_SOCKET_IFNAME"
@@ -59,10 +60,14 @@ def make_plan(nodes: int, procs_per_node: int, train_args: Sequence[str], addrs:
               ifnames: Sequence[str] = (), **kw: object) -> NodePlan:
     """Placeholders (HOST0.., IFACE) where no address or interface was given; one interface serves all.
     A UserError (one line) for a count that does not match ``nodes``, an empty address or a bad interface name."""
+    if addrs == [""]:
+        raise UserError("--node-addrs is empty: give one address per node, separated by commas")
     if addrs and len(addrs) != nodes:
-        raise UserError(f"--node-addrs lists {len(addrs)} addresses for {nodes} nodes")
+        raise UserError(f"--node-addrs lists {counted(len(addrs), 'address', 'addresses')} for "
+                        f"{counted(nodes, 'node')}")
     if ifnames and len(ifnames) not in (1, nodes):
-        raise UserError(f"--ifname lists {len(ifnames)} interfaces for {nodes} nodes (give one, or one per node)")
+        raise UserError(f"--ifname lists {counted(len(ifnames), 'interface')} for {counted(nodes, 'node')} (give one, "
+                        "or one per node)")
     for i, a in enumerate(addrs):
         if not a.strip() or a != a.strip():
             raise UserError(f"--node-addrs: node {i}'s address {a!r} is empty or has spaces; give one address per "

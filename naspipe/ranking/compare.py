@@ -194,7 +194,7 @@ class RankReport:
             lines += [f"against: {other.run.run}",
                       f"  its Kendall tau vs truth {b.kendall.text()}, regret {b.regret.text(4)}, {same}",
                       f"  run vs run Kendall tau   {other.run_to_run.text()}"
-                      + (f" (seed floor {seeds.floor.value:.2f})" if seeds else ""),
+                      + (f" (seed floor {seeds.floor.text()})" if seeds else ""),
                       f"  tau difference           {other.tau_difference.text()}: {self.verdict()}"
                       + ("" if seeds else " (no seed band: pass --seeds)")]
         return "\n".join(lines)

@@ -228,10 +228,15 @@ def difference(truth: Sequence[float], est_a: Sequence[float], est_b: Sequence[f
     """tau(truth, a) - tau(truth, b) on the same architectures, with its paired bootstrap interval (ValueError
     as ``agreement``)."""
     check_scores([truth, est_a, est_b], "the truth", "estimate a", "estimate b")
+    if any(ties_all(c) for c in (truth, est_a, est_b)):  # (a tau with a column that ranks nothing is n/a)
+        return NOT_RANKED
     t, a, b = (np.asarray(v, dtype=float) for v in (truth, est_a, est_b))
     return estimate(lambda i: kendall(t[i], a[i]) - kendall(t[i], b[i]), len(t), seed, resamples)
 
 
 def verdict(diff: Estimate, band: float) -> str:
-    """"difference" when the interval clears the seed band ``[-band, band]``, else "within seed noise"."""
+    """"difference" when the interval clears the seed band ``[-band, band]``, else "within seed noise"; "n/a"
+    where the difference or the band is not a number (a column that ties every architecture)."""
+    if not all(math.isfinite(x) for x in (diff.low, diff.high, band)):
+        return "n/a"
     return "difference" if diff.low > band or diff.high < -band else "within seed noise"

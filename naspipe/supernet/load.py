@@ -23,6 +23,8 @@ import contextlib
 import hashlib
 import importlib
 import sys
+import threading
+import types
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -333,37 +335,37 @@ def defined_space(name: str, definition: str | None) -> SearchSpace | None:
     return space
 
 
-def _unimportable_modules(sn: Supernet) -> list[Any]:
-    """The modules of ``sn``'s code (its blocks' factories, data, loss, held-out data, accuracy, init, and their
-    classes) that no other process can import by name: ``runpy.run_path``'s ``<run_path>``, any name that is not a
-    dotted path. Pickled by value, as ``__main__`` is (by reference, a stage failed: "No module named
+def _unimportable_modules() -> list[Any]:
+    """The loaded modules no other process can import by name (``runpy.run_path``'s ``<run_path>``: any name that
+    is not a dotted path). A supernet's code from one of them, however wrapped (a lambda, a ``functools.partial``,
+    a class), is pickled by value, as ``__main__``'s is (by reference, every stage failed: "No module named
     '<run_path>'")."""
-    found: dict[str, Any] = {}
-    parts = [f for b in sn.blocks for f in (b.candidates.values() if hasattr(b, "candidates") else [b.factory])]
-    for obj in (*parts, sn.data, sn.loss, sn.heldout, sn.accuracy, sn.init):
-        for x in (obj, type(obj)):
-            name = getattr(x, "__module__", None)
-            if isinstance(name, str) and not all(p.isidentifier() for p in name.split(".")) and name in sys.modules:
-                found[name] = sys.modules[name]
-    return list(found.values())
+    return [m for name, m in list(sys.modules.items())
+            if isinstance(m, types.ModuleType) and m.__name__ == name
+            and not all(p.isidentifier() for p in name.split("."))]
+
+
+_BY_VALUE_LOCK = threading.Lock()  # (cloudpickle's registry of modules pickled by value is one per process)
 
 
 def _pickle(sn: Supernet) -> bytes:
     import cloudpickle
 
-    by_value = _unimportable_modules(sn)
-    try:
-        for m in by_value:
-            cloudpickle.register_pickle_by_value(m)
-        return cloudpickle.dumps(sn)
-    except Exception as e:  # noqa: BLE001
-        raise SupernetError(f"supernet {sn.name or 'supernet'!r} cannot be shipped to the stage processes "
-                            f"(cloudpickle: {type(e).__name__}: {_first_line(e)}); keep open files, locks, "
-                            "threads and generators out of its factories, data and loss, or define it in a module "
-                            "and pass 'module:function'") from None
-    finally:
-        for m in by_value:
-            cloudpickle.unregister_pickle_by_value(m)
+    with _BY_VALUE_LOCK:
+        registered = cloudpickle.list_registry_pickle_by_value()
+        added = [m for m in _unimportable_modules() if m.__name__ not in registered]
+        try:
+            for m in added:
+                cloudpickle.register_pickle_by_value(m)
+            return cloudpickle.dumps(sn)
+        except Exception as e:  # noqa: BLE001
+            raise SupernetError(f"supernet {sn.name or 'supernet'!r} cannot be shipped to the stage processes "
+                                f"(cloudpickle: {type(e).__name__}: {_first_line(e)}); keep open files, locks, "
+                                "threads and generators out of its factories, data and loss, or define it in a "
+                                "module and pass 'module:function'") from None
+        finally:
+            for m in added:  # (only those registered here: a module the user registered stays)
+                cloudpickle.unregister_pickle_by_value(m)
 
 
 def check_shippable(space: SearchSpace) -> None:

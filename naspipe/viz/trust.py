@@ -55,9 +55,12 @@ def rank_scatter(truth_accuracy: Sequence[float], supernet_accuracy: Sequence[fl
     return fig
 
 
-def _interval(label: str, e: Any) -> Interval:
-    """``e`` as ``{"value", "low", "high"}`` of finite numbers: a mapping, or an ``Estimate`` (its ``to_dict``)."""
+def _interval(label: str, e: Any) -> Interval | None:
+    """``e`` as ``{"value", "low", "high"}`` of finite numbers: a mapping, or an ``Estimate`` (its ``to_dict``);
+    None for one that is n/a (every bound None: a column that ties every architecture ranks nothing)."""
     d = e.to_dict() if hasattr(e, "to_dict") else e
+    if isinstance(d, Mapping) and all(d.get(k, 0) is None for k in ("value", "low", "high")):
+        return None
     if not isinstance(d, Mapping) or not all(isinstance(d.get(k), int | float) and math.isfinite(d[k])
                                              for k in ("value", "low", "high")):
         raise ValueError(f"{label!r}: expected an Estimate or a mapping of finite value, low and high, got {e!r}")
@@ -67,7 +70,8 @@ def _interval(label: str, e: Any) -> Interval:
 def tau_figure(taus: Mapping[str, Interval | Any], floors: Mapping[str, Interval | Any | None],
                title: str | None = None) -> go.Figure:
     """Kendall tau against the truth per run (a point and its 95% interval) over the noise-floor bands
-    (each floor's interval, shaded). Each is an ``Estimate`` or its ``to_dict``; a floor may be None."""
+    (each floor's interval, shaded). Each is an ``Estimate`` or its ``to_dict``; a floor may be None. An n/a
+    estimate (a column that ties every architecture) draws no point but a note, an n/a floor no band."""
     for name, given in (("taus", taus), ("floors", floors)):
         if not isinstance(given, Mapping):
             raise ValueError(f"{name}: expected a mapping of label -> Estimate, got {type(given).__name__}")
@@ -80,11 +84,16 @@ def tau_figure(taus: Mapping[str, Interval | Any], floors: Mapping[str, Interval
             fig.add_hrect(y0=e["low"], y1=e["high"], fillcolor=colour, line_width=0,
                           annotation_text=f"{label}: {e['value']:.2f}", annotation_position="top left")
     names = list(taus)
+    drawn = {n: t for n, t in taus.items() if t is not None}
     fig.add_trace(go.Scatter(
-        x=names, y=[taus[n]["value"] for n in names], mode="markers", name="Kendall tau vs truth",
+        x=list(drawn), y=[t["value"] for t in drawn.values()], mode="markers", name="Kendall tau vs truth",
         marker={"size": 10},
-        error_y={"type": "data", "symmetric": False, "array": [taus[n]["high"] - taus[n]["value"] for n in names],
-                 "arrayminus": [taus[n]["value"] - taus[n]["low"] for n in names]}))
+        error_y={"type": "data", "symmetric": False, "array": [t["high"] - t["value"] for t in drawn.values()],
+                 "arrayminus": [t["value"] - t["low"] for t in drawn.values()]}))
+    for n in names:
+        if taus[n] is None:  # (a run that scores every architecture the same: no tau to draw)
+            fig.add_annotation(x=n, y=0, text="n/a: ranks nothing", showarrow=False)
+    fig.update_xaxes(categoryorder="array", categoryarray=names)
     fig.update_layout(template=TEMPLATE, height=380, yaxis_title="Kendall tau", yaxis_range=[-0.1, 1.0],
                       title=title or "Kendall tau vs the truth (95% interval) over the noise floors")
     return fig

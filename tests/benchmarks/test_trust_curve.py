@@ -161,3 +161,15 @@ def test_each_truth_has_its_own_name_markers_and_figure():
     assert "trust_curve_mnist1d" in begin and begin != trust_curve.BEGIN and end != trust_curve.END
     assert trust_curve.figure_path("trust_curve") == trust_curve.FIGURE
     assert trust_curve.figure_path("trust_curve_mnist1d").name == "trust_curve_mnist1d.html"
+
+
+def test_the_tables_write_an_estimate_of_a_column_that_ranks_nothing_as_n_a():
+    """An estimate whose bounds are all null (a column that ties every architecture) is n/a in the benchmarks'
+    tables; it stopped trust.py and ranking_methods.py after the whole run, at the markdown."""
+    from _common import estimate_text
+
+    from naspipe.ranking.stats import NOT_RANKED, Estimate
+
+    assert estimate_text(NOT_RANKED.to_dict()) == "n/a"
+    assert estimate_text(Estimate(0.5, 0.25, float("nan")).to_dict(), 3) == "0.500 [0.250, n/a]"
+    assert (estimate_text(None), estimate_text(None, missing="-")) == ("n/a", "-")

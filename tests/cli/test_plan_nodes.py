@@ -143,7 +143,8 @@ def test_an_interface_without_an_ipv4_address_is_named(capsys, tmp_path):
     (["--ifname", "eth1 eth2"], "--ifname: the interface name 'eth1 eth2' is not an interface name"),
     (["--ifname", "a-very-long-interface"], "is longer than 15 characters"),
     (["--ifname="], "--ifname: the interface name is empty"),  # (given empty is not "not given")
-    (["--node-addrs="], "lists 1 addresses for 2 nodes"),
+    (["--node-addrs="], "--node-addrs is empty: give one address per node"),
+    (["--node-addrs", "10.0.0.1"], "--node-addrs lists 1 address for 2 nodes"),
     (["--nodes", "99999999999999999999"], "--nodes must be <= 65536"),  # (not a line per node first)
     (["--procs-per-node", "100000"], "--procs-per-node must be <= 1024"),
 ])

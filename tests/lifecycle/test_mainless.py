@@ -8,6 +8,7 @@ supernet travels by value. Two short runs (2 stages, 4 subnets) of a few seconds
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing.spawn as mp_spawn
 import os
@@ -102,8 +103,12 @@ def test_a_supernet_defined_under_runpy_run_path_travels_by_value(tmp_path, monk
     module = types.ModuleType("<run_path>")
     monkeypatch.setitem(sys.modules, "<run_path>", module)
     exec(compile(SCRIPT.split('print("top level"')[0], str(tmp_path / "script.py"), "exec"), module.__dict__)
-    payload = space_of(module.sn).model.shippable()
+    wrapped = naspipe.Supernet([naspipe.Choice("l0", {"x": functools.partial(module.B)}),  # no lambda of its own
+                                naspipe.Fixed("head", functools.partial(module.nn.Linear, 4, 2))],
+                               data=functools.partial(module.data), loss=module.F.cross_entropy, batch_size=4)
+    payloads = [space_of(sn).model.shippable() for sn in (module.sn, wrapped)]
     monkeypatch.delitem(sys.modules, "<run_path>")
-    sn = cloudpickle.loads(payload)
+    sn, again = (cloudpickle.loads(p) for p in payloads)
     assert [type(f()).__name__ for f in sn.blocks[0].candidates.values()] == ["B", "Linear"]
+    assert type(again.blocks[0].candidates["x"]()).__name__ == "B"
     assert "<run_path>" not in cloudpickle.list_registry_pickle_by_value()  # registered for the pickle alone

@@ -332,6 +332,12 @@ def test_json_has_the_numbers_behind_every_statistic_and_no_nan(runs, truth, cap
     tied = agreement([0.5] * 10, list(range(10)), resamples=FEW)
     assert (tied.kendall.text(), tied.spearman.text(), tied.to_dict()["kendall_tau"]["value"]) == ("n/a", "n/a", None)
     assert pairwise_tau([[0.5] * 10, list(range(10))], resamples=FEW).text() == "n/a"
+    diff = difference(list(range(10)), [0.1] * 10, list(range(10)), resamples=FEW)
+    assert (diff.text(), verdict(diff, 0.1), verdict(Estimate(0.5, 0.4, 0.6), float("nan"))) == ("n/a",) * 3
+    from naspipe.viz.trust import tau_figure
+
+    fig = tau_figure({"run": Estimate(0.5, 0.4, 0.6), "tied": tied.kendall}, {"(a)": tied.kendall.to_dict()})
+    assert list(fig.data[0].x) == ["run"] and [a.text for a in fig.layout.annotations] == ["n/a: ranks nothing"]
 
 
 def test_the_python_helpers_refuse_in_one_line(runs, truth):
