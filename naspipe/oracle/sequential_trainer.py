@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 
 from naspipe.lifecycle import kernels
+from naspipe.lifecycle.threads import intra_op_threads
 from naspipe.models import StageModel, build_stage, make_batch, make_optimizer
 from naspipe.models.shards import combine, combine_present, shard_batch
 from naspipe.models.warm_start import warm_start
@@ -203,10 +204,17 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
     do not depend on its length either (the seeded samplers: uniform, fair, spread) the model it is given at
     ``done`` is, bit for bit, what a run of ``done`` subnets ends with: one long run yields every shorter length
     (``benchmarks/trust_curve.py``). It must not change the model (score a copy where the evaluation could touch a
-    buffer); its time counts in ``wall_s``."""
+    buffer); its time counts in ``wall_s``. It computes on ``threads`` intra-op threads and gives the caller's
+    count back."""
     if (why := replicas_error(space.batch_size, replicas)) is not None:
         raise ValueError(why)
-    torch.set_num_threads(threads)
+    with intra_op_threads(threads):  # (a notebook's kernel keeps its own count after a reference)
+        return _trained(space, stream, seed, shared, optimizer, lr, progress, replicas, on_subnet_done)
+
+
+def _trained(space: SearchSpace, stream: SubnetStream, seed: int, shared: SharedLayers, optimizer: str,
+             lr: float | None, progress: bool, replicas: int,
+             on_subnet_done: Callable[[int, StageModel], None] | None) -> ReferenceResult:
     model = build_stage(space, range(space.num_blocks), seed, shared)
     opt = make_optimizer(model.parameters(), optimizer, lr)
     fixed = model.fixed_named_parameters()
@@ -279,7 +287,7 @@ def train_reference(space: SearchSpace, stream: SubnetStream, seed: int, shared:
         bar.close()
     digest = getattr(stream, "digest", None)
     config = {"space": space.name, "subnets": n, "seed": int(seed), "shared_layers": str(shared),
-              "optimizer": optimizer, "lr": opt.param_groups[0]["lr"], "threads": threads,
+              "optimizer": optimizer, "lr": opt.param_groups[0]["lr"], "threads": torch.get_num_threads(),
               "torch": torch.__version__, "replicas": replicas,
               "sequence_sha256": digest() if digest is not None else None,
               "subnets_sha256": subnets_digest([list(stream[j]) for j in range(n)]),

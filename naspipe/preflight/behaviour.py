@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from naspipe.errors import UserError
+from naspipe.lifecycle.threads import intra_op_threads
 
 SUBNETS = 3  # candidate 0 everywhere, then two drawn by name
 SEED = 0  # the initial weights it runs at (the probe's): a property of the definition, not of a run's seed
@@ -57,13 +58,9 @@ def measure(space: Any, weights: bool = False) -> dict[str, Any]:
 
     space = base_of(space)  # a few-shot space computes what its base does (its copies start equal)
     t0 = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: the digest is the same whatever thread count a run uses
-    try:
-        with GLOBAL_RNG, torch.random.fork_rng(devices=[]):
-            digest, blocks = _measure(space, weights)
-    finally:
-        torch.set_num_threads(threads)
+    # one thread: the digest is the same whatever thread count a run uses
+    with intra_op_threads(1), GLOBAL_RNG, torch.random.fork_rng(devices=[]):
+        digest, blocks = _measure(space, weights)
     return {"behaviour_sha256": digest, "weights_sha256": blocks, "seconds": time.perf_counter() - t0}
 
 

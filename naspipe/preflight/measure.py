@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from naspipe.lifecycle.threads import intra_op_threads
 from naspipe.spaces.space import SearchSpace, resolve_space
 
 
@@ -60,10 +61,8 @@ def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: in
     sp: SearchSpace = resolve_space(without_costs(space))
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda was asked for, but torch sees no CUDA device")
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    try:
+    with intra_op_threads(threads):
         batch = make_batch(sp, seed, 0)
         x = input_of(sp, batch).to(device)
         target = target_of(sp, batch)
@@ -108,8 +107,6 @@ def measure_costs(space: Any, device: str = "cpu", repeats: int = 5, threads: in
             x = nxt
         return {"space": sp.name, "device": device, "threads": threads, "repeats": repeats,
                 "batch_size": sp.batch_size, "message_bytes": int(message), "candidates": out}
-    finally:
-        torch.set_num_threads(old)
 
 
 def _forward(mod: Any, stage: Any, xin: Any, target: Any, last: bool, pack: Callable[[Any], Any]) -> tuple[Any, Any]:
@@ -181,15 +178,12 @@ def save_costs(costs: dict[str, Any], path: str | Path) -> Path:
 
 def measure_block_costs(space: SearchSpace, seed: int = 0, samples: int = 6, threads: int = 1) -> list[float]:
     """Mean forward + backward seconds of each block (over ``samples`` subnets, after one warm-up)."""
-    import torch
 
     from naspipe.models import build_stage, input_of, make_batch, target_of
     from naspipe.sequences.sequence import UniformStream
     from naspipe.spaces.shared import SharedLayers
 
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with intra_op_threads(threads):
         blocks = [build_stage(space, range(b, b + 1), seed, SharedLayers("serial")) for b in range(space.num_blocks)]
         stream = UniformStream(space, seed + 7919, samples + 1)
         total = [0.0] * space.num_blocks
@@ -213,8 +207,6 @@ def measure_block_costs(space: SearchSpace, seed: int = 0, samples: int = 6, thr
                 if i > 0:  # the first subnet warms up
                     total[b] += fwd[b] + t
         return [t / samples for t in total]
-    finally:
-        torch.set_num_threads(old_threads)
 
 
 def _block_forward(m: Any, x: Any, sub: Any, target: Any, last: bool) -> Any:
@@ -226,18 +218,12 @@ def measure_profile(model: Any, seed: int = 0, repeats: int = 5) -> dict[str, An
     """The forward latency of every candidate of ``model`` (a ``StageModel`` of the whole space) on one batch,
     on one intra-op thread, the median of ``repeats`` after a warm-up:
     ``{"unit": "s", "space": name, "batch_size": B, "blocks": {block: {candidate: seconds}}}``."""
-    import torch
-
     from naspipe.models import make_batch
 
     space = model.space
     x = make_batch(space, seed, 0).input
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as every stage process and the reference run
-    try:
+    with intra_op_threads(1):  # as every stage process and the reference run
         return _measure(model, space, x, repeats)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _measure(model: Any, space: SearchSpace, x: Any, repeats: int) -> dict[str, Any]:

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from naspipe.errors import UserError
 from naspipe.inputs.wholes import whole
+from naspipe.lifecycle.threads import intra_op_threads
 from naspipe.ranking.compare import RankReport, Scored, SeedRuns, check_truth_ranks
 from naspipe.ranking.stats import (
     MIN_ARCHS,
@@ -138,18 +138,6 @@ def params_scorer(model: StageModel, seed: int) -> Callable[[Sequence[int]], flo
 SCORERS = {"synflow": synflow_scorer, "gradnorm": gradnorm_scorer, "params": params_scorer}
 
 
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def score_archs(space: SearchSpace, archs: Sequence[Sequence[int]], kind: str, seed: int = 0) -> list[float]:
     """``kind``'s score of each of ``archs`` at initialisation (seed ``seed``), in their order; ProxyError for
     scores that are NaN or infinite or all equal."""
@@ -157,7 +145,7 @@ def score_archs(space: SearchSpace, archs: Sequence[Sequence[int]], kind: str, s
 
     check_kind(kind)
     seed = whole("seed", seed, 0)
-    with _one_thread():
+    with intra_op_threads(1):
         scorer = SCORERS[kind](initial_model(space, seed), seed)
         scores = [scorer(tuple(a)) for a in archs]
     bad = sum(not math.isfinite(s) for s in scores)

@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 from naspipe.fileio.smallfile import read_small
 from naspipe.inputs.wholes import whole
+from naspipe.lifecycle.threads import intra_op_threads
 from naspipe.models import Batch, StageModel, evaluate, heldout_batches, model_kind
 from naspipe.models.weights import load_weights
 from naspipe.runfolder import runs
@@ -86,12 +85,8 @@ def make_evaluator(model: StageModel, batches: Sequence[Batch]) -> EvaluateFn:
 
     def run(subnet: Subnet) -> dict[str, float]:
         if subnet not in cache:
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
+            with intra_op_threads(1):
                 cache[subnet] = evaluate(model, subnet, batches)
-            finally:
-                torch.set_num_threads(threads)
         return cache[subnet]
     return run
 

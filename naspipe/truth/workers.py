@@ -61,19 +61,16 @@ def _build(space: SearchSpace, spec: str, d: Path, settings: TruthSettings, work
 
     # one worker trains here, unless this process computes under other kernels: then one worker process does
     here = workers <= 1 and kernels.runs_here(settings.kernels)
-    threads = None
     try:
         if here:
-            import torch
+            from naspipe.lifecycle.threads import intra_op_threads
+            from naspipe.truth.standalone import work
 
-            from naspipe.truth.standalone import init_worker, work
-
-            threads = torch.get_num_threads()  # (the caller's, a notebook's kernel's: given back below)
-            init_worker()
-            for job in jobs:
-                work(job)
-                if bar is not None:
-                    bar.update(1)
+            with intra_op_threads(1):  # (a worker's one thread, ``standalone.init_worker``: the caller's given back)
+                for job in jobs:
+                    work(job)
+                    if bar is not None:
+                        bar.update(1)
         elif jobs:
             import torch.multiprocessing as mp
 
@@ -88,10 +85,6 @@ def _build(space: SearchSpace, spec: str, d: Path, settings: TruthSettings, work
     finally:
         if bar is not None:
             bar.close()
-        if threads is not None:
-            import torch
-
-            torch.set_num_threads(threads)
     if pending(d, settings):
         return None
     truth = assemble(d)

@@ -78,8 +78,15 @@ def test_delayed_subnet_j_reads_version_j_minus_d(monkeypatch, delay):
 
 
 def test_reference_trains_the_transformer_and_records_its_config():
+    """On one intra-op thread (recorded), the caller's count given back (a notebook's kernel kept one thread)."""
     space = preset("tiny-transformer")
-    res = train_reference(space, UniformStream(space, 0, 3), 0, SharedLayers("frozen"), "adam")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        res = train_reference(space, UniformStream(space, 0, 3), 0, SharedLayers("frozen"), "adam")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
     assert len(res.losses) == 3 and res.config["shared_layers"] == "frozen" and res.config["threads"] == 1
 
 
