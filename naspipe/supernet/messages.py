@@ -82,7 +82,7 @@ def leaf_places(msg: Any) -> list[str]:
     for key, t in pytree.tree_flatten_with_path(msg)[0]:
         if id(t) not in seen:
             seen.add(id(t))
-            out.append(f" ({type(msg).__name__} element {_path(key)})")
+            out.append(f" ({_place(msg, key)})")
     return out
 
 
@@ -105,6 +105,11 @@ def _path(key: Any) -> str:
     return pytree.keystr(key) or "(top)"
 
 
+def _place(msg: Any, key: Any) -> str:
+    """Where a leaf sits in a refusal: "tuple element [1]", "dict element ['a']"."""
+    return f"{type(msg).__name__} element {_path(key)}"
+
+
 def problem(msg: Any, sendable: bool = True) -> str | None:
     """Why ``msg`` cannot be a block's output, in a phrase naming the offending leaf, or None.
 
@@ -119,7 +124,7 @@ def problem(msg: Any, sendable: bool = True) -> str | None:
     if not pairs:
         return f"returned an empty {type(msg).__name__}; a message needs at least one tensor"
     for key, leaf in pairs:
-        where = f"{type(msg).__name__} element {_path(key)}"
+        where = _place(msg, key)
         if not isinstance(leaf, Tensor):
             return (f"returned a {where} that is a {type(leaf).__name__}, not a tensor; every leaf of a message must "
                     f"be a tensor (make it one, e.g. torch.tensor(...), or keep it out of the message)")
