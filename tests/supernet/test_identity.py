@@ -76,6 +76,7 @@ def test_costs_do_not_change_a_runs_identity(tmp_path):
     """Finding 12: re-profiling keeps the run identity (verify) and the checkpoint fingerprint (--resume)."""
     from naspipe.runfolder.results import verify
     from naspipe.runtime.checkpoint import fingerprint
+    from naspipe.sim.plan_choice import eps_of
 
     sn = _tiny(torch.relu)
     profiled = sn.with_costs(naspipe.measure_costs(sn, repeats=1))
@@ -86,7 +87,11 @@ def test_costs_do_not_change_a_runs_identity(tmp_path):
     ok, msg = verify(tmp_path / "a", tmp_path / "b")
     assert ok, msg
     fps = [fingerprint(naspipe.TrainConfig.create(s, tmp_path / "o", stages=2, subnets=4)) for s in (sn, profiled)]
+    # csp-plan's plan follows from the costs (measured: it may differ from one profiling to the next); a resume
+    # adopts the checkpoint's (test_a_run_resumes_after_its_space_is_re_profiled). Everything else is equal.
+    policies = [fp.pop("policy") for fp in fps]
     assert fps[0] == fps[1]
+    assert [(p.partition(":plan=")[0], eps_of(p)) for p in policies] == [("csp-plan", eps_of("csp-plan"))] * 2
     # what a run computes still counts: another batch size, another candidate name
     assert naspipe.resolve_space(naspipe.Supernet(sn.blocks, data=lambda j, g: tuple(t[:2] for t in _data(j, g)),
                                                   loss=F.cross_entropy, batch_size=2)).digest() != a.digest()
