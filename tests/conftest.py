@@ -19,6 +19,7 @@ import pytest
 
 from naspipe.lifecycle import kernels
 from naspipe.lifecycle.startup import collector_paused
+from tests.helpers import machine_load
 from tests.helpers.processes import leftovers
 
 pytest_plugins = ["tests.helpers.runs"]  # trained runs shared by several modules (session fixtures)
@@ -39,6 +40,18 @@ def pytest_configure(config):  # noqa: ANN001, ANN201
     gets: SIGINT handled here, so started processes begin with its default."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    config.stash[_STARTED] = machine_load.snapshot()
+
+
+_STARTED = pytest.StashKey["machine_load.Snapshot | None"]()
+
+
+def pytest_terminal_summary(terminalreporter, config):  # noqa: ANN001, ANN201
+    """The suite's last lines name the machine beside its time: the CPU, and how busy its cores were meanwhile
+    (``tests/helpers/machine_load.py``; a pytest-xdist worker reports nothing)."""
+    if not hasattr(config, "workerinput"):
+        terminalreporter.write_line(machine_load.summary(kernels.cpu_key(), config.stash.get(_STARTED, None),
+                                                         machine_load.snapshot()))
 
 
 @pytest.hookimpl(wrapper=True)
