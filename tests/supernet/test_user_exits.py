@@ -18,6 +18,17 @@ from naspipe.cli import main
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
+
+@pytest.fixture(autouse=True)
+def _fresh_supernets():
+    """Each test imports its supernet anew: ``load_spec`` keeps one per process, and ``loss_exits_late``'s loss
+    counts its calls in that object (a command run before in this process would move where it exits)."""
+    from naspipe.supernet import load
+
+    for spec in [k for k in load._CACHE if isinstance(k, str) and k.startswith("process_supernets:")]:
+        load._CACHE.pop(spec, None)
+
+
 BEFORE_START = [
     ("exits", "exits() raised SystemExit: sys.exit(0) was called"),
     ("factory_exits", "block 'l0', candidate 'quits': the factory raised SystemExit: sys.exit(0) was called"),

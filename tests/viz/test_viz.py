@@ -620,7 +620,9 @@ def test_monitor_says_what_happens_while_the_stage_processes_start(tmp_path):
     time.sleep(0.15)
     assert "starting 2 stage processes" in mon._label.value
     path.write_text(json.dumps(TraceEvent(0, "F", 0, 0.0, 1.0).to_dict()) + "\n")
-    time.sleep(0.3)
+    deadline = time.monotonic() + 30  # (not a fixed sleep: a stop before the thread's next read ends it unread)
+    while not mon.events and time.monotonic() < deadline:
+        time.sleep(0.02)
     mon.stop()
     assert mon.wait(5)
     assert "0/3 subnets, 1 events" in mon._label.value
