@@ -324,6 +324,15 @@ def _tables_fit(page: object) -> list[str]:
         }).filter(t => t)""")
 
 
+def _changed(read: object, old: str, timeout_s: float = 30) -> str:
+    """``read()`` once it differs from ``old``, or ``old`` after ``timeout_s`` (a slider's round trip through the
+    kernel: polled with a deadline, not a fixed sleep; a slider that moves nothing still fails)."""
+    deadline = time.monotonic() + timeout_s
+    while (now := read()) == old and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return now
+
+
 def _prompt(cell: object) -> str:
     """A code cell's input prompt as shown: ``[*]`` queued or running, ``[3]`` done."""
     return cell.locator(".jp-InputPrompt").text_content() or ""
@@ -435,15 +444,14 @@ def test_csp_explained_in_a_browser(tabs, lab):
     handle = player.locator(".widget-slider .noUi-handle, .widget-slider input").first
     handle.focus()
     page.keyboard.press("Home")  # the slider to step 0: an empty schedule
-    page.wait_for_timeout(800)
-    zero = bars()
+    zero = _changed(bars, before)  # (the kernel redraws it: about 0.1 s under two busy loops)
     assert plot.locator(".legend .legendtext").count() >= 2, "the legend vanished at step 0"
     page.keyboard.press("ArrowRight")
+    one = _changed(bars, zero)
     page.keyboard.press("ArrowRight")
-    page.wait_for_timeout(800)
-    two = bars()
+    two = _changed(bars, one)  # (each step awaited: the screenshot shows step 2, not step 1)
     page.screenshot(path=str(ARTIFACTS / "02_player_step2.png"))
-    assert before != zero and zero != two, "the slider does not move the Gantt"
+    assert before != zero != one != two, "the slider does not move the Gantt"
     for i, cell in enumerate(page.locator(f"{PANEL} .jp-CodeCell").all()):
         if cell.locator(".jp-OutputArea-child").count():
             cell.screenshot(path=str(ARTIFACTS / f"02_cell{i:02d}.png"))
