@@ -165,12 +165,12 @@ def _check(args: argparse.Namespace) -> int:
 
 def _workers(asked: int | None) -> int:
     """``--workers``, by default the cores this process may use; more than those is said on stderr (each worker
-    holds its own torch and model, and they take turns on the cores: more memory, no more speed)."""
+    holds its own model and optimizer, and they take turns on the cores: more memory, no more speed)."""
     from naspipe.cli.cmd_demo import usable_cores
 
     cores = usable_cores()
     if asked is not None and asked > cores:
         print(f"naspipe: note: --workers {asked} is more than the {cores} core{'s' if cores > 1 else ''} this process "
-              f"may use: the workers take turns on them, each with its own torch and model (more memory and slower "
-              f"than --workers {cores})", file=sys.stderr)
+              f"may use: the workers take turns on them, each with its own model (more memory, and no faster than "
+              f"--workers {cores})", file=sys.stderr)
     return cores if asked is None else asked

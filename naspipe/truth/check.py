@@ -62,13 +62,10 @@ def check_truth(folder: str | Path, sample: int = 3, seed: int | None = None) ->
     except SpaceError as e:
         raise TruthError(f"{d}'s space cannot be resolved here: {str(e).splitlines()[0]}") from None
     jobs = [(spec, settings.space_digest, a, s, settings.steps, settings.optimizer, settings.lr) for a, s in chosen]
-    import multiprocessing as mp
-
     from naspipe.truth.standalone import train_job
-    from naspipe.truth.workers import start_worker
+    from naspipe.truth.workers import worker_pool
 
-    with kernels.launching(kind), mp.get_context("spawn").Pool(
-            min(len(jobs), os.cpu_count() or 1), initializer=start_worker, initargs=(os.getpid(), kind)) as pool:
+    with worker_pool(min(len(jobs), os.cpu_count() or 1), kind) as pool:
         done = pool.map(train_job, jobs)
     failed = next((line for ok, line in done if not ok), None)
     if failed is not None:

@@ -3,7 +3,8 @@
 Issue 43, item 11: both used to end in ``TrainError: stage 1 exited with code 1`` after pages of multiprocessing
 tracebacks, because each stage ran the script again before it started (``naspipe.lifecycle.mainless``).
 Now the stages start as a notebook's do: the script's top level runs once, in the script's own process, and its
-supernet travels by value. Two short runs (2 stages, 4 subnets) of a few seconds each.
+supernet travels by value. Two short runs (2 stages, 4 subnets) of a few seconds each, and a truth of two entries
+built by two workers.
 """
 
 from __future__ import annotations
@@ -70,6 +71,30 @@ def test_a_script_without_a_main_guard_or_on_stdin_trains(tmp_path, stdin):
     assert done.stdout.splitlines() == ["top level", "trained 4"], done.stdout  # its top level ran once
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert json.loads((out / "run.json").read_text())
+
+
+TRUTH_SCRIPT = """
+import sys
+from naspipe.cli import main
+print("top level", flush=True)
+sys.exit(main(["truth", "--space", SPACE, "--sample", "2", "--steps", "2", "--seeds", "1", "--workers", "2",
+               "--no-progress", "--out", OUT]))
+"""
+
+
+def test_a_truth_built_by_a_script_without_a_main_guard_runs_its_top_level_once(tmp_path):
+    """The truth's worker pool starts as the stages do (``naspipe.truth.workers.worker_pool``): each spawned worker
+    used to run the script again, which started a build of its own (refused: the folder was held)."""
+    space = Path(naspipe.__file__).parents[1] / "data" / "spaces" / "digits-truth.json"
+    script = tmp_path / "build.py"
+    script.write_text(f"OUT = {str(tmp_path / 'truth')!r}\nSPACE = {str(space)!r}\n" + TRUTH_SCRIPT)
+    root = str(Path(naspipe.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[0] == "top level" and done.stdout.count("top level") == 1, done.stdout
+    assert "Traceback" not in done.stderr and "in use by another" not in done.stderr, done.stderr[-3000:]
 
 
 def test_only_the_calling_threads_starts_leave_main_alone():
