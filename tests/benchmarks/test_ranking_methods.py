@@ -6,7 +6,6 @@ that row alone into the JSON; docs/trust.md stays as it is, and its ranking-meth
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,10 +24,10 @@ def _script():
     return ranking_methods
 
 
-def test_the_quick_run_writes_only_its_own_json(tmp_path):
+def test_the_quick_run_writes_only_its_own_json(tmp_path, warm):
     doc = (ROOT / "docs" / "trust.md").read_text()
-    argv = [sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path), "--scores", str(tmp_path / "scores.json")]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    argv = ["--quick", "--out", str(tmp_path), "--scores", str(tmp_path / "scores.json")]
+    p = warm.python(SCRIPT, argv, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert sorted(f.name for f in tmp_path.iterdir()) == ["ranking_methods_quick.json", "scores-quick.json"]
     data = json.loads((tmp_path / "ranking_methods_quick.json").read_text())
@@ -69,7 +68,7 @@ def test_the_quick_run_writes_only_its_own_json(tmp_path):
     out.write_text(json.dumps({**data, "rows": [r for r in data["rows"] if r["method"] != LAST], "scatter": scatter}))
     threads = torch.get_num_threads()
     try:
-        _script().main([*argv[2:], "--rows", "ensemble-last"])
+        _script().main([*argv, "--rows", "ensemble-last"])
     finally:
         torch.set_num_threads(threads)
     merged = json.loads(out.read_text())

@@ -5,7 +5,6 @@ results and docs/trust.md stay as they are."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,10 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "trust.py"
 
 
-def test_the_quick_policy_table_writes_only_its_own_name_and_folder(tmp_path):
+def test_the_quick_policy_table_writes_only_its_own_name_and_folder(tmp_path, warm):
     doc = (ROOT / "docs" / "trust.md").read_text()
-    p = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--name", "powered", "--out", str(tmp_path),
-                        "--scores", str(tmp_path / "scores.json")], capture_output=True, text=True, timeout=300)
+    p = warm.python(SCRIPT, ["--quick", "--name", "powered", "--out", str(tmp_path), "--scores",
+                             str(tmp_path / "scores.json")], timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads((tmp_path / "powered_quick.json").read_text())
     assert [r["policy"] for r in data["rows"]] == ["reference", "pipedream"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -116,11 +115,10 @@ def test_a_collapse_ends_the_lengths_the_rule_reads():
     assert trust_curve.powered_length(rows) is None  # one length before the collapse: nothing to compare
 
 
-def test_the_quick_run_writes_only_its_out_folder_and_resumes(tmp_path):
+def test_the_quick_run_writes_only_its_out_folder_and_resumes(tmp_path, warm):
     watched = [ROOT / "docs" / "trust.md", trust_curve.FIGURE, ROOT / "benchmarks" / "results" / "trust_curve.json"]
     before = [p.read_bytes() if p.is_file() else None for p in watched]
-    cmd = [sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path), "--scores", str(tmp_path / "s.json")]
-    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    first = warm.python(SCRIPT, ["--quick", "--out", str(tmp_path), "--scores", str(tmp_path / "s.json")], tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     data = json.loads((tmp_path / "trust_curve_quick.json").read_text())
     c = data["config"]
@@ -139,9 +137,9 @@ def test_the_quick_run_writes_only_its_out_folder_and_resumes(tmp_path):
     trained = [line for line in first.stdout.splitlines() if line.startswith('{"sampler"')]
     assert len(trained) == 4  # one run per (sampler, seed), not one per length
     # the same settings spelt out (not --quick) resume from the kept scores, and with another --out write no docs
-    same = [sys.executable, str(SCRIPT), "--lengths", "20", "40", "--seeds", "2", "--samplers", "uniform", "spread",
-            "--resamples", "200", "--archs", "24", "--out", str(tmp_path), "--scores", str(tmp_path / "s.json")]
-    again = subprocess.run(same, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    same = ["--lengths", "20", "40", "--seeds", "2", "--samplers", "uniform", "spread", "--resamples", "200",
+            "--archs", "24", "--out", str(tmp_path), "--scores", str(tmp_path / "s.json")]
+    again = warm.python(SCRIPT, same, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert not [line for line in again.stdout.splitlines() if line.startswith('{"sampler"')]  # resumed: no training
     assert json.loads((tmp_path / "trust_curve.json").read_text())["samplers"] == data["samplers"]

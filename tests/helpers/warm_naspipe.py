@@ -16,8 +16,9 @@ Not the same as a fresh process, so not used where it matters: the interpreter's
 the string hash seed (shared by a worker's commands), the process group, and torch and the command line already
 imported. Tests of signals, endings and the console script start the real ``naspipe`` (tests/runtime, tests/cli).
 
-One file, stdlib only at the top, three roles: ``serve SOCKET ROOT PARENT`` (the warm interpreter), ``client
-SOCKET ARG...`` (what the ``naspipe`` shim runs), and ``WarmNaspipe`` (the tests' handle: starts the server,
+One file, stdlib only at the top, four roles: ``serve SOCKET ROOT PARENT`` (the warm interpreter), ``client
+SOCKET ARG...`` (what the ``naspipe`` shim runs), ``script SOCKET SCRIPT ARG...`` (``python SCRIPT ARG...``, for
+the benchmarks' smoke tests: ``WarmNaspipe.python``), and ``WarmNaspipe`` (the tests' handle: starts the server,
 writes the shim, ends both).
 """
 
@@ -156,6 +157,14 @@ def _command(header: dict, fds: list[int]) -> None:
     sys.path[1:1] = [os.path.abspath(p) for p in header["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     numpy.random.seed()  # each command's own global random state, as a fresh process has (random reseeds itself
     torch.seed()  # after a fork)
+    script = header.get("script")
+    if script is not None:  # ``python SCRIPT ARG...``: its folder first on sys.path, as the interpreter puts it
+        import runpy
+
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        sys.argv[:] = [script, *header["argv"]]
+        runpy.run_path(script, run_name="__main__")
+        sys.exit(0)  # (the script ended without sys.exit: status 0, after the exit handlers, as the interpreter's)
     main = types.ModuleType("__main__")
     main.__file__ = sys.argv[0] = str(Path(sys.executable).parent / "naspipe")
     sys.modules["__main__"] = main
@@ -168,12 +177,13 @@ def _command(header: dict, fds: list[int]) -> None:
 
 # --- the shim's side ----------------------------------------------------------------------------------------
 
-def client(path: str, argv: list[str]) -> int:
-    """Run ``naspipe ARGV`` as a grandchild of the server at ``path`` with this process's folder, environment and
-    streams; its exit status becomes this process's (a signal is raised again here)."""
+def client(path: str, argv: list[str], script: str | None = None) -> int:
+    """Run ``naspipe ARGV`` (with ``script``: ``python SCRIPT ARGV``) as a grandchild of the server at ``path`` with
+    this process's folder, environment and streams; its exit status becomes this process's (a signal is raised
+    again here)."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
-    body = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+    body = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "script": script}).encode()
     socket.send_fds(conn, [_INT.pack(len(body))], [0, 1, 2])
     conn.sendall(body)
     try:
@@ -226,6 +236,16 @@ class WarmNaspipe:
         return subprocess.run([str(self.bin / "naspipe"), *argv], cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=timeout)
 
+    def python(self, script: Path, argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
+               timeout: float = 600):  # noqa: ANN201
+        """``subprocess.run([sys.executable, script, *argv])``, output captured as text, run by the warm server:
+        for the benchmarks' scripts, whose smoke tests check what they write, not how the interpreter starts."""
+        import subprocess
+
+        env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PYTEST_CURRENT_TEST"}
+        client = [sys.executable, "-I", "-S", __file__, "script", self.socket, str(script)]
+        return subprocess.run([*client, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
     def stdout_of(self, argv: list[str], cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> str:
         """The command's standard output, once it ended with a status in ``ok`` (else an assertion naming it)."""
         p = self.run(argv, cwd, env, timeout=240)
@@ -250,3 +270,5 @@ if __name__ == "__main__":
         serve(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif sys.argv[1] == "client":
         sys.exit(client(sys.argv[2], sys.argv[3:]))
+    elif sys.argv[1] == "script":
+        sys.exit(client(sys.argv[2], sys.argv[4:], script=sys.argv[3]))
