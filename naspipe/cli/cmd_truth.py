@@ -130,15 +130,18 @@ def _inputs(args: argparse.Namespace) -> tuple[Path, float, Any, int]:
 
 
 def _settings(args: argparse.Namespace, space: Any, n: int, lr: float) -> Any:
-    """The truth's settings, with the digest of what the supernet computes (taken in a spawned interpreter, where
-    per-process state in a user's supernet's weights shows)."""
+    """The truth's settings, with the digest of what the supernet computes (for a user's supernet taken in a process
+    forked from the fork server its workers come from, where per-process state in its weights shows)."""
     from naspipe.lifecycle import kernels
     from naspipe.preflight.behaviour import take
     from naspipe.runfolder.runs import machine_of
+    from naspipe.runtime.processes.launcher import process_context
     from naspipe.supernet.load import KIND
     from naspipe.truth.records import TruthSettings, choose_archs
 
-    behaviour = take(space, args.kernels, fresh=space.model.get("kind") == KIND)["behaviour_sha256"]
+    fresh = space.model.get("kind") == KIND
+    ctx = process_context("forkserver", args.kernels) if fresh else None
+    behaviour = take(space, args.kernels, fresh=fresh, ctx=ctx)["behaviour_sha256"]
     sampled = args.sample is not None and args.sample < n
     return TruthSettings(space=space.name, space_digest=space.digest(), steps=args.steps,
                          seeds=tuple(range(args.seeds)), optimizer=args.optimizer, lr=float(lr),

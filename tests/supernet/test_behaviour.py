@@ -9,7 +9,6 @@ its block. The cost of taking the digest at a run's start is printed (no wall-cl
 
 from __future__ import annotations
 
-import importlib
 import json
 import shutil
 import sys
@@ -93,11 +92,8 @@ def _module(folder: Path, name: str, act: str = "relu", text: str = MODULE) -> s
     (folder / f"{name}.py").write_text(text)
     (folder / "act.txt").write_text(act)
     shutil.rmtree(folder / "__pycache__", ignore_errors=True)
-    sys.modules.pop(name, None)
     spec = f"{name}:supernet"
-    load._CACHE.pop(spec, None)
-    load._SOURCES.pop(spec, None)
-    importlib.invalidate_caches()
+    load.forget(spec)
     return spec
 
 
@@ -151,22 +147,24 @@ def test_a_resume_after_the_activation_changed_is_refused_before_start(user_dir,
     assert (out / "run.json").read_text() == before  # refused before the folder was prepared
 
 
-def test_a_hash_initialised_factory_is_refused_before_start_naming_its_block(user_dir, tmp_path, capsys):
+@pytest.mark.parametrize("command", ["train", "truth"])
+def test_a_hash_initialised_factory_is_refused_before_start_naming_its_block(user_dir, tmp_path, capsys, command):
     """Weights drawn from a generator seeded with hash("x") pass the in-process "built twice" probe; another
-    process builds others: refused before any stage starts, naming the block."""
+    process builds others: refused before any stage or truth worker starts, naming the block (a truth's in a
+    process forked from its workers' fork server)."""
     import os
 
     if os.environ.get("PYTHONHASHSEED", "random") != "random":
         pytest.skip("PYTHONHASHSEED fixes hash() in every process: the factory is not per-process here")
     spec = _module(user_dir, _name(tmp_path, "hashed"), text=HASHED)
     out = tmp_path / "run"
-    assert main(["train", "--space", spec, "--stages", "2", "--subnets", "4", "--no-progress",
-                 "--out", str(out)]) == 2
+    extra = ["--stages", "2", "--subnets", "4"] if command == "train" else ["--steps", "2", "--workers", "2"]
+    assert main([command, "--space", spec, *extra, "--no-progress", "--out", str(out)]) == 2
     err = _one_line(capsys)
     assert err.startswith(f"naspipe: error: space {spec!r}: block 'seeded': the factory builds other initial "
                           "weights in another process under the same seed: it draws from per-process state "
                           "(hash() of a string"), err
-    assert not (out / "losses.csv").exists()
+    assert not (out / "losses.csv").exists() and not (out / "entries").exists()
 
 
 def _truth(spec: str, out: Path, seeds: int) -> int:
