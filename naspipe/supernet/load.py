@@ -118,6 +118,19 @@ def load_spec(spec: str, probe: bool = True) -> Supernet:
     return sn
 
 
+def forget(spec: str) -> None:
+    """Forget what this process loaded for ``spec`` (``module:function``, or a module: each of its supernets): the
+    supernet, the digest of its source as imported, and the module itself, so that the next ``load_spec`` imports
+    the module's source as it is now (a module edited while a long-lived process runs: a notebook's kernel, a test).
+    Runs already trained keep the definition they were trained on (``defined_space``)."""
+    module, sep, _ = spec.partition(":")
+    for key in [k for k in _CACHE if isinstance(k, str) and (k == spec or not sep and k.startswith(module + ":"))]:
+        _CACHE.pop(key)
+        _SOURCES.pop(key, None)
+    sys.modules.pop(module, None)
+    importlib.invalidate_caches()
+
+
 def _call_spec(spec: str) -> Supernet:
     """Import the module and call the function with stdout sent to stderr: what user code prints while
     naspipe loads it must not mix into a command's output (``--json``)."""

@@ -8,7 +8,7 @@ again in another process; ``naspipe.train(supernet, out=...)`` takes the space p
 
 from __future__ import annotations
 
-import importlib
+import inspect
 import json
 import shutil
 import subprocess
@@ -85,10 +85,8 @@ def _module(folder: Path, name: str, act: str = "relu", width: int = 8, scale: f
     (folder / f"{name}.py").write_text(MODULE.replace("ACT", act).replace("WIDTH", str(width)))
     (folder / "scale.json").write_text(json.dumps(scale))
     shutil.rmtree(folder / "__pycache__", ignore_errors=True)
-    sys.modules.pop(name, None)
     spec = f"{name}:supernet"
-    load._CACHE.pop(spec, None)  # (and with it what this process recorded of its source)
-    importlib.invalidate_caches()
+    load.forget(spec)  # (the module, its supernet and what this process recorded of its source)
     return spec
 
 
@@ -97,6 +95,23 @@ def user_dir(tmp_path, monkeypatch) -> Path:
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     monkeypatch.syspath_prepend(str(tmp_path / "user"))
     return tmp_path / "user"
+
+
+def test_forget_makes_the_next_load_import_the_module_as_it_is_now(user_dir):
+    """``load.forget``: a module edited while the process runs (a notebook's kernel) is imported again, by spec or by
+    module; without it the process goes on with the supernet it imported first."""
+    from naspipe.supernet.load import forget, load_spec
+
+    spec = _module(user_dir, "forgotten", act="relu")
+    first, imported = load_spec(spec, probe=False), sys.modules["forgotten"]
+    (user_dir / "forgotten.py").write_text(MODULE.replace("ACT", "tanh").replace("WIDTH", "8"))
+    assert load_spec(spec, probe=False) is first  # (one import per process)
+    forget(spec)
+    second = load_spec(spec, probe=False)
+    assert second is not first and sys.modules["forgotten"] is not imported
+    assert "torch.tanh" in inspect.getsource(sys.modules["forgotten"].Cell.forward)
+    forget("forgotten")  # a module: each of its supernets
+    assert "forgotten" not in sys.modules and load_spec(spec, probe=False) not in (first, second)
 
 
 def _run(*argv: object) -> list[str]:

@@ -309,18 +309,14 @@ def supernet():
 
 
 def _profiled_module(folder, name: str, extra: str = "{}") -> str:
-    import importlib
     import shutil
-    import sys
 
     from naspipe.supernet import load
 
     folder.mkdir(exist_ok=True)
     (folder / f"{name}.py").write_text(PROFILED.replace("EXTRA", extra))
     shutil.rmtree(folder / "__pycache__", ignore_errors=True)
-    sys.modules.pop(name, None)
-    load._CACHE.pop(f"{name}:supernet", None)
-    importlib.invalidate_caches()
+    load.forget(f"{name}:supernet")
     return f"{name}:supernet"
 
 

@@ -25,8 +25,7 @@ def _fresh_supernets():
     counts its calls in that object (a command run before in this process would move where it exits)."""
     from naspipe.supernet import load
 
-    for spec in [k for k in load._CACHE if isinstance(k, str) and k.startswith("process_supernets:")]:
-        load._CACHE.pop(spec, None)
+    load.forget("process_supernets")
 
 
 BEFORE_START = [
