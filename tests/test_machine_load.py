@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from tests.helpers import machine_load
 
 
@@ -32,3 +34,15 @@ def test_the_summary_names_the_cpu_and_the_busy_cores(tmp_path):
     assert machine_load.snapshot(tmp_path / "missing") is None
     (tmp_path / "odd").write_text("intr 1 2 3\n")
     assert machine_load.snapshot(tmp_path / "odd") is None
+
+
+def test_the_speed_probe_is_the_cpu_time_of_a_fixed_loop_and_the_summary_gives_both(monkeypatch):
+    times = iter([0.0, 0.5, 1.0, 1.3, 2.0, 2.4])  # three repeats: 0.5, 0.3, 0.4 s of CPU
+    monkeypatch.setattr(machine_load.time, "process_time", lambda: next(times))
+    monkeypatch.setattr(machine_load, "PROBE_LOOP", 10)
+    assert machine_load.speed_probe() == pytest.approx(0.3)  # the least: the machine's speed, not its noise
+    monkeypatch.undo()
+    assert 0 < machine_load.speed_probe(repeats=1) < 30
+    line = machine_load.summary("x", None, None, (0.1234, 0.2))
+    assert line == (f"machine: x, {os.cpu_count()} cores; speed probe 0.123 s before, 0.200 s after (CPU seconds of "
+                    "a fixed Python loop: compare suite times beside it)")

@@ -4,7 +4,11 @@ Why it exists: the suite is bound by CPU (on the 2-core machines it is measured 
 the time), so its duration says as much about the machine and whatever else ran on it as about the tests. The
 line names the CPU and the cores busy on average over the session (``/proc/stat``: every process, the suite's and
 any other), so a time is never read without the machine beside it. Off Linux the line names the CPU alone.
-"""
+
+The same virtual machine is not always as fast: on the 2-core Intel Xeon the same tests took 528 s of pytest one
+afternoon and 726 s that evening, both cores busy throughout. So the line also gives the machine's speed before and
+after the suite: the CPU seconds a fixed pure-Python loop takes (``speed_probe``, the least of three), when nothing
+of the suite runs yet or any more. Two suite times compare only beside their probes. """
 
 from __future__ import annotations
 
@@ -43,10 +47,28 @@ def busy_cores(start: Snapshot, end: Snapshot) -> float:
     return (end.busy_s - start.busy_s) / elapsed if elapsed > 0 else 0.0
 
 
-def summary(cpu: str, start: Snapshot | None, end: Snapshot | None) -> str:
-    """``machine: CPU, N cores; busy B of them on average over the session (...)``."""
+PROBE_LOOP = 2_000_000
+
+
+def speed_probe(repeats: int = 3) -> float:
+    """CPU seconds of a fixed pure-Python loop (``PROBE_LOOP`` squares summed), the least of ``repeats``: the
+    machine's speed at this moment (more seconds: a slower machine)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.process_time()
+        sum(i * i for i in range(PROBE_LOOP))
+        best = min(best, time.process_time() - t0)
+    return best
+
+
+def summary(cpu: str, start: Snapshot | None, end: Snapshot | None,
+            probes: tuple[float, float] | None = None) -> str:
+    """``machine: CPU, N cores; busy B of them on average over the session (...); speed probe ...``."""
     head = f"machine: {cpu}, {os.cpu_count()} cores"
-    if start is None or end is None:
-        return head
-    return (f"{head}; {busy_cores(start, end):.2f} of them busy on average over the session (/proc/stat: the "
-            "suite's processes and any other)")
+    if start is not None and end is not None:
+        head += (f"; {busy_cores(start, end):.2f} of them busy on average over the session (/proc/stat: the "
+                 "suite's processes and any other)")
+    if probes is not None:
+        head += (f"; speed probe {probes[0]:.3f} s before, {probes[1]:.3f} s after (CPU seconds of a fixed Python "
+                 "loop: compare suite times beside it)")
+    return head
