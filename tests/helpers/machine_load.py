@@ -8,7 +8,8 @@ any other), so a time is never read without the machine beside it. Off Linux the
 The same virtual machine is not always as fast: on the 2-core Intel Xeon the same tests took 528 s of pytest one
 afternoon and 726 s that evening, both cores busy throughout. So the line also gives the machine's speed before and
 after the suite: the CPU seconds a fixed pure-Python loop takes (``speed_probe``, the least of three), when nothing
-of the suite runs yet or any more. Two suite times compare only beside their probes. """
+of the suite runs yet or any more. Two suite times compare only beside their probes.
+"""
 
 from __future__ import annotations
 
