@@ -38,16 +38,16 @@ def pytest_configure(config):  # noqa: ANN001, ANN201
     """A suite started in the background (``make test &``) inherits SIGINT ignored, and so would every command it
     starts: the Ctrl-C tests would see a run that never notices Ctrl-C. The tests are of what a terminal's user
     gets: SIGINT handled here, so started processes begin with its default. Also where the machine line starts:
-    its /proc/stat snapshot and, on the controller, the speed probe (``tests/helpers/machine_load.py``)."""
+    its /proc/stat snapshot and, on the controller, the import probe (``tests/helpers/machine_load.py``)."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     config.stash[_STARTED] = machine_load.snapshot()
     if not hasattr(config, "workerinput"):  # (before any worker starts: the machine as the suite finds it)
-        config.stash[_PROBE] = machine_load.speed_probe()
+        config.stash[_PROBE] = machine_load.import_probe()
 
 
 _STARTED = pytest.StashKey["machine_load.Snapshot | None"]()
-_PROBE = pytest.StashKey[float]()
+_PROBE = pytest.StashKey["float | None"]()
 
 
 def pytest_terminal_summary(terminalreporter, config):  # noqa: ANN001, ANN201
@@ -56,7 +56,7 @@ def pytest_terminal_summary(terminalreporter, config):  # noqa: ANN001, ANN201
     if not hasattr(config, "workerinput"):
         end = machine_load.snapshot()
         before = config.stash.get(_PROBE, None)
-        probes = None if before is None else (before, machine_load.speed_probe())
+        probes = None if before is None else (before, machine_load.import_probe())
         terminalreporter.write_line(machine_load.summary(kernels.cpu_key(), config.stash.get(_STARTED, None), end,
                                                          probes))
 
