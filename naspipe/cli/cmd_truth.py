@@ -130,18 +130,15 @@ def _inputs(args: argparse.Namespace) -> tuple[Path, float, Any, int]:
 
 
 def _settings(args: argparse.Namespace, space: Any, n: int, lr: float) -> Any:
-    """The truth's settings, with the digest of what the supernet computes (for a user's supernet taken in a process
-    forked from the fork server its workers come from, where per-process state in its weights shows)."""
+    """The truth's settings, with the digest of what the supernet computes (taken in a spawned interpreter, where
+    per-process state in a user's supernet's weights shows)."""
     from naspipe.lifecycle import kernels
     from naspipe.preflight.behaviour import take
     from naspipe.runfolder.runs import machine_of
-    from naspipe.runtime.processes.launcher import process_context
     from naspipe.supernet.load import KIND
     from naspipe.truth.records import TruthSettings, choose_archs
 
-    fresh = space.model.get("kind") == KIND
-    ctx = process_context("forkserver", args.kernels) if fresh else None
-    behaviour = take(space, args.kernels, fresh=fresh, ctx=ctx)["behaviour_sha256"]
+    behaviour = take(space, args.kernels, fresh=space.model.get("kind") == KIND)["behaviour_sha256"]
     sampled = args.sample is not None and args.sample < n
     return TruthSettings(space=space.name, space_digest=space.digest(), steps=args.steps,
                          seeds=tuple(range(args.seeds)), optimizer=args.optimizer, lr=float(lr),
@@ -168,12 +165,12 @@ def _check(args: argparse.Namespace) -> int:
 
 def _workers(asked: int | None) -> int:
     """``--workers``, by default the cores this process may use; more than those is said on stderr (each worker
-    holds its own model and optimizer, and they take turns on the cores: more memory, no more speed)."""
+    holds its own torch and model, and they take turns on the cores: more memory, no more speed)."""
     from naspipe.cli.cmd_demo import usable_cores
 
     cores = usable_cores()
     if asked is not None and asked > cores:
         print(f"naspipe: note: --workers {asked} is more than the {cores} core{'s' if cores > 1 else ''} this process "
-              f"may use: the workers take turns on them, each with its own model (more memory, and no faster than "
-              f"--workers {cores})", file=sys.stderr)
+              f"may use: the workers take turns on them, each with its own torch and model (more memory and slower "
+              f"than --workers {cores})", file=sys.stderr)
     return cores if asked is None else asked

@@ -181,25 +181,19 @@ def _child(space: Any, kind: str, weights: bool, conn: Any) -> None:
         pass
 
 
-def take(space: Any, kind: str, fresh: bool, ctx: Any = None) -> dict[str, Any]:
-    """``measure(space)`` for a run without stages (a truth, the reference): in another process under kernels
-    ``kind`` when ``fresh`` (a user's supernet, whose per-process state must show; its blocks' initial weights are
-    compared with the probe's here) or when this process computes under other kernels, else here. The other
-    process is forked from ``ctx``'s fork server when given (a truth's: its workers come from it too; started under
-    ``kind``, a fresh interpreter with its own hash seed), else a spawned interpreter. BehaviourError (one line)
-    naming the block whose weights differ, or what failed."""
+def take(space: Any, kind: str, fresh: bool) -> dict[str, Any]:
+    """``measure(space)`` where no fork server is at hand (a truth, the reference): in a spawned interpreter
+    under kernels ``kind`` when ``fresh`` (a user's supernet, whose per-process state must show; its blocks' initial
+    weights are compared with the probe's here) or when this process computes under other kernels, else here.
+    BehaviourError (one line) naming the block whose weights differ, or what failed."""
     from naspipe.lifecycle import kernels
 
     here = (getattr(space.model, "digests", None) or {}).get("weights_sha256")
     try:
-        if fresh and ctx is not None:
-            got = in_child(ctx, space, kind, weights=bool(here))
-        elif fresh or not kernels.runs_here(kind):
+        if fresh or not kernels.runs_here(kind):
             got = kernels.in_fresh_process(kind, measure, space, bool(here))
         else:
             got = measure(space)
-    except BehaviourError:
-        raise
     except Exception as e:  # noqa: BLE001 - user code or a process that ended: one line
         from naspipe.supernet.usercode import first_line
 

@@ -1,11 +1,10 @@
 """Build a ground truth: the pending entries of a truth folder, trained by one worker process per core.
 
 Why it exists: a truth is hundreds of independent stand-alone trainings. They go on a work queue (a
-``torch.multiprocessing`` pool, ``imap_unordered``, of workers forked from the process's fork server:
-``worker_pool``); each worker stores its own record atomically the moment it finishes, so a killed build loses at
-most the entries in flight and the next build trains only what is missing. Every entry's bits depend on its
-(architecture, seed) alone, never on the worker or the order, so a resumed build ends with the same table as one
-uninterrupted build.
+``torch.multiprocessing`` pool of spawned workers, ``imap_unordered``); each worker stores its own record
+atomically the moment it finishes, so a killed build loses at most the entries in flight and the next build
+trains only what is missing. Every entry's bits depend on its (architecture, seed) alone, never on the worker
+or the order, so a resumed build ends with the same table as one uninterrupted build.
 """
 
 from __future__ import annotations
@@ -134,40 +133,34 @@ def check_entries_writable(folder: Path) -> None:
 
 @contextmanager
 def worker_pool(n: int, kind: str) -> Iterator[Any]:
-    """A pool of ``n`` workers that compute under kernels ``kind``, each started by ``start_worker``.
+    """A pool of ``n`` spawned workers that compute under kernels ``kind``, each started by ``start_worker``, without
+    the caller's ``__main__`` run again in them (``naspipe.lifecycle.mainless``: a script without a main guard used
+    to start a build of its own in every worker, each refused as the folder was held). Spawned, not forked from a
+    fork server: a fork server's children keep it alive after the build dies, and take its environment as it was
+    when it started (a review found both)."""
+    import torch.multiprocessing as mp
 
-    They are forked from this process's fork server (``naspipe.runtime.processes.launcher.process_context``,
-    started under ``kind``: torch and torch._dynamo are loaded there once), so a worker starts in a fraction of a
-    second and shares the server's memory, where a spawned interpreter spent 2-3 s of CPU importing them (Intel
-    Xeon: ``tests/truth`` took 72 s of CPU with spawned workers, 51 s forked; docs/trust.md has a build's time and
-    memory). The caller's ``__main__`` is not run again in them
-    (``naspipe.lifecycle.mainless``: a script without a main guard builds a truth too)."""
     from naspipe.lifecycle import kernels
     from naspipe.lifecycle.mainless import main_not_run_again
-    from naspipe.runtime.processes.launcher import process_context
 
-    ctx = process_context("forkserver", kind)
     with kernels.launching(kind), main_not_run_again():
-        pool = ctx.Pool(n, initializer=start_worker, initargs=(os.getpid(), kind))
+        pool = mp.get_context("spawn").Pool(n, initializer=start_worker, initargs=(os.getpid(), kind))
     with pool:
         yield pool
 
 
 def start_worker(parent: int, kind: str = "native") -> None:
-    """A pool worker's start (this module imports no torch, so a spawned worker finds this function cheaply): on
-    Linux, first, the worker is killed when the process that forked it dies (PR_SET_PDEATHSIG): the fork server,
-    which ends when the build process ``parent`` that started it dies, or, spawned, the build itself; so a killed
-    build leaves no worker. A worker whose build has already gone ends at once. Then torch and torch._dynamo as
-    start-up imports where they are not loaded yet (a spawned worker: ``naspipe.lifecycle.startup``) and
-    ``standalone.init_worker``; it computes under the truth's kernels ``kind`` (inherited with its environment:
-    checked before any entry)."""
+    """A pool worker's start (this module, which the spawned worker imports to find this function, imports no
+    torch): on Linux, first, the worker is killed when the build process that started it (``parent``) dies,
+    however it dies, so a killed build leaves no worker; then torch and torch._dynamo as start-up imports
+    (``naspipe.lifecycle.startup``) and ``standalone.init_worker``; it computes under the truth's kernels
+    ``kind`` (inherited with its environment: checked before any entry)."""
     if sys.platform.startswith("linux"):
         import ctypes
         import signal
 
-        forked_by = os.getppid()
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != forked_by or not _alive(parent):  # its parent or the build died before the line above
+        if os.getppid() != parent:  # the build died before the line above
             os._exit(1)
     from naspipe.lifecycle.startup import TRAINER, import_at_start
 
@@ -177,13 +170,3 @@ def start_worker(parent: int, kind: str = "native") -> None:
 
     kernels.enter(kind)
     init_worker()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # (alive, another user's: a pid taken again)
-        return True
-    return True

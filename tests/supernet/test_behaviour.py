@@ -150,8 +150,8 @@ def test_a_resume_after_the_activation_changed_is_refused_before_start(user_dir,
 @pytest.mark.parametrize("command", ["train", "truth"])
 def test_a_hash_initialised_factory_is_refused_before_start_naming_its_block(user_dir, tmp_path, capsys, command):
     """Weights drawn from a generator seeded with hash("x") pass the in-process "built twice" probe; another
-    process builds others: refused before any stage or truth worker starts, naming the block (a truth's in a
-    process forked from its workers' fork server)."""
+    process builds others: refused before any stage or truth worker starts, naming the block (a truth's taken in a
+    spawned interpreter)."""
     import os
 
     if os.environ.get("PYTHONHASHSEED", "random") != "random":

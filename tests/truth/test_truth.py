@@ -247,28 +247,6 @@ def test_a_pool_worker_imports_torch_as_a_start_up_import():
     assert frozen > 100_000 and collections < 200, (frozen, collections)
 
 
-def test_truth_workers_are_forked_from_the_fork_server_and_die_with_it():
-    """The build's workers come from this process's fork server (torch loaded there once), not from fresh
-    interpreters, and each is tied to the process that forked it (PR_SET_PDEATHSIG): the server, which ends with
-    the build (the killed-build test above ends the whole chain)."""
-    from naspipe.truth.workers import worker_pool
-
-    with worker_pool(2, "native") as pool:
-        parents = set(pool.map(_parent_and_death_signal, range(2)))
-    assert len(parents) == 1, parents
-    (ppid, death), = parents
-    assert ppid != os.getpid() and "multiprocessing.forkserver" in " ".join(psutil.Process(ppid).cmdline())
-    assert death == signal.SIGKILL
-
-
-def _parent_and_death_signal(_: int) -> tuple[int, int]:
-    import ctypes
-
-    sig = ctypes.c_int()
-    ctypes.CDLL(None).prctl(2, ctypes.byref(sig))  # PR_GET_PDEATHSIG
-    return os.getppid(), sig.value
-
-
 # ---- issue 43: nothing in a truth folder is trusted alone -------------------------------------------
 def _copy(whole: Path, dst: Path) -> Path:
     import shutil
