@@ -42,8 +42,8 @@ def pytest_configure(config):  # noqa: ANN001, ANN201
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     config.stash[_STARTED] = machine_load.snapshot()
-    if not hasattr(config, "workerinput"):  # (before any worker starts: the machine as the suite finds it)
-        config.stash[_PROBE] = machine_load.import_probe()
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        config.stash[_PROBE] = machine_load.import_probe()  # (before any worker starts: the machine as found)
 
 
 _STARTED = pytest.StashKey["machine_load.Snapshot | None"]()

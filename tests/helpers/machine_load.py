@@ -9,7 +9,8 @@ The same virtual machine is not always as fast: on the 2-core Intel Xeon the sam
 afternoon and 726 s that evening, both cores busy throughout (a pure-Python loop, by contrast, moved by less than a
 fifth). What the suite does most is start interpreters that import torch (about 300 of them). So the line also gives
 the machine's speed before and after the suite, as the CPU seconds a fresh interpreter takes to import torch
-(``import_probe``; about 2 s each, taken when no test runs), and two suite times compare only beside their probes.
+(``import_probe``; about 2 s each, taken when no test runs; only for a suite on pytest-xdist's workers, as ``make
+test`` runs it), and two suite times compare only beside their probes.
 """
 
 from __future__ import annotations
@@ -63,7 +64,11 @@ def import_probe(code: str = PROBE) -> float | None:
                                 stderr=subprocess.DEVNULL)
     except OSError:
         return None
-    _, status, usage = os.wait4(proc.pid, 0)  # (this child's own usage, whatever else this process has reaped)
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)  # (this child's own usage, whatever else this process has reaped)
+    except ChildProcessError:  # (SIGCHLD ignored: the child was reaped by the kernel, its usage with it)
+        proc.returncode = -1
+        return None
     proc.returncode = os.waitstatus_to_exitcode(status)
     return usage.ru_utime + usage.ru_stime if proc.returncode == 0 else None
 
