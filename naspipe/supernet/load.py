@@ -119,15 +119,21 @@ def load_spec(spec: str, probe: bool = True) -> Supernet:
 
 
 def forget(spec: str) -> None:
-    """Forget what this process loaded for ``spec`` (``module:function``, or a module: each of its supernets): the
-    supernet, the digest of its source as imported, and the module itself, so that the next ``load_spec`` imports
-    the module's source as it is now (a module edited while a long-lived process runs: a notebook's kernel, a test).
-    Runs already trained keep the definition they were trained on (``defined_space``)."""
-    module, sep, _ = spec.partition(":")
-    for key in [k for k in _CACHE if isinstance(k, str) and (k == spec or not sep and k.startswith(module + ":"))]:
+    """Forget what this process imported of a user's module, named alone or by a ``module:function`` of it: the
+    module and its submodules, every supernet loaded from them and the digests of their source, so that the next
+    ``load_spec`` imports the module's source as it is now (a module edited while a long-lived process runs: a
+    notebook's kernel, a test). Other modules it imports are not imported again. Runs already trained keep the
+    definition they were trained on (``defined_space``)."""
+    module = spec.partition(":")[0]
+
+    def ours(name: str) -> bool:
+        return name == module or name.startswith(module + ".")
+
+    for key in [k for k in _CACHE if isinstance(k, str) and ours(k.partition(":")[0])]:
         _CACHE.pop(key)
         _SOURCES.pop(key, None)
-    sys.modules.pop(module, None)
+    for name in [m for m in sys.modules if ours(m)]:
+        sys.modules.pop(name, None)
     importlib.invalidate_caches()
 
 

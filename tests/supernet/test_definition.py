@@ -98,8 +98,8 @@ def user_dir(tmp_path, monkeypatch) -> Path:
 
 
 def test_forget_makes_the_next_load_import_the_module_as_it_is_now(user_dir):
-    """``load.forget``: a module edited while the process runs (a notebook's kernel) is imported again, by spec or by
-    module; without it the process goes on with the supernet it imported first."""
+    """``load.forget``: a module edited while the process runs (a notebook's kernel) is imported again, named by a
+    spec or alone, with every supernet of it; without it the process goes on with the supernet it imported first."""
     from naspipe.supernet.load import forget, load_spec
 
     spec = _module(user_dir, "forgotten", act="relu")
@@ -110,8 +110,13 @@ def test_forget_makes_the_next_load_import_the_module_as_it_is_now(user_dir):
     second = load_spec(spec, probe=False)
     assert second is not first and sys.modules["forgotten"] is not imported
     assert "torch.tanh" in inspect.getsource(sys.modules["forgotten"].Cell.forward)
+    third = load_spec(spec, probe=False)
     forget("forgotten")  # a module: each of its supernets
-    assert "forgotten" not in sys.modules and load_spec(spec, probe=False) not in (first, second)
+    assert "forgotten" not in sys.modules and load_spec(spec, probe=False) not in (first, second, third)
+    (user_dir / "forgotten2.py").write_text(MODULE.replace("ACT", "relu").replace("WIDTH", "8"))
+    other = load_spec("forgotten2:supernet", probe=False)
+    forget("forgotten:supernet")  # (a name it is the prefix of is another module: kept)
+    assert load_spec("forgotten2:supernet", probe=False) is other and "forgotten2" in sys.modules
 
 
 def _run(*argv: object) -> list[str]:
