@@ -151,13 +151,18 @@ def worker_pool(n: int, kind: str) -> Iterator[Any]:
 
 def start_worker(parent: int, kind: str = "native") -> None:
     """A pool worker's start (this module, which the spawned worker imports to find this function, imports no
-    torch): on Linux, first, the worker is killed when the build process that started it (``parent``) dies,
+    torch): first, it ignores Ctrl-C (the build's to report and act on); on Linux, the worker is killed when the
+    build process that started it (``parent``) dies,
     however it dies, so a killed build leaves no worker; then torch and torch._dynamo as start-up imports
     (``naspipe.lifecycle.startup``) and ``standalone.init_worker``; it computes under the truth's kernels
     ``kind`` (inherited with its environment: checked before any entry)."""
+    import signal
+
+    # a terminal's Ctrl-C reaches the whole group: the build reports it in one line and ends the pool (SIGTERM);
+    # a worker that took it too printed its KeyboardInterrupt traceback above that line
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         import ctypes
-        import signal
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the build died before the line above

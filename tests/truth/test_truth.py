@@ -98,6 +98,29 @@ def test_killed_truth_continues_to_the_same_bits(whole, tmp_path, no_process_lef
         assert a == b, name
 
 
+def test_ctrl_c_during_a_build_with_workers_is_one_line_and_leaves_no_process(tmp_path, no_process_left_behind):
+    """A terminal's Ctrl-C reaches the build and its workers (one process group): the build says so in one line and
+    ends its pool; the workers ignore it (each printed its KeyboardInterrupt traceback above the line)."""
+    cmd = [str(BIN / "naspipe"), *_truth(tmp_path / "t", "--workers", "2", "--sample", "4", "--steps", "3000")]
+    p = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, training = time.monotonic() + 120, []
+        while len(training) < 2 and time.monotonic() < deadline and p.poll() is None:  # both training (imports done)
+            time.sleep(0.1)
+            with contextlib.suppress(psutil.Error):
+                training = [c for c in psutil.Process(p.pid).children() if "spawn_main" in " ".join(c.cmdline())
+                            and c.cpu_times().user > 4.0]
+        assert len(training) == 2, "the workers did not start training"
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        gone, alive = psutil.wait_procs(training, timeout=20)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130 and err.strip() == "naspipe: interrupted", err[-3000:]
+    assert not [w for w in alive if w.status() != psutil.STATUS_ZOMBIE], "a worker outlived the build"
+
+
 def test_a_truth_with_other_settings_is_refused_by_name(whole, capsys):
     assert main(_truth(whole, "--steps", "7")) == 2
     err = capsys.readouterr().err.strip()
