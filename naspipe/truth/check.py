@@ -63,10 +63,10 @@ def check_truth(folder: str | Path, sample: int = 3, seed: int | None = None) ->
         raise TruthError(f"{d}'s space cannot be resolved here: {str(e).splitlines()[0]}") from None
     jobs = [(spec, settings.space_digest, a, s, settings.steps, settings.optimizer, settings.lr) for a, s in chosen]
     from naspipe.truth.standalone import train_job
-    from naspipe.truth.workers import worker_pool
+    from naspipe.truth.workers import results, worker_pool
 
     with worker_pool(min(len(jobs), os.cpu_count() or 1), kind) as pool:
-        done = pool.map(train_job, jobs)
+        done = list(results(pool, train_job, jobs, ordered=True))
     failed = next((line for ok, line in done if not ok), None)
     if failed is not None:
         raise TruthError(f"retraining failed: {failed}")

@@ -76,7 +76,7 @@ def _build(space: SearchSpace, spec: str, d: Path, settings: TruthSettings, work
             from naspipe.truth.standalone import work
 
             with worker_pool(max(1, min(workers, len(jobs))), settings.kernels) as pool:
-                for _ in pool.imap_unordered(work, jobs):
+                for _ in results(pool, work, jobs):
                     if bar is not None:
                         bar.update(1)
     finally:
@@ -147,6 +147,25 @@ def worker_pool(n: int, kind: str) -> Iterator[Any]:
         pool = mp.get_context("spawn").Pool(n, initializer=start_worker, initargs=(os.getpid(), kind))
     with pool:
         yield pool
+
+
+def results(pool: Any, fn: Any, jobs: list[Any], *, ordered: bool = False, poll_s: float = 1.0) -> Iterator[Any]:
+    """``pool.imap_unordered(fn, jobs)`` (``imap`` when ``ordered``), ending in a TruthError when one of the pool's
+    workers dies (killed, out of memory): the pool would start another and wait forever for the entry the dead one
+    held. A worker never ends on its own, so one of them gone from this process's children is one that died."""
+    import multiprocessing as mp
+
+    workers = {p.pid for p in mp.active_children() if "PoolWorker" in p.name}
+    it = pool.imap(fn, jobs) if ordered else pool.imap_unordered(fn, jobs)
+    while True:
+        try:
+            yield it.next(timeout=poll_s)
+        except StopIteration:
+            return
+        except mp.TimeoutError:
+            if not workers <= {p.pid for p in mp.active_children()}:
+                raise TruthError("a worker process died while it trained (killed, or out of memory?); the entries "
+                                 "in flight are not stored: the same command continues the build") from None
 
 
 def start_worker(parent: int, kind: str = "native") -> None:

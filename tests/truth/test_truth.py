@@ -98,9 +98,13 @@ def test_killed_truth_continues_to_the_same_bits(whole, tmp_path, no_process_lef
         assert a == b, name
 
 
-def test_ctrl_c_during_a_build_with_workers_is_one_line_and_leaves_no_process(tmp_path, no_process_left_behind):
+@pytest.mark.parametrize("ending", ["ctrl-c", "a-worker-killed"])
+def test_a_build_with_workers_interrupted_or_losing_one_is_one_line_and_leaves_no_process(tmp_path, ending,
+                                                                                          no_process_left_behind):
     """A terminal's Ctrl-C reaches the build and its workers (one process group): the build says so in one line and
-    ends its pool; the workers ignore it (each printed its KeyboardInterrupt traceback above the line)."""
+    ends its pool; the workers ignore it (each printed its KeyboardInterrupt traceback above the line). A worker
+    killed mid-entry (out of memory, say) ends the build in one line (the pool started another and waited forever
+    for the entry the dead one held)."""
     cmd = [str(BIN / "naspipe"), *_truth(tmp_path / "t", "--workers", "2", "--sample", "4", "--steps", "3000")]
     p = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -111,13 +115,19 @@ def test_ctrl_c_during_a_build_with_workers_is_one_line_and_leaves_no_process(tm
                 training = [c for c in psutil.Process(p.pid).children() if "spawn_main" in " ".join(c.cmdline())
                             and c.cpu_times().user > 4.0]
         assert len(training) == 2, "the workers did not start training"
-        os.killpg(p.pid, signal.SIGINT)
+        if ending == "ctrl-c":
+            os.killpg(p.pid, signal.SIGINT)
+        else:
+            training[0].kill()
         _, err = p.communicate(timeout=60)
         gone, alive = psutil.wait_procs(training, timeout=20)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
-    assert p.returncode == 130 and err.strip() == "naspipe: interrupted", err[-3000:]
+    expected = (130, "naspipe: interrupted") if ending == "ctrl-c" else (
+        2, "naspipe: error: a worker process died while it trained (killed, or out of memory?); the entries in flight "
+           "are not stored: the same command continues the build")
+    assert (p.returncode, err.strip()) == expected, err[-3000:]
     assert not [w for w in alive if w.status() != psutil.STATUS_ZOMBIE], "a worker outlived the build"
 
 
