@@ -37,28 +37,21 @@ kernels.enter(kernels.DEFAULT)
 def pytest_configure(config):  # noqa: ANN001, ANN201
     """A suite started in the background (``make test &``) inherits SIGINT ignored, and so would every command it
     starts: the Ctrl-C tests would see a run that never notices Ctrl-C. The tests are of what a terminal's user
-    gets: SIGINT handled here, so started processes begin with its default. Also where the machine line starts:
-    its /proc/stat snapshot and, on the controller, the import probe (``tests/helpers/machine_load.py``)."""
+    gets: SIGINT handled here, so started processes begin with its default."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     config.stash[_STARTED] = machine_load.snapshot()
-    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
-        config.stash[_PROBE] = machine_load.import_probe()  # (before any worker starts: the machine as found)
 
 
 _STARTED = pytest.StashKey["machine_load.Snapshot | None"]()
-_PROBE = pytest.StashKey["float | None"]()
 
 
 def pytest_terminal_summary(terminalreporter, config):  # noqa: ANN001, ANN201
     """The suite's last lines name the machine beside its time: the CPU, and how busy its cores were meanwhile
     (``tests/helpers/machine_load.py``; a pytest-xdist worker reports nothing)."""
     if not hasattr(config, "workerinput"):
-        end = machine_load.snapshot()
-        before = config.stash.get(_PROBE, None)
-        probes = None if before is None else (before, machine_load.import_probe())
-        terminalreporter.write_line(machine_load.summary(kernels.cpu_key(), config.stash.get(_STARTED, None), end,
-                                                         probes))
+        terminalreporter.write_line(machine_load.summary(kernels.cpu_key(), config.stash.get(_STARTED, None),
+                                                         machine_load.snapshot()))
 
 
 @pytest.hookimpl(wrapper=True)
