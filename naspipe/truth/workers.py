@@ -171,10 +171,9 @@ def results(pool: Any, fn: Any, jobs: list[Any], *, ordered: bool = False, poll_
 def start_worker(parent: int, kind: str = "native") -> None:
     """A pool worker's start (this module, which the spawned worker imports to find this function, imports no
     torch): first, it ignores Ctrl-C (the build's to report and act on); on Linux, the worker is killed when the
-    build process that started it (``parent``) dies,
-    however it dies, so a killed build leaves no worker; then torch and torch._dynamo as start-up imports
-    (``naspipe.lifecycle.startup``) and ``standalone.init_worker``; it computes under the truth's kernels
-    ``kind`` (inherited with its environment: checked before any entry)."""
+    build process that started it (``parent``) dies, however it dies, so a killed build leaves no worker; then torch
+    and torch._dynamo as start-up imports (``naspipe.lifecycle.startup``) and ``standalone.init_worker``; it
+    computes under the truth's kernels ``kind`` (inherited with its environment: checked before any entry)."""
     import signal
 
     # a terminal's Ctrl-C reaches the whole group: the build reports it in one line and ends the pool (SIGTERM);

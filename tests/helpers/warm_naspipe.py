@@ -243,8 +243,8 @@ class WarmNaspipe:
         import subprocess
 
         env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PYTEST_CURRENT_TEST"}
-        client = [sys.executable, "-I", "-S", __file__, "script", self.socket, str(script)]
-        return subprocess.run([*client, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        shim = [sys.executable, "-I", "-S", __file__, "script", self.socket, str(script)]  # (not ``client`` above)
+        return subprocess.run([*shim, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
     def stdout_of(self, argv: list[str], cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> str:
         """The command's standard output, once it ended with a status in ``ok`` (else an assertion naming it)."""
