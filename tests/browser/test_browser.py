@@ -325,11 +325,19 @@ def _tables_fit(page: object) -> list[str]:
 
 
 def _changed(read: object, old: str, timeout_s: float = 30) -> str:
-    """``read()`` once it differs from ``old``, or ``old`` after ``timeout_s`` (a slider's round trip through the
-    kernel: polled with a deadline, not a fixed sleep; a slider that moves nothing still fails)."""
+    """``read()`` once it differs from ``old`` and has then held still for 0.3 s, or ``old`` after ``timeout_s``.
+
+    A slider's round trip through the kernel, polled with a deadline, not a fixed sleep; a slider that moves
+    nothing still fails. The hold matters: plotly.js redraws in steps (the bars, then the legend), and a read
+    taken between them saw the legend gone (CI, 2026-12-07)."""
     deadline = time.monotonic() + timeout_s
     while (now := read()) == old and time.monotonic() < deadline:
         time.sleep(0.05)
+    while now != old and time.monotonic() < deadline:
+        time.sleep(0.3)
+        if (again := read()) == now:
+            break
+        now = again
     return now
 
 
@@ -438,14 +446,19 @@ def test_csp_explained_in_a_browser(tabs, lab):
     plot = player.locator(".js-plotly-plot").first
     plot.wait_for(timeout=30_000)
     player.scroll_into_view_if_needed()
-    bars = lambda: plot.locator(".main-svg").first.inner_html()  # noqa: E731
+    bars = lambda: plot.evaluate(  # noqa: E731  (every layer: the bars' and the legend's, drawn apart)
+        "el => [...el.querySelectorAll('.main-svg')].map(s => s.innerHTML).join('')")
     before = bars()
     page.screenshot(path=str(ARTIFACTS / "02_player_end.png"))
     handle = player.locator(".widget-slider .noUi-handle, .widget-slider input").first
     handle.focus()
     page.keyboard.press("Home")  # the slider to step 0: an empty schedule
     zero = _changed(bars, before)  # (the kernel redraws it: about 0.1 s under two busy loops)
-    assert plot.locator(".legend .legendtext").count() >= 2, "the legend vanished at step 0"
+    legend = plot.locator(".legend .legendtext")
+    legend_back = time.monotonic() + 10  # (a starved renderer may pause between the bars and the legend)
+    while legend.count() < 2 and time.monotonic() < legend_back:
+        time.sleep(0.1)
+    assert legend.count() >= 2, "the legend vanished at step 0"
     page.keyboard.press("ArrowRight")
     one = _changed(bars, zero)
     page.keyboard.press("ArrowRight")
