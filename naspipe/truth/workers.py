@@ -135,15 +135,17 @@ def check_entries_writable(folder: Path) -> None:
 def worker_pool(n: int, kind: str) -> Iterator[Any]:
     """A pool of ``n`` spawned workers that compute under kernels ``kind``, each started by ``start_worker``, without
     the caller's ``__main__`` run again in them (``naspipe.lifecycle.mainless``: a script without a main guard used
-    to start a build of its own in every worker, each refused as the folder was held). Spawned, not forked from a
+    to start a build of its own in every worker, each refused as the folder was held), deaf to Ctrl-C from their
+    start (``children_start_deaf_to_ctrl_c``: a worker still starting printed its traceback). Spawned, not forked from a
     fork server: a fork server's children keep it alive after the build dies, and take its environment as it was
     when it started (a review found both)."""
     import torch.multiprocessing as mp
 
     from naspipe.lifecycle import kernels
     from naspipe.lifecycle.mainless import main_not_run_again
+    from naspipe.runtime.processes.signals import children_start_deaf_to_ctrl_c
 
-    with kernels.launching(kind), main_not_run_again():
+    with kernels.launching(kind), main_not_run_again(), children_start_deaf_to_ctrl_c():
         pool = mp.get_context("spawn").Pool(n, initializer=start_worker, initargs=(os.getpid(), kind))
     with pool:
         yield pool
@@ -177,7 +179,8 @@ def start_worker(parent: int, kind: str = "native") -> None:
     import signal
 
     # a terminal's Ctrl-C reaches the whole group: the build reports it in one line and ends the pool (SIGTERM);
-    # a worker that took it too printed its KeyboardInterrupt traceback above that line
+    # a worker that took it too printed its KeyboardInterrupt traceback above that line (the pool starts it deaf,
+    # and a worker the pool starts again to replace one is deaf from here)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         import ctypes

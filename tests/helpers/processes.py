@@ -1,10 +1,13 @@
-"""Which processes a test session started and left alive: the checks behind ``no_process_left_behind``; and a
-run going on in a thread of the test process, for tests that act on it while it trains."""
+"""Which processes a test session started and left alive: the checks behind ``no_process_left_behind``; whether a
+process ignores Ctrl-C; and a run going on in a thread of the test process, for tests that act on it while it
+trains."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -15,6 +18,13 @@ def alive(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def ignores_sigint(pid: int) -> bool:
+    """The process ignores SIGINT (its ``SigIgn`` mask in /proc)."""
+    mask = next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("SigIgn:"))
+    return bool(int(mask, 16) >> (signal.SIGINT - 1) & 1)
 
 
 def descendants(parent: psutil.Process) -> list[psutil.Process]:

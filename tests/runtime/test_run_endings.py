@@ -33,7 +33,7 @@ from naspipe.runtime import TrainConfig, train
 from naspipe.runtime.checkpoint import newest_complete, root_of
 from naspipe.runtime.processes.launcher import TrainError
 from naspipe.runtime.transport.ports import free_port
-from tests.helpers.processes import alive, descendants
+from tests.helpers.processes import alive, descendants, ignores_sigint
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -133,7 +133,7 @@ def _signal_a_run(tmp_path: Path, signals: list[int]) -> tuple[int, str, Path]:
         assert proc.poll() is None, "the run ended before the signal"
         family = [p for p in launcher.children(recursive=True) if alive(p)]
         stages = _stages(launcher)
-        assert len(stages) == 2 and not any(_ignores_sigint(p.pid) for p in stages)  # (the fork server's start aside)
+        assert len(stages) == 2 and not any(ignores_sigint(p.pid) for p in stages)  # (the fork server's start aside)
         for s in signals:
             proc.send_signal(s)
             time.sleep(0.05)
@@ -180,7 +180,7 @@ def test_a_command_started_with_ctrl_c_ignored_keeps_it_ignored_in_its_stages(tm
         while len(stages := _stages(launcher)) < 2 or not (tmp_path / "run" / "events.jsonl").exists():
             assert proc.poll() is None and time.monotonic() < deadline, "the stages did not start"
             time.sleep(0.02)
-        assert all(_ignores_sigint(p.pid) for p in stages)
+        assert all(ignores_sigint(p.pid) for p in stages)
         os.killpg(proc.pid, signal.SIGINT)
         _, stderr = proc.communicate(timeout=120)
     finally:
@@ -188,13 +188,6 @@ def test_a_command_started_with_ctrl_c_ignored_keeps_it_ignored_in_its_stages(tm
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate(timeout=10)
     assert proc.returncode == 0 and (tmp_path / "run" / "metrics.json").exists(), stderr
-
-
-def _ignores_sigint(pid: int) -> bool:
-    """The process ignores SIGINT (its ``SigIgn`` mask in /proc)."""
-    mask = next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                if line.startswith("SigIgn:"))
-    return bool(int(mask, 16) >> (signal.SIGINT - 1) & 1)
 
 
 def test_ctrl_c_while_the_fork_server_imports_torch_says_interrupted_and_nothing_more(tmp_path):
@@ -207,7 +200,7 @@ def test_ctrl_c_while_the_fork_server_imports_torch_says_interrupted_and_nothing
         launcher, deadline = psutil.Process(proc.pid), time.monotonic() + 60
         # the fork server started, and the launcher itself hears Ctrl-C again (it ignores it while it starts one)
         while not any("forkserver" in " ".join(p.cmdline()) for p in launcher.children() if alive(p)) or \
-                _ignores_sigint(launcher.pid):
+                ignores_sigint(launcher.pid):
             assert proc.poll() is None and time.monotonic() < deadline, "no fork server started"
             time.sleep(0.01)
         family = launcher.children(recursive=True)

@@ -30,6 +30,7 @@ from naspipe.truth.records import (
     read_settings,
     space_size,
 )
+from tests.helpers.processes import ignores_sigint
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -98,33 +99,40 @@ def test_killed_truth_continues_to_the_same_bits(whole, tmp_path, no_process_lef
         assert a == b, name
 
 
-@pytest.mark.parametrize("ending", ["ctrl-c", "a-worker-killed"])
+@pytest.mark.parametrize("ending", ["ctrl-c", "ctrl-c-while-workers-start", "a-worker-killed"])
 def test_a_build_with_workers_interrupted_or_losing_one_is_one_line_and_leaves_no_process(tmp_path, ending,
                                                                                           no_process_left_behind):
     """A terminal's Ctrl-C reaches the build and its workers (one process group): the build says so in one line and
-    ends its pool; the workers ignore it (each printed its KeyboardInterrupt traceback above the line). A worker
-    killed mid-entry (out of memory, say) ends the build in one line (the pool started another and waited forever
-    for the entry the dead one held)."""
+    ends its pool; the workers ignore it (each printed its KeyboardInterrupt traceback above the line), from their
+    start on (one still starting, its interpreter or torch's import, printed one too). A worker killed mid-entry
+    (out of memory, say) ends the build in one line (the pool started another and waited forever for the entry the
+    dead one held)."""
     cmd = [str(BIN / "naspipe"), *_truth(tmp_path / "t", "--workers", "2", "--sample", "4", "--steps", "3000")]
     p = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    starting = ending == "ctrl-c-while-workers-start"
     try:
-        deadline, training = time.monotonic() + 120, []
-        while len(training) < 2 and time.monotonic() < deadline and p.poll() is None:  # both training (imports done)
-            time.sleep(0.1)
+        deadline, workers = time.monotonic() + 120, []
+        while len(workers) < 2 and time.monotonic() < deadline and p.poll() is None:  # both training (imports done)
+            time.sleep(0.01 if starting else 0.1)
             with contextlib.suppress(psutil.Error):
-                training = [c for c in psutil.Process(p.pid).children() if "spawn_main" in " ".join(c.cmdline())
-                            and c.cpu_times().user > 4.0]
-        assert len(training) == 2, "the workers did not start training"
-        if ending == "ctrl-c":
+                workers = [c for c in psutil.Process(p.pid).children() if "spawn_main" in " ".join(c.cmdline())
+                           and (starting or c.cpu_times().user > 4.0)]
+                if starting and ignores_sigint(p.pid):  # (the build ignores it for the milliseconds of the starts)
+                    workers = []
+        assert len(workers) == 2, "the workers did not start"
+        if starting:  # (seen within 10 ms of their exec: still in the interpreter's start)
+            assert all(ignores_sigint(w.pid) for w in workers), "a worker hears Ctrl-C while it starts"
+            assert all(w.cpu_times().user < 1.0 for w in workers), "the workers' start was over before the Ctrl-C"
+        if ending != "a-worker-killed":
             os.killpg(p.pid, signal.SIGINT)
         else:
-            training[0].kill()
+            workers[0].kill()
         _, err = p.communicate(timeout=60)
-        gone, alive = psutil.wait_procs(training, timeout=20)
+        gone, alive = psutil.wait_procs(workers, timeout=20)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
-    expected = (130, "naspipe: interrupted") if ending == "ctrl-c" else (
+    expected = (130, "naspipe: interrupted") if ending != "a-worker-killed" else (
         2, "naspipe: error: a worker process died while it trained (killed, or out of memory?); the entries in flight "
            "are not stored: the same command continues the build")
     assert (p.returncode, err.strip()) == expected, err[-3000:]

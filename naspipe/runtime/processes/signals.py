@@ -9,9 +9,10 @@ signal handlers); elsewhere they change nothing.
 
 A terminal's Ctrl-C reaches the whole foreground group, the stages' fork server too, which printed a
 KeyboardInterrupt traceback (6-58 lines) from its start or its import of torch under the command's own
-"interrupted": ``start_fork_server_deaf_to_ctrl_c`` starts it with SIGINT ignored, and ``server_sigint_back`` (in
-the server's preload) gives the stages it forks the handler the command had (Python's, or ignored where the
-command itself was started with SIGINT ignored, ``cmd &`` in a script).
+"interrupted": ``start_fork_server_deaf_to_ctrl_c`` starts it with SIGINT ignored (``children_start_deaf_to_ctrl_c``,
+as a truth build starts its workers), and ``server_sigint_back`` (in the server's preload) gives the stages it forks
+the handler the command had (Python's, or ignored where the command itself was started with SIGINT ignored, ``cmd &``
+in a script).
 """
 
 from __future__ import annotations
@@ -73,22 +74,39 @@ def deferred() -> Iterator[list[int]]:
 _SIGINT_BACK = "NASPIPE_SERVER_SIGINT_BACK"  # set while the launcher starts the fork server deaf to Ctrl-C
 
 
+@contextlib.contextmanager
+def children_start_deaf_to_ctrl_c() -> Iterator[bool]:
+    """Processes started inside the block start with SIGINT ignored (a disposition that fork and exec keep; Python
+    installs its KeyboardInterrupt handler only where SIGINT is not ignored), so a terminal's Ctrl-C during their
+    interpreter start, imports or unpickling prints no traceback. Yields True; from another thread, or where SIGINT
+    is already ignored, nothing changes (False). A Ctrl-C that reaches this process inside the block (the
+    milliseconds of the starts) is lost: a blocked one would be taken by another thread (a BLAS pool's) and
+    ignored all the same."""
+    if not _main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield False
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield True
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+
+
 def start_fork_server_deaf_to_ctrl_c() -> None:
-    """Start the stages' fork server now, with SIGINT ignored through its start and its imports (its preload calls
-    ``server_sigint_back``; it ignores SIGINT itself once it serves, as Python's fork server always does). Only
-    from the main thread and where SIGINT is handled (elsewhere the server starts at the first stage, as it did).
-    A server already running is kept. A Ctrl-C in the few milliseconds of the server's fork and exec is lost."""
+    """Start the stages' fork server now, deaf to Ctrl-C through its start and its imports
+    (``children_start_deaf_to_ctrl_c``; its preload calls ``server_sigint_back``, and it ignores SIGINT itself once
+    it serves, as Python's fork server always does). Only from the main thread and where SIGINT is handled
+    (elsewhere the server starts at the first stage, as it did). A server already running is kept."""
     import multiprocessing.forkserver
 
-    if not _main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # (inherited through the exec)
-    os.environ[_SIGINT_BACK] = "1"
-    try:
-        multiprocessing.forkserver.ensure_running()
-    finally:
-        os.environ.pop(_SIGINT_BACK, None)
-        signal.signal(signal.SIGINT, previous)
+    with children_start_deaf_to_ctrl_c() as deaf:
+        if not deaf:
+            return
+        os.environ[_SIGINT_BACK] = "1"
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            os.environ.pop(_SIGINT_BACK, None)
 
 
 def server_sigint_back() -> None:
