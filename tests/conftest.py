@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from naspipe.lifecycle import kernels
 from naspipe.lifecycle.startup import collector_paused
 from tests.helpers import machine_load
 from tests.helpers.processes import leftovers
+from tests.helpers.waiting import wait_until
 
 pytest_plugins = ["tests.helpers.runs"]  # trained runs shared by several modules (session fixtures)
 
@@ -85,9 +85,7 @@ def _temporary_folders_stay_in_the_session(tmp_path_factory):  # noqa: ANN001, A
 def no_process_left_behind():
     """After the test: no stage, launcher or multiprocessing child of this session is still alive."""
     yield
-    deadline = time.monotonic() + 5
-    while (leftovers() or multiprocessing.active_children()) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: not (leftovers() or multiprocessing.active_children()), 5, every_s=0.1)
     assert not multiprocessing.active_children()
     assert not leftovers(), [p.cmdline() for p in leftovers()]
 

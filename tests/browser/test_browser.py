@@ -50,6 +50,7 @@ import pytest
 from naspipe.runtime.transport.ports import free_port
 from tests.helpers.notebook_runner import PLOTLY_MIME, ROOT, inject_parameters, kernel_env, output_mime_types
 from tests.helpers.processes import leftovers
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow  # the module's server fixture checks that no process outlives it
 
@@ -134,9 +135,7 @@ def lab(tmp_path_factory) -> Iterator[tuple[str, Path]]:
             proc.wait(timeout=5)
         log.close()
         shutil.rmtree(runtime, ignore_errors=True)
-        deadline = time.monotonic() + 10
-        while leftovers() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: not leftovers(), 10, every_s=0.2)
         left = [p for p in leftovers() if p.is_running() and p.status() != "zombie"]
         for p in left:  # a kernel or stage process the server left: ours, ended by its pid
             p.kill()
@@ -454,11 +453,8 @@ def test_csp_explained_in_a_browser(tabs, lab):
     handle.focus()
     page.keyboard.press("Home")  # the slider to step 0: an empty schedule
     zero = _changed(bars, before)  # (the kernel redraws it: about 0.1 s under two busy loops)
-    legend = plot.locator(".legend .legendtext")
-    legend_back = time.monotonic() + 10  # (a starved renderer may pause between the bars and the legend)
-    while legend.count() < 2 and time.monotonic() < legend_back:
-        time.sleep(0.1)
-    assert legend.count() >= 2, "the legend vanished at step 0"
+    legend = plot.locator(".legend .legendtext")  # (a starved renderer may pause between the bars and the legend)
+    assert wait_until(lambda: legend.count() >= 2, 10, every_s=0.1), "the legend vanished at step 0"
     page.keyboard.press("ArrowRight")
     one = _changed(bars, zero)
     page.keyboard.press("ArrowRight")

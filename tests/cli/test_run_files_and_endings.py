@@ -24,6 +24,7 @@ import pytest
 
 from naspipe.cli import main
 from naspipe.runfolder import runs
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -114,9 +115,7 @@ def test_a_reference_stopped_from_outside_writes_its_status(tmp_path, sig, rc, s
                              "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=_env(), cwd=tmp_path, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while not (out / runs.RUN_JSON).exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: (out / runs.RUN_JSON).exists(), 120, unless=lambda: proc.poll() is not None)
         time.sleep(2)  # (into the training loop: run.json is written just before it)
         assert proc.poll() is None, "the reference ended before the signal"
         assert not (out / runs.STATUS).exists()

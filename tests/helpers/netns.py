@@ -13,10 +13,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBNET = "10.213.25"
@@ -74,10 +75,7 @@ class Host:
                 os.kill(pid, signal.SIGKILL)
 
     def wait_empty(self, seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        while pids(self.ns) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        return not pids(self.ns)
+        return wait_until(lambda: not pids(self.ns), seconds, every_s=0.2)
 
 
 @contextlib.contextmanager

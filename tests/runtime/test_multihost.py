@@ -25,6 +25,7 @@ from naspipe.cli import main
 from naspipe.runtime.checkpoint import newest_complete, root_of
 from naspipe.runtime.transport.netcheck import NetworkError, check_master, own_endpoint
 from tests.helpers.netns import IFACE, SUBNET, NamespaceError, leftovers, two_hosts
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -99,10 +100,8 @@ def test_a_host_lost_mid_run_ends_the_other_and_the_run_resumes_on_both(hosts, r
     logs = tmp_path / "logs"
     logs.mkdir()
     procs = [h.shell(line, logs / f"node{i}.log") for i, (h, line) in enumerate(zip(hosts, lines, strict=True))]
-    deadline = time.monotonic() + 240
-    while (newest_complete(root_of(run)) or 0) < 4:
-        assert time.monotonic() < deadline and procs[0].poll() is None, _tail(logs)
-        time.sleep(0.05)
+    assert wait_until(lambda: (newest_complete(root_of(run)) or 0) >= 4, 240,
+                      unless=lambda: procs[0].poll() is not None), _tail(logs)
     hosts[1].kill_all()  # host 1 goes away: every process on it, at once
     lost_at = time.monotonic()
     assert hosts[0].wait_empty(60), f"host 0 still runs 60 s after host 1 was lost: {_tail(logs)}"

@@ -24,6 +24,7 @@ import pytest
 from naspipe.runtime import TrainConfig
 from naspipe.runtime.checkpoint import newest_complete, root_of
 from tests.helpers.processes import alive, descendants, train_in_thread
+from tests.helpers.waiting import wait_until
 
 BIN = Path(sys.executable).parent
 
@@ -45,13 +46,10 @@ def test_sigkill_of_a_random_stage_mid_run_ends_the_run_naming_it(tmp_path, chec
                              progress=False, timeout=60, checkpoint_every=20 if checkpoints else None)
     me = psutil.Process()
     t, box = train_in_thread(cfg)
-    deadline = time.monotonic() + 120
     want = 60 if checkpoints else 20  # trace lines: mid-run (and, with checkpoints, past the first one)
-    while _lines(cfg.out / "events.jsonl") < want and "error" not in box and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if checkpoints:
-        while newest_complete(root_of(cfg.out)) is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+    wait_until(lambda: _lines(cfg.out / "events.jsonl") >= want
+               and (not checkpoints or newest_complete(root_of(cfg.out)) is not None), 120,
+               unless=lambda: "error" in box)
     procs = descendants(me)
     assert len(procs) == stages and "error" not in box, (procs, box)
     victim = random.Random().choice(procs)
@@ -82,9 +80,7 @@ def test_a_killed_launcher_leaves_no_stage_behind(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         launcher = psutil.Process(proc.pid)
-        deadline = time.monotonic() + 150
-        while _lines(out / "events.jsonl") < 10 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: _lines(out / "events.jsonl") >= 10, 150, every_s=0.1, unless=lambda: proc.poll() is not None)
         assert proc.poll() is None, "the run ended before it could be killed"
         family = [p for p in launcher.children(recursive=True) if alive(p)]
         assert len(family) >= 2
@@ -108,10 +104,7 @@ def test_a_stopped_stage_is_named_not_the_peers_that_timed_out(tmp_path, victim)
     cfg = TrainConfig.create("digits-cnn", tmp_path / "run", stages=3, subnets=400, jitter_ms=3.0, progress=False,
                              timeout=5.0)
     t, box = train_in_thread(cfg)
-    deadline = time.monotonic() + 120
-    while not (cfg.out / "events.jsonl").exists() or len((cfg.out / "events.jsonl").read_bytes().splitlines()) < 20:
-        assert time.monotonic() < deadline and t.is_alive()
-        time.sleep(0.05)
+    assert wait_until(lambda: _lines(cfg.out / "events.jsonl") >= 20, 120, unless=lambda: not t.is_alive()), box
     procs = descendants(psutil.Process())
     assert len(procs) == 3
     pid = procs[victim].pid

@@ -34,6 +34,7 @@ from naspipe.runtime.checkpoint import newest_complete, root_of
 from naspipe.runtime.processes.launcher import TrainError
 from naspipe.runtime.transport.ports import free_port
 from tests.helpers.processes import alive, descendants, ignores_sigint
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -99,11 +100,9 @@ def test_the_launchers_backstop_follows_the_timeout(tmp_path):
 
     t = threading.Thread(target=target, daemon=True)
     t.start()
-    deadline = time.monotonic() + 120
     events = cfg.out / "events.jsonl"
-    while not events.exists() or len(events.read_bytes().splitlines()) < 20:
-        assert time.monotonic() < deadline and t.is_alive()
-        time.sleep(0.05)
+    assert wait_until(lambda: events.exists() and len(events.read_bytes().splitlines()) >= 20, 120,
+                      unless=lambda: not t.is_alive()), "the run ended or never started"
     procs = descendants(psutil.Process())
     assert len(procs) == 2
     for p in procs:
@@ -127,9 +126,7 @@ def _signal_a_run(tmp_path: Path, signals: list[int]) -> tuple[int, str, Path]:
                             text=True, env=_env(), cwd=tmp_path, start_new_session=True)
     try:
         launcher = psutil.Process(proc.pid)
-        deadline = time.monotonic() + 150
-        while newest_complete(root_of(out)) is None and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: newest_complete(root_of(out)) is not None, 150, unless=lambda: proc.poll() is not None)
         assert proc.poll() is None, "the run ended before the signal"
         family = [p for p in launcher.children(recursive=True) if alive(p)]
         stages = _stages(launcher)
@@ -176,11 +173,10 @@ def test_a_command_started_with_ctrl_c_ignored_keeps_it_ignored_in_its_stages(tm
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path,
                             start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
-        launcher, deadline = psutil.Process(proc.pid), time.monotonic() + 60
-        while len(stages := _stages(launcher)) < 2 or not (tmp_path / "run" / "events.jsonl").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "the stages did not start"
-            time.sleep(0.02)
-        assert all(ignores_sigint(p.pid) for p in stages)
+        launcher = psutil.Process(proc.pid)
+        assert wait_until(lambda: len(_stages(launcher)) >= 2 and (tmp_path / "run" / "events.jsonl").exists(), 60,
+                          every_s=0.02, unless=lambda: proc.poll() is not None), "the stages did not start"
+        assert all(ignores_sigint(p.pid) for p in _stages(launcher))
         os.killpg(proc.pid, signal.SIGINT)
         _, stderr = proc.communicate(timeout=120)
     finally:
@@ -197,12 +193,11 @@ def test_ctrl_c_while_the_fork_server_imports_torch_says_interrupted_and_nothing
                              str(tmp_path / "run")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=_env(), cwd=tmp_path, start_new_session=True)
     try:
-        launcher, deadline = psutil.Process(proc.pid), time.monotonic() + 60
+        launcher = psutil.Process(proc.pid)
         # the fork server started, and the launcher itself hears Ctrl-C again (it ignores it while it starts one)
-        while not any("forkserver" in " ".join(p.cmdline()) for p in launcher.children() if alive(p)) or \
-                ignores_sigint(launcher.pid):
-            assert proc.poll() is None and time.monotonic() < deadline, "no fork server started"
-            time.sleep(0.01)
+        assert wait_until(lambda: any("forkserver" in " ".join(p.cmdline()) for p in launcher.children() if alive(p))
+                          and not ignores_sigint(launcher.pid), 60, every_s=0.01,
+                          unless=lambda: proc.poll() is not None), "no fork server started"
         family = launcher.children(recursive=True)
         os.killpg(proc.pid, signal.SIGINT)  # (the server's import of torch takes about a second)
         _, stderr = proc.communicate(timeout=60)

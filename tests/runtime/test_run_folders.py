@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from naspipe.cli import main
 from naspipe.runfolder import runs
 from naspipe.runtime.rundir import ConfigError, prepare_out_dir
 from tests.helpers.refusals import refused
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("no_process_left_behind")
 
@@ -161,10 +161,8 @@ def test_a_second_writer_into_a_running_folder_is_refused_and_changes_nothing(tm
     cfg = TrainConfig.create("tiny-transformer", out, stages=2, subnets=2000, jitter_ms=40.0, progress=False)
     first, box = train_in_thread(cfg)  # a slow run: still going while the others try
     try:
-        deadline = time.monotonic() + 180
-        while not ((out / "parts").is_dir() and (out / "run.json").is_file()):
-            assert first.is_alive() and time.monotonic() < deadline, f"the first run ended or never started {box}"
-            time.sleep(0.2)
+        assert wait_until(lambda: (out / "parts").is_dir() and (out / "run.json").is_file(), 180, every_s=0.2,
+                          unless=lambda: not first.is_alive()), f"the first run ended or never started {box}"
         held = f"output directory {str(out)!r} is in use by another naspipe run (process {os.getpid()})"
         _refused(capsys, ["train", *TINY, "--stages", "2", "--out", str(out), "--overwrite"], held)
         _refused(capsys, ["reference", *TINY, "--out", str(out), "--overwrite"], held)
@@ -172,9 +170,8 @@ def test_a_second_writer_into_a_running_folder_is_refused_and_changes_nothing(tm
         assert not (out / "status.json").exists()  # nobody wrote the first run's status
         assert runs.read_run(out)["identity"]["subnets"] == 2000  # nor its run.json
     finally:  # end the first run: its stages killed (once started), it fails as such a run does
-        deadline = time.monotonic() + 120
-        while first.is_alive() and len(descendants(psutil.Process())) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: len(descendants(psutil.Process())) >= 2, 120, every_s=0.1,
+                   unless=lambda: not first.is_alive())
         for p in descendants(psutil.Process()):
             p.kill()
         first.join(60)

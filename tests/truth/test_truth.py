@@ -31,6 +31,7 @@ from naspipe.truth.records import (
     space_size,
 )
 from tests.helpers.processes import ignores_sigint
+from tests.helpers.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -75,9 +76,7 @@ def test_killed_truth_continues_to_the_same_bits(whole, tmp_path, no_process_lef
     assert main(_truth(uninterrupted, "--workers", "1", *longer)) == 0  # in-process: the same bits
     p = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 240
-        while len(list((d / ENTRIES).glob("*.json"))) < 2 and time.monotonic() < deadline and p.poll() is None:
-            time.sleep(0.05)
+        wait_until(lambda: len(list((d / ENTRIES).glob("*.json"))) >= 2, 240, unless=lambda: p.poll() is not None)
         workers = psutil.Process(p.pid).children(recursive=True)
         os.kill(p.pid, signal.SIGKILL)
         p.wait()

@@ -45,6 +45,7 @@ from naspipe.viz import (
 from naspipe.viz.player import events_until
 from naspipe.viz.svg import dag_svg, gantt_svg
 from tests.helpers.fresh_command import run_fresh
+from tests.helpers.waiting import wait_until
 
 
 def synthetic_trace(subnets: int, stages: int = 4, split: bool = False, stalls: bool = False) -> Trace:
@@ -620,9 +621,7 @@ def test_monitor_says_what_happens_while_the_stage_processes_start(tmp_path):
     time.sleep(0.15)
     assert "starting 2 stage processes" in mon._label.value
     path.write_text(json.dumps(TraceEvent(0, "F", 0, 0.0, 1.0).to_dict()) + "\n")
-    deadline = time.monotonic() + 30  # (not a fixed sleep: a stop before the thread's next read ends it unread)
-    while not mon.events and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: mon.events, 30, every_s=0.02)  # (not a fixed sleep: a stop before the next read ends it unread)
     mon.stop()
     assert mon.wait(5)
     assert "0/3 subnets, 1 events" in mon._label.value
