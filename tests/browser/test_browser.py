@@ -324,7 +324,7 @@ def _tables_fit(page: object) -> list[str]:
 
 
 def _changed(read: object, old: str, timeout_s: float = 30) -> str:
-    """``read()`` once it differs from ``old`` and has then held still for 0.3 s, or ``old`` after ``timeout_s``.
+    """``read()`` once it differs from ``old`` and has then held still for 0.3 s; the latest read at ``timeout_s``.
 
     A slider's round trip through the kernel, polled with a deadline, not a fixed sleep; a slider that moves
     nothing still fails. The hold matters: plotly.js redraws in steps (the bars, then the legend), and a read
@@ -455,6 +455,7 @@ def test_csp_explained_in_a_browser(tabs, lab):
     zero = _changed(bars, before)  # (the kernel redraws it: about 0.1 s under two busy loops)
     legend = plot.locator(".legend .legendtext")  # (a starved renderer may pause between the bars and the legend)
     assert wait_until(lambda: legend.count() >= 2, 10, every_s=0.1), "the legend vanished at step 0"
+    zero = bars()  # (step 0 as drawn, its legend too)
     page.keyboard.press("ArrowRight")
     one = _changed(bars, zero)
     page.keyboard.press("ArrowRight")

@@ -113,13 +113,13 @@ def test_a_build_with_workers_interrupted_or_losing_one_is_one_line_and_leaves_n
         deadline, workers = time.monotonic() + 120, []
         while len(workers) < 2 and time.monotonic() < deadline and p.poll() is None:  # both training (imports done)
             time.sleep(0.01 if starting else 0.1)
-            with contextlib.suppress(psutil.Error):
+            with contextlib.suppress(psutil.Error, FileNotFoundError):  # (the build gone meanwhile: said below)
                 workers = [c for c in psutil.Process(p.pid).children() if "spawn_main" in " ".join(c.cmdline())
                            and (starting or c.cpu_times().user > 4.0)]
                 if starting and ignores_sigint(p.pid):  # (the build ignores it for the milliseconds of the starts)
                     workers = []
         assert len(workers) == 2, "the workers did not start"
-        if starting:  # (seen within 10 ms of their exec: still in the interpreter's start)
+        if starting:  # (seen while the build no longer ignores Ctrl-C and they have run under a second)
             assert all(ignores_sigint(w.pid) for w in workers), "a worker hears Ctrl-C while it starts"
             assert all(w.cpu_times().user < 1.0 for w in workers), "the workers' start was over before the Ctrl-C"
         if ending != "a-worker-killed":

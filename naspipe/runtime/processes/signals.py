@@ -78,18 +78,17 @@ _SIGINT_BACK = "NASPIPE_SERVER_SIGINT_BACK"  # set while the launcher starts the
 def children_start_deaf_to_ctrl_c() -> Iterator[bool]:
     """Processes started inside the block start with SIGINT ignored (a disposition that fork and exec keep; Python
     installs its KeyboardInterrupt handler only where SIGINT is not ignored), so a terminal's Ctrl-C during their
-    interpreter start, imports or unpickling prints no traceback. Yields True; from another thread, or where SIGINT
-    is already ignored, nothing changes (False). A Ctrl-C that reaches this process inside the block (the
-    milliseconds of the starts) is lost: a blocked one would be taken by another thread (a BLAS pool's) and
-    ignored all the same."""
-    if not _main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    interpreter start, imports or unpickling prints no traceback. Yields True; from another thread, where SIGINT is
+    already ignored, or where a handler set outside Python holds it, nothing changes (False). A Ctrl-C sent inside
+    the block (the milliseconds of the starts) is discarded: SIGINT is ignored by the whole process then."""
+    if not _main_thread() or signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
         yield False
         return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield True
     finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+        signal.signal(signal.SIGINT, previous)
 
 
 def start_fork_server_deaf_to_ctrl_c() -> None:
