@@ -9,7 +9,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -109,15 +108,20 @@ def test_a_build_with_workers_interrupted_or_losing_one_is_one_line_and_leaves_n
     cmd = [str(BIN / "naspipe"), *_truth(tmp_path / "t", "--workers", "2", "--sample", "4", "--steps", "3000")]
     p = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     starting = ending == "ctrl-c-while-workers-start"
+
+    def both() -> list[psutil.Process]:
+        """Both workers: still starting, once the build hears Ctrl-C again (it ignores it for the milliseconds of
+        their starts), or both training (their imports done); [] until then, or when the build is gone."""
+        with contextlib.suppress(psutil.Error, FileNotFoundError):
+            if starting and ignores_sigint(p.pid):
+                return []
+            workers = [c for c in psutil.Process(p.pid).children() if "spawn_main" in " ".join(c.cmdline())
+                       and (starting or c.cpu_times().user > 4.0)]
+            return workers if len(workers) == 2 else []
+        return []
+
     try:
-        deadline, workers = time.monotonic() + 120, []
-        while len(workers) < 2 and time.monotonic() < deadline and p.poll() is None:  # both training (imports done)
-            time.sleep(0.01 if starting else 0.1)
-            with contextlib.suppress(psutil.Error, FileNotFoundError):  # (the build gone meanwhile: said below)
-                workers = [c for c in psutil.Process(p.pid).children() if "spawn_main" in " ".join(c.cmdline())
-                           and (starting or c.cpu_times().user > 4.0)]
-                if starting and ignores_sigint(p.pid):  # (the build ignores it for the milliseconds of the starts)
-                    workers = []
+        workers = wait_until(both, 120, every_s=0.01 if starting else 0.1, unless=lambda: p.poll() is not None)
         assert len(workers) == 2, "the workers did not start"
         if starting:  # (seen while the build no longer ignores Ctrl-C and they have run under a second)
             assert all(ignores_sigint(w.pid) for w in workers), "a worker hears Ctrl-C while it starts"
