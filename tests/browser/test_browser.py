@@ -340,6 +340,22 @@ def _changed(read: object, old: str, timeout_s: float = 30) -> str:
     return now
 
 
+def _player(cell: object) -> dict:
+    """What a schedule player shows, for a failure's message: its figures, its slider's label, the focused element,
+    its figure's place on the screen, legend entries drawn, and plotly's own view of the traces and the legend."""
+    return cell.evaluate("""c => { const el = c.querySelector('.js-plotly-plot');
+        const r = el ? el.getBoundingClientRect() : null;
+        return {plots: [...c.querySelectorAll('.js-plotly-plot')].map(p => (p.data || []).length + ' traces, '
+                           + p.querySelectorAll('.legend .legendtext').length + ' legend entries'),
+                label: [...c.querySelectorAll('.widget-label')].map(l => l.textContent).join(' | '),
+                focused: (document.activeElement && document.activeElement.className) || null,
+                rect: r && [Math.round(r.top), Math.round(r.bottom), window.innerHeight],
+                legend_drawn: el ? el.querySelectorAll('.legend .legendtext').length : null,
+                showlegend: el && el._fullLayout ? el._fullLayout.showlegend : null,
+                traces: el && el._fullData ? el._fullData.map(t => [t.name, t.visible, t.showlegend,
+                                                                    t.x && t.x.length]) : null}; }""")
+
+
 def _prompt(cell: object) -> str:
     """A code cell's input prompt as shown: ``[*]`` queued or running, ``[3]`` done."""
     return cell.locator(".jp-InputPrompt").text_content() or ""
@@ -447,17 +463,30 @@ def test_csp_explained_in_a_browser(tabs, lab):
     player.scroll_into_view_if_needed()
     bars = lambda: plot.evaluate(  # noqa: E731  (every layer: the bars' and the legend's, drawn apart)
         "el => [...el.querySelectorAll('.main-svg')].map(s => s.innerHTML).join('')")
+    legend = plot.locator(".legend .legendtext")
+    assert wait_until(lambda: legend.count() >= 2, 30, every_s=0.1), f"no legend at the end: {_player(player)}"
+    assert player.locator(".js-plotly-plot").count() == 1, f"the player shows two figures: {_player(player)}"
     before = bars()
     page.screenshot(path=str(ARTIFACTS / "02_player_end.png"))
     handle = player.locator(".widget-slider .noUi-handle, .widget-slider input").first
-    handle.focus()
-    page.keyboard.press("Home")  # the slider to step 0: an empty schedule
+    at_zero = player.locator(".widget-label", has_text=re.compile(r"^t = 0 units: 0 tasks"))
+    for _ in range(3):  # (a focus JupyterLab takes back, after a kernel's status or a dialog, sends the key elsewhere)
+        handle.focus()
+        page.keyboard.press("Home")  # the slider to step 0: an empty schedule
+        if wait_until(lambda: at_zero.count() == 1, 10, every_s=0.1):
+            break
+    else:
+        raise AssertionError(f"the slider did not go to step 0: {_player(player)}")
+    player.scroll_into_view_if_needed()
     zero = _changed(bars, before)  # (the kernel redraws it: about 0.1 s under two busy loops)
-    legend = plot.locator(".legend .legendtext")  # (a starved renderer may pause between the bars and the legend)
-    assert wait_until(lambda: legend.count() >= 2, 10, every_s=0.1), "the legend vanished at step 0"
+    if not wait_until(lambda: legend.count() >= 2, 10, every_s=0.1):
+        page.screenshot(path=str(ARTIFACTS / "02_player_step0_failed.png"))
+        raise AssertionError(f"the legend vanished at step 0: {_player(player)}; console: {console.errors}")
     zero = bars()  # (step 0 as drawn, its legend too)
+    handle.focus()
     page.keyboard.press("ArrowRight")
     one = _changed(bars, zero)
+    handle.focus()
     page.keyboard.press("ArrowRight")
     two = _changed(bars, one)  # (each step awaited: the screenshot shows step 2, not step 1)
     page.screenshot(path=str(ARTIFACTS / "02_player_step2.png"))
