@@ -119,7 +119,8 @@ def add_kernels_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernels", type=_ruled("--kernels", str, "kernels kind", _kernels_error), default=DEFAULT,
                    metavar="KIND", help=f"CPU kernels: {', '.join(KINDS)} (default %(default)s). native: the "
                    "fastest, the same bits only on the same kind of CPU; avx2: the same bits on x86-64 CPUs of one "
-                   "vendor with AVX2; portable: meant for the same bits across vendors (docs/reproducibility.md)")
+                   "vendor with AVX2; portable: the same bits across vendors with sgd or momentum, within one vendor "
+                   "with adam, adamw or rmsprop (docs/reproducibility.md)")
 
 
 def add_ensemble_arguments(p: argparse.ArgumentParser, scored: str, run: str = "RUN") -> None:

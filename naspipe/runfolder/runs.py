@@ -39,6 +39,7 @@ from typing import Any
 from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 from naspipe.fileio.smallfile import read_small
+from naspipe.lifecycle.kernels import vendor_bound
 
 RUN_JSON = "run.json"
 # the file names of a run directory, written here once (every module that reads or writes one imports them)
@@ -295,9 +296,13 @@ def machines_note(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     if ka == NATIVE_KERNELS:
         return (f"kernels {machine_of(a)} vs {machine_of(b)}: native kernels give the same bits only on the same "
                 "kind of CPU; rerun both with --kernels portable (or avx2 on CPUs of one vendor)")
-    if ka == "avx2" and a["cpu"].split(" ")[0] != b["cpu"].split(" ")[0]:
-        return (f"kernels {machine_of(a)} vs {machine_of(b)}: avx2 gives the same bits only on CPUs of one "
-                "vendor; rerun both with --kernels portable")
+    if a["cpu"].split(" ")[0] != b["cpu"].split(" ")[0] and vendor_bound(ka, a.get("optimizer")):
+        if ka == "avx2":
+            return (f"kernels {machine_of(a)} vs {machine_of(b)}: avx2 gives the same bits only on CPUs of one "
+                    "vendor; rerun both with --kernels portable")
+        return (f"kernels {machine_of(a)} vs {machine_of(b)}: {a.get('optimizer')}'s square root gives the same "
+                "bits only on CPUs of one vendor, whatever the kernels; rerun both on one vendor's CPUs (or with "
+                "sgd or momentum)")
     return None
 
 

@@ -71,3 +71,38 @@ def test_a_checkpoint_of_other_kernels_is_refused_by_name(tmp_path, capsys):
                  str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "was taken with kernels 'native', but the arguments give kernels 'portable'" in err, err
+
+
+def test_runs_from_two_vendors_are_named_where_their_kernels_agree_only_within_one():
+    """``avx2`` always, ``portable`` with an optimizer that takes a square root (adam, adamw, rmsprop: torch's CPU
+    square root is MKL's, whose code follows the vendor); portable with momentum is not named: it agrees."""
+    from naspipe.runfolder.runs import machines_note
+
+    intel, amd = "GenuineIntel Intel(R) Xeon(R) Processor", "AuthenticAMD AMD EPYC"
+
+    def note(kind: str, optimizer: str, a: str = intel, b: str = amd) -> str | None:
+        return machines_note({"kernels": kind, "cpu": a, "optimizer": optimizer},
+                             {"kernels": kind, "cpu": b, "optimizer": optimizer})
+
+    assert "avx2 gives the same bits only on CPUs of one vendor" in note("avx2", "momentum")
+    for opt in ("adam", "adamw", "rmsprop"):
+        assert kernels.vendor_bound("portable", opt)
+        assert f"{opt}'s square root gives the same bits only on CPUs of one vendor" in note("portable", opt)
+    assert note("portable", "momentum") is None and note("portable", "sgd") is None
+    assert note("portable", "adam", intel, intel) is None
+    assert not kernels.vendor_bound("native", "adam")  # (native: one kind of CPU, named apart)
+
+
+def test_a_truth_from_another_vendor_says_why_it_differs(monkeypatch):
+    from naspipe.truth import check
+
+    built = "portable AVX2 on GenuineIntel Intel(R) Xeon(R) Processor"
+    monkeypatch.setattr(kernels, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(kernels, "cpu_name", lambda: "AuthenticAMD AMD EPYC")
+    assert "adam's square root gives the same bits only on CPUs of one vendor" in check._built_elsewhere(
+        "portable", "adam", built)
+    assert check._built_elsewhere("portable", "momentum", built) == ""
+    assert "agrees only on the kind of CPU that built it" in check._built_elsewhere(
+        "native", "momentum", "native AVX512 on GenuineIntel Intel(R) Xeon(R) Processor")
+    monkeypatch.setattr(kernels, "cpu_vendor", lambda: "GenuineIntel")
+    assert check._built_elsewhere("portable", "adam", built) == ""

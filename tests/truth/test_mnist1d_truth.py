@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from naspipe.cli import main
+from naspipe.lifecycle import kernels
 from naspipe.spaces.shared import parse_shared
 from naspipe.spaces.space import resolve_space
 from naspipe.truth import load
@@ -42,7 +43,8 @@ SHIPPED = ROOT / "data" / "truth" / "mnist1d-truth"
 def test_the_shipped_mnist1d_truth_is_complete_ranks_and_an_entry_rechecks(capsys):
     """The second shipped truth (its README's command): every architecture x 3 seeds, a seed-to-seed tau of at
     least 0.7 (issue 41), built under portable kernels; one entry, chosen by a seed, retrained here match their
-    records bit for bit (``naspipe truth --check``)."""
+    records bit for bit (``naspipe truth --check``) on a CPU of the vendor that built it (Intel), and elsewhere the
+    verdict says why it differs (measured on an AMD EPYC: adam's square root)."""
     from naspipe.ranking.stats import seed_floor
 
     t = load(SHIPPED)
@@ -54,7 +56,10 @@ def test_the_shipped_mnist1d_truth_is_complete_ranks_and_an_entry_rechecks(capsy
     assert floor is not None and floor.value >= 0.7, f"the seed-to-seed tau is {floor.text()}"
     rc = main(["truth", "--check", str(SHIPPED), "--sample", "1", "--check-seed", "7"])
     out = capsys.readouterr().out
-    assert rc == 0 and out.startswith("truth check: identical: 1 of 1029 entries"), out
+    if f" on {kernels.cpu_vendor()} " in f"{t.settings.behaviour_on} ":
+        assert rc == 0 and out.startswith("truth check: identical: 1 of 1029 entries"), out
+    else:  # adam's square root follows the CPU's vendor (naspipe.lifecycle.kernels.SQRT_OPTIMIZERS): said so
+        assert rc == 1 and "adam's square root gives the same bits only on CPUs of one vendor" in out, out
 
 
 def test_rank_a_short_reference_against_the_shipped_mnist1d_truth(tmp_path, capsys):
