@@ -6,10 +6,11 @@ a rotated order each round (paired and alternating, so a drift in the machine's 
 time is the reference's own training time (``metrics.json``'s ``wall_s``: the interpreter's start and torch's
 import excluded). Per case: the median time per kind, the median of the per-round ratios against ``native``
 with their range, and the ``params.json`` digest each kind gives (the same every round, or the run is not
-reproducible at all). Writes ``benchmarks/results/kernels.json`` and the table between the markers of
-docs/reproducibility.md (``--table-only`` rewrites the table from the JSON alone).
+reproducible at all). Writes ``benchmarks/results/NAME.json`` and the table between NAME's markers in
+docs/reproducibility.md (``--table-only`` rewrites the table from the JSON alone). NAME is ``kernels`` by default;
+another keeps a second CPU's measurement beside the first (``--name kernels_amd_epyc``).
 
-    python benchmarks/kernels.py [--rounds 5] [--subnets 200] [--quick]
+    python benchmarks/kernels.py [--rounds 5] [--subnets 200] [--quick] [--name NAME]
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ from _common import RESULTS, ROOT, replace_marked, write_result
 from naspipe.lifecycle import kernels
 
 DOC = ROOT / "docs" / "reproducibility.md"
-BEGIN, END = "<!-- kernels-table:begin (benchmarks/kernels.py) -->", "<!-- kernels-table:end -->"
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The docs markers around NAME's table."""
+    return f"<!-- {name}-table:begin (benchmarks/kernels.py) -->", f"<!-- {name}-table:end -->"
+
+
 CASES = {
     "digits-cnn": ["--space", "digits-cnn"],
     "tiny-transformer": ["--space", "tiny-transformer"],
@@ -38,11 +45,12 @@ CASES = {
                                 "momentum", "--lr", "0.05", "--shared-layers", "serial"],
 }
 NAPSIPE = str(Path(sys.executable).with_name("naspipe"))
+SAMPLER = "uniform"  # the default when kernels.json was measured: the bits of every table compare across CPUs
 
 
 def one(case: list[str], kind: str, subnets: int, out: Path) -> tuple[float, str]:
-    cmd = [NAPSIPE, "reference", *case, "--subnets", str(subnets), "--seed", "0", "--no-progress", "--overwrite",
-           "--kernels", kind, "--out", str(out)]
+    cmd = [NAPSIPE, "reference", *case, "--subnets", str(subnets), "--seed", "0", "--sampler", SAMPLER, "--no-progress",
+           "--overwrite", "--kernels", kind, "--out", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr[-500:]}")
@@ -94,8 +102,8 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_doc_table(data: dict[str, Any]) -> None:
-    replace_marked(DOC, BEGIN, END, table(data))
+def write_doc_table(data: dict[str, Any], name: str = "kernels") -> None:
+    replace_marked(DOC, *markers(name), table(data))
 
 
 def main() -> None:
@@ -106,9 +114,10 @@ def main() -> None:
                     "smoke run)")
     ap.add_argument("--table-only", action="store_true", help="rewrite the docs table from kernels.json")
     ap.add_argument("--no-write", action="store_true", help="print the JSON only (the smoke run)")
+    ap.add_argument("--name", default="kernels", help="the JSON's name and its table's markers (default kernels)")
     a = ap.parse_args()
     if a.table_only:
-        write_doc_table(json.loads((RESULTS / "kernels.json").read_text()))
+        write_doc_table(json.loads((RESULTS / f"{a.name}.json").read_text()), a.name)
         return
     cases = {"digits-cnn": CASES["digits-cnn"]} if a.quick else CASES  # (the cheapest preset to build)
     rounds, subnets = (1, 12) if a.quick else (a.rounds, a.subnets)
@@ -121,8 +130,8 @@ def main() -> None:
     if a.no_write:
         print(json.dumps(data, indent=1))
         return
-    write_result("kernels", data)
-    write_doc_table(json.loads((RESULTS / "kernels.json").read_text()))
+    write_result(a.name, data)
+    write_doc_table(json.loads((RESULTS / f"{a.name}.json").read_text()), a.name)
 
 
 if __name__ == "__main__":
