@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -112,10 +113,12 @@ def main() -> None:
     ap.add_argument("--subnets", type=int, default=200)
     ap.add_argument("--quick", action="store_true", help="one case (digits-cnn), one round, 12 subnets (the test's "
                     "smoke run)")
-    ap.add_argument("--table-only", action="store_true", help="rewrite the docs table from kernels.json")
+    ap.add_argument("--table-only", action="store_true", help="rewrite NAME's docs table from NAME.json")
     ap.add_argument("--no-write", action="store_true", help="print the JSON only (the smoke run)")
     ap.add_argument("--name", default="kernels", help="the JSON's name and its table's markers (default kernels)")
     a = ap.parse_args()
+    if not re.fullmatch(r"kernels(_\w+)?", a.name):
+        ap.error(f"--name {a.name!r}: kernels or kernels_SOMETHING (the test reads every kernels*.json's table)")
     if a.table_only:
         write_doc_table(json.loads((RESULTS / f"{a.name}.json").read_text()), a.name)
         return

@@ -10,8 +10,8 @@ tensor operation computes as a process of the capped kind does:
 * ``avx2``: ATen and oneDNN capped at AVX2 and MKL held to its AVX2 branch: the same bits on every x86-64 CPU
   with AVX2 of one vendor (MKL takes other paths on Intel and AMD CPUs);
 * ``portable``: ATen and oneDNN capped at AVX2 and MKL in its conditional-numerical-reproducibility mode
-  ``COMPATIBLE`` (one code path on every x86-64 CPU): the same bits across vendors, except for the optimizers
-  that take a square root (``vendor_bound``).
+  ``COMPATIBLE`` (one code path for its matrix products on every x86-64 CPU): the same bits across vendors,
+  except where torch computes a function with MKL's vector math (a square root: ``vendor_bound``).
 
 What each kind costs and which bits agree where: docs/reproducibility.md and ``benchmarks/kernels.py``.
 
@@ -46,11 +46,11 @@ RECIPES: dict[str, dict[str, str]] = {
     PORTABLE: {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE"},
 }
 MANAGED = tuple(sorted({k for r in RECIPES.values() for k in r}))
-# Optimizers whose step takes a square root. torch computes a float square root on the CPU with MKL's vector math,
-# whose code follows the CPU's vendor under every cap and MKL_CBWR value (measured, docs/reproducibility.md: on an
-# AMD EPYC it is not correctly rounded and no setting changes it; an entry of the MNIST-1D truth trained with adam
-# under portable kernels ends in other bits there than on the Intel Xeon that built it, while the forward and
-# backward at the initial weights agree bit for bit).
+# Optimizers whose step takes a square root. torch computes a float square root on the CPU with MKL's vector math
+# (ATen/cpu/vml.h; so too exp, log, tanh, erf, sin, cos and others), whose code follows the CPU's vendor under every
+# cap and MKL_CBWR value (measured, docs/reproducibility.md: on an AMD EPYC it is not correctly rounded and no
+# setting changes it; an entry of the MNIST-1D truth trained with adam under portable kernels ends in other bits
+# there than on the Intel Xeon that built it, while the forward and backward at the initial weights agree).
 SQRT_OPTIMIZERS = frozenset({"adam", "adamw", "rmsprop"})
 CAPPED_AT = "AVX2"  # torch's capability under avx2 and portable
 
@@ -75,6 +75,14 @@ def check(kind: object) -> str:
     if why is not None:
         raise KernelsError(why)
     return str(kind)
+
+
+def vendor_of(cpu: str | None) -> str | None:
+    """The vendor of a recorded ``cpu_name()`` (``GenuineIntel Intel(R) Xeon(R) Processor``: ``GenuineIntel``), or
+    of what a run or truth says it computed on (``portable AVX2 on GenuineIntel ...``); None when not recorded."""
+    if not cpu:
+        return None
+    return (cpu.split(" on ", 1)[1] if " on " in cpu else cpu).split(" ", 1)[0] or None
 
 
 def vendor_bound(kind: str, optimizer: str | None) -> bool:

@@ -39,7 +39,7 @@ from typing import Any
 from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 from naspipe.fileio.smallfile import read_small
-from naspipe.lifecycle.kernels import vendor_bound
+from naspipe.lifecycle.kernels import AVX2, SQRT_OPTIMIZERS, vendor_of
 
 RUN_JSON = "run.json"
 # the file names of a run directory, written here once (every module that reads or writes one imports them)
@@ -285,24 +285,37 @@ def machine_of(ident: Mapping[str, Any]) -> str:
 
 def machines_note(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     """Why two runs of one configuration may differ in their bits because of where they ran (None: no reason
-    seen): other kernels, two CPUs under ``native``, or two CPU vendors under ``avx2``."""
+    seen): other kernels; two CPUs under ``native``; two CPU vendors under ``avx2``, with an optimizer whose step
+    takes a square root (``naspipe.lifecycle.kernels.SQRT_OPTIMIZERS``), or with a supernet whose forward or
+    backward differs between the two CPUs (its behaviour digests differ: a function torch computes with MKL's
+    vector math)."""
     a, b = _with_kernels(a), _with_kernels(b)
     ka, kb = a["kernels"], b["kernels"]
+    where = f"kernels {machine_of(a)} vs {machine_of(b)}"
     if ka != kb:
-        want = kb if ka == NATIVE_KERNELS else ka
-        return f"kernels {machine_of(a)} vs {machine_of(b)}: rerun the native one with --kernels {want}"
+        return f"{where}: rerun the native one with --kernels {kb if ka == NATIVE_KERNELS else ka}"
     if not (a.get("cpu") and b.get("cpu")) or a["cpu"] == b["cpu"]:
         return None
+    vendors = vendor_of(a["cpu"]) != vendor_of(b["cpu"])
+    opt = a.get("optimizer") or b.get("optimizer")
+    sqrt = vendors and opt in SQRT_OPTIMIZERS
+    one_vendor = f"rerun both on CPUs of one vendor ({opt}'s square root agrees only there, under any kernels)"
     if ka == NATIVE_KERNELS:
-        return (f"kernels {machine_of(a)} vs {machine_of(b)}: native kernels give the same bits only on the same "
-                "kind of CPU; rerun both with --kernels portable (or avx2 on CPUs of one vendor)")
-    if a["cpu"].split(" ")[0] != b["cpu"].split(" ")[0] and vendor_bound(ka, a.get("optimizer")):
-        if ka == "avx2":
-            return (f"kernels {machine_of(a)} vs {machine_of(b)}: avx2 gives the same bits only on CPUs of one "
-                    "vendor; rerun both with --kernels portable")
-        return (f"kernels {machine_of(a)} vs {machine_of(b)}: {a.get('optimizer')}'s square root gives the same "
-                "bits only on CPUs of one vendor, whatever the kernels; rerun both on one vendor's CPUs (or with "
-                "sgd or momentum)")
+        return (f"{where}: native kernels give the same bits only on the same kind of CPU; "
+                + (f"{one_vendor} with --kernels portable" if sqrt else
+                   "rerun both with --kernels portable (or avx2 on CPUs of one vendor)"))
+    if not vendors:
+        return None
+    if ka == AVX2:
+        return f"{where}: avx2 gives the same bits only on CPUs of one vendor; " + (
+            one_vendor if sqrt else "rerun both with --kernels portable")
+    if sqrt:
+        return f"{where}: {one_vendor}, or train with sgd or momentum"
+    x, y = a.get(BEHAVIOUR), b.get(BEHAVIOUR)
+    if x and y and x != y:
+        return (f"{where}: the supernet's forward or backward differs between the two CPUs (behaviour {x[:12]} vs "
+                f"{y[:12]}): a function torch computes with MKL's vector math (sqrt, exp, log, tanh, erf, sin, ...) "
+                "follows the CPU's vendor; rerun both on CPUs of one vendor")
     return None
 
 
@@ -335,7 +348,8 @@ def describe_differences(diffs: Sequence[tuple[str, Any, Any]]) -> str:
             return f"kernels {x} vs {y}: rerun with --kernels {want}"
         if k == "cpu":
             return (f"kernels and CPU {x} vs {y} (native kernels give the same bits only on the same kind of CPU: "
-                    "rerun both with --kernels portable)")
+                    "rerun both with --kernels portable, on CPUs of one vendor where the optimizer takes a square "
+                    "root)")
         if k == "updates":
             async_ = [v for v in (x, y) if v != EXACT]
             return (f"updates {x!r} vs {y!r} (policy {' and '.join(map(repr, async_))} does not update exactly "

@@ -74,7 +74,7 @@ def check_truth(folder: str | Path, sample: int = 3, seed: int | None = None) ->
         raise TruthError(f"retraining failed: {failed}")
     again = [rec for _, rec in done]
     where = f"kernels {kind} on {kernels.cpu_name()}; --sample {len(jobs)} --check-seed {seed}"
-    why = _built_elsewhere(kind, settings.optimizer, str(settings.behaviour_on))
+    why = _built_elsewhere(kind, settings.optimizer, settings.behaviour_on)
     for (arch, s), rec in zip(chosen, again, strict=True):
         old = read_entry(d, arch, s) or {}
         for k in FIELDS:
@@ -84,14 +84,19 @@ def check_truth(folder: str | Path, sample: int = 3, seed: int | None = None) ->
     return CheckResult(True, f"identical: {len(jobs)} of {len(entries)} entries retrained bit for bit ({where})")
 
 
-def _built_elsewhere(kind: str, optimizer: str, built_on: str) -> str:
-    """Why a truth built on ``built_on`` (its settings' ``behaviour_on``: ``portable AVX2 on GenuineIntel ...``) is
-    not to be met bit for bit here, as a parenthesis for the verdict ('' where it is)."""
-    if kind == kernels.NATIVE and kernels.cpu_name() not in built_on:
+def _built_elsewhere(kind: str, optimizer: str, built_on: str | None) -> str:
+    """Why a truth built on ``built_on`` (its settings' ``behaviour_on``: ``portable AVX2 on GenuineIntel ...``;
+    None in a truth from before it was recorded) is not to be met bit for bit here, as a parenthesis for the
+    verdict ('' where it is)."""
+    if kind == kernels.NATIVE and kernels.cpu_name() not in str(built_on):
         return " (a truth built with native kernels agrees only on the kind of CPU that built it)"
-    vendor = kernels.cpu_vendor()
-    if kernels.vendor_bound(kind, optimizer) and f" on {vendor}" not in built_on:
-        take = f"{optimizer}'s square root" if optimizer in kernels.SQRT_OPTIMIZERS else "MKL"
-        return (f" (built {built_on}: {take} gives the same bits only on CPUs of one vendor under kernels {kind}; "
-                "docs/reproducibility.md)")
+    if not kernels.vendor_bound(kind, optimizer):
+        return ""
+    take = f"{optimizer}'s square root" if optimizer in kernels.SQRT_OPTIMIZERS else "MKL"
+    if built_on is None:
+        return (f" (the truth does not say which CPU built it: under kernels {kind}, {take} gives the same bits only "
+                "on CPUs of one vendor; docs/reproducibility.md)")
+    if kernels.vendor_of(built_on) != kernels.cpu_vendor():
+        return (f" (built under {built_on}: {take} gives the same bits only on CPUs of one vendor under kernels "
+                f"{kind}; docs/reproducibility.md)")
     return ""

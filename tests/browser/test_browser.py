@@ -340,6 +340,21 @@ def _changed(read: object, old: str, timeout_s: float = 30) -> str:
     return now
 
 
+def _slide(page: object, player: object, key: str) -> None:
+    """Press ``key`` on a schedule player's slider until its label changes (a round trip through the kernel): up to
+    three presses, as a focus JupyterLab takes back (after a kernel's status or a dialog) sends a key elsewhere."""
+    handle = player.locator(".widget-slider .noUi-handle, .widget-slider input").first
+    label = lambda: player.locator(".widget-label").all_text_contents()  # noqa: E731
+    old = label()
+    for _ in range(3):
+        handle.focus()
+        page.keyboard.press(key)
+        if wait_until(lambda: label() != old, 10, every_s=0.1):
+            return
+    page.screenshot(path=str(ARTIFACTS / f"02_player_{key}_failed.png"))
+    raise AssertionError(f"{key} did not move the slider: {_player(player)}")
+
+
 def _player(cell: object) -> dict:
     """What a schedule player shows, for a failure's message: its figures, its slider's label, the focused element,
     its figure's place on the screen, legend entries drawn, and plotly's own view of the traces and the legend."""
@@ -348,7 +363,8 @@ def _player(cell: object) -> dict:
         return {plots: [...c.querySelectorAll('.js-plotly-plot')].map(p => (p.data || []).length + ' traces, '
                            + p.querySelectorAll('.legend .legendtext').length + ' legend entries'),
                 label: [...c.querySelectorAll('.widget-label')].map(l => l.textContent).join(' | '),
-                focused: (document.activeElement && document.activeElement.className) || null,
+                focused: document.activeElement && (document.activeElement.tagName + '.'
+                                                     + document.activeElement.getAttribute('class')),
                 rect: r && [Math.round(r.top), Math.round(r.bottom), window.innerHeight],
                 legend_drawn: el ? el.querySelectorAll('.legend .legendtext').length : null,
                 showlegend: el && el._fullLayout ? el._fullLayout.showlegend : null,
@@ -468,26 +484,18 @@ def test_csp_explained_in_a_browser(tabs, lab):
     assert player.locator(".js-plotly-plot").count() == 1, f"the player shows two figures: {_player(player)}"
     before = bars()
     page.screenshot(path=str(ARTIFACTS / "02_player_end.png"))
-    handle = player.locator(".widget-slider .noUi-handle, .widget-slider input").first
-    at_zero = player.locator(".widget-label", has_text=re.compile(r"^t = 0 units: 0 tasks"))
-    for _ in range(3):  # (a focus JupyterLab takes back, after a kernel's status or a dialog, sends the key elsewhere)
-        handle.focus()
-        page.keyboard.press("Home")  # the slider to step 0: an empty schedule
-        if wait_until(lambda: at_zero.count() == 1, 10, every_s=0.1):
-            break
-    else:
-        raise AssertionError(f"the slider did not go to step 0: {_player(player)}")
+    _slide(page, player, "Home")  # the slider to step 0: an empty schedule
+    assert player.locator(".widget-label", has_text=re.compile(r"^t = 0 units: 0 tasks")).count() == 1, \
+        _player(player)
     player.scroll_into_view_if_needed()
     zero = _changed(bars, before)  # (the kernel redraws it: about 0.1 s under two busy loops)
     if not wait_until(lambda: legend.count() >= 2, 10, every_s=0.1):
         page.screenshot(path=str(ARTIFACTS / "02_player_step0_failed.png"))
         raise AssertionError(f"the legend vanished at step 0: {_player(player)}; console: {console.errors}")
     zero = bars()  # (step 0 as drawn, its legend too)
-    handle.focus()
-    page.keyboard.press("ArrowRight")
+    _slide(page, player, "ArrowRight")
     one = _changed(bars, zero)
-    handle.focus()
-    page.keyboard.press("ArrowRight")
+    _slide(page, player, "ArrowRight")
     two = _changed(bars, one)  # (each step awaited: the screenshot shows step 2, not step 1)
     page.screenshot(path=str(ARTIFACTS / "02_player_step2.png"))
     assert before != zero != one != two, "the slider does not move the Gantt"

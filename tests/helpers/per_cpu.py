@@ -3,9 +3,10 @@
 Why it exists: torch's CPU kernels, oneDNN and MKL choose their vector code by the CPU they run on (AVX-512 or
 AVX2, Intel or AMD), so a digest recorded natively on one kind of CPU is not reached on another. Pinned kernels
 (``naspipe.lifecycle.kernels``) make the bits a property of the kind instead: ``portable`` is one table for every
-x86-64 CPU with AVX2; ``avx2`` is one table per CPU vendor (MKL takes other paths on Intel and AMD). Each digest
-is what the commit a table names gives under that kind, checked equal to what today's code gives (the kernels'
-caps are environment variables, so the old code runs under them unchanged).
+x86-64 CPU with AVX2 (the golden runs train with sgd: an optimizer with a square root would make it one table per
+vendor, ``kernels.vendor_bound``); ``avx2`` is one table per CPU vendor (MKL takes other paths on Intel and AMD).
+Each digest is what the commit a table names gives under that kind, checked equal to what today's code gives (the
+kernels' caps are environment variables, so the old code runs under them unchanged).
 
 ``cpu_key`` and ``same_cpu`` remain for records made natively (``tests/runfolder/premove_runs``): those are met
 bit for bit only on the kind of CPU that made them.

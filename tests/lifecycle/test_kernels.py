@@ -74,23 +74,33 @@ def test_a_checkpoint_of_other_kernels_is_refused_by_name(tmp_path, capsys):
 
 
 def test_runs_from_two_vendors_are_named_where_their_kernels_agree_only_within_one():
-    """``avx2`` always, ``portable`` with an optimizer that takes a square root (adam, adamw, rmsprop: torch's CPU
-    square root is MKL's, whose code follows the vendor); portable with momentum is not named: it agrees."""
+    """``avx2`` always; ``portable`` with an optimizer that takes a square root (adam, adamw, rmsprop: torch's CPU
+    square root is MKL's, whose code follows the vendor) or with behaviour digests that differ; portable with
+    momentum and equal behaviour is not named: it agrees. Two models of one vendor are not named either."""
     from naspipe.runfolder.runs import machines_note
 
-    intel, amd = "GenuineIntel Intel(R) Xeon(R) Processor", "AuthenticAMD AMD EPYC"
+    intel, intel2, amd = ("GenuineIntel Intel(R) Xeon(R) Processor", "GenuineIntel Intel(R) Core(TM) i7",
+                          "AuthenticAMD AMD EPYC")
 
-    def note(kind: str, optimizer: str, a: str = intel, b: str = amd) -> str | None:
-        return machines_note({"kernels": kind, "cpu": a, "optimizer": optimizer},
-                             {"kernels": kind, "cpu": b, "optimizer": optimizer})
+    def note(kind: str, optimizer: str, a: str = intel, b: str = amd, behaviour: tuple[str, str] = ("b" * 64,) * 2):
+        return machines_note({"kernels": kind, "cpu": a, "optimizer": optimizer, "behaviour_sha256": behaviour[0]},
+                             {"kernels": kind, "cpu": b, "optimizer": optimizer, "behaviour_sha256": behaviour[1]})
 
-    assert "avx2 gives the same bits only on CPUs of one vendor" in note("avx2", "momentum")
+    assert note("avx2", "momentum").endswith("avx2 gives the same bits only on CPUs of one vendor; rerun both with "
+                                             "--kernels portable")
+    assert "rerun both on CPUs of one vendor (adam's square root" in note("avx2", "adam")
     for opt in ("adam", "adamw", "rmsprop"):
         assert kernels.vendor_bound("portable", opt)
-        assert f"{opt}'s square root gives the same bits only on CPUs of one vendor" in note("portable", opt)
+        assert f"rerun both on CPUs of one vendor ({opt}'s square root agrees only there" in note("portable", opt)
+        assert note("portable", opt, intel, intel2) is None and note("avx2", opt, intel, intel2) is None
     assert note("portable", "momentum") is None and note("portable", "sgd") is None
-    assert note("portable", "adam", intel, intel) is None
+    assert "forward or backward differs between the two CPUs (behaviour aaaa" in note(
+        "portable", "momentum", behaviour=("a" * 64, "c" * 64))
+    assert "(or avx2 on CPUs of one vendor)" in note("native", "momentum", intel, intel2)
+    assert "square root agrees only there, under any kernels) with --kernels portable" in note("native", "adam")
     assert not kernels.vendor_bound("native", "adam")  # (native: one kind of CPU, named apart)
+    assert kernels.vendor_of("portable AVX2 on GenuineIntel Intel(R) Xeon(R) Processor") == "GenuineIntel"
+    assert kernels.vendor_of(amd) == "AuthenticAMD" and kernels.vendor_of(None) is None
 
 
 def test_a_truth_from_another_vendor_says_why_it_differs(monkeypatch):
@@ -99,9 +109,13 @@ def test_a_truth_from_another_vendor_says_why_it_differs(monkeypatch):
     built = "portable AVX2 on GenuineIntel Intel(R) Xeon(R) Processor"
     monkeypatch.setattr(kernels, "cpu_vendor", lambda: "AuthenticAMD")
     monkeypatch.setattr(kernels, "cpu_name", lambda: "AuthenticAMD AMD EPYC")
-    assert "adam's square root gives the same bits only on CPUs of one vendor" in check._built_elsewhere(
-        "portable", "adam", built)
+    assert f"(built under {built}: adam's square root gives the same bits only on CPUs of one vendor" in \
+        check._built_elsewhere("portable", "adam", built)
+    assert "MKL gives the same bits only on CPUs of one vendor under kernels avx2" in check._built_elsewhere(
+        "avx2", "momentum", built.replace("portable", "avx2"))
+    assert "does not say which CPU built it" in check._built_elsewhere("portable", "adam", None)
     assert check._built_elsewhere("portable", "momentum", built) == ""
+    assert check._built_elsewhere("portable", "momentum", None) == ""
     assert "agrees only on the kind of CPU that built it" in check._built_elsewhere(
         "native", "momentum", "native AVX512 on GenuineIntel Intel(R) Xeon(R) Processor")
     monkeypatch.setattr(kernels, "cpu_vendor", lambda: "GenuineIntel")
