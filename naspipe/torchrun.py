@@ -344,9 +344,11 @@ def _run(cfg: Any, rank: int, world: int, local_rank: int, roster: Any) -> int:
 
     fresh_process()  # this rank's imports are not garbage: its collections walk only what the run makes
     if rank == 0 and cfg.progress:
+        from naspipe.lifecycle import kernels
         from naspipe.spaces.shared import announce
 
         announce(cfg.space, cfg.shared)
+        kernels.announce(cfg.kernels, cfg.optimizer)
     bar = _Bar(for_config(cfg, rank == 0 and cfg.progress))
     t0 = time.perf_counter()
     merged: list[Any] = []

@@ -165,9 +165,11 @@ def _train_locked(args: argparse.Namespace, cfg: Any, spec: SamplerSpec, out: Pa
             runs.clear(out, keep=inputs, kind="reference")  # never an input it reads
             runs.write_run(out, "reference", ident)
         if not args.no_progress:  # every check passed; with the progress bar (--no-progress keeps stderr quiet)
+            from naspipe.lifecycle import kernels
             from naspipe.spaces.shared import announce
 
             announce(cfg.space, cfg.shared, "shared_layers=" if args._api else "--shared-layers")
+            kernels.announce(args.kernels, args.optimizer)
         try:
             return _train_and_save(args, cfg, spec, out, digest)
         except (ReferenceFailed, BehaviourError) as e:  # user code failed partway (one line, as a stage's failure)

@@ -265,11 +265,13 @@ def resume_hint(saved: int, args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    from naspipe.lifecycle import kernels
     from naspipe.runtime.processes.launcher import TrainError, train
     from naspipe.spaces.shared import announce
 
     if cfg.progress:  # what the fixed blocks do, before any process starts (with the bar: --no-progress is quiet)
         announce(cfg.space, cfg.shared)
+        kernels.announce(cfg.kernels, cfg.optimizer)
 
     try:
         result = train(cfg)  # (a ConfigError, e.g. the port taken in the meantime, is a refusal: exit code 2)

@@ -74,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
             if args.space.endswith(".json") and not (out / SPACE_JSON).exists():
                 write_text_atomic(out / SPACE_JSON, space.to_json() + "\n")  # naspipe rank resolves the runs' space
         workers = _workers(args.workers)
+        if not args.no_progress:  # with its bar: where its bits hold, if less widely than its kernels' name says
+            from naspipe.lifecycle import kernels
+
+            kernels.announce(settings.kernels, settings.optimizer)
         t0 = time.perf_counter()
         # (a TruthError: a stored entry that cannot be used, a candidate that raised, another space)
         truth = build_truth(space, args.space, out, settings, workers=workers, progress=not args.no_progress)

@@ -91,6 +91,21 @@ def vendor_bound(kind: str, optimizer: str | None) -> bool:
     return kind == AVX2 or (kind == PORTABLE and optimizer in SQRT_OPTIMIZERS)
 
 
+def start_line(kind: str, optimizer: str | None) -> str | None:
+    """The line a run prints at its start where its bits travel less far than its kind's name says (``portable``
+    with an optimizer whose step takes a square root); None otherwise."""
+    if kind == PORTABLE and optimizer in SQRT_OPTIMIZERS:
+        return (f"naspipe: kernels portable with {optimizer}: the same bits only on CPUs of one vendor ({optimizer}'s "
+                "square root follows the CPU's vendor); sgd or momentum give the same bits across vendors")
+    return None
+
+
+def announce(kind: str, optimizer: str | None) -> None:
+    """Print ``start_line`` to stderr, where there is one."""
+    if (line := start_line(kind, optimizer)) is not None:
+        print(line, file=sys.stderr, flush=True)
+
+
 def environment(kind: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """``base`` (``os.environ``) with ``kind``'s recipe in place of any cap it held."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if k not in MANAGED}

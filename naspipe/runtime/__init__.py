@@ -58,9 +58,11 @@ def train(config: TrainConfig | Any = None, /, **kwargs: Any) -> RunResult:
 
     config = prepare(config)  # once: refused before anything is said (create prepared it; replace did not)
     if config.progress:  # with its bar: what the fixed blocks do, in one line (naspipe train says it too)
+        from naspipe.lifecycle import kernels
         from naspipe.spaces.shared import announce
 
         announce(config.space, config.shared, "shared_layers=")
+        kernels.announce(config.kernels, config.optimizer)
     return _train(config)
 
 

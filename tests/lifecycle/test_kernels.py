@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +121,16 @@ def test_a_truth_from_another_vendor_says_why_it_differs(monkeypatch):
         "native", "momentum", "native AVX512 on GenuineIntel Intel(R) Xeon(R) Processor")
     monkeypatch.setattr(kernels, "cpu_vendor", lambda: "GenuineIntel")
     assert check._built_elsewhere("portable", "adam", built) == ""
+
+
+def test_a_portable_run_with_a_square_root_optimizer_says_at_its_start_where_its_bits_hold(tmp_path):
+    """Before the hours of training a user meant to share across machines, not after a failed verify."""
+    assert kernels.start_line("portable", "momentum") is None and kernels.start_line("avx2", "adam") is None
+    assert kernels.start_line("native", "rmsprop") is None
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    p = subprocess.run([str(Path(sys.executable).with_name("naspipe")), "reference", "--space", "digits-cnn",
+                        "--subnets", "2", "--kernels", "portable", "--optimizer", "adamw", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert ("naspipe: kernels portable with adamw: the same bits only on CPUs of one vendor (adamw's square root "
+            "follows the CPU's vendor)") in p.stderr, p.stderr
