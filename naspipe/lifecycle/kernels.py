@@ -80,9 +80,11 @@ def check(kind: object) -> str:
 def vendor_of(cpu: str | None) -> str | None:
     """The vendor of a recorded ``cpu_name()`` (``GenuineIntel Intel(R) Xeon(R) Processor``: ``GenuineIntel``), or
     of what a run or truth says it computed on (``portable AVX2 on GenuineIntel ...``); None when not recorded."""
-    if not cpu:
+    if not cpu or "(CPU not recorded)" in cpu:
         return None
-    return (cpu.split(" on ", 1)[1] if " on " in cpu else cpu).split(" ", 1)[0] or None
+    if cpu.split(" ", 1)[0] in KINDS and " on " in cpu:  # what a run says: ``<kind> [<capability>] on <cpu>``
+        cpu = cpu.split(" on ", 1)[1]
+    return cpu.strip().split(" ", 1)[0] or None
 
 
 def vendor_bound(kind: str, optimizer: str | None) -> bool:
@@ -96,7 +98,7 @@ def start_line(kind: str, optimizer: str | None) -> str | None:
     with an optimizer whose step takes a square root); None otherwise."""
     if kind == PORTABLE and optimizer in SQRT_OPTIMIZERS:
         return (f"naspipe: kernels portable with {optimizer}: the same bits only on CPUs of one vendor ({optimizer}'s "
-                "square root follows the CPU's vendor); sgd or momentum give the same bits across vendors")
+                "square root follows the CPU's vendor; sgd and momentum avoid it: docs/reproducibility.md)")
     return None
 
 

@@ -39,7 +39,7 @@ from typing import Any
 from naspipe.errors import UserError
 from naspipe.fileio import jsonfile
 from naspipe.fileio.smallfile import read_small
-from naspipe.lifecycle.kernels import AVX2, SQRT_OPTIMIZERS, vendor_of
+from naspipe.lifecycle.kernels import AVX2, PORTABLE, SQRT_OPTIMIZERS, vendor_of
 
 RUN_JSON = "run.json"
 # the file names of a run directory, written here once (every module that reads or writes one imports them)
@@ -284,39 +284,33 @@ def machine_of(ident: Mapping[str, Any]) -> str:
 
 
 def machines_note(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
-    """Why two runs of one configuration may differ in their bits because of where they ran (None: no reason
-    seen): other kernels; two CPUs under ``native``; two CPU vendors under ``avx2``, with an optimizer whose step
-    takes a square root (``naspipe.lifecycle.kernels.SQRT_OPTIMIZERS``), or with a supernet whose forward or
-    backward differs between the two CPUs (its behaviour digests differ: a function torch computes with MKL's
-    vector math)."""
+    """Why two runs of one configuration, one kernels kind (``avx2`` or ``portable``) and two CPUs may differ in
+    their bits (None: no reason seen): two CPU vendors under ``avx2``; under either, an optimizer whose step takes a
+    square root (``naspipe.lifecycle.kernels.SQRT_OPTIMIZERS``) or a supernet whose forward or backward differs
+    between the two CPUs (its behaviour digests differ: a function torch computes with MKL's vector math). Other
+    kernels, and two CPUs under ``native``, are configuration differences (``differences``)."""
     a, b = _with_kernels(a), _with_kernels(b)
-    ka, kb = a["kernels"], b["kernels"]
+    kind = a["kernels"]
+    if kind != b["kernels"] or kind not in (AVX2, PORTABLE) or not (a.get("cpu") and b.get("cpu")) \
+            or vendor_of(a["cpu"]) == vendor_of(b["cpu"]):
+        return None
     where = f"kernels {machine_of(a)} vs {machine_of(b)}"
-    if ka != kb:
-        return f"{where}: rerun the native one with --kernels {kb if ka == NATIVE_KERNELS else ka}"
-    if not (a.get("cpu") and b.get("cpu")) or a["cpu"] == b["cpu"]:
-        return None
-    vendors = vendor_of(a["cpu"]) != vendor_of(b["cpu"])
     opt = a.get("optimizer") or b.get("optimizer")
-    sqrt = vendors and opt in SQRT_OPTIMIZERS
-    one_vendor = f"rerun both on CPUs of one vendor ({opt}'s square root agrees only there, under any kernels)"
-    if ka == NATIVE_KERNELS:
-        return (f"{where}: native kernels give the same bits only on the same kind of CPU; "
-                + (f"{one_vendor} with --kernels portable" if sqrt else
-                   "rerun both with --kernels portable (or avx2 on CPUs of one vendor)"))
-    if not vendors:
-        return None
-    if ka == AVX2:
-        return f"{where}: avx2 gives the same bits only on CPUs of one vendor; " + (
-            one_vendor if sqrt else "rerun both with --kernels portable")
-    if sqrt:
-        return f"{where}: {one_vendor}, or train with sgd or momentum"
     x, y = a.get(BEHAVIOUR), b.get(BEHAVIOUR)
-    if x and y and x != y:
-        return (f"{where}: the supernet's forward or backward differs between the two CPUs (behaviour {x[:12]} vs "
-                f"{y[:12]}): a function torch computes with MKL's vector math (sqrt, exp, log, tanh, erf, sin, ...) "
-                "follows the CPU's vendor; rerun both on CPUs of one vendor")
-    return None
+    why = []
+    if kind == AVX2:
+        why.append("avx2 gives the same bits only on CPUs of one vendor")
+    if kind == PORTABLE and x and y and x != y:  # (under avx2 they differ anyway: its MKL follows the vendor)
+        why.append(f"the supernet's forward or backward differs between the two CPUs (behaviour {x[:12]} vs "
+                   f"{y[:12]}): a function torch computes with MKL's vector math (exp, log, tanh, erf, sin, ...) "
+                   "follows the CPU's vendor")
+    if opt in SQRT_OPTIMIZERS:
+        why.append(f"{opt}'s square root gives the same bits only on CPUs of one vendor, under any kernels")
+    if not why:
+        return None
+    fix = "rerun both on CPUs of one vendor" if len(why) > 1 or kind == PORTABLE else \
+        "rerun both with --kernels portable"
+    return f"{where}: {'; '.join(why)}; {fix}"
 
 
 def describe_differences(diffs: Sequence[tuple[str, Any, Any]]) -> str:
@@ -344,6 +338,9 @@ def describe_differences(diffs: Sequence[tuple[str, Any, Any]]) -> str:
                     "weights, another forward or backward: what its code reads changed between the runs)")
         if k == "kernels":
             kinds = [str(v).split(" ")[0] for v in (x, y)]
+            if vendor_of(x) != vendor_of(y):  # avx2's bits stay within one vendor
+                return (f"kernels {x} vs {y}: rerun both with --kernels portable (on CPUs of one vendor where the "
+                        "optimizer takes a square root)")
             want = next((v for v in kinds if v != NATIVE_KERNELS), kinds[0])
             return f"kernels {x} vs {y}: rerun with --kernels {want}"
         if k == "cpu":

@@ -78,30 +78,43 @@ def test_runs_from_two_vendors_are_named_where_their_kernels_agree_only_within_o
     """``avx2`` always; ``portable`` with an optimizer that takes a square root (adam, adamw, rmsprop: torch's CPU
     square root is MKL's, whose code follows the vendor) or with behaviour digests that differ; portable with
     momentum and equal behaviour is not named: it agrees. Two models of one vendor are not named either."""
-    from naspipe.runfolder.runs import machines_note
+    from naspipe.runfolder.runs import describe_differences, differences, machines_note
 
     intel, intel2, amd = ("GenuineIntel Intel(R) Xeon(R) Processor", "GenuineIntel Intel(R) Core(TM) i7",
                           "AuthenticAMD AMD EPYC")
 
+    def ident(kind: str, optimizer: str, cpu: str, behaviour: str = "b" * 64) -> dict:
+        return {"kernels": kind, "cpu": cpu, "optimizer": optimizer, "behaviour_sha256": behaviour}
+
     def note(kind: str, optimizer: str, a: str = intel, b: str = amd, behaviour: tuple[str, str] = ("b" * 64,) * 2):
-        return machines_note({"kernels": kind, "cpu": a, "optimizer": optimizer, "behaviour_sha256": behaviour[0]},
-                             {"kernels": kind, "cpu": b, "optimizer": optimizer, "behaviour_sha256": behaviour[1]})
+        return machines_note(ident(kind, optimizer, a, behaviour[0]), ident(kind, optimizer, b, behaviour[1]))
 
     assert note("avx2", "momentum").endswith("avx2 gives the same bits only on CPUs of one vendor; rerun both with "
                                              "--kernels portable")
-    assert "rerun both on CPUs of one vendor (adam's square root" in note("avx2", "adam")
+    assert note("avx2", "adam").endswith("adam's square root gives the same bits only on CPUs of one vendor, under "
+                                         "any kernels; rerun both on CPUs of one vendor")
     for opt in ("adam", "adamw", "rmsprop"):
         assert kernels.vendor_bound("portable", opt)
-        assert f"rerun both on CPUs of one vendor ({opt}'s square root agrees only there" in note("portable", opt)
+        assert f"{opt}'s square root gives the same bits only on CPUs of one vendor" in note("portable", opt)
         assert note("portable", opt, intel, intel2) is None and note("avx2", opt, intel, intel2) is None
     assert note("portable", "momentum") is None and note("portable", "sgd") is None
-    assert "forward or backward differs between the two CPUs (behaviour aaaa" in note(
-        "portable", "momentum", behaviour=("a" * 64, "c" * 64))
-    assert "(or avx2 on CPUs of one vendor)" in note("native", "momentum", intel, intel2)
-    assert "square root agrees only there, under any kernels) with --kernels portable" in note("native", "adam")
-    assert not kernels.vendor_bound("native", "adam")  # (native: one kind of CPU, named apart)
+    differ = ("a" * 64, "c" * 64)
+    assert "forward or backward differs between the two CPUs (behaviour aaaa" in note("portable", "momentum",
+                                                                                        behaviour=differ)
+    both = note("portable", "adam", behaviour=differ)  # both causes named, and no advice that cannot help
+    assert "forward or backward differs" in both and "adam's square root" in both and "sgd" not in both
+    assert "forward or backward" not in note("avx2", "momentum", behaviour=differ)  # (avx2's MKL: expected)
+    assert note("native", "adam") is None and note("unknown", "adam") is None  # (configuration differences)
+    # another kernels kind, or two CPUs under native: named as configurations that differ
+    assert "rerun both with --kernels portable (on CPUs of one vendor where the optimizer takes a square root)" in \
+        describe_differences(differences(ident("native", "adam", intel), ident("avx2", "adam", amd)))
+    assert describe_differences(differences(ident("native", "sgd", intel), ident("avx2", "sgd", intel2))).endswith(
+        "rerun with --kernels avx2")
+    assert "on CPUs of one vendor where the optimizer takes a square root" in describe_differences(
+        differences(ident("native", "adam", intel), ident("native", "adam", amd)))
     assert kernels.vendor_of("portable AVX2 on GenuineIntel Intel(R) Xeon(R) Processor") == "GenuineIntel"
     assert kernels.vendor_of(amd) == "AuthenticAMD" and kernels.vendor_of(None) is None
+    assert kernels.vendor_of("") is None and kernels.vendor_of("portable AVX2 (CPU not recorded)") is None
 
 
 def test_a_truth_from_another_vendor_says_why_it_differs(monkeypatch):
@@ -133,4 +146,7 @@ def test_a_portable_run_with_a_square_root_optimizer_says_at_its_start_where_its
                        capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     assert ("naspipe: kernels portable with adamw: the same bits only on CPUs of one vendor (adamw's square root "
-            "follows the CPU's vendor)") in p.stderr, p.stderr
+            "follows the CPU's vendor") in p.stderr, p.stderr
+    quiet = subprocess.run([*p.args, "--overwrite", "--no-progress"], capture_output=True, text=True, timeout=120,
+                           env=env)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr[-2000:]  # --no-progress keeps stderr quiet

@@ -62,8 +62,9 @@ def test_the_shipped_mnist1d_truth_is_complete_ranks_and_an_entry_rechecks(capsy
     else:  # adam's square root follows the CPU's vendor (naspipe.lifecycle.kernels.SQRT_OPTIMIZERS): said so, and
         # the entry differs in its last bits only (on the AMD EPYC: loss 1.0649376846849918 retrained 1.06493766978)
         assert rc == 1 and "adam's square root gives the same bits only on CPUs of one vendor" in out, out
-        was, now = map(float, re.search(r": \w+ ([-\d.e]+) retrained is ([-\d.e]+)", out).groups())
-        assert abs(was - now) <= 1e-6 * abs(was), out
+        field, was, now = re.search(r"seed \d+: (\w+) (\S+) retrained is (\S+) \(", out).groups()
+        if field != "params_sha256":  # (the weights' digest differs in any case; a loss or accuracy only a little)
+            assert abs(float(was) - float(now)) <= (2e-3 if field == "accuracy" else 1e-6 * abs(float(was))), out
 
 
 def test_rank_a_short_reference_against_the_shipped_mnist1d_truth(tmp_path, capsys):
